@@ -1,0 +1,43 @@
+# wflow: two commands do all the set-up (see README).
+#   make run   -> create .venv if missing, install wflow, run the main job on its default
+#   make test  -> same set-up, then the default test suite
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.wflow-installed
+OUT ?= out/run
+PYTEST_ARGS ?=
+
+# Python >= 3.12 is required (DOLFINx wheel). `.python-version` selects 3.12 under pyenv.
+BASE_PYTHON := $(shell for p in python3.12 python3.13 python3 python; do \
+	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
+	echo $$p; break; fi; done)
+
+.PHONY: run test test-slow test-mpi lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(BASE_PYTHON)" ]; then echo "error: Python >= 3.12 not found (install it or use pyenv with .python-version)"; exit 1; fi
+	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(BASE_PYTHON)"; $(BASE_PYTHON) -m venv $(VENV); fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[all]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/wflow run --out $(OUT)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check wflow tests bench demos
+
+bench: $(STAMP)
+	$(PY) bench/bench_kernels.py
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,1 @@
+"""Subcommands of the ``wflow`` CLI: one module each, exposing ``register(subparsers)``."""

@@ -1,0 +1,220 @@
+"""Energies, first variations, mobilities, slopes and velocities (THEORY.md §1, §3).
+
+Everything here is computed from one call of :func:`wflow.kernels.kernel_sums`.
+
+Conventions
+-----------
+* Head energy ``E_h[μ] = (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ`` with ``Φ = e^s`` for
+  softmax/USA and ``Φ = max(0, s)²/2`` for ReLU (so that ``Φ' = k``, the
+  attention kernel); total ``E = Σ_h w_h E_h``.
+* First variation ``ψ_h = δE_h/δμ``; its ambient gradient is
+  ``∇ψ_h(x) = ½ [A_h Y_h(x) + A_hᵀ Y'_h(x)]`` with ``Y'`` the sum with the roles of
+  ``Q`` and ``K`` swapped (``= A_h Y_h`` for symmetric ``A_h``); ``ψ = Σ_h w_h ψ_h``.
+* Head outputs ``f_h = V_h Y_h / Z_h`` (softmax) or ``V_h Y_h`` (USA, ReLU).
+* Transformer velocity ``v = P_x Σ_h w_h f_h``.
+* Mobilities: softmax ``m_h = 1/Z_h``, effective ``b̂ = (Σ_h w̄_h Z_h)^{-1}``
+  (harmonic mean of the ``m_h``); USA and ReLU have ``b̂ ≡ 1``.
+* Surrogate (effective-mobility) velocity ``v̂ = b̂ P_x Σ_h w_h V_h Y_h``; for
+  value-aligned heads (``V_h = ±A_h`` symmetric) it equals ``± b̂ P∇ψ`` and is an
+  exact weighted-Wasserstein gradient flow. For one softmax head ``v̂ = v``.
+* Three slope-type quantities, named apart:
+  ``slope2 = |∂E|² = ∫ b̂ |P∇ψ|² dμ`` (metric slope),
+  ``speed2 = |μ'|²_b̂ = ∫ |v|²/b̂ dμ`` (metric speed of the velocity used),
+  ``G2 = ∫ |v|² HM_h(Z_h) dμ`` (the published reference engine's record, with
+  ``HM_h(Z_h) = (Σ_h w̄_h / Z_h)^{-1}``; ``= ∫|v|²`` for USA/ReLU).
+  For one softmax head all three coincide along the flow.
+* ``power = ∫ <∇ψ, v> dμ`` is ``dE/dt`` for static heads (chain rule, any flow).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .heads import Attention, Heads
+from .kernels import kernel_sums
+from .sphere import project_tangent
+
+__all__ = [
+    "FieldEval",
+    "evaluate",
+    "head_energies",
+    "energy_gradient_A",
+    "dE_dt_weights",
+    "slope_terms",
+    "SlopeTerms",
+    "ito_correction",
+]
+
+
+class FieldEval(NamedTuple):
+    """Everything the solvers need at a set of targets for one measure.
+
+    Shapes: ``H`` heads, ``M`` targets, ``d`` dimension.
+
+    Attributes
+    ----------
+    Z : (H, M)  normalisers ``Z_h``.
+    Y : (H, M, d)  ``Σ_j m_j k(s_ij) y_j``.
+    Phi : (H, M)  potential sums ``Σ_j m_j Φ(s_ij)`` (``ψ_h = Phi_h / β`` for symmetric ``A``).
+    f : (H, M, d)  head outputs ``f_h``.
+    grad_psi : (H, M, d)  ambient ``∇ψ_h``.
+    v : (M, d)  transformer velocity.
+    vhat : (M, d)  surrogate velocity.
+    bhat : (M,)  effective mobility.
+    hmZ : (M,)  weighted harmonic mean of the ``Z_h``.
+    """
+
+    Z: np.ndarray
+    Y: np.ndarray
+    Phi: np.ndarray
+    f: np.ndarray
+    grad_psi: np.ndarray
+    v: np.ndarray
+    vhat: np.ndarray
+    bhat: np.ndarray
+    hmZ: np.ndarray
+
+
+def evaluate(
+    x: np.ndarray,
+    heads: Heads,
+    attn: Attention,
+    *,
+    y: np.ndarray | None = None,
+    m: np.ndarray | None = None,
+) -> FieldEval:
+    """Evaluate sums, head outputs, velocities and mobilities at targets ``x``.
+
+    Parameters
+    ----------
+    x : (M, d) array
+        Targets on the sphere.
+    heads, attn
+        Head parameters and attention kind / ``β``.
+    y : (N, d) array, optional
+        Sources (default: ``x``, the particle case).
+    m : (N,) array, optional
+        Source masses (default: ``1/N`` each).
+    """
+    y = x if y is None else y
+    m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
+    sums = kernel_sums(x, y, m, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, potential=True)
+    Z, Y = sums.Z, sums.Y
+    A = heads.A
+    AY = np.einsum("hij,hmj->hmi", A, Y)
+    if heads.is_symmetric():
+        grad_psi = AY
+    else:
+        Yt = kernel_sums(x, y, m, heads.K, heads.Q, beta=attn.beta, kind=attn.kind).Y
+        grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, Yt))
+    VY = np.einsum("hij,hmj->hmi", heads.V, Y)
+    w = heads.w
+    if attn.kind == "softmax":
+        if np.any(Z <= 0):
+            raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
+        f = VY / Z[:, :, None]
+        wb = heads.wbar
+        bhat = 1.0 / np.einsum("h,hm->m", wb, Z)
+        hmZ = 1.0 / np.einsum("h,hm->m", wb, 1.0 / Z)
+    else:
+        f = VY
+        bhat = np.ones(x.shape[0])
+        hmZ = np.ones(x.shape[0])
+    v = project_tangent(x, np.einsum("h,hmd->md", w, f))
+    vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))
+    return FieldEval(Z, Y, sums.Phi, f, grad_psi, v, vhat, bhat, hmZ)
+
+
+def head_energies(field: FieldEval, m_targets: np.ndarray, attn: Attention) -> np.ndarray:
+    """Per-head energies ``E_h = (1/2β) Σ_i m_i Φ_h(x_i)`` (targets = sources), shape ``(H,)``."""
+    return field.Phi @ m_targets / (2.0 * attn.beta)
+
+
+def energy_gradient_A(x: np.ndarray, m: np.ndarray, field: FieldEval) -> np.ndarray:
+    """``∂E_h/∂A_h = ½ Σ_i m_i x_i Y_h(x_i)ᵀ``, shape ``(H, d, d)`` (targets = sources).
+
+    From ``∂s/∂A = β x yᵀ`` and ``Φ' = k``: ``∂E_h/∂A = ½ ∫∫ k(s) x yᵀ dμ dμ``.
+    """
+    return 0.5 * np.einsum("m,mi,hmj->hij", m, x, field.Y)
+
+
+def dE_dt_weights(
+    x: np.ndarray,
+    m: np.ndarray,
+    field: FieldEval,
+    heads: Heads,
+    A_dot: np.ndarray,
+    attn: Attention,
+    w_dot: np.ndarray | None = None,
+) -> float:
+    """``∂_t E = Σ_h w_h <∂E_h/∂A_h, Ȧ_h>_F (+ Σ_h ẇ_h E_h)``: energy change through the weights."""
+    G = energy_gradient_A(x, m, field)
+    val = float(np.einsum("h,hij,hij->", heads.w, G, A_dot))
+    if w_dot is not None:
+        val += float(np.dot(w_dot, head_energies(field, m, attn)))
+    return val
+
+
+class SlopeTerms(NamedTuple):
+    """Slope-type scalars of one state (see module docstring for the conventions)."""
+
+    power: float
+    slope2: float
+    speed2: float
+    G2: float
+    power_heads: np.ndarray  # (H,) dE_h/dt = ∫<∇ψ_h, v> dμ
+
+
+def slope_terms(x: np.ndarray, m: np.ndarray, field: FieldEval, heads: Heads,
+                velocity: np.ndarray) -> SlopeTerms:
+    """Power, metric slope, metric speed and ``G²`` of ``velocity`` at the state ``(x, m)``."""
+    gpsi = np.einsum("h,hmd->md", heads.w, field.grad_psi)
+    pg = project_tangent(x, gpsi)
+    v2 = np.sum(velocity * velocity, axis=1)
+    power_heads = np.einsum("m,hmd,md->h", m, field.grad_psi, velocity)
+    return SlopeTerms(
+        power=float(np.dot(m, np.sum(gpsi * velocity, axis=1))),
+        slope2=float(np.dot(m, field.bhat * np.sum(pg * pg, axis=1))),
+        speed2=float(np.dot(m, v2 / field.bhat)),
+        G2=float(np.dot(m, v2 * field.hmZ)),
+        power_heads=power_heads,
+    )
+
+
+def ito_correction(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
+                   sigma: float, *, symmetric_noise: bool) -> float:
+    """Itô drift of ``E`` for isotropic noise on the score matrices ``dA_h = … + σ dW``.
+
+    ``½ Σ_h w_h Σ ∂²E_h/∂A∂A : C`` with ``∂²E_h/∂A_ab∂A_cd = (β/2)∫∫Φ''(s) x_a y_b x_c y_d``
+    and noise covariance ``C = σ² δ_ac δ_bd`` (plain) or
+    ``σ²(δ_ac δ_bd + δ_ad δ_bc)/2`` (symmetric noise ``(Z + Zᵀ)/2``) per unit time:
+
+    * plain: ``σ² β/4 Σ_h w_h ∫∫ Φ''(s) |x|²|y|² dμ dμ``;
+    * symmetric: ``σ² β/8 Σ_h w_h ∫∫ Φ''(s) (|x|²|y|² + <x, y>²) dμ dμ``.
+
+    ``Φ'' = e^s`` for exponential kernels, ``1_{s>0}`` for ReLU. Direct ``O(H n²)``
+    sum in blocks (needed only when ``σ > 0``).
+    """
+    if sigma == 0:
+        return 0.0
+    A = heads.A
+    total = 0.0
+    n = x.shape[0]
+    B = max(1, (1 << 22) // n)
+    nx = np.sum(x * x, axis=1)
+    for h in range(heads.H):
+        Ax = x @ A[h].T  # rows: A y_j  (so s_ij = β x_i·A y_j)
+        acc = 0.0
+        for i0 in range(0, n, B):
+            xi = x[i0:i0 + B]
+            s = attn.beta * (xi @ Ax.T)
+            phi2 = np.exp(s) if attn.kind != "relu" else (s > 0).astype(float)
+            geo = nx[i0:i0 + B, None] * nx[None, :]
+            if symmetric_noise:
+                geo = geo + (xi @ x.T) ** 2
+            acc += float(m[i0:i0 + B] @ (phi2 * geo) @ m)
+        total += heads.w[h] * acc
+    factor = 0.125 if symmetric_noise else 0.25
+    return factor * sigma**2 * attn.beta * total

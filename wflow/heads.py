@@ -1,0 +1,219 @@
+"""Attention heads: parameters ``(Q_h, K_h, V_h, w_h)`` and the attention kind.
+
+Conventions (THEORY.md §1): head ``h`` has ``Q_h, K_h ∈ R^{k×d}``,
+``V_h ∈ R^{d×d}`` and a mixing weight ``w_h >= 0``; its score is
+``s_h(x, y) = β <Q_h x, K_h y> = β xᵀ A_h y`` with ``A_h = Q_hᵀ K_h``.
+``w_h = 1/H`` is the mean-field average of [TD], ``w_h = 1`` the sum of [MH].
+
+Builders: scalar heads ``λ_h I``, random symmetric (``D = Z + Zᵀ``) heads,
+bilinear heads from matrices ``A_h`` (``Q = I, K = A``), and ``.npz`` files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["Heads", "Attention", "KINDS"]
+
+#: Attention kinds: softmax ("SA"), unnormalised ("USA"), ReLU.
+KINDS = ("softmax", "usa", "relu")
+Kind = Literal["softmax", "usa", "relu"]
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Attention kind and inverse temperature.
+
+    Parameters
+    ----------
+    kind : {"softmax", "usa", "relu"}
+        ``softmax``: ``f_h = ∫ e^{s} V y dμ / ∫ e^{s} dμ``; ``usa``: the same
+        without normalisation; ``relu``: ``f_h = ∫ max(0, s) V y dμ``.
+    beta : float
+        Inverse temperature ``β > 0`` multiplying every score.
+    """
+
+    kind: Kind = "softmax"
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"attention.kind: must be one of {KINDS}, got {self.kind!r}")
+        if not (np.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"attention.beta: must be a finite number > 0, got {self.beta!r}")
+
+
+def _as3(a: np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise ValueError(f"heads.{name}: expected shape (H, rows, cols), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"heads.{name}: contains NaN or Inf")
+    return arr
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Parameters of ``H`` attention heads acting on ``R^d``.
+
+    Attributes
+    ----------
+    Q, K : (H, k, d) arrays
+        Query and key matrices; only ``A_h = Q_hᵀ K_h`` enters the scores.
+    V : (H, d, d) array
+        Value matrices.
+    w : (H,) array
+        Mixing weights ``w_h >= 0`` (not necessarily summing to one).
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    w: np.ndarray
+    _A: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Q, K, V = _as3(self.Q, "Q"), _as3(self.K, "K"), _as3(self.V, "V")
+        H = Q.shape[0]
+        w = np.asarray(self.w, dtype=np.float64).reshape(-1)
+        if w.size == 1 and H > 1:
+            w = np.full(H, float(w[0]))
+        if K.shape != Q.shape:
+            raise ValueError(f"heads.K: shape {K.shape} must equal heads.Q shape {Q.shape}")
+        d = Q.shape[2]
+        if V.shape != (H, d, d):
+            raise ValueError(f"heads.V: expected shape {(H, d, d)}, got {V.shape}")
+        if w.shape != (H,):
+            raise ValueError(f"heads.w: expected {H} mixing weights, got shape {w.shape}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("heads.w: mixing weights must be finite and >= 0")
+        if not np.any(w > 0):
+            raise ValueError("heads.w: at least one mixing weight must be > 0")
+        for name, arr in (("Q", Q), ("K", K), ("V", V), ("w", w)):
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+        A = np.einsum("hki,hkj->hij", Q, K)
+        A.setflags(write=False)
+        object.__setattr__(self, "_A", A)
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def H(self) -> int:
+        """Number of heads."""
+        return self.Q.shape[0]
+
+    @property
+    def d(self) -> int:
+        """Ambient dimension ``d`` (tokens live on ``S^{d-1}``)."""
+        return self.Q.shape[2]
+
+    @property
+    def k(self) -> int:
+        """Query/key dimension."""
+        return self.Q.shape[1]
+
+    @property
+    def A(self) -> np.ndarray:
+        """Bilinear score matrices ``A_h = Q_hᵀ K_h``, shape ``(H, d, d)``."""
+        return self._A
+
+    @property
+    def wbar(self) -> np.ndarray:
+        """Normalised weights ``w̄_h = w_h / Σ w``."""
+        return self.w / self.w.sum()
+
+    def is_symmetric(self, tol: float = 1e-12) -> bool:
+        """True if every ``A_h`` is symmetric (relative tolerance ``tol``)."""
+        scale = max(1.0, float(np.max(np.abs(self.A))))
+        return bool(np.max(np.abs(self.A - np.swapaxes(self.A, 1, 2))) <= tol * scale)
+
+    def value_alignment(self, tol: float = 1e-12) -> int:
+        """``+1`` if ``V_h = A_h`` for all heads, ``-1`` if ``V_h = -A_h``, else ``0``.
+
+        ``+1`` is the ascent convention of THEORY.md §3 (``E`` increases);
+        ``-1`` is the descent convention of the published experiments.
+        """
+        scale = max(1.0, float(np.max(np.abs(self.A))))
+        if np.max(np.abs(self.V - self.A)) <= tol * scale:
+            return 1
+        if np.max(np.abs(self.V + self.A)) <= tol * scale:
+            return -1
+        return 0
+
+    def select(self, idx: int | slice | np.ndarray) -> Heads:
+        """Sub-collection of heads (keeps the mixing weights)."""
+        idx = np.atleast_1d(np.arange(self.H)[idx])
+        return Heads(self.Q[idx], self.K[idx], self.V[idx], self.w[idx])
+
+    def with_(self, **changes: np.ndarray) -> Heads:
+        """Copy with some of ``Q, K, V, w`` replaced."""
+        return replace(self, **changes)
+
+    # --------------------------------------------------------------- builders
+    @classmethod
+    def scalar(cls, lambdas: np.ndarray | list[float], d: int, *, w: float | np.ndarray = 1.0,
+               value_sign: float = 1.0) -> Heads:
+        """Scalar heads ``A_h = λ_h I``, ``V_h = value_sign · λ_h I`` ([MH] §6)."""
+        lam = np.atleast_1d(np.asarray(lambdas, dtype=np.float64))
+        eye = np.eye(d)
+        Q = np.broadcast_to(eye, (lam.size, d, d)).copy()
+        K = lam[:, None, None] * eye
+        return cls(Q, K, value_sign * K.copy(), np.broadcast_to(np.asarray(w, float), lam.shape))
+
+    @classmethod
+    def bilinear(cls, A: np.ndarray, *, V: np.ndarray | None = None, w: float | np.ndarray = 1.0,
+                 value_sign: float = 1.0) -> Heads:
+        """Heads from score matrices ``A_h`` (``Q_h = I``, ``K_h = A_h``).
+
+        ``V`` defaults to ``value_sign · A`` (value-aligned heads).
+        """
+        A = _as3(A, "A")
+        H, d, _ = A.shape
+        if A.shape[1] != A.shape[2]:
+            raise ValueError(f"heads.A: score matrices must be square, got {A.shape}")
+        Q = np.broadcast_to(np.eye(d), (H, d, d)).copy()
+        V = value_sign * A.copy() if V is None else _as3(V, "V")
+        return cls(Q, A.copy(), V, np.broadcast_to(np.asarray(w, float), (H,)))
+
+    @classmethod
+    def random_symmetric(cls, H: int, d: int, rng: np.random.Generator, *, scale: float = 1.0,
+                         w: float | np.ndarray | None = None, value_sign: float = 1.0) -> Heads:
+        """Random symmetric heads ``A_h = scale · (Z + Zᵀ)``, ``Z`` standard normal.
+
+        ``w`` defaults to ``1/H`` (the mean-field average of [TD]).
+        """
+        Z = rng.standard_normal((H, d, d))
+        A = scale * (Z + np.swapaxes(Z, 1, 2))
+        return cls.bilinear(A, w=1.0 / H if w is None else w, value_sign=value_sign)
+
+    @classmethod
+    def from_npz(cls, path: str | Path) -> Heads:
+        """Load heads from an ``.npz`` with arrays ``Q, K, V`` (and optional ``w``).
+
+        Alternatively the file may hold ``A`` (and optional ``V``, ``w``) for
+        bilinear heads.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"heads file not found: {path}")
+        with np.load(path) as z:
+            keys = set(z.files)
+            w = z["w"] if "w" in keys else None
+            if {"Q", "K", "V"} <= keys:
+                Q = z["Q"]
+                return cls(Q, z["K"], z["V"], np.full(_as3(Q, "Q").shape[0], 1.0) if w is None
+                           else w)
+            if "A" in keys:
+                return cls.bilinear(z["A"], V=z["V"] if "V" in keys else None,
+                                    w=1.0 if w is None else w)
+        raise ValueError(f"heads file {path}: needs arrays Q, K, V (or A); found {sorted(keys)}")
+
+    def save_npz(self, path: str | Path) -> None:
+        """Write ``Q, K, V, w`` to an ``.npz`` file (readable by :meth:`from_npz`)."""
+        np.savez(path, Q=self.Q, K=self.K, V=self.V, w=self.w)
