@@ -1,0 +1,239 @@
+"""Diagnostics shared by every solver (THEORY.md §3, §5, §6).
+
+Clustering, radial shadows, attention entropies, per-head energy rates, and the
+running energy-balance accumulator.
+
+Conventions
+-----------
+* Clustering: ``mean_inner = Σ_{i≠j} m_i m_j <x_i, x_j> / Σ_{i≠j} m_i m_j`` (1 when all
+  tokens coincide, ≈ 0 for uniform tokens), and the number of clusters: connected
+  components of the graph ``<x_i, x_j> >= cos_threshold``.
+* Radial shadow of head ``h`` at token ``i``: ``a^h_i = <f_h(x_i), x_i>``.
+* Per-head rates: ``dE_h/dt = ∫ <∇ψ_h, v> dμ`` split into the own part
+  ``∫ <∇ψ_h, P w_h f_h>``, the cross part through the other heads' outputs
+  ``∫ <∇ψ_h, Σ_{h'≠h} w_h' f_h'>`` (``cross_direct``, zero for orthogonal head subspaces)
+  and through their radial shadows ``−∫ <∇ψ_h, x> Σ_{h'≠h} w_h' a^{h'}`` (``cross_radial``).
+  Radial dominance: ``|cross_radial| <= own`` (margin ``own − |cross_radial|``).
+* Attention entropy of row ``i`` of head ``h``: ``H^h_i = −Σ_j p_ij log p_ij`` with
+  ``p_ij = m_j e^{β s_ij} / Z_i`` and ``s_ij = <x_i, A_h x_j>``; for ``n`` tokens with
+  ``m_j = 1/n`` it is the entropy of the softmax row, between 0 and ``log n``.
+  Entropy production: ``dH^h_i/dt = −β² Cov_{p_i}(s, ṡ)``,
+  ``ṡ_ij = <ẋ_i, A_h x_j> + <x_i, A_h ẋ_j>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from scipy.integrate import simpson
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from .energy import FieldEval
+from .heads import Attention, Heads
+from .kernels import kernel_sums
+
+__all__ = [
+    "mean_inner_product",
+    "count_clusters",
+    "radial_shadows",
+    "HeadRates",
+    "head_rates",
+    "attention_entropy",
+    "entropy_production",
+    "BalanceAccumulator",
+    "simpson_balance",
+]
+
+
+def mean_inner_product(x: np.ndarray, m: np.ndarray | None = None) -> float:
+    """Mass-weighted mean of ``<x_i, x_j>`` over pairs ``i ≠ j`` (``O(n d)``)."""
+    n = x.shape[0]
+    m = np.full(n, 1.0 / n) if m is None else m
+    s = m @ x
+    off = float(s @ s - np.sum(m * m * np.sum(x * x, axis=1)))
+    return off / float(m.sum() ** 2 - np.sum(m * m))
+
+
+def count_clusters(x: np.ndarray, *, cos_threshold: float = 0.99) -> int:
+    """Number of clusters: components of the graph ``<x_i, x_j> >= cos_threshold``.
+
+    Uses a k-d tree on chordal distances (``|x−y|² = 2 − 2<x, y>``), ``O(n log n)``.
+    """
+    n = x.shape[0]
+    r = np.sqrt(max(0.0, 2.0 - 2.0 * cos_threshold))
+    pairs = cKDTree(x).query_pairs(r, output_type="ndarray")
+    if pairs.size == 0:
+        return n
+    g = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    return int(connected_components(g, directed=False)[0])
+
+
+def radial_shadows(x: np.ndarray, field_: FieldEval) -> np.ndarray:
+    """Radial shadows ``a^h_i = <f_h(x_i), x_i>``, shape ``(H, n)``."""
+    return np.einsum("hnd,nd->hn", field_.f, x)
+
+
+class HeadRates(NamedTuple):
+    """Per-head energy rates and their split (shapes ``(H,)``)."""
+
+    total: np.ndarray
+    own: np.ndarray
+    cross_direct: np.ndarray
+    cross_radial: np.ndarray
+
+    @property
+    def margin(self) -> np.ndarray:
+        """Radial-dominance margin ``own − |cross_radial|`` (>= 0: dominance holds)."""
+        return self.own - np.abs(self.cross_radial)
+
+
+def head_rates(x: np.ndarray, m: np.ndarray, field_: FieldEval, heads: Heads) -> HeadRates:
+    """``dE_h/dt`` along the transformer velocity, split into own / cross parts (static heads)."""
+    w = heads.w
+    wf = w[:, None, None] * field_.f  # (H, n, d)
+    total_f = wf.sum(axis=0)
+    gp = field_.grad_psi
+    radial_g = np.einsum("hnd,nd->hn", gp, x)  # <∇ψ_h, x>
+    a = radial_shadows(x, field_)  # (H, n)
+    wa = w[:, None] * a
+    # own: <∇ψ_h, P w_h f_h> = <∇ψ_h, w_h f_h> − <∇ψ_h, x> w_h a_h
+    own = np.einsum("hnd,hnd->hn", gp, wf) - radial_g * wa
+    cross_direct = np.einsum("hnd,nd->hn", gp, total_f) - np.einsum("hnd,hnd->hn", gp, wf)
+    cross_radial = -radial_g * (wa.sum(axis=0)[None, :] - wa)
+    own_i, cd, cr = own @ m, cross_direct @ m, cross_radial @ m
+    return HeadRates(own_i + cd + cr, own_i, cd, cr)
+
+
+def attention_entropy(x: np.ndarray, heads: Heads, attn: Attention,
+                      m: np.ndarray | None = None) -> np.ndarray:
+    """Softmax attention entropies ``H^h_i``, shape ``(H, n)`` (see module docstring)."""
+    n = x.shape[0]
+    m = np.full(n, 1.0 / n) if m is None else m
+    sums = kernel_sums(x, x, m, heads.Q, heads.K, beta=attn.beta, kind="softmax", scores=True)
+    ent = np.log(sums.Z) - sums.S / sums.Z
+    if np.allclose(m, m[0]):
+        return ent - np.log(m[0])
+    # general masses: −Σ p log m_j needs Σ_j m_j e^{s} log m_j
+    logm = np.log(np.where(m > 0, m, 1.0))
+    extra = np.empty_like(ent)
+    for h in range(heads.H):
+        qx = x @ heads.Q[h].T
+        ky = x @ heads.K[h].T
+        kern = np.exp(attn.beta * (qx @ ky.T)) * m
+        extra[h] = (kern @ logm) / sums.Z[h]
+    return ent - extra
+
+
+def entropy_production(x: np.ndarray, xdot: np.ndarray, heads: Heads,
+                       attn: Attention, A_dot: np.ndarray | None = None) -> np.ndarray:
+    """Right side of the entropy identity ``dH^h_i/dt = −β² Cov_{p_i}(s, ṡ)``, shape ``(H, n)``.
+
+    ``ṡ_ij = <ẋ_i, A x_j> + <x_i, A ẋ_j> (+ <x_i, Ȧ x_j>`` when ``A_dot`` is given, for
+    moving weights). Direct blocked ``O(H n² d)`` evaluation for empirical measures
+    (uniform masses).
+    """
+    n = x.shape[0]
+    out = np.empty((heads.H, n))
+    B = max(1, (1 << 21) // n)
+    for h in range(heads.H):
+        A = heads.A[h]
+        Ax, Axd = x @ A.T, xdot @ A.T  # rows A x_j, A ẋ_j
+        for i0 in range(0, n, B):
+            i1 = min(n, i0 + B)
+            s = x[i0:i1] @ Ax.T  # s_ij = <x_i, A x_j>
+            sd = xdot[i0:i1] @ Ax.T + x[i0:i1] @ Axd.T  # ṡ_ij
+            if A_dot is not None:
+                sd += x[i0:i1] @ (x @ A_dot[h].T).T
+            z = attn.beta * s
+            p = np.exp(z - z.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            es = np.sum(p * s, axis=1)
+            esd = np.sum(p * sd, axis=1)
+            out[h, i0:i1] = -attn.beta**2 * (np.sum(p * s * sd, axis=1) - es * esd)
+    return out
+
+
+@dataclass
+class BalanceAccumulator:
+    """Running energy balance of one trajectory (one accumulator for every solver).
+
+    Per step ``[t_k, t_{k+1}]`` the solver calls :meth:`add` with the integrands at both
+    ends. Accumulated (trapezoid for deterministic integrands, left point for the Itô
+    terms of noisy weights)::
+
+        ΔE = E(t) − E(0)
+        W  = ∫ ∂_t E dt + Σ jumps            (work done by the weights)
+        P  = ∫ power dt                        (chain rule: ∫ <∇ψ, v> dμ dt)
+        D  = ∫ (½|μ'|² + ½|∂E|²) dt            (EDI dissipation)
+        G  = ∫ G² dt
+        I  = ∫ Itô dt,  M = Σ <∂E/∂θ, σ dW>   (noisy weights)
+
+    Residuals (``sign`` = +1 ascent, −1 descent, 0 not a gradient flow):
+    ``chain = ΔE − W − P − I − M`` (→ 0 at the scheme's order, any flow),
+    ``edi = ΔE − W − I − M − sign·D`` and ``g2 = ΔE − W − I − M − sign·G``.
+    """
+
+    sign: float
+    E0: float
+    E: float = 0.0
+    W: float = 0.0
+    P: float = 0.0
+    D: float = 0.0
+    G: float = 0.0
+    I: float = 0.0
+    M: float = 0.0
+    steps: int = 0
+    _series: dict[str, list[float]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.E = self.E0
+
+    def add(self, dt: float, left: dict[str, float], right: dict[str, float], *,
+            E_new: float, ito: float = 0.0, martingale: float = 0.0) -> None:
+        """Add one step. ``left``/``right`` hold ``dEdt_w, power, speed2, slope2, G2``."""
+        def trap(key: str) -> float:
+            return 0.5 * dt * (left[key] + right[key])
+
+        self.W += trap("dEdt_w")
+        self.P += trap("power")
+        self.D += 0.5 * (trap("speed2") + trap("slope2"))
+        self.G += trap("G2")
+        self.I += dt * ito
+        self.M += martingale
+        self.E = E_new
+        self.steps += 1
+
+    def jump(self, dE: float) -> None:
+        """Record an energy jump caused by a jump of the weights (layers)."""
+        self.W += dE
+        self.E += dE
+
+    @property
+    def dE(self) -> float:
+        """``E(t) − E(0)``."""
+        return self.E - self.E0
+
+    def residuals(self) -> dict[str, float]:
+        """Balance residuals and the terms they are made of."""
+        base = self.dE - self.W - self.I - self.M
+        return {
+            "dE": self.dE, "work": self.W, "power_int": self.P, "dissipation": self.D,
+            "G2_int": self.G, "ito": self.I, "martingale": self.M,
+            "chain": base - self.P,
+            "edi": base - self.sign * self.D if self.sign else float("nan"),
+            "g2": base - self.sign * self.G if self.sign else float("nan"),
+        }
+
+
+def simpson_balance(t: np.ndarray, E: np.ndarray, integrands: dict[str, np.ndarray]) -> dict:
+    """Chain-rule residual ``ΔE − ∫(∂_tE + power) dt`` with composite Simpson in time.
+
+    Fourth-order quadrature (SciPy's Simpson with Cartwright's correction for an even
+    number of samples), for checking 4th-order integrators; needs every step recorded.
+    """
+    rhs = simpson(integrands["dEdt_w"] + integrands["power"], x=t)
+    return {"chain": float(E[-1] - E[0] - rhs)}

@@ -1,0 +1,485 @@
+"""Particle solver: tokens on ``S^{d-1}`` moved by multi-head attention (THEORY.md §2).
+
+``ẋ_i = v[μ^n_t, Θ_t](x_i)`` with ``μ^n = (1/n) Σ δ_{x_i}``, the transformer velocity
+``v = P_x Σ_h w_h f_h`` or the effective-mobility surrogate ``v̂`` (``flow="surrogate"``).
+
+Integrators (each declares its order, see :data:`INTEGRATOR_ORDER`):
+
+* ``"euler"`` — explicit Euler + renormalisation ``x ← (x + dt v)/|x + dt v|``
+  (the literature's scheme, order 1);
+* ``"rk4"`` — classical RK4 for the radially extended field ``F(x) = v(x/|x|)``
+  (tangent, so ``|x|`` is a first integral) with normalised stages and a final
+  projection, order 4.
+
+Weights move with their schedule (:mod:`wflow.schedules`): closed form or RK4 for
+deterministic schedules, Euler–Maruyama for noisy ones; piecewise-constant layers
+jump at step boundaries (the time grid contains the jump times).
+
+Monte-Carlo: ``n_paths`` independent weight-noise paths (generators spawned from one
+seed), run one after the other with every operation vectorised over tokens and heads;
+the result holds per-path histories and their mean / standard deviation.
+
+Every step feeds the :class:`~wflow.diagnostics.BalanceAccumulator`; diagnostics are
+recorded every ``record_every`` steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from .diagnostics import (
+    BalanceAccumulator,
+    attention_entropy,
+    count_clusters,
+    entropy_production,
+    head_rates,
+    mean_inner_product,
+    radial_shadows,
+    simpson_balance,
+)
+from .energy import (
+    FieldEval,
+    dE_dt_weights,
+    energy_gradient_A,
+    evaluate,
+    head_energies,
+    ito_correction,
+    slope_terms,
+)
+from .heads import Attention, Heads
+from .schedules import Schedule, Static
+from .sphere import check_on_sphere, normalize
+
+__all__ = [
+    "INTEGRATOR_ORDER",
+    "ParticleOptions",
+    "ParticleState",
+    "ParticleResult",
+    "iterate",
+    "simulate",
+    "time_grid",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Declared order of each particle integrator (checked by a fitted-order test).
+INTEGRATOR_ORDER = {"euler": 1, "rk4": 4}
+
+
+@dataclass(frozen=True)
+class ParticleOptions:
+    """Options of :func:`simulate` (all keyword-only in the API).
+
+    Parameters
+    ----------
+    T : float
+        Final time (depth).
+    dt : float
+        Time step (the grid also contains every jump time of the schedule).
+    integrator : {"euler", "rk4"}
+    flow : {"transformer", "surrogate"}
+        Velocity: the transformer's ``v`` or the gradient-flow surrogate ``v̂``.
+    record_every : int
+        Record diagnostics every this many steps (the balance uses every step).
+    n_paths : int
+        Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.
+    seed : int
+        Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).
+    entropy : bool
+        Record attention entropies and the entropy-production identity (``O(H n²)``).
+    head_rates : bool
+        Record per-head ``dE_h/dt`` with own / cross split and radial shadows.
+    clusters : bool
+        Record the number of clusters at ``cluster_cos``.
+    cluster_cos : float
+        Inner-product threshold linking two tokens in the cluster count.
+    save_trajectory : bool
+        Keep tokens (and weights) at every recorded time.
+    progress : bool or None
+        Progress bar (``None``: only when stderr is a TTY).
+    """
+
+    T: float = 1.0
+    dt: float = 1e-2
+    integrator: Literal["euler", "rk4"] = "rk4"
+    flow: Literal["transformer", "surrogate"] = "transformer"
+    record_every: int = 1
+    n_paths: int = 1
+    seed: int = 0
+    entropy: bool = False
+    head_rates: bool = True
+    clusters: bool = True
+    cluster_cos: float = 0.99
+    save_trajectory: bool = False
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.T) and self.T > 0):
+            raise ValueError(f"particles.T: must be a finite number > 0, got {self.T!r}")
+        if not (np.isfinite(self.dt) and 0 < self.dt):
+            raise ValueError(f"particles.dt: must be a finite number > 0, got {self.dt!r}")
+        if self.integrator not in INTEGRATOR_ORDER:
+            raise ValueError(f"particles.integrator: must be one of {sorted(INTEGRATOR_ORDER)}, "
+                             f"got {self.integrator!r}")
+        if self.flow not in ("transformer", "surrogate"):
+            raise ValueError(f"particles.flow: must be 'transformer' or 'surrogate', "
+                             f"got {self.flow!r}")
+        if int(self.record_every) < 1:
+            raise ValueError(f"particles.record_every: must be >= 1, got {self.record_every}")
+        if int(self.n_paths) < 1:
+            raise ValueError(f"particles.n_paths: must be >= 1, got {self.n_paths}")
+        if not -1 < self.cluster_cos < 1:
+            raise ValueError(f"particles.cluster_cos: must lie in (-1, 1), got {self.cluster_cos}")
+
+
+def time_grid(T: float, dt: float, jumps: tuple[float, ...] = ()) -> np.ndarray:
+    """Step times ``0 = t_0 < … < t_S = T``: uniform ``dt`` plus every jump time in ``(0, T)``."""
+    n = int(np.ceil(T / dt - 1e-9))
+    grid = np.linspace(0.0, T, n + 1)
+    inner = [j for j in jumps if 0 < j < T]
+    if inner:
+        grid = np.unique(np.concatenate([grid, inner]))
+        # drop near-duplicates created by round-off
+        keep = np.concatenate([[True], np.diff(grid) > 1e-12 * max(T, 1.0)])
+        grid = grid[keep]
+    return grid
+
+
+class ParticleState(NamedTuple):
+    """One point of a trajectory (yielded by :func:`iterate`)."""
+
+    t: float
+    x: np.ndarray
+    theta: np.ndarray
+    heads: Heads
+    field: FieldEval
+    velocity: np.ndarray
+    integrands: dict[str, float]
+    dtheta_noise: np.ndarray | None  # θ_{k+1} − θ_k − dt·drift, for the martingale term
+
+
+def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
+    return field_.v if flow == "transformer" else field_.vhat
+
+
+def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
+                 attn: Attention, flow: str) -> tuple[Heads, FieldEval, np.ndarray, dict]:
+    heads = schedule.heads_at(theta)
+    fe = evaluate(x, heads, attn)
+    vel = _velocity(fe, flow)
+    st = slope_terms(x, m, fe, heads, vel)
+    E_h = head_energies(fe, m, attn)
+    dEdt = 0.0 if schedule.static else dE_dt_weights(x, m, fe, heads,
+                                                      schedule.A_dot(theta, t), attn)
+    ito = 0.0
+    if schedule.stochastic:
+        ito = ito_correction(x, m, heads, attn, schedule.sigma(t),
+                             symmetric_noise=schedule.symmetric_noise)
+    terms = {"E": float(heads.w @ E_h), "dEdt_w": dEdt, "power": st.power, "slope2": st.slope2,
+             "speed2": st.speed2, "G2": st.G2, "ito": ito}
+    return heads, fe, vel, terms
+
+
+def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
+            integrator: str = "rk4", flow: str = "transformer",
+            rng: np.random.Generator | None = None) -> Iterator[ParticleState]:
+    """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
+
+    Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
+    the balance integrands; the state at a jump time is yielded after the jump of the
+    weights, with ``integrands["jump"]`` the energy jump ``E(x, θ⁺) − E(x, θ⁻)``.
+    """
+    x = check_on_sphere(x0, name="tokens")
+    n = x.shape[0]
+    m = np.full(n, 1.0 / n)
+    grid = time_grid(T, dt, schedule.jump_times)
+    theta = schedule.initial_theta()
+    heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow)
+    jumps = set(schedule.jump_times)
+    for k in range(len(grid)):
+        t = float(grid[k])
+        if k + 1 == len(grid):
+            yield ParticleState(t, x, theta, heads, fe, vel, terms, None)
+            return
+        h = float(grid[k + 1] - t)
+        theta_mid, theta_new = schedule.advance(theta, t, h, rng)
+        dnoise = None
+        if schedule.stochastic:
+            dnoise = theta_new - theta - h * schedule.drift(theta, t)
+        yield ParticleState(t, x, theta, heads, fe, vel, terms, dnoise)
+        if integrator == "euler":
+            x_new = normalize(x + h * vel)
+        else:
+            def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
+                y = normalize(y)
+                return _velocity(evaluate(y, schedule.heads_at(th), attn), flow)
+
+            k1 = vel
+            k2 = V(x + 0.5 * h * k1, theta_mid)
+            k3 = V(x + 0.5 * h * k2, theta_mid)
+            k4 = V(x + h * k3, theta_new)
+            x_new = normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
+        x, theta = x_new, theta_new
+        t_new = float(grid[k + 1])
+        heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow)
+        if t_new in jumps:
+            theta = schedule.after_jump(theta, t_new)
+            E_before = terms["E"]
+            heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow)
+            terms = dict(terms, jump=terms["E"] - E_before, E_before_jump=E_before)
+        if not np.all(np.isfinite(x)) or not np.isfinite(terms["E"]):
+            raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
+                                     "reduce dt or the head scale")
+
+
+@dataclass(frozen=True)
+class ParticleResult:
+    """Result of :func:`simulate`.
+
+    Attributes
+    ----------
+    status : str
+        ``"success"``, or ``"failed"`` with ``message`` (e.g. non-finite values).
+    t : (K,) array
+        Recorded times.
+    history : dict of arrays
+        Per-path diagnostics, shape ``(P, K)`` for scalars, ``(P, K, H)`` per head.
+    steps : dict of arrays
+        Per-step balance integrands (``t`` of shape ``(S+1,)``; others ``(P, S+1)``).
+    balance : dict of arrays
+        Final balance terms and residuals per path, shape ``(P,)``.
+    x : (P, n, d) array
+        Final tokens per path.
+    theta : (P, H, rows, d) array
+        Final weight parameters per path.
+    trajectory, theta_trajectory : arrays or None
+        Tokens ``(P, K, n, d)`` / weights ``(P, K, H, rows, d)`` at recorded times.
+    """
+
+    status: str
+    message: str
+    options: ParticleOptions
+    order: int
+    t: np.ndarray
+    history: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+    balance: dict[str, np.ndarray]
+    x: np.ndarray
+    theta: np.ndarray
+    trajectory: np.ndarray | None = None
+    theta_trajectory: np.ndarray | None = None
+    wall_time: float = 0.0
+    sign: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_paths(self) -> int:
+        """Number of Monte-Carlo paths."""
+        return self.x.shape[0]
+
+    def mean(self, name: str) -> np.ndarray:
+        """Monte-Carlo mean of a recorded diagnostic over paths."""
+        return self.history[name].mean(axis=0)
+
+    def std(self, name: str) -> np.ndarray:
+        """Monte-Carlo standard deviation (``ddof=1``; zeros for one path)."""
+        h = self.history[name]
+        return h.std(axis=0, ddof=1) if h.shape[0] > 1 else np.zeros(h.shape[1:])
+
+    def final(self) -> dict[str, dict[str, float | list]]:
+        """Final value of every diagnostic: mean and std over paths."""
+        out = {}
+        for name in self.history:
+            mu, sd = self.mean(name)[-1], self.std(name)[-1]
+            out[name] = {"mean": np.asarray(mu).tolist(), "std": np.asarray(sd).tolist()}
+        return out
+
+    def balance_summary(self) -> dict[str, dict[str, float]]:
+        """Balance residuals: per-path values, mean and standard error of the mean."""
+        out = {}
+        for k, v in self.balance.items():
+            P = v.shape[0]
+            out[k] = {"mean": float(np.mean(v)),
+                      "stderr": float(np.std(v, ddof=1) / np.sqrt(P)) if P > 1 else 0.0,
+                      "paths": v.tolist()}
+        return out
+
+
+def _progress(total: int, enabled: bool | None, desc: str):
+    enabled = sys.stderr.isatty() if enabled is None else enabled
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", leave=False)
+
+
+def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attention, *,
+             options: ParticleOptions | None = None, **kwargs) -> ParticleResult:
+    """Run the particle system and record diagnostics and the energy balance.
+
+    Parameters
+    ----------
+    x0 : (n, d) array
+        Initial tokens on the unit sphere (shared by all paths).
+    heads_or_schedule : Heads or Schedule
+        Static heads or a weight schedule.
+    attn : Attention
+        Attention kind and ``β``.
+    options : ParticleOptions, optional
+        Solver options; keyword arguments override its fields.
+
+    Returns
+    -------
+    ParticleResult
+        ``status == "success"`` only if every recorded number is finite.
+    """
+    opts = options or ParticleOptions()
+    if kwargs:
+        opts = ParticleOptions(**{**opts.__dict__, **kwargs})
+    schedule = (Static.of(heads_or_schedule) if isinstance(heads_or_schedule, Heads)
+                else heads_or_schedule)
+    x0 = check_on_sphere(x0, name="tokens")
+    if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
+        raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
+                         f"{schedule.heads_at(schedule.initial_theta()).d}")
+    P = int(opts.n_paths) if schedule.stochastic else 1
+    if opts.n_paths > 1 and not schedule.stochastic:
+        logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
+    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
+    S = len(grid) - 1
+    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
+    heads0 = schedule.heads_at(schedule.initial_theta())
+    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    n = x0.shape[0]
+    m = np.full(n, 1.0 / n)
+
+    hist: dict[str, list] = {}
+    steps = {k: np.empty((P, S + 1)) for k in
+             ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito")}
+    balance: dict[str, list[float]] = {}
+    xs, thetas, trajs, ttrajs = [], [], [], []
+    bar = _progress(P * S, opts.progress, "particles")
+    t_start = time.perf_counter()
+    status, message = "success", ""
+    try:
+        for p in range(P):
+            acc: BalanceAccumulator | None = None
+            prev: ParticleState | None = None
+            rows: dict[str, list] = {}
+            traj, ttraj = [], []
+            for k, st in enumerate(iterate(x0, schedule, attn, T=opts.T, dt=opts.dt,
+                                           integrator=opts.integrator, flow=opts.flow,
+                                           rng=rngs[p])):
+                terms = st.integrands
+                for key in steps:
+                    steps[key][p, k] = terms[key]
+                if acc is None:
+                    acc = BalanceAccumulator(sign=sign, E0=terms["E"])
+                else:
+                    assert prev is not None
+                    h = st.t - prev.t
+                    left = prev.integrands
+                    right = dict(terms)
+                    E_new = terms.get("E_before_jump", terms["E"])
+                    if schedule.stochastic:  # Itô: left point for the weight terms
+                        right["dEdt_w"] = left["dEdt_w"]
+                    mart = 0.0
+                    if prev.dtheta_noise is not None:
+                        G = energy_gradient_A(prev.x, m, prev.field)
+                        dA = schedule.param.A_dot(prev.theta, prev.dtheta_noise)
+                        mart = float(np.einsum("h,hij,hij->", prev.heads.w, G, dA))
+                    acc.add(h, left, right, E_new=E_new, ito=left["ito"], martingale=mart)
+                    if "jump" in terms:
+                        acc.jump(terms["jump"])
+                    if bar is not None:
+                        bar.update(1)
+                prev = st
+                if k in rec_idx:
+                    _record(rows, st, m, attn, acc, opts, schedule)
+                    if opts.save_trajectory:
+                        traj.append(st.x.copy())
+                        ttraj.append(st.theta.copy())
+            for key, vals in rows.items():
+                hist.setdefault(key, []).append(np.asarray(vals))
+            assert acc is not None and prev is not None
+            for key, val in acc.residuals().items():
+                balance.setdefault(key, []).append(val)
+            simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps})
+            balance.setdefault("chain_simpson", []).append(simp["chain"])
+            xs.append(prev.x)
+            thetas.append(prev.theta)
+            if opts.save_trajectory:
+                trajs.append(np.asarray(traj))
+                ttrajs.append(np.asarray(ttraj))
+    except FloatingPointError as exc:
+        status, message = "failed", str(exc)
+        logger.error("particle run failed: %s", exc)
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - t_start
+    if status == "failed":
+        return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
+                              grid[rec_idx], {}, {}, {}, x0[None],
+                              schedule.initial_theta()[None], None, None, wall, sign)
+    history = {k: np.stack(v) for k, v in hist.items()}
+    bal = {k: np.asarray(v) for k, v in balance.items()}
+    for name, arr in list(history.items()) + list(steps.items()):
+        if not np.all(np.isfinite(arr)):
+            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+    res = ParticleResult(
+        status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
+        {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
+        np.stack(trajs) if opts.save_trajectory else None,
+        np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
+        wall, sign)
+    if status != "success":
+        logger.error("particle run: %s", message)
+    return res
+
+
+def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Attention,
+            acc: BalanceAccumulator, opts: ParticleOptions, schedule: Schedule) -> None:
+    x, fe, heads = st.x, st.field, st.heads
+    terms = st.integrands
+    E_h = head_energies(fe, m, attn)
+
+    def put(key: str, val) -> None:
+        rows.setdefault(key, []).append(val)
+
+    put("E", terms["E"])
+    put("E_h", E_h)
+    for key in ("dEdt_w", "power", "slope2", "speed2", "G2", "ito"):
+        put(key, terms[key])
+    put("bhat_mean", float(m @ fe.bhat))
+    put("bhat_min", float(fe.bhat.min()))
+    put("bhat_max", float(fe.bhat.max()))
+    put("mean_inner", mean_inner_product(x, m))
+    if opts.clusters:
+        put("n_clusters", float(count_clusters(x, cos_threshold=opts.cluster_cos)))
+    res = acc.residuals()
+    for key in ("chain", "edi", "g2"):
+        put(f"balance_{key}", res[key])
+    if opts.head_rates:
+        hr = head_rates(x, m, fe, heads)
+        put("dEh_dt", hr.total)
+        put("dEh_own", hr.own)
+        put("dEh_cross_direct", hr.cross_direct)
+        put("dEh_cross_radial", hr.cross_radial)
+        put("radial_margin", hr.margin)
+        put("radial_shadow", radial_shadows(x, fe) @ m)
+    if opts.entropy:
+        ent = attention_entropy(x, heads, attn)
+        A_dot = None if schedule.static else schedule.A_dot(st.theta, st.t)
+        rate = entropy_production(x, st.velocity, heads, attn, A_dot)
+        put("entropy", ent @ m)
+        put("entropy_rate", rate @ m)
