@@ -1,0 +1,484 @@
+"""Scenario files (TOML): one documented schema, validated with errors that name the key.
+
+A scenario describes tokens, heads, their schedule and attention, and the options of
+each solver. Unknown keys, wrong types or shapes, non-unit tokens, ``β <= 0`` and NaN
+are rejected with a message ``"<section>.<key>: <what is wrong>"``. Relative file
+paths are resolved against the scenario file's directory.
+
+Schema (defaults in brackets)::
+
+    seed = 0                                 # master seed [0]
+    [attention]  kind = "softmax"|"usa"|"relu" ["softmax"]; beta = 1.0; d = 3
+    [tokens]     n = 200; sampler = "uniform"|"vmf"|"polytope"|"equiangular"|
+                 "orthonormal"|"file" ["uniform"];
+                 means = [[...]], kappas = [...], weights = [...]     (vmf)
+                 polytope = "octahedron", noise = 0.05                 (polytope)
+                 gamma = 0.0                                           (equiangular)
+                 file = "tokens.npy"                                   (file)
+    [heads]      type = "random_symmetric"|"scalar"|"matrices"|"file" ["random_symmetric"];
+                 H = 1; scale = 1.0; lambdas = [...]; A = [[[...]]]; V = [[[...]]];
+                 file = "heads.npz"; value_sign = 1 (+1 ascent, -1 descent);
+                 w = "mean"|"sum"|[...] ["mean": w_h = 1/H]; seed (default: seed)
+    [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"];
+                 kappa = 1.0; sigma = 0.0; gamma = 0.0; symmetric_noise = false;
+                 target = "identity"|"initial"|"zero"|<number c: c·I> ["identity"]  (ou)
+                 amplitude = 0.5; omega = 1.0                           (oscillating)
+                 c = 2.0; alpha = 1.5; omega = 1.0                       (relaxed)
+                 files = ["layer0.npz", ...]; delta = 1.0                (layers)
+                 function = "package.module:function"                   (callable)
+    [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
+                 clusters; cluster_cos                      (see ParticleOptions)
+
+Other solvers add their own sections (``mesh``, ``density``, ``pde``, ``jko``, ``run``)
+through :func:`register_section`.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .heads import KINDS, Attention, Heads
+from .schedules import (
+    CallableSchedule,
+    Layers,
+    OrnsteinUhlenbeck,
+    Oscillating,
+    Parametrisation,
+    Relaxed,
+    Schedule,
+    Static,
+    load_callable,
+)
+from .sphere import (
+    check_on_sphere,
+    equiangular_tokens,
+    orthonormal_tokens,
+    sample_polytope_clusters,
+    sample_uniform,
+    sample_vmf_mixture,
+)
+
+__all__ = [
+    "Scenario",
+    "load_scenario",
+    "parse_scenario",
+    "take",
+    "register_section",
+    "ScenarioError",
+]
+
+
+class ScenarioError(ValueError):
+    """A scenario value is missing, unknown or invalid (message names the key)."""
+
+
+# --------------------------------------------------------------------------- validation
+Spec = dict[str, tuple[Any, Callable[[Any, str], Any] | None]]
+
+
+def _num(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = False,
+         integer: bool = False) -> Callable[[Any, str], Any]:
+    def check(v: Any, key: str) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ScenarioError(f"{key}: expected a number, got {v!r}")
+        if integer and not float(v).is_integer():
+            raise ScenarioError(f"{key}: expected an integer, got {v!r}")
+        if not math.isfinite(v):
+            raise ScenarioError(f"{key}: must be finite, got {v!r}")
+        if lo is not None and (v <= lo if strict_lo else v < lo):
+            raise ScenarioError(f"{key}: must be {'>' if strict_lo else '>='} {lo}, got {v!r}")
+        if hi is not None and v > hi:
+            raise ScenarioError(f"{key}: must be <= {hi}, got {v!r}")
+        return int(v) if integer else float(v)
+    return check
+
+
+def _choice(*options: str) -> Callable[[Any, str], Any]:
+    def check(v: Any, key: str) -> Any:
+        if v not in options:
+            raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
+        return v
+    return check
+
+
+def _bool(v: Any, key: str) -> bool:
+    if not isinstance(v, bool):
+        raise ScenarioError(f"{key}: expected true or false, got {v!r}")
+    return v
+
+
+def _str(v: Any, key: str) -> str:
+    if not isinstance(v, str):
+        raise ScenarioError(f"{key}: expected a string, got {v!r}")
+    return v
+
+
+def _array(ndim: int | tuple[int, ...]) -> Callable[[Any, str], np.ndarray]:
+    dims = (ndim,) if isinstance(ndim, int) else ndim
+
+    def check(v: Any, key: str) -> np.ndarray:
+        try:
+            arr = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ScenarioError(f"{key}: expected a numeric array ({exc})") from exc
+        if arr.ndim not in dims:
+            raise ScenarioError(f"{key}: expected {' or '.join(map(str, dims))}-dimensional "
+                                f"array, got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ScenarioError(f"{key}: contains NaN or Inf")
+        return arr
+    return check
+
+
+def take(section: Mapping[str, Any] | None, spec: Spec, where: str) -> dict[str, Any]:
+    """Validate ``section`` against ``spec`` (``key -> (default, checker)``).
+
+    Unknown keys raise :class:`ScenarioError` naming ``where.key`` and the known keys;
+    missing keys take the default (``...`` as default marks a required key).
+    """
+    section = dict(section or {})
+    unknown = sorted(set(section) - set(spec))
+    if unknown:
+        raise ScenarioError(f"{where}.{unknown[0]}: unknown key (known keys: {sorted(spec)})")
+    out = {}
+    for key, (default, check) in spec.items():
+        if key in section:
+            val = section[key]
+            out[key] = check(val, f"{where}.{key}") if check else val
+        elif default is ...:
+            raise ScenarioError(f"{where}.{key}: required key is missing")
+        else:
+            out[key] = default
+    return out
+
+
+_EXTRA_SECTIONS: dict[str, Spec] = {}
+
+
+def register_section(name: str, spec: Spec) -> None:
+    """Declare a solver-specific top-level section (validated by ``take`` with ``spec``)."""
+    _EXTRA_SECTIONS[name] = spec
+
+
+ATTENTION_SPEC: Spec = {
+    "kind": ("softmax", _choice(*KINDS)),
+    "beta": (1.0, _num(0, strict_lo=True)),
+    "d": (3, _num(2, integer=True)),
+}
+TOKENS_SPEC: Spec = {
+    "n": (200, _num(1, integer=True)),
+    "sampler": ("uniform", _choice("uniform", "vmf", "polytope", "equiangular", "orthonormal",
+                                   "file")),
+    "means": (None, _array(2)),
+    "kappas": (None, _array((0, 1))),
+    "weights": (None, _array(1)),
+    "polytope": ("octahedron", _str),
+    "noise": (0.05, _num(0)),
+    "gamma": (0.0, _num(-1, 1)),
+    "file": (None, _str),
+    "seed": (None, _num(0, integer=True)),
+}
+HEADS_SPEC: Spec = {
+    "type": ("random_symmetric", _choice("random_symmetric", "scalar", "matrices", "file")),
+    "H": (1, _num(1, integer=True)),
+    "scale": (1.0, _num(0)),
+    "lambdas": (None, _array(1)),
+    "A": (None, _array(3)),
+    "V": (None, _array(3)),
+    "file": (None, _str),
+    "value_sign": (1.0, _choice(1, -1, 1.0, -1.0)),
+    "w": ("mean", None),
+    "seed": (None, _num(0, integer=True)),
+}
+SCHEDULE_SPEC: Spec = {
+    "type": ("static", _choice("static", "ou", "oscillating", "relaxed", "layers", "callable")),
+    "kappa": (1.0, _num(0)),
+    "sigma": (0.0, _num(0)),
+    "gamma": (0.0, _num(0)),
+    "symmetric_noise": (False, _bool),
+    "target": ("identity", None),
+    "amplitude": (0.5, _num()),
+    "omega": (1.0, _num()),
+    "c": (2.0, _num()),
+    "alpha": (1.5, _num()),
+    "files": (None, None),
+    "delta": (1.0, _num(0, strict_lo=True)),
+    "function": (None, _str),
+}
+PARTICLES_SPEC: Spec = {
+    "T": (1.0, _num(0, strict_lo=True)),
+    "dt": (1e-2, _num(0, strict_lo=True)),
+    "integrator": ("rk4", _choice("euler", "rk4")),
+    "flow": ("transformer", _choice("transformer", "surrogate")),
+    "record_every": (1, _num(1, integer=True)),
+    "n_paths": (1, _num(1, integer=True)),
+    "entropy": (False, _bool),
+    "head_rates": (True, _bool),
+    "clusters": (True, _bool),
+    "cluster_cos": (0.99, _num(-1, 1)),
+}
+CORE_SECTIONS = {"attention": ATTENTION_SPEC, "tokens": TOKENS_SPEC, "heads": HEADS_SPEC,
+                 "schedule": SCHEDULE_SPEC, "particles": PARTICLES_SPEC}
+#: Sections owned by other solvers, validated there (registered at import of those modules).
+KNOWN_SOLVER_SECTIONS = ("mesh", "density", "pde", "jko", "run", "verify")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario.
+
+    Attributes
+    ----------
+    raw : dict
+        The TOML content as read (echoed into ``summary.json``).
+    base_dir : Path
+        Directory that relative file paths are resolved against.
+    seed : int
+    attention, tokens, heads, schedule, particles : dict
+        Validated sections (defaults filled in).
+    sections : dict
+        Raw solver-specific sections (``mesh``, ``pde``, …) for their own validators.
+    """
+
+    raw: dict
+    base_dir: Path
+    seed: int
+    attention: dict
+    tokens: dict
+    heads: dict
+    schedule: dict
+    particles: dict
+    sections: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ builders
+    def attention_obj(self) -> Attention:
+        """The :class:`Attention` of the scenario."""
+        return Attention(self.attention["kind"], self.attention["beta"])
+
+    @property
+    def d(self) -> int:
+        """Ambient dimension."""
+        return int(self.attention["d"])
+
+    def path(self, p: str) -> Path:
+        """Resolve a scenario-relative path."""
+        q = Path(p)
+        return q if q.is_absolute() else self.base_dir / q
+
+    def build_tokens(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Initial tokens ``(n, d)`` on the sphere (seeded by ``tokens.seed`` or ``seed``)."""
+        t = self.tokens
+        rng = rng or np.random.default_rng(self.seed if t["seed"] is None else t["seed"])
+        n, d, s = t["n"], self.d, t["sampler"]
+        if s == "uniform":
+            x = sample_uniform(n, d, rng)
+        elif s == "vmf":
+            if t["means"] is None:
+                raise ScenarioError("tokens.means: required for sampler = 'vmf'")
+            means = t["means"]
+            if means.shape[1] != d:
+                raise ScenarioError(f"tokens.means: rows must have length d = {d}, "
+                                    f"got shape {means.shape}")
+            kappas = 10.0 if t["kappas"] is None else t["kappas"]
+            x = sample_vmf_mixture(n, means, kappas, t["weights"], rng)
+        elif s == "polytope":
+            try:
+                x = sample_polytope_clusters(n, d, rng, polytope=t["polytope"], noise=t["noise"])
+            except ValueError as exc:
+                raise ScenarioError(f"tokens.polytope: {exc}") from exc
+        elif s == "equiangular":
+            try:
+                x = equiangular_tokens(n, t["gamma"], d, rng)
+            except ValueError as exc:
+                raise ScenarioError(f"tokens.gamma: {exc}") from exc
+        elif s == "orthonormal":
+            if n > d:
+                raise ScenarioError(f"tokens.n: orthonormal tokens need n <= d = {d}, got {n}")
+            x = orthonormal_tokens(n, d, rng)
+        else:
+            if t["file"] is None:
+                raise ScenarioError("tokens.file: required for sampler = 'file'")
+            p = self.path(t["file"])
+            if not p.is_file():
+                raise ScenarioError(f"tokens.file: file not found: {p}")
+            x = np.load(p)
+            try:
+                x = check_on_sphere(x, name="tokens.file")
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from exc
+            if x.shape[1] != d:
+                raise ScenarioError(f"tokens.file: tokens have dimension {x.shape[1]}, "
+                                    f"attention.d = {d}")
+        return x
+
+    def build_heads(self) -> Heads:
+        """Initial heads ``θ(0)``."""
+        h = self.heads
+        d = self.d
+        rng = np.random.default_rng(self.seed + 1 if h["seed"] is None else h["seed"])
+        typ = h["type"]
+        sign = float(h["value_sign"])
+        if typ == "random_symmetric":
+            H = h["H"]
+            heads = Heads.random_symmetric(H, d, rng, scale=h["scale"], value_sign=sign)
+        elif typ == "scalar":
+            if h["lambdas"] is None:
+                raise ScenarioError("heads.lambdas: required for type = 'scalar'")
+            heads = Heads.scalar(h["lambdas"], d, value_sign=sign)
+        elif typ == "matrices":
+            if h["A"] is None:
+                raise ScenarioError("heads.A: required for type = 'matrices'")
+            A = h["A"]
+            if A.shape[1:] != (d, d):
+                raise ScenarioError(f"heads.A: expected shape (H, {d}, {d}), got {A.shape}")
+            V = h["V"]
+            if V is not None and V.shape != A.shape:
+                raise ScenarioError(f"heads.V: expected shape {A.shape}, got {V.shape}")
+            heads = Heads.bilinear(A, V=V, value_sign=sign)
+        else:
+            if h["file"] is None:
+                raise ScenarioError("heads.file: required for type = 'file'")
+            p = self.path(h["file"])
+            if not p.is_file():
+                raise ScenarioError(f"heads.file: file not found: {p}")
+            try:
+                heads = Heads.from_npz(p)
+            except ValueError as exc:
+                raise ScenarioError(f"heads.file: {exc}") from exc
+            if heads.d != d:
+                raise ScenarioError(f"heads.file: heads act on R^{heads.d}, attention.d = {d}")
+        return heads.with_(w=self._weights(heads.H))
+
+    def _weights(self, H: int) -> np.ndarray:
+        w = self.heads["w"]
+        if w == "mean":
+            return np.full(H, 1.0 / H)
+        if w == "sum":
+            return np.ones(H)
+        arr = _array(1)(w, "heads.w")
+        if arr.shape != (H,) or np.any(arr < 0):
+            raise ScenarioError(f"heads.w: expected {H} non-negative weights, 'mean' or 'sum'; "
+                                f"got {w!r}")
+        return arr
+
+    def build_schedule(self) -> Schedule:
+        """The weight schedule (static heads by default)."""
+        s = self.schedule
+        heads = self.build_heads()
+        typ = s["type"]
+        if typ == "static":
+            return Static.of(heads)
+        if typ == "layers":
+            files = s["files"]
+            if not isinstance(files, list) or not files:
+                raise ScenarioError("schedule.files: a non-empty list of .npz files is required "
+                                    "for type = 'layers'")
+            layers = []
+            for i, f in enumerate(files):
+                p = self.path(_str(f, f"schedule.files[{i}]"))
+                if not p.is_file():
+                    raise ScenarioError(f"schedule.files[{i}]: file not found: {p}")
+                hl = Heads.from_npz(p)
+                if hl.d != self.d:
+                    raise ScenarioError(f"schedule.files[{i}]: heads act on R^{hl.d}, "
+                                        f"attention.d = {self.d}")
+                layers.append(hl.with_(w=self._weights(hl.H)))
+            return Layers.of(layers, delta=s["delta"])
+        sign = heads.value_alignment()
+        kind = "bilinear" if sign != 0 else "qkv"
+        param, theta0 = Parametrisation.from_heads(heads, kind=kind)
+        if typ == "ou":
+            tgt = s["target"]
+            if tgt == "identity":
+                tinf = np.broadcast_to(np.eye(self.d), theta0.shape) if kind == "bilinear" \
+                    else None
+            elif tgt == "initial":
+                tinf = theta0
+            elif tgt == "zero":
+                tinf = np.zeros_like(theta0)
+            elif isinstance(tgt, (int, float)) and not isinstance(tgt, bool):
+                tinf = float(tgt) * np.broadcast_to(np.eye(self.d), theta0.shape) \
+                    if kind == "bilinear" else None
+            else:
+                raise ScenarioError("schedule.target: must be 'identity', 'initial', 'zero' or a "
+                                    f"number c (θ_∞ = c I), got {tgt!r}")
+            if tinf is None:
+                raise ScenarioError("schedule.target: a multiple of the identity needs "
+                                    "value-aligned heads (V = ±A)")
+            try:
+                return OrnsteinUhlenbeck(param, theta0, tinf, kappa=s["kappa"], sigma0=s["sigma"],
+                                         gamma=s["gamma"], symmetric_noise=s["symmetric_noise"])
+            except ValueError as exc:
+                raise ScenarioError(f"schedule: {exc}") from exc
+        if typ == "oscillating":
+            return Oscillating(param, theta0, amplitude=s["amplitude"], omega=s["omega"])
+        if typ == "relaxed":
+            if kind != "bilinear":
+                raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
+            return Relaxed.published(theta0, w=heads.w, value_sign=param.value_sign, c=s["c"],
+                                     alpha=s["alpha"], omega=s["omega"], kappa=s["kappa"])
+        # callable
+        if s["function"] is None:
+            raise ScenarioError("schedule.function: required for type = 'callable' "
+                                "('package.module:function' computing dθ/dt = f(θ, t))")
+        fn = load_callable(s["function"], name="schedule.function")
+        try:
+            return CallableSchedule(param, theta0, fn, sigma0=s["sigma"], gamma=s["gamma"],
+                                    symmetric_noise=s["symmetric_noise"])
+        except ValueError as exc:
+            raise ScenarioError(f"schedule: {exc}") from exc
+
+    def particle_options(self, **overrides: Any):
+        """:class:`~wflow.particles.ParticleOptions` from ``[particles]`` (+ overrides)."""
+        from .particles import ParticleOptions
+
+        return ParticleOptions(**{**self.particles, "seed": self.seed, **overrides})
+
+
+def parse_scenario(raw: Mapping[str, Any], *, base_dir: str | Path = ".") -> Scenario:
+    """Validate a scenario mapping (as read from TOML)."""
+    raw = dict(raw)
+    allowed = {"seed", *CORE_SECTIONS, *KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ScenarioError(f"{unknown[0]}: unknown top-level key (known: {sorted(allowed)})")
+    seed = _num(0, integer=True)(raw.get("seed", 0), "seed")
+    parts = {}
+    for name, spec in CORE_SECTIONS.items():
+        sec = raw.get(name, {})
+        if not isinstance(sec, Mapping):
+            raise ScenarioError(f"{name}: expected a table [{name}], got {type(sec).__name__}")
+        parts[name] = take(sec, spec, name)
+    sections = {}
+    for name in (*KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS):
+        if name in raw:
+            if not isinstance(raw[name], Mapping):
+                raise ScenarioError(f"{name}: expected a table [{name}]")
+            sections[name] = dict(raw[name])
+            if name in _EXTRA_SECTIONS:
+                take(raw[name], _EXTRA_SECTIONS[name], name)
+    sc = Scenario(raw=raw, base_dir=Path(base_dir), seed=seed, sections=sections, **parts)
+    # eager checks that need several sections
+    sc.attention_obj()
+    if sc.heads["type"] == "random_symmetric" and sc.heads["H"] < 1:
+        raise ScenarioError("heads.H: must be >= 1")
+    return sc
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a TOML scenario file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"scenario file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid TOML ({exc})") from exc
+    return parse_scenario(raw, base_dir=path.parent)
