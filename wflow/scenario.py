@@ -22,8 +22,8 @@ Schema (defaults in brackets)::
     [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"];
                  kappa = 1.0; sigma = 0.0; gamma = 0.0; symmetric_noise = false;
                  target = "identity"|"initial"|"zero"|<number c: c·I> ["identity"]  (ou)
-                 amplitude = 0.5; omega = 1.0                           (oscillating)
-                 c = 2.0; alpha = 1.5; omega = 1.0                       (relaxed)
+                 amplitude = 0.5; omega = 1.0 (default)               (oscillating)
+                 c = 2.0; alpha = 1.5; omega = 0.5 (default)           (relaxed)
                  files = ["layer0.npz", ...]; delta = 1.0                (layers)
                  function = "package.module:function"                   (callable)
     [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
@@ -205,7 +205,7 @@ SCHEDULE_SPEC: Spec = {
     "symmetric_noise": (False, _bool),
     "target": ("identity", None),
     "amplitude": (0.5, _num()),
-    "omega": (1.0, _num()),
+    "omega": (None, _num()),
     "c": (2.0, _num()),
     "alpha": (1.5, _num()),
     "files": (None, None),
@@ -418,12 +418,14 @@ class Scenario:
             except ValueError as exc:
                 raise ScenarioError(f"schedule: {exc}") from exc
         if typ == "oscillating":
-            return Oscillating(param, theta0, amplitude=s["amplitude"], omega=s["omega"])
+            omega = 1.0 if s["omega"] is None else s["omega"]
+            return Oscillating(param, theta0, amplitude=s["amplitude"], omega=omega)
         if typ == "relaxed":
             if kind != "bilinear":
                 raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
             return Relaxed.published(theta0, w=heads.w, value_sign=param.value_sign, c=s["c"],
-                                     alpha=s["alpha"], omega=s["omega"], kappa=s["kappa"])
+                                     alpha=s["alpha"], kappa=s["kappa"],
+                                     omega=0.5 if s["omega"] is None else s["omega"])
         # callable
         if s["function"] is None:
             raise ScenarioError("schedule.function: required for type = 'callable' "

@@ -344,13 +344,14 @@ class Oscillating(Schedule):
 
 
 def oscillating_pattern(t: float | np.ndarray, d: int) -> np.ndarray:
-    """Periodic symmetric pattern ``P(t) = R(t) diag(1, −1, 0, …) R(t)ᵀ``.
+    """Periodic symmetric pattern ``P(t) = R(t/2) diag(1, −1, 0, …) R(t/2)ᵀ``.
 
-    ``R(t)`` rotates the ``(e_1, e_2)`` plane by angle ``t``; ``P`` has period ``π`` and
-    zero trace. Shape ``(d, d)`` (or ``(len(t), d, d)``).
+    ``R(s)`` rotates the ``(e_1, e_2)`` plane by angle ``s``, so
+    ``P(t) = [[cos t, sin t], [sin t, −cos t]] ⊕ 0``: period ``2π``, zero trace, ``|P| = 1``.
+    Shape ``(d, d)`` (or ``(len(t), d, d)``).
     """
     t = np.asarray(t, float)
-    c, s = np.cos(2 * t), np.sin(2 * t)
+    c, s = np.cos(t), np.sin(t)
     P = np.zeros(t.shape + (d, d))
     P[..., 0, 0] = c
     P[..., 1, 1] = -c
@@ -364,7 +365,13 @@ class Relaxed(Schedule):
     """``dθ_h/dt = κ (F_h(t) − θ_h)`` towards an oscillating target.
 
     ``target`` is a callable ``F(t) -> (H, rows, d)``; :meth:`published` builds the
-    target of the published experiments ``F_h(t) = c I + α P(t + 2πh/H)``.
+    target of the published experiments ``F_h(t) = c I + α P(ω (t + 2πh/H))``.
+
+    The frequency matters for head averages: with ``ω`` an integer the per-head phases
+    ``2πωh/H`` cover whole periods, the first harmonics cancel in ``(1/H) Σ_h`` and the
+    averaged field is (nearly) static. The default ``ω = 1/2`` spreads the phases over
+    half a period, so the oscillation survives the average (THEORY §5 leaves the period
+    of the pattern open).
     """
 
     param: Parametrisation
@@ -377,16 +384,16 @@ class Relaxed(Schedule):
 
     @classmethod
     def published(cls, theta0: np.ndarray, *, w: np.ndarray | float, value_sign: float = -1.0,
-                  c: float = 2.0, alpha: float = 1.5, omega: float = 1.0,
+                  c: float = 2.0, alpha: float = 1.5, omega: float = 0.5,
                   kappa: float = 1.0) -> Relaxed:
-        """Bilinear heads relaxing to ``F_h(t) = c I + α P(ω t + 2πh/H)``."""
+        """Bilinear heads relaxing to ``F_h(t) = c I + α P(ω (t + 2πh/H))``."""
         theta0 = np.asarray(theta0, float)
         H, d, _ = theta0.shape
         shifts = 2 * np.pi * np.arange(H) / H
         eye = np.eye(d)
 
         def target(t: float) -> np.ndarray:
-            return c * eye + alpha * oscillating_pattern(omega * t + shifts, d)
+            return c * eye + alpha * oscillating_pattern(omega * (t + shifts), d)
 
         param = Parametrisation("bilinear", np.broadcast_to(np.asarray(w, float), (H,)).copy(),
                                 value_sign=value_sign)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..io import check_finite, run_directory, write_json
+from ..parallel import comm_rank_size
 
 __all__ = ["StudyResult", "fit_loglog", "LogLogFit", "write_study"]
 
@@ -79,9 +80,12 @@ def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyRe
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
     Refuses non-finite fitted numbers (``FloatingPointError``) so a study never reports
-    success with NaN/Inf. Returns the result with the figure paths filled in.
+    success with NaN/Inf. Under MPI only rank 0 writes. Returns the result with the
+    figure paths filled in.
     """
     check_finite(f"{result.name}.fits", result.summary.get("fits", {}))
+    if comm_rank_size()[1] != 0:  # under MPI only rank 0 writes
+        return result
     out = Path(out)
     with run_directory(out) as stage:
         figs = tuple(make_plot(stage) if make_plot is not None else ())
