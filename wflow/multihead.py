@@ -677,11 +677,12 @@ def reduce_to_span(x: np.ndarray) -> np.ndarray:
     return y / np.linalg.norm(y, axis=1, keepdims=True)
 
 
-def fit_early_rate(t: np.ndarray, q: np.ndarray, *, tau: float, degree: int = 4) -> float:
+def fit_early_rate(t: np.ndarray, q: np.ndarray, *, tau: float, degree: int = 6) -> float:
     """``q'(0)`` from a least-squares polynomial of ``degree`` fitted on ``0 <= t <= tau``.
 
     For a smooth noiseless trajectory the error is ``O(tau^degree)`` (truncation) plus the
-    integrator error; use a ``tau`` well inside the early phase.
+    integrator error amplified by ``~1/tau``; use a ``tau`` well inside the early phase
+    (e.g. ``γ(τ) <= 0.05``) and at least ``degree + 2`` samples.
     """
     t = np.asarray(t, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
