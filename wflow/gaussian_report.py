@@ -268,6 +268,9 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
         ax[0].plot(traj.t, traj.m[:, i], label=f"m_{i}")
     ax[0].set_xlabel("t (depth)")
     ax[0].set_title("mean")
+    if traj.status == "blowup":  # the mean follows the blow-up: keep the early part visible
+        ax[0].set_yscale("symlog", linthresh=max(1.0, float(np.abs(traj.m[0]).max())))
+        ax[0].set_title("mean (symlog)")
     ax[0].legend(fontsize=8)
     lam = np.linalg.eigvalsh(traj.Sigma)[:, ::-1][:, :max(traj.rank, 1)]
     for k in range(lam.shape[1]):

@@ -1,0 +1,180 @@
+"""``wflow gaussian``: the three forms, outputs, scenario validation, the pretrained hand-off."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wflow.cli import main
+from wflow.gaussian import blowup_time_isotropic
+
+DEMOS = Path(__file__).resolve().parents[1] / "demos"
+
+SMALL = """\
+title = "small"
+d = 2
+
+[params]
+A = [[0.5, -0.8], [0.8, 0.5]]
+b = [0.2, -0.1]
+V = -1.0
+B = [[1.0, 0.3], [0.3, 0.6]]
+
+[initial]
+m = [1.0, 0.0]
+Sigma = [[0.3, 0.1], [0.1, 0.2]]
+
+[run]
+T = 6.0
+n_out = 31
+
+[particles]
+n = 150
+steps = 30
+
+[target]
+m = [-1.0, 1.0]
+Sigma = [[1.0, -0.4], [-0.4, 0.5]]
+T = 1.0
+
+[phase]
+x_name = "a"
+x = [-1.0, 1.0]
+y_name = "vb"
+y = [-1.0, 1.0]
+n = 5
+Ax = 1.0
+V0 = 1.0
+By = 1.0
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_help_describes_all_forms(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["gaussian", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("SCENARIO.toml", "reach", "pretrained", "--n-samples", "pip install wflow[models]",
+                 "blow-up", "Riccati"):
+        assert word in out, word
+
+
+def test_blowup_demo_scenario(tmp_path, capsys):
+    out = tmp_path / "blow"
+    assert main(["gaussian", str(DEMOS / "gaussian_blowup.toml"), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    t_star = blowup_time_isotropic(0.2, 0.7, 0.4, np.diag([0.8, 0.5, 0.2]))
+    assert s["result"]["status"] == "blowup"
+    assert s["result"]["blowup_time"] == pytest.approx(t_star, rel=1e-8)
+    assert s["closed_form_blowup_time"] == pytest.approx(t_star, rel=1e-10)
+    assert s["classification"]["label"] == "blows_up"
+    with (out / "trajectory.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][:4] == ["t", "m_0", "m_1", "m_2"] and "lambda_max" in rows[0]
+    assert float(rows[-1][0]) < t_star  # stops at the event, before t*
+    assert all(np.isfinite(float(v)) for v in rows[-1])
+    assert (out / "trajectory.png").stat().st_size > 0
+    assert "blowup" in capsys.readouterr().out
+
+
+def test_run_form_full_scenario(tmp_path):
+    scn = write(tmp_path, SMALL)
+    out = tmp_path / "run"
+    assert main(["gaussian", "run", str(scn), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["result"]["status"] == "completed"
+    assert s["classification"]["label"] == "converges"
+    assert s["nearest_equilibrium"]["stable"] and s["nearest_equilibrium"]["bures_distance"] < 0.05
+    assert s["particles"]["status"] == "ok" and s["particles"]["w2"] < 0.2
+    assert sum(s["phase_diagram"]["counts"].values()) == 25
+    assert (out / "phase_diagram.png").is_file() and (out / "trajectory.png").is_file()
+
+
+def test_reach_form(tmp_path, capsys):
+    scn = write(tmp_path, SMALL)
+    out = tmp_path / "reach"
+    assert main(["gaussian", "reach", str(scn), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["reach"]["status"] == "reached"
+    assert s["reach"]["Sigma_error"] < 1e-7 and s["reach"]["m_error"] < 1e-7
+    header = (out / "trajectory.csv").read_text().splitlines()[0].split(",")
+    assert "A_0_1" in header and "b_1" in header
+    assert (out / "reach.png").is_file()
+    assert "reached" in capsys.readouterr().out
+
+
+def test_reach_rank_mismatch_is_refused(tmp_path, capsys):
+    text = SMALL.replace("Sigma = [[0.3, 0.1], [0.1, 0.2]]", "Sigma = [[0.3, 0.0], [0.0, 0.0]]")
+    out = tmp_path / "r"
+    assert main(["gaussian", "reach", str(write(tmp_path, text)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "rank Σ₁ = 2 differs from rank Σ₀ = 1" in err and "invariant" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("[run]", "[run]\nfoo = 1"), "run.foo: unknown key"),
+    (("T = 6.0", "T = nan"), "run.T: must be finite"),
+    (("V = -1.0", "V = [1.0, 2.0]"), "params.V: expected a scalar or a 2×2 matrix"),
+    (("m = [1.0, 0.0]", "m = [1.0]"), "initial.m: expected a vector of length 2"),
+    (("Sigma = [[0.3, 0.1], [0.1, 0.2]]", "Sigma = [[0.3, 0.5], [0.5, 0.2]]"),
+     "initial.Sigma: not positive semi-definite"),
+    (("d = 2", "d = 2\nbogus = 3"), "scenario.bogus: unknown key"),
+    (("n = 150", "n = 1.5"), "particles.n: expected an integer"),
+])
+def test_scenario_validation_names_key(tmp_path, capsys, edit, message):
+    text = SMALL.replace(*edit, 1)
+    assert main(["gaussian", str(write(tmp_path, text)), "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_file_and_misplaced_options(tmp_path, capsys):
+    assert main(["gaussian", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert "scenario file not found" in capsys.readouterr().err
+    scn = write(tmp_path, SMALL)
+    assert main(["gaussian", str(scn), "--out", str(tmp_path / "o"), "--n-samples", "4"]) == 2
+    assert "--n-samples: only for `wflow gaussian pretrained`" in capsys.readouterr().err
+    assert main(["gaussian", "reach", "--out", str(tmp_path / "o")]) == 2
+    assert "reach: needs a SCENARIO.toml" in capsys.readouterr().err
+
+
+def test_pretrained_calls_the_models_contract(tmp_path, monkeypatch, capsys):
+    calls = {}
+
+    def fake_gaussianity(*, n_samples, seed, layers=None, pca_dim=None):
+        calls.update(n_samples=n_samples, seed=seed, layers=layers, pca_dim=pca_dim)
+        return "RESULT"
+
+    def fake_write(result, out_dir):
+        calls["result"] = result
+        (Path(out_dir) / "summary.json").write_text("{}")
+
+    fake = types.ModuleType("wflow.models")
+    fake.pretrained_gaussianity = fake_gaussianity
+    fake.write_pretrained_report = fake_write
+    monkeypatch.setitem(sys.modules, "wflow.models", fake)
+    out = tmp_path / "pre"
+    assert main(["gaussian", "pretrained", "--out", str(out), "--n-samples", "64", "--seed", "3",
+                 "--layers", "0", "2"]) == 0
+    assert calls == {"n_samples": 64, "seed": 3, "layers": [0, 2], "pca_dim": None,
+                     "result": "RESULT"}
+    assert (out / "summary.json").is_file()
+
+
+def test_pretrained_without_models_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wflow.models", None)  # import raises ImportError
+    assert main(["gaussian", "pretrained", "--out", str(tmp_path / "p")]) == 2
+    assert "pip install wflow[models]" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

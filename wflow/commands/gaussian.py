@@ -1,0 +1,142 @@
+"""``wflow gaussian``: Gaussian transformer dynamics (THEORY.md §7).
+
+Three forms::
+
+    wflow gaussian SCENARIO.toml --out DIR        (also: wflow gaussian run SCENARIO.toml ...)
+    wflow gaussian reach SCENARIO.toml --out DIR
+    wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+_HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
+
+_DESCRIPTION = """\
+Gaussian transformer dynamics in R^d (THEORY.md §7): tokens follow
+  dx/dt = A x + b + V ∫ y e^{<Bx,y>} dμ(y) / ∫ e^{<Bx,y>} dμ(y),
+and a Gaussian N(m, Σ) stays Gaussian with the moment ODE
+  dm/dt = (A + V) m + V Σ B m + b,   dΣ/dt = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ (Riccati).
+
+forms:
+  wflow gaussian SCENARIO.toml --out DIR
+      integrate the moment ODE (rank-preserving, stops at a covariance blow-up with
+      its time), classify constant parameters (converges / blows up / depends on the
+      initial data) with the Riccati equilibria and their stability, optionally check
+      particles ([particles]) and draw a phase diagram ([phase]). Writes summary.json,
+      trajectory.csv, trajectory.png (+ phase_diagram.png). `wflow gaussian run
+      SCENARIO.toml` is the same.
+  wflow gaussian reach SCENARIO.toml --out DIR
+      construct controls A(t), b(t) steering N(m0, Σ0) ([initial]) exactly to the
+      [target] N(m1, Σ1) at time target.T (Bures/OT map), verify them by integration;
+      a target of a different rank is refused (the rank of Σ is invariant). Writes
+      summary.json, trajectory.csv (with the controls), reach.png.
+  wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+      per-layer Gaussianity of a real pretrained transformer (Mardia skewness and
+      kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error);
+      needs the optional extra: pip install wflow[models].
+
+The scenario schema is documented in wflow/gaussian_scenario.py (example:
+demos/gaussian_riccati.toml).
+"""
+
+_PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``gaussian`` subcommand."""
+    p = subparsers.add_parser("gaussian", help=_HELP, description=_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="SCENARIO.toml | run | reach | pretrained",
+                   help="a scenario file (run it), or the form: run, reach, pretrained")
+    p.add_argument("scenario", nargs="?", metavar="SCENARIO.toml",
+                   help="scenario file for the `run` and `reach` forms")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (written all-or-nothing)")
+    g = p.add_argument_group("pretrained form")
+    g.add_argument("--n-samples", type=int, default=None, metavar="N",
+                   help="number of Gaussian input samples (default 512)")
+    g.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (default 0)")
+    g.add_argument("--layers", type=int, nargs="+", default=None, metavar="L",
+                   help="layer indices to analyse (default: all)")
+    g.add_argument("--pca-dim", type=int, default=None, metavar="K",
+                   help="project hidden states to K principal components before the tests")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    """Dispatch on the form (see the module docstring)."""
+    form = args.target
+    if form == "pretrained":
+        if args.scenario is not None:
+            raise ValueError(f"pretrained: takes no scenario file (got {args.scenario!r})")
+        return _pretrained(args)
+    used = [f"--{k.replace('_', '-')}" for k in _PRETRAINED_OPTS if getattr(args, k) is not None]
+    if used:
+        raise ValueError(f"{', '.join(used)}: only for `wflow gaussian pretrained`")
+    if form in ("run", "reach"):
+        if args.scenario is None:
+            raise ValueError(f"{form}: needs a SCENARIO.toml argument")
+        path = args.scenario
+    else:
+        if args.scenario is not None:
+            raise ValueError(f"unexpected second argument {args.scenario!r}: the forms are "
+                             "`wflow gaussian SCENARIO.toml`, `wflow gaussian reach SCENARIO.toml`"
+                             " and `wflow gaussian pretrained`")
+        path, form = form, "run"
+    from ..gaussian_report import (
+        reach_scenario,
+        run_gaussian_scenario,
+        write_gaussian_run,
+        write_reach,
+    )
+    from ..gaussian_scenario import load_gaussian_scenario
+    from ..io import run_directory
+
+    scn = load_gaussian_scenario(path)
+    if form == "reach":
+        res = reach_scenario(scn)
+        with run_directory(args.out) as stage:
+            write_reach(res, scn, stage)
+        print(f"gaussian reach: {res.status} (|Δm| = {res.m_error:.3g}, relative ‖ΔΣ‖ = "
+              f"{res.Sigma_error:.3g}, W2 = {res.w2_error:.3g}); wrote {args.out}")
+        return 0 if res.status == "reached" else 1
+    run = run_gaussian_scenario(scn)
+    with run_directory(args.out) as stage:
+        write_gaussian_run(run, stage)
+    tr = run.trajectory
+    line = f"gaussian: {tr.status} at t = {tr.t[-1]:.6g}"
+    if tr.blowup_time is not None:
+        line += f", blow-up time t* = {tr.blowup_time:.9g}"
+        if run.closed_form_blowup_time is not None:
+            line += f" (closed form {run.closed_form_blowup_time:.9g})"
+    if run.classification is not None:
+        line += f"; classification: {run.classification.label} ({run.classification.method})"
+    print(f"{line}; wrote {args.out}")
+    return 0 if tr.status != "failed" else 1
+
+
+def _pretrained(args: argparse.Namespace) -> int:
+    n = 512 if args.n_samples is None else args.n_samples
+    if n < 2:
+        raise ValueError(f"--n-samples: must be >= 2, got {n}")
+    if args.pca_dim is not None and args.pca_dim < 1:
+        raise ValueError(f"--pca-dim: must be >= 1, got {args.pca_dim}")
+    try:
+        from ..models import pretrained_gaussianity, write_pretrained_report
+
+        result = pretrained_gaussianity(n_samples=n, seed=0 if args.seed is None else args.seed,
+                                        layers=args.layers, pca_dim=args.pca_dim)
+    except ImportError as exc:
+        print(f"wflow gaussian: error: the pretrained-transformer reader is not available ({exc});"
+              " install the optional extra: pip install wflow[models]", file=sys.stderr)
+        return 2
+    from ..io import run_directory
+
+    with run_directory(args.out) as stage:
+        write_pretrained_report(result, stage)
+    print(f"gaussian pretrained: wrote {args.out}")
+    return 0
