@@ -178,3 +178,31 @@ def test_pretrained_without_models_extra(tmp_path, monkeypatch, capsys):
     assert main(["gaussian", "pretrained", "--out", str(tmp_path / "p")]) == 2
     assert "pip install wflow[models]" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_layers_scenario(tmp_path):
+    """[[layers]] override [params] per layer; T defaults to the total depth; no classification."""
+    text = """\
+d = 1
+[params]
+V = 1.0
+B = 0.5
+[[layers]]
+duration = 0.5
+[[layers]]
+duration = 0.25
+B = -0.5
+[initial]
+m = [0.0]
+Sigma = [[1.0]]
+[particles]
+n = 100
+steps = 30
+"""
+    out = tmp_path / "layers"
+    assert main(["gaussian", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["T"] == 0.75 and "classification" not in s
+    # 1/σ decreases by 2vb·Δ in layer 1 (vb = 0.5) and increases by 0.5·0.25 in layer 2
+    assert s["result"]["final_Sigma"][0][0] == pytest.approx(1 / (1 - 0.5 + 0.25), rel=1e-8)
+    assert s["particles"]["status"] == "ok"
