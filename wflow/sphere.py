@@ -27,6 +27,7 @@ __all__ = [
     "sample_polytope_clusters",
     "orthonormal_tokens",
     "equiangular_tokens",
+    "sample_cells",
 ]
 
 #: Default tolerance for ``| |x| - 1 |`` when validating user tokens.
@@ -259,3 +260,30 @@ def equiangular_tokens(n: int, gamma: float, d: int | None = None,
         q, _ = np.linalg.qr(rng.standard_normal((d, d)))
         x = x @ q.T
     return normalize(x)
+
+
+def sample_cells(vertices: np.ndarray, masses: np.ndarray, n: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``n`` i.i.d. points from a piecewise-constant density on a triangulated sphere.
+
+    A cell ``K`` is drawn with probability ``m_K / Σ m``, then a point uniform in the flat
+    triangle (``x = a + r₁(b − a) + r₂(c − a)`` folded into the triangle) is projected
+    radially to the sphere. The radial projection distorts the in-cell density by
+    ``O(h²)`` (``h`` the mesh size), below the ``O(h)`` resolution of a cell average.
+
+    Parameters
+    ----------
+    vertices : (M, 3, 3) array
+        Vertex coordinates of each cell.
+    masses : (M,) array
+        Non-negative cell masses.
+    """
+    m = np.asarray(masses, float)
+    if m.ndim != 1 or m.shape[0] != vertices.shape[0] or np.any(m < 0) or m.sum() <= 0:
+        raise ValueError("sample_cells: need one non-negative mass per cell with positive sum")
+    cells = rng.choice(m.size, size=n, p=m / m.sum())
+    r = rng.uniform(size=(n, 2))
+    fold = r.sum(axis=1) > 1
+    r[fold] = 1 - r[fold]
+    a, b, c = vertices[cells, 0], vertices[cells, 1], vertices[cells, 2]
+    return normalize(a + r[:, :1] * (b - a) + r[:, 1:] * (c - a))

@@ -15,6 +15,7 @@ STUDIES: dict[str, str] = {
     "gamma": "wflow.studies.gamma",
     "edi": "wflow.studies.edi",
     "mean-field": "wflow.studies.mean_field",
+    "gaussian-particles": "wflow.studies.gaussian_particles",
 }
 
 #: Registries contributed by other parts of the library (merged if importable).

@@ -1,0 +1,327 @@
+"""The main job (``wflow run``): PDE, JKO and particles on one initial density, compared.
+
+Phases, each deterministic given the scenario's seeds and checkpointed when done:
+
+1. ``pde`` — the transformer PDE on the sphere mesh (:func:`wflow.pde.solve_pde`);
+2. ``particles`` — ``n`` tokens sampled from the initial cell density
+   (:func:`wflow.sphere.sample_cells`) and evolved with the same heads
+   (:func:`wflow.particles.simulate`), recorded at the PDE output times;
+3. ``jko`` — JKO minimising movements on the same mesh (:mod:`wflow.jko`), if enabled;
+4. ``compare`` — exact ``W_2`` (POT, geodesic cost) particles vs PDE at every output
+   time and JKO vs PDE at the JKO times;
+5. ``report`` — ``summary.json``, ``report.md`` with figures, raw data.
+
+Checkpoints live in ``DIR.ckpt/`` (pickles of the phase results, internal format);
+``wflow run --resume DIR`` skips the phases found there and gives the same result as
+an uninterrupted run. The output directory itself is written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import shutil
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .io import atomic_write_bytes, check_finite, run_directory, save_npz, write_csv, write_json
+from .scenario import Scenario, ScenarioError, _bool, _choice, _num, parse_scenario, take
+
+__all__ = ["RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job", "default_run_scenario"]
+
+logger = logging.getLogger(__name__)
+
+RUN_SPEC = {
+    "n_particles": (2000, _num(10, integer=True)),
+    "particle_integrator": ("rk4", _choice("euler", "rk4")),
+    "particle_steps_per_save": (4, _num(1, integer=True)),
+    "jko": (True, _bool),
+    "render": (True, _bool),
+    "max_ot_points": (6000, _num(100, integer=True)),
+}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Validated ``[run]`` section (see :data:`RUN_SPEC` for keys and defaults)."""
+
+    n_particles: int = 2000
+    particle_integrator: str = "rk4"
+    particle_steps_per_save: int = 4
+    jko: bool = True
+    render: bool = True
+    max_ot_points: int = 6000
+
+
+@dataclass(frozen=True)
+class MainJobResult:
+    """Outcome of :func:`run_main_job`: the summary written and the phase results."""
+
+    status: str
+    summary: dict[str, Any]
+    out: Path
+
+
+def default_run_scenario():
+    """The scenario shipped with the package for ``wflow run`` without arguments."""
+    return resources.files("wflow") / "data" / "default_run.toml"
+
+
+def _load(path: Path | None) -> tuple[Scenario, dict]:
+    if path is None:
+        with resources.as_file(default_run_scenario()) as p:
+            raw = tomllib.loads(Path(p).read_text(encoding="utf-8"))
+            return parse_scenario(raw, base_dir=Path(p).parent), raw
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"scenario file not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid TOML ({exc})") from exc
+    return parse_scenario(raw, base_dir=path.parent), raw
+
+
+class _Checkpoint:
+    """Phase results pickled into ``DIR.ckpt/`` (written atomically)."""
+
+    def __init__(self, out: Path) -> None:
+        self.dir = out.with_name(out.name + ".ckpt")
+
+    def has(self, name: str) -> bool:
+        return (self.dir / f"{name}.pkl").is_file()
+
+    def load(self, name: str) -> Any:
+        with open(self.dir / f"{name}.pkl", "rb") as fh:
+            return pickle.load(fh)
+
+    def save(self, name: str, obj: Any) -> None:
+        atomic_write_bytes(self.dir / f"{name}.pkl", pickle.dumps(obj))
+
+    def clear(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict) -> Any:
+    if ck.has(name):
+        logger.info("run: phase %s restored from checkpoint", name)
+        obj = ck.load(name)
+        timings[name] = obj.get("_wall", 0.0) if isinstance(obj, dict) else 0.0
+        return obj
+    print(f"run: phase {name} ...", flush=True)
+    t0 = time.perf_counter()
+    obj = fn()
+    wall = time.perf_counter() - t0
+    if isinstance(obj, dict):
+        obj["_wall"] = wall
+    timings[name] = wall
+    ck.save(name, obj)
+    print(f"run: phase {name} done in {wall:.1f} s", flush=True)
+    return obj
+
+
+def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool = False,
+                 progress: bool | None = None) -> MainJobResult:
+    """Run the main job; write ``out/`` (see module docstring).
+
+    Parameters
+    ----------
+    scenario : path or None
+        Scenario TOML; ``None`` uses the shipped default. Ignored with ``resume``
+        (the checkpoint holds the scenario).
+    out : path
+        Output directory.
+    resume : bool
+        Continue from ``out.ckpt/``.
+    """
+    out = Path(out)
+    ck = _Checkpoint(out)
+    if resume:
+        if not (ck.dir / "scenario.json").is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint found at {ck.dir}")
+        meta = json.loads((ck.dir / "scenario.json").read_text())
+        sc = parse_scenario(meta["raw"], base_dir=Path(meta["base_dir"]))
+        raw = meta["raw"]
+    else:
+        sc, raw = _load(None if scenario is None else Path(scenario))
+    ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
+
+    from .mesh import load_mesh
+    from .pde import density_spec_from_scenario, initial_density, pde_options_from_dict
+
+    mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
+    popts = type(popts)(**{**popts.__dict__, "progress": progress})
+    if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
+        mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
+    mesh = load_mesh(mesh_spec)
+    rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
+    schedule = sc.build_schedule()
+    attn = sc.attention_obj()
+    if sc.d != 3:
+        raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
+    if not resume:  # everything validated: start a fresh checkpoint
+        ck.clear()
+        ck.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(ck.dir / "scenario.json", json.dumps(
+            {"raw": raw, "base_dir": str(sc.base_dir)}, default=str).encode())
+    timings: dict[str, float] = {}
+    t_total = time.perf_counter()
+    try:
+        pde = _phase(ck, "pde", lambda: {"res": _run_pde(mesh, rho0, schedule, attn, popts)},
+                     timings)["res"]
+        parts = _phase(ck, "particles", lambda: _run_particles(mesh, pde, schedule, attn,
+                                                               popts, ropts, sc, progress),
+                       timings)
+        jko = None
+        if ropts.jko:
+            jko = _phase(ck, "jko", lambda: {"res": _run_jko(mesh, rho0, schedule, attn, sc,
+                                                             popts, progress)}, timings)["res"]
+        cmp_ = _phase(ck, "compare", lambda: _compare(pde, parts, jko, ropts), timings)
+    except KeyboardInterrupt:
+        print(f"run: interrupted; completed phases are checkpointed in {ck.dir}; continue "
+              f"with: wflow run --resume {out}", flush=True)
+        raise
+    summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
+                       time.perf_counter() - t_total)
+    with run_directory(out) as stage:
+        _write_outputs(stage, pde, parts, jko, cmp_, summary, ropts, mesh)
+    ck.clear()
+    return MainJobResult(summary["status"], summary, out)
+
+
+# --------------------------------------------------------------------------- phases
+def _run_pde(mesh, rho0, schedule, attn, popts):
+    from .pde import solve_pde
+
+    res = solve_pde(mesh, rho0, schedule, attn, options=popts)
+    if res.status != "success":
+        raise FloatingPointError(f"pde phase failed: {res.message}")
+    return res
+
+
+def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scenario,
+                   progress) -> dict:
+    from .particles import simulate
+    from .sphere import sample_cells
+
+    rng = np.random.default_rng([sc.seed, 4242])
+    verts = mesh.gather_owned(mesh.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)
+    x0 = sample_cells(verts, pde.masses[0], ropts.n_particles, rng)
+    nsave = len(pde.t) - 1
+    steps = nsave * ropts.particle_steps_per_save
+    res = simulate(x0, schedule, attn, T=popts.T, dt=popts.T / steps,
+                   integrator=ropts.particle_integrator, flow=popts.flow,
+                   record_every=ropts.particle_steps_per_save, save_trajectory=True,
+                   head_rates=False, seed=sc.seed, progress=progress)
+    if res.status != "success":
+        raise FloatingPointError(f"particle phase failed: {res.message}")
+    return {"res": res, "x0": x0}
+
+
+def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress):
+    from . import jko as jko_mod
+
+    res = jko_mod.run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T,
+                                   progress=progress)
+    if res.status not in ("success", "not_converged"):
+        raise FloatingPointError(f"jko phase failed: {res.message}")
+    return res
+
+
+def _compare(pde, parts: dict, jko, ropts: RunOptions) -> dict:
+    from .transport import w2_sphere
+
+    pres = parts["res"]
+    chat = pde.centroids / np.linalg.norm(pde.centroids, axis=1, keepdims=True)
+    traj = pres.trajectory[0]
+    n = min(traj.shape[1], ropts.max_ot_points)
+    w2_parts = np.array([w2_sphere(traj[k, :n], chat, None, pde.masses[k],
+                                   max_points=max(ropts.max_ot_points, chat.shape[0]))
+                         for k in range(len(pde.t))])
+    out = {"t": pde.t, "w2_particles_vs_pde": w2_parts}
+    if jko is not None:
+        t_j = np.asarray(jko.t)
+        idx = [int(np.argmin(np.abs(pde.t - tj))) for tj in t_j]
+        ok = [i for i, k in enumerate(idx) if abs(pde.t[k] - t_j[i]) < 1e-9 * max(1, pde.t[-1])]
+        out["t_jko"] = t_j[ok]
+        out["w2_jko_vs_pde"] = np.array([
+            w2_sphere(chat, chat, jko.masses[i], pde.masses[idx[i]],
+                      max_points=max(ropts.max_ot_points, chat.shape[0])) for i in ok])
+    return out
+
+
+# --------------------------------------------------------------------------- summary & output
+def _edi_block(bal: dict) -> dict:
+    resid = float(bal.get("edi", float("nan")))
+    diss = float(bal.get("dissipation", float("nan")))
+    return {"residual": resid, "relative": abs(resid) / abs(diss) if diss else float("nan"),
+            "dissipation": diss, "chain_residual": float(bal.get("chain", float("nan"))),
+            "dE": float(bal.get("dE", float("nan")))}
+
+
+def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall) -> dict:
+    from .jobs import provenance
+
+    pres = parts["res"]
+    pbal = {k: float(v[0]) for k, v in pres.balance.items()}
+    summary: dict[str, Any] = {
+        "status": "success",
+        "scenario": raw,
+        "provenance": provenance(),
+        "seeds": {"scenario": sc.seed, "particles_sampling": [sc.seed, 4242]},
+        "mesh": {"cells": int(pde.areas.size), "spec": str(sc.sections.get("pde", {}).get(
+            "mesh", "default"))},
+        "flow": pde.options.flow,
+        "edi": {"pde": _edi_block(pde.balance), "particles": _edi_block(pbal)},
+        "w2": {"particles_vs_pde": float(cmp_["w2_particles_vs_pde"][-1]),
+               "particles_vs_pde_initial": float(cmp_["w2_particles_vs_pde"][0]),
+               "particles_vs_pde_max": float(np.max(cmp_["w2_particles_vs_pde"]))},
+        "mass_error": float(pde.stats["mass_error_max"]),
+        "min_density": float(pde.stats["rho_min"]),
+        "n_particles": int(pres.x.shape[1]),
+        "wall_time_s": {**{k: float(v) for k, v in timings.items()}, "total": float(wall)},
+        "pde_stats": pde.stats,
+    }
+    if jko is not None:
+        summary["edi"]["jko"] = _edi_block(jko.balance)
+        w = cmp_.get("w2_jko_vs_pde", np.array([np.nan]))
+        summary["w2"]["jko_vs_pde"] = float(np.max(w)) if w.size else float("nan")
+        summary["w2"]["jko_vs_pde_final"] = float(w[-1]) if w.size else float("nan")
+        summary["jko_status"] = jko.status
+    check_finite("summary.edi", summary["edi"])
+    check_finite("summary.w2", summary["w2"])
+    return summary
+
+
+def _write_outputs(stage: Path, pde, parts, jko, cmp_, summary, ropts, mesh) -> None:
+    from .jobs import history_columns
+    from .report import write_report
+
+    pres = parts["res"]
+    write_json(stage / "summary.json", summary)
+    hist = {k: np.asarray(v)[None] for k, v in pde.history.items()}
+    write_csv(stage / "diagnostics_pde.csv", history_columns(pde.t, hist))
+    write_csv(stage / "diagnostics_particles.csv", history_columns(pres.t, pres.history))
+    write_csv(stage / "w2.csv", {"t": cmp_["t"],
+                                 "w2_particles_vs_pde": cmp_["w2_particles_vs_pde"]})
+    save_npz(stage / "density.npz", t=pde.t, rho=pde.rho, centroids=pde.centroids,
+             areas=pde.areas)
+    save_npz(stage / "trajectory.npz", t=pres.t, x=pres.trajectory[0])
+    if jko is not None:
+        jh = {k: np.asarray(v)[None] for k, v in jko.history.items()}
+        write_csv(stage / "diagnostics_jko.csv", history_columns(np.asarray(jko.t), jh))
+        save_npz(stage / "density_jko.npz", t=np.asarray(jko.t), rho=np.asarray(jko.rho),
+                 centroids=pde.centroids, areas=pde.areas)
+        if "w2_jko_vs_pde" in cmp_:
+            write_csv(stage / "w2_jko.csv", {"t": cmp_["t_jko"],
+                                             "w2_jko_vs_pde": cmp_["w2_jko_vs_pde"]})
+    write_report(stage, summary=summary, pde=pde, particles=pres, jko=jko, compare=cmp_,
+                 mesh=mesh, render=ropts.render)
