@@ -122,6 +122,7 @@ __all__ = [
     "approx_orthogonal_heads",
     "block_heads",
     "spread_tokens",
+    "equiangular_time",
     "relu_equiangular_time",
     "reduce_to_span",
     "fit_early_rate",
@@ -638,6 +639,33 @@ def approx_orthogonal_heads(H: int, d: int, *, scale: float, delta: float,
 
 
 # ------------------------------------------------------------------------- clustering time
+def equiangular_time(gamma0: float, gamma1: float, lambdas: np.ndarray, beta: float, n: int,
+                     *, kind: Kind = "softmax", w: np.ndarray | float = 1.0) -> float:
+    """Time for the equiangular ODE to go from ``γ_0`` to ``γ_1``: ``∫_{γ_0}^{γ_1} dγ / F(γ)``.
+
+    Adaptive Gauss–Kronrod quadrature (``scipy.integrate.quad``, ``epsrel = 1e-12``); needs
+    ``F > 0`` on ``[γ_0, γ_1]`` (``γ_0 > 0`` for ReLU, which has ``F(0) = 0``). Warns if
+    the quadrature reports a large error estimate.
+    """
+    from scipy.integrate import quad
+
+    _check_n_beta(n, beta, "equiangular_time")
+    if not -1.0 / (n - 1) < gamma0 < gamma1 < 1.0:
+        raise ValueError(f"gamma0, gamma1: need -1/(n-1) < gamma0 < gamma1 < 1, got "
+                         f"{gamma0}, {gamma1}")
+    if kind == "relu" and gamma0 <= 0:
+        raise ValueError("gamma0: ReLU has F(0) = 0 (no driving force); need gamma0 > 0")
+
+    def inv(g: float) -> float:
+        return 1.0 / float(equiangular_rhs(g, lambdas, beta, n, kind=kind, w=w))
+
+    val, err = quad(inv, gamma0, gamma1, epsabs=0.0, epsrel=1e-12, limit=200)
+    if err > 1e-8 * abs(val):
+        warnings.warn(f"equiangular_time: quadrature error estimate {err:.2e} for T = {val:.6g}",
+                      stacklevel=2)
+    return float(val)
+
+
 def relu_equiangular_time(gamma0: np.ndarray | float, gamma1: float, lambdas: np.ndarray,
                           beta: float, n: int, *, w: np.ndarray | float = 1.0) -> np.ndarray:
     """Exact time for the ReLU equiangular ODE to go from ``γ_0`` to ``γ_1``.

@@ -115,7 +115,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
             ax[0].plot(het, phi(het, beta, n), "o-", color=f"C{i}", ms=4,
                        label=f"{r['side']} ε={r['eps']}: chord")
             ax[0].plot([r["lambda_bar"]], [phi(r["lambda_bar"], beta, n)], "s", color=f"C{i}")
-        ax[0].set(xlabel="λ", ylabel="φ(λ) = 2λ/(e^{λβ}+n−1)", title=f"n={n}, β={beta}")
+        ax[0].set(xlabel="λ", ylabel="φ(λ) = 2λ/(exp(λβ)+n−1)", title=f"n={n}, β={beta}")
         ax[0].legend(fontsize=7)
         labels = [f"{r['side'][:4]} H{r['H']} ε{r['eps']}" for r in rows]
         xs = np.arange(len(rows))
