@@ -287,3 +287,4 @@ def sample_cells(vertices: np.ndarray, masses: np.ndarray, n: int,
     r[fold] = 1 - r[fold]
     a, b, c = vertices[cells, 0], vertices[cells, 1], vertices[cells, 2]
     return normalize(a + r[:, :1] * (b - a) + r[:, 1:] * (c - a))
+
