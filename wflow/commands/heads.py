@@ -1,0 +1,158 @@
+"""``wflow heads``: multi-head formulas of THEORY.md §6 ([MH]).
+
+Sub-commands: ``beta-star`` (critical cosine ``c*(H)`` and inverse temperature ``β*``),
+``lambda-c`` (convexity threshold of ``φ``) and ``radial-dominance`` (own power,
+cross-head radial-shadow terms and margins of given tokens and heads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``heads`` subcommand and its sub-subcommands."""
+    p = sub.add_parser(
+        "heads",
+        help="multi-head formulas: critical temperature, λ_c, radial dominance",
+        description="Quantitative multi-head results (THEORY.md §6): the critical inverse "
+        "temperature β* of radial dominance, the convexity threshold λ_c of the early rate φ, "
+        "and a radial-dominance check of given tokens and heads.",
+    )
+    hs = p.add_subparsers(dest="heads_command", metavar="ACTION")
+
+    b = hs.add_parser(
+        "beta-star",
+        help="c*(H) and β* = (1/2α) ln(c*² (n−1)/(1 − c*²))",
+        description="Critical cosine c*(H) = (sqrt((H−1)²+4) − (H−1))/2 and critical inverse "
+        "temperature β* = (1/2α) ln(c*(H)² (n−1) / (1 − c*(H)²)) of radial dominance for n "
+        "orthonormal tokens and H identical scalar heads αI (dominance holds iff β ≤ β*). "
+        "Also prints β*_exact = (1/2α) ln((n−1)/(H−1)), where the sharp radial term switches. "
+        "Every option takes several values, broadcast against each other. H = 1: β* = inf "
+        "(no cross-head term). β* <= 0: dominance fails at every β > 0. Domain: integer "
+        "H >= 1, integer n >= 2, α > 0 (otherwise exit status 2 naming the argument).",
+    )
+    b.add_argument("--H", type=float, nargs="+", required=True, help="number(s) of heads")
+    b.add_argument("--n", type=float, nargs="+", required=True, help="number(s) of tokens")
+    b.add_argument("--alpha", type=float, nargs="+", default=[1.0],
+                   help="head strength(s) α > 0 (default 1)")
+    b.add_argument("--json", action="store_true",
+                   help="emit a JSON list of records (infinite values as the string 'inf')")
+    b.set_defaults(func=_beta_star)
+
+    lc = hs.add_parser(
+        "lambda-c",
+        help="convexity threshold λ_c of φ(λ) = 2λ/(e^{λβ}+n−1)",
+        description="λ_c = s_c/β, s_c > 2 the root of (s−2)e^s = (n−1)(s+2): φ is concave "
+        "below and convex above λ_c (superadditivity of heterogeneous heads for λ̄ > λ_c).",
+    )
+    lc.add_argument("--n", type=float, nargs="+", required=True, help="number(s) of tokens")
+    lc.add_argument("--beta", type=float, nargs="+", default=[1.0],
+                    help="inverse temperature(s) (default 1)")
+    lc.add_argument("--json", action="store_true", help="emit JSON")
+    lc.set_defaults(func=_lambda_c)
+
+    r = hs.add_parser(
+        "radial-dominance",
+        help="per-head own power, cross-head radial-shadow terms, margins",
+        description="For tokens x (n, d) and heads, compute per head the own tangential power, "
+        "the exact cross-head radial-shadow term, its Cauchy–Schwarz bound R_h = ∫|∇ψ_h| "
+        "Σ_{h'≠h} w_h'|a^{h'}|, the margin own − R_h and whether radial dominance holds "
+        "(see wflow.multihead).",
+    )
+    r.add_argument("--tokens", required=True,
+                   help=".npy array (n, d) or .npz with array 'x' (unit vectors)")
+    r.add_argument("--heads", required=True, help=".npz heads file (Q, K, V[, w] or A[, V, w])")
+    r.add_argument("--beta", type=float, required=True, help="inverse temperature β > 0")
+    r.add_argument("--kind", default="softmax", choices=("softmax", "usa", "relu"),
+                   help="attention kind (default softmax)")
+    r.add_argument("--json", action="store_true", help="emit JSON")
+    r.set_defaults(func=_radial_dominance)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _beta_star(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..io import to_jsonable
+    from ..multihead import beta_star, beta_star_exact, c_star
+
+    H, n, a = np.broadcast_arrays(np.asarray(args.H), np.asarray(args.n), np.asarray(args.alpha))
+    bs = beta_star(H, n, a)
+    be = beta_star_exact(H, n, a)
+    cs = c_star(H)
+    recs = []
+    for i in range(H.size):
+        note = ("no cross-head term: dominance at every beta" if H.flat[i] == 1
+                else "dominance fails at every beta > 0" if bs.flat[i] <= 0
+                else "dominance iff beta <= beta_star")
+        recs.append({"H": int(H.flat[i]), "n": int(n.flat[i]), "alpha": float(a.flat[i]),
+                     "c_star": float(cs.flat[i]), "beta_star": float(bs.flat[i]),
+                     "beta_star_exact": float(be.flat[i]), "note": note})
+    if args.json:
+        print(json.dumps(to_jsonable(recs), indent=2))
+        return 0
+    print(f"{'H':>3} {'n':>6} {'alpha':>8} {'c*(H)':>10} {'beta*':>12} {'beta*_exact':>12}  note")
+    for r in recs:
+        print(f"{r['H']:>3} {r['n']:>6} {r['alpha']:>8.4g} {r['c_star']:>10.6f} "
+              f"{r['beta_star']:>12.6g} {r['beta_star_exact']:>12.6g}  {r['note']}")
+    return 0
+
+
+def _lambda_c(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..multihead import lambda_c
+
+    n, b = np.broadcast_arrays(np.asarray(args.n), np.asarray(args.beta))
+    lc = np.atleast_1d(lambda_c(n, b))
+    recs = [{"n": int(n.flat[i]), "beta": float(b.flat[i]), "lambda_c": float(lc.flat[i]),
+             "s_c": float(lc.flat[i] * b.flat[i])} for i in range(n.size)]
+    if args.json:
+        print(json.dumps(recs, indent=2))
+        return 0
+    print(f"{'n':>6} {'beta':>8} {'lambda_c':>12} {'s_c=beta*lambda_c':>18}")
+    for r in recs:
+        print(f"{r['n']:>6} {r['beta']:>8.4g} {r['lambda_c']:>12.8g} {r['s_c']:>18.10g}")
+    return 0
+
+
+def _load_tokens(path: str):
+    from pathlib import Path
+
+    import numpy as np
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"tokens file not found: {p}")
+    if p.suffix == ".npz":
+        with np.load(p) as z:
+            if "x" not in z.files:
+                raise ValueError(f"tokens file {p}: needs an array 'x'; found {sorted(z.files)}")
+            return np.asarray(z["x"], dtype=np.float64)
+    return np.asarray(np.load(p), dtype=np.float64)
+
+
+def _radial_dominance(args: argparse.Namespace) -> int:
+    from ..heads import Attention, Heads
+    from ..io import to_jsonable
+    from ..multihead import radial_dominance
+
+    x = _load_tokens(args.tokens)
+    heads = Heads.from_npz(args.heads)
+    if x.ndim != 2 or x.shape[1] != heads.d:
+        raise ValueError(f"--tokens: expected shape (n, {heads.d}) to match the heads, "
+                         f"got {x.shape}")
+    rd = radial_dominance(x, heads, Attention(args.kind, args.beta))
+    out = rd.as_dict()
+    if args.json:
+        print(json.dumps(to_jsonable(out), indent=2))
+        return 0
+    cols = ("own", "cross_direct", "cross_radial", "cross_bound", "margin", "holds")
+    print(f"{'head':>4} " + " ".join(f"{c:>13}" for c in cols))
+    for h in range(heads.H):
+        vals = [out[c][h] for c in cols]
+        print(f"{h:>4} " + " ".join(f"{v!s:>13}" if isinstance(v, bool) else f"{v:>13.6g}"
+                                    for v in vals))
+    return 0
