@@ -41,6 +41,7 @@ import io
 import logging
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -540,6 +541,8 @@ class SphereMesh:
         ``c_K = ∫_K x dx / |K|`` (inside the sphere, ``|c_K| < 1``).
     normals : (num_local, 3) float64
         Unit ``CellNormal`` of DOLFINx (outward for a validated mesh).
+    cell_vertices : (num_local, 3, 3) float64
+        Vertex coordinates of each cell (``mesh.geometry.x`` through the geometry dofmap).
     cell_neighbors : (num_owned, 3) int32
         Local indices of the three face neighbours of each owned cell.
     facet_cells : (nf, 2) int32
@@ -562,6 +565,7 @@ class SphereMesh:
     areas: np.ndarray
     centroids: np.ndarray
     normals: np.ndarray
+    cell_vertices: np.ndarray
     cell_neighbors: np.ndarray
     facet_cells: np.ndarray
     facet_length: np.ndarray
@@ -694,7 +698,7 @@ class SphereMesh:
         facet_normal = 0.5 * (con[:, 0] - con[:, 1])
         total = comm.allreduce(num_owned)
         arrays = dict(
-            original_index=orig, areas=areas, centroids=cent, normals=nrm,
+            original_index=orig, areas=areas, centroids=cent, normals=nrm, cell_vertices=cpts,
             cell_neighbors=neighbors, facet_cells=fc, facet_length=length, facet_points=fpts,
             conormals=con, facet_normal=facet_normal, ghost_owner=ghost_owner,
         )
@@ -718,22 +722,33 @@ class SphereMesh:
         pts = a[:, None, :] + s[None, :, None] * (b - a)[:, None, :]
         return pts, w
 
+    @cached_property
+    def _gather_plan(self) -> tuple[np.ndarray, np.ndarray]:
+        """Original indices of every rank's owned cells, concatenated in rank order, and counts."""
+        own = np.ascontiguousarray(self.original_index[: self.num_owned])
+        if self.comm.size == 1:
+            return own, np.array([self.num_owned])
+        counts = np.asarray(self.comm.allgather(self.num_owned))
+        allidx = np.empty(int(counts.sum()), dtype=np.int64)
+        self.comm.Allgatherv(own, [allidx, counts])
+        return allidx, counts
+
     def gather_owned(self, values: np.ndarray) -> np.ndarray:
         """All ranks' owned-cell values, ordered by original cell index (``(num_global, ...)``).
 
         Every rank gets the same array, identical to the serial cell order of
-        the input triangulation.
+        the input triangulation (``MPI_Allgatherv``, no arithmetic).
         """
-        vals = np.ascontiguousarray(values[: self.num_owned])
-        if self.comm.size == 1:
-            out = np.empty((self.num_global,) + vals.shape[1:], dtype=vals.dtype)
-            out[self.original_index[: self.num_owned]] = vals
-            return out
-        idx = self.comm.allgather(self.original_index[: self.num_owned])
-        parts = self.comm.allgather(vals)
+        vals = np.ascontiguousarray(np.asarray(values)[: self.num_owned])
+        idx, counts = self._gather_plan
         out = np.empty((self.num_global,) + vals.shape[1:], dtype=vals.dtype)
-        for i, p in zip(idx, parts, strict=True):
-            out[i] = p
+        if self.comm.size == 1:
+            out[idx] = vals
+            return out
+        per = int(np.prod(vals.shape[1:], dtype=np.int64))
+        buf = np.empty((self.num_global,) + vals.shape[1:], dtype=vals.dtype)
+        self.comm.Allgatherv(vals, [buf, counts * per])
+        out[idx] = buf
         return out
 
     def local_from_global(self, values: np.ndarray) -> np.ndarray:
