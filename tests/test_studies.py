@@ -10,7 +10,7 @@ from wflow.cli import main
 from wflow.studies import fit_loglog
 from wflow.studies.registry import STUDIES, all_studies
 
-PARTICLE_STUDIES = ["asymptotics", "noisy-edi", "stability", "gamma", "mean-field"]
+PARTICLE_STUDIES = ["asymptotics", "noisy-edi", "stability", "gamma", "mean-field", "edi"]
 
 
 @pytest.mark.parametrize("name", PARTICLE_STUDIES)

@@ -47,13 +47,16 @@ class StudyResult:
 
 @dataclass(frozen=True)
 class LogLogFit:
-    """Least-squares fit ``log y = slope · log x + intercept`` with the slope's standard error."""
+    """Least-squares fit ``log y = slope · log x + intercept`` with the slope's standard error.
+
+    ``stderr`` is ``None`` for a two-point fit (no residual degrees of freedom).
+    """
 
     slope: float
     intercept: float
-    stderr: float
+    stderr: float | None
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | None]:
         """Plain dict for JSON."""
         return {"slope": self.slope, "intercept": self.intercept, "stderr": self.stderr}
 
@@ -72,7 +75,7 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
         s2 = float(np.sum((ly - A @ coef) ** 2) / (n - 2))
         se = float(np.sqrt(s2 / np.sum((lx - lx.mean()) ** 2)))
     else:
-        se = float("nan")
+        se = None
     return LogLogFit(float(coef[0]), float(coef[1]), se)
 
 
