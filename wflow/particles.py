@@ -435,6 +435,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                               grid[rec_idx], {}, {}, {}, x0[None],
                               schedule.initial_theta()[None], None, None, wall, sign)
     history = {k: np.stack(v) for k, v in hist.items()}
+    t_rec = grid[rec_idx]
+    if "entropy" in history and t_rec.size >= 3:
+        # left side of the entropy identity: dH/dt by (second-order) finite differences of the
+        # recorded entropies, next to the right side −β² Cov_p(s, ṡ) ("entropy_rate")
+        history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     for name, arr in list(history.items()) + list(steps.items()):
         if not np.all(np.isfinite(arr)):
