@@ -13,29 +13,166 @@ potential ``Φ`` with ``Φ' = k``: ``Φ = e^s`` resp. ``Φ = max(0, s)²/2``.
 Every solver (particles, mesh velocity, energies, JKO gradients, studies)
 calls :func:`kernel_sums`; the naive reference lives in the tests.
 
-Memory is ``O(block · N)`` per head: targets are processed in blocks so the
-``(M, N)`` score matrix never exists at once.
+Back-ends (``backend=``):
+
+``"numpy"``
+    The blocked NumPy float64 reference: targets in blocks so the ``(M, N)``
+    score matrix never exists at once (memory ``O(block · N)`` per head).
+``"direct"``
+    Fused multi-core direct sum (numba, :mod:`wflow._kernels_numba`): scores,
+    exponential and all accumulations in one pass per target, parallel over
+    (head, target block), ``O(1)`` extra memory per target. ``d ≤ 3`` uses a
+    kernel specialised to three components (the particle case ``x is y`` with
+    symmetric heads evaluates each pair once); wide heads (``k + d ≥ 24``) build
+    score blocks with BLAS and fuse the rest. Agrees with ``"numpy"`` to ~1e-15
+    relative (exponential accurate to 3e-15, summation order differs).
+``"fastsum"``
+    Spherical-harmonic expansion on S² (``d = 3``, exponential kernels, targets
+    on the unit sphere), ``O((M + N) L²)`` with the degree ``L`` chosen from
+    ``tol`` (see :mod:`wflow.fastsum`). Heads whose a-posteriori error estimate
+    exceeds ``tol`` are recomputed with ``"direct"``.
+``"auto"`` (default)
+    ``"fastsum"`` for the heads where it is applicable and its predicted cost
+    is below half of the direct sum's, ``"direct"`` otherwise.
+
+The back-end that ran, the reason and the estimated relative error are in
+``KernelSums.info`` (:class:`KernelInfo`); :func:`plan_kernel` makes the same
+choice without computing anything. Threads: numba's (``NUMBA_NUM_THREADS`` or
+``numba.set_num_threads``).
+
+Every back-end refuses scores that could overflow ``e^s`` (``β|Qx||Ky| > 700``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["KernelSums", "kernel_sums", "BLOCK_ELEMS", "EXP_OVERFLOW"]
+__all__ = [
+    "KernelSums",
+    "KernelInfo",
+    "KernelPlan",
+    "KernelLog",
+    "kernel_sums",
+    "plan_kernel",
+    "BACKENDS",
+    "DEFAULT_TOL",
+    "BLOCK_ELEMS",
+    "EXP_OVERFLOW",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Target block size is chosen so a block of scores holds about this many doubles (32 MiB).
+#: Target block size of the NumPy back-end: a block of scores holds about this many doubles.
 BLOCK_ELEMS = 1 << 22
 #: Largest score bound accepted for exponential kernels (e^709 overflows float64).
 EXP_OVERFLOW = 700.0
+#: Back-ends accepted by :func:`kernel_sums`.
+BACKENDS = ("auto", "numpy", "direct", "fastsum")
+#: Default relative tolerance of the fast summation (per target, relative to ``Z_i``).
+DEFAULT_TOL = 1e-10
+#: ``auto`` never tries the fast summation below this many (target, source, head) triples.
+FASTSUM_MIN_TRIPLES = 1 << 22
+#: Heads with ``k + d`` at least this use BLAS score blocks in the direct back-end.
+WIDE = 24
+
+# Cost model of ``auto`` (core-seconds; only ratios matter). Measured on one core with
+# bench/bench_kernels.py: direct d = 3 ≈ 0.85 ns per triple; fast summation per head
+# ≈ (M + N) · (250 ns + 1.0 ns · L(L+1)/2) + 0.3 ms (4 charge sets, both sides).
+_COST_DIRECT3 = 0.85e-9
+_COST_FAST_POINT = 250e-9
+_COST_FAST = 1.0e-9
+_COST_FAST_FIXED = 3e-4
+
+_EPS = float(np.finfo(np.float64).eps)
 
 
-class KernelSums(NamedTuple):
+# ---------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class KernelInfo:
+    """How a :func:`kernel_sums` call was evaluated (for logs and ``summary.json``).
+
+    Attributes
+    ----------
+    backend : str
+        What ran: ``"numpy"``, ``"direct"``, ``"fastsum"``, or ``"fastsum+direct"``
+        (some heads fell back to the direct sum).
+    requested : str
+        The ``backend`` argument.
+    reason : str
+        Why this back-end was chosen (and why heads fell back, if any).
+    err_est : float
+        Estimated relative error: ``max_i max(|ΔZ_i|, |ΔY_i|∞) / Z_i`` for the
+        fast summation (a-posteriori bound), ``N · ε`` for direct sums (bound of
+        float64 summation of positive terms).
+    tol : float
+        Requested tolerance of the fast summation.
+    degree : tuple of int
+        Truncation degree per head (``-1``: that head was summed directly).
+    threads : int
+        Threads used.
+    triples : int
+        ``M · N · H``.
+    """
+
+    backend: str
+    requested: str
+    reason: str
+    err_est: float
+    tol: float
+    degree: tuple[int, ...] = ()
+    threads: int = 1
+    triples: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain ``dict`` (JSON-ready with :func:`wflow.io.to_jsonable`)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The back-end :func:`kernel_sums` would use, and why (see :func:`plan_kernel`).
+
+    Attributes
+    ----------
+    backend : str
+        ``"numpy"``, ``"direct"`` or ``"fastsum"``.
+    reason : str
+    fast_heads : tuple of bool
+        Heads to expand (``backend == "fastsum"``); the others are summed directly.
+    degree : tuple of int
+        Predicted truncation degree per head (``-1`` where not expanded).
+    radius : tuple of float
+        ``β R'`` per head (radius of the shifted source cloud ``A_h y_j``).
+    cost_direct, cost_fast : float
+        Model cost in core-seconds (``nan`` where not evaluated).
+    """
+
+    backend: str
+    reason: str
+    fast_heads: tuple[bool, ...] = ()
+    degree: tuple[int, ...] = ()
+    radius: tuple[float, ...] = ()
+    cost_direct: float = math.nan
+    cost_fast: float = math.nan
+
+
+class _KernelSumsFields(NamedTuple):
+    Z: np.ndarray
+    Y: np.ndarray
+    Phi: np.ndarray | None
+    S: np.ndarray | None
+
+
+class KernelSums(_KernelSumsFields):
     """Nonlocal sums for all heads and targets (see module docstring).
+
+    A 4-tuple ``(Z, Y, Phi, S)``; ``.info`` (not a tuple field, so unpacking
+    stays ``Z, Y, Phi, S = ...``) says how it was computed.
 
     Attributes
     ----------
@@ -45,14 +182,52 @@ class KernelSums(NamedTuple):
         Only when ``potential=True``; for exponential kernels it is ``Z``.
     S : (H, M) array or None
         Only when ``scores=True``.
+    info : KernelInfo or None
     """
 
-    Z: np.ndarray
-    Y: np.ndarray
-    Phi: np.ndarray | None
-    S: np.ndarray | None
+    info: KernelInfo | None = None
+
+    def __new__(cls, Z, Y, Phi, S, info: KernelInfo | None = None):  # noqa: D102
+        self = super().__new__(cls, Z, Y, Phi, S)
+        if info is not None:
+            self.info = info
+        return self
 
 
+@dataclass
+class KernelLog:
+    """Accumulates :class:`KernelInfo` of many calls (one solver run) for ``summary.json``.
+
+    ``log.add(sums.info)`` after each call; :meth:`summary` gives the counts per
+    back-end, the largest error estimate and the last reason.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    max_err_est: float = 0.0
+    max_degree: int = -1
+    last: KernelInfo | None = None
+
+    def add(self, info: KernelInfo | None) -> None:
+        """Record one call (``None`` is ignored)."""
+        if info is None:
+            return
+        self.counts[info.backend] = self.counts.get(info.backend, 0) + 1
+        self.max_err_est = max(self.max_err_est, float(info.err_est))
+        if info.degree:
+            self.max_degree = max(self.max_degree, max(info.degree))
+        self.last = info
+
+    def summary(self) -> dict[str, Any]:
+        """``{"calls": {backend: n}, "max_err_est", "max_degree", "last": {...}}``."""
+        return {
+            "calls": dict(self.counts),
+            "max_err_est": self.max_err_est,
+            "max_degree": self.max_degree,
+            "last": None if self.last is None else self.last.as_dict(),
+        }
+
+
+# ------------------------------------------------------------------ validation
 def _check_bound(qx: np.ndarray, ky: np.ndarray, beta: float) -> None:
     bound = beta * float(np.max(np.linalg.norm(qx, axis=-1))) * float(
         np.max(np.linalg.norm(ky, axis=-1)))
@@ -62,53 +237,41 @@ def _check_bound(qx: np.ndarray, ky: np.ndarray, beta: float) -> None:
             "overflow float64. Lower attention.beta or the head scale.")
 
 
-def kernel_sums(
-    x: np.ndarray,
-    y: np.ndarray,
-    m: np.ndarray,
-    Q: np.ndarray,
-    K: np.ndarray,
-    *,
-    beta: float,
-    kind: str,
-    potential: bool = False,
-    scores: bool = False,
-    block: int | None = None,
-) -> KernelSums:
-    """Evaluate the nonlocal attention sums (blocked NumPy, float64).
-
-    Parameters
-    ----------
-    x : (M, d) array
-        Targets.
-    y : (N, d) array
-        Sources.
-    m : (N,) array
-        Source masses (``1/n`` for an empirical measure, cell masses on a mesh).
-    Q, K : (H, k, d) arrays
-        Query and key matrices.
-    beta : float
-        Inverse temperature.
-    kind : {"softmax", "usa", "relu"}
-        Kernel ``k``: exponential for softmax/USA, ``max(0, s)`` for ReLU.
-    potential, scores : bool
-        Also return ``Φ_h`` resp. ``S_h``.
-    block : int, optional
-        Targets per block (default: ``BLOCK_ELEMS // N``).
-
-    Returns
-    -------
-    KernelSums
-    """
+def _validate(x, y, m, Q, K, beta, kind, backend, tol):
+    if kind not in ("softmax", "usa", "relu"):
+        raise ValueError(f"kind: must be 'softmax', 'usa' or 'relu', got {kind!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta: must be a finite number > 0, got {beta!r}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol: must be a finite number > 0, got {tol!r}")
     x = np.ascontiguousarray(x, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     m = np.ascontiguousarray(m, dtype=np.float64)
+    Q = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"x: expected shape (M, d), got {x.shape}")
+    d = x.shape[1]
+    if y.ndim != 2 or y.shape[1] != d:
+        raise ValueError(f"y: expected shape (N, {d}), got {y.shape}")
+    if m.shape != (y.shape[0],):
+        raise ValueError(f"m: expected shape ({y.shape[0]},), got {m.shape}")
+    if Q.ndim != 3 or Q.shape[2] != d:
+        raise ValueError(f"Q: expected shape (H, k, {d}), got {Q.shape}")
+    if K.shape != Q.shape:
+        raise ValueError(f"K: shape {K.shape} must equal Q shape {Q.shape}")
+    return x, y, m, Q, K
+
+
+# ---------------------------------------------------------------- numpy (reference)
+def _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block):
+    """The blocked NumPy float64 reference (the original implementation, unchanged)."""
     H = Q.shape[0]
     M, d = x.shape
     N = y.shape[0]
     expo = kind in ("softmax", "usa")
-    if kind not in ("softmax", "usa", "relu"):
-        raise ValueError(f"kind: must be 'softmax', 'usa' or 'relu', got {kind!r}")
     qx = np.einsum("hkd,md->hmk", Q, x)  # (H, M, k)
     ky = np.einsum("hkd,nd->hnk", K, y)  # (H, N, k)
     if expo:
@@ -136,4 +299,286 @@ def kernel_sums(
             Y[h, i0:i1] = kmat @ y
     if potential and expo:
         Phi = Z
-    return KernelSums(Z, Y, Phi, S)
+    return Z, Y, Phi, S
+
+
+# ---------------------------------------------------------------- direct (numba)
+def _threads() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _score_factors(x, y, Q, K, beta):
+    """``(qx, ky)`` with ``s = <qx_i, ky_j>`` and ``β`` folded in, of the smaller width.
+
+    ``k ≥ d``: ``qx = β Aᵀ x``, ``ky = y`` (width ``d``); else ``β Q x``, ``K y`` (width ``k``).
+    """
+    H, k, d = Q.shape
+    if k >= d:
+        A = np.einsum("hki,hkj->hij", Q, K)
+        qx = beta * np.einsum("md,hde->hme", x, A)
+        ky = np.broadcast_to(y, (H,) + y.shape)
+    else:
+        qx = beta * np.einsum("hkd,md->hmk", Q, x)
+        ky = np.einsum("hkd,nd->hnk", K, y)
+    return qx, ky
+
+
+def _sym_heads(Q, K) -> bool:
+    A = np.einsum("hki,hkj->hij", Q, K)
+    return bool(np.array_equal(A, np.swapaxes(A, 1, 2)))
+
+
+def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, *, same=False):
+    from . import _kernels_numba as kn
+
+    H, k, d = Q.shape
+    M = x.shape[0]
+    N = y.shape[0]
+    expo = kind != "relu"
+    kcode = 0 if expo else 1
+    Z = np.empty((H, M))
+    Y = np.empty((H, M, d))
+    P = np.empty((H, M)) if (potential and not expo) else np.empty((1, 1))
+    S = np.empty((H, M)) if scores else np.empty((1, 1))
+    if M == 0 or N == 0:
+        Z[:] = 0.0
+        Y[:] = 0.0
+        P[:] = 0.0
+        S[:] = 0.0
+    elif d <= 3:
+        qx, ky = _score_factors(x, y, Q, K, beta)
+        w = qx.shape[2]
+        qx3 = np.zeros((H, M, 3))
+        qx3[:, :, :w] = qx
+        ky3 = np.zeros((H, 3, N))
+        ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
+        my = np.zeros((3, N))
+        my[:d] = (m[:, None] * y).T
+        Y3 = Y if d == 3 else np.empty((H, M, 3))
+        Pz = P if P.shape[0] == H else np.empty((H, M))
+        Sz = S if S.shape[0] == H else np.empty((H, M))
+        if same and _sym_heads(Q, K):
+            nchunk = 2 * _threads()
+            acc = np.empty((nchunk, 5, N))
+            kn.direct3_sym(qx3, ky3, my, m, kcode, scores, nchunk, acc, Z, Y3, Pz, Sz)
+        else:
+            kn.direct3(qx3, ky3, my, m, kcode, scores, Z, Y3, Pz, Sz)
+        if d < 3:
+            Y[:] = Y3[:, :, :d]
+        P, S = Pz, Sz
+    else:
+        qx, ky = _score_factors(x, y, Q, K, beta)
+        w = qx.shape[2]
+        qx = np.ascontiguousarray(qx)
+        Pz = P if P.shape[0] == H else np.empty((H, M))
+        Sz = S if S.shape[0] == H else np.empty((H, M))
+        if w + d < WIDE:
+            kyT = np.ascontiguousarray(np.swapaxes(ky, 1, 2))
+            kn.direct_generic(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y, Pz, Sz)
+        else:
+            _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, Pz, Sz)
+        P, S = Pz, Sz
+    Phi = (Z if expo else P) if potential else None
+    return Z, Y, Phi, (S if scores else None)
+
+
+def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
+    """Wide heads: score blocks ``(b, N)`` by BLAS, exponential + sums fused (numba), ``Y`` by BLAS.
+
+    Blocks of about ``2^19`` doubles (4 MiB) stay in the last-level cache; the
+    element-wise pass is single-threaded so it never competes with BLAS threads.
+    """
+    from . import _kernels_numba as kn
+
+    H, M, _ = qx.shape
+    N = y.shape[0]
+    B = max(1, min(M, (1 << 19) // N))
+    buf = np.empty((B, N))
+    for h in range(H):
+        kyT = np.ascontiguousarray(ky[h].T)
+        for i0 in range(0, M, B):
+            i1 = min(M, i0 + B)
+            sc = buf[: i1 - i0]
+            np.matmul(qx[h, i0:i1], kyT, out=sc)
+            kn.exp_block(sc, m, kcode, scores, Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
+            np.matmul(sc, y, out=Y[h, i0:i1])
+
+
+# ---------------------------------------------------------------------- planning
+def plan_kernel(
+    x: np.ndarray,
+    y: np.ndarray,
+    Q: np.ndarray,
+    K: np.ndarray,
+    *,
+    beta: float,
+    kind: str,
+    backend: str = "auto",
+    tol: float = DEFAULT_TOL,
+) -> KernelPlan:
+    """Choose the back-end of :func:`kernel_sums` (nothing is summed).
+
+    ``"fastsum"`` is applicable for ``d = 3``, exponential kernels and targets
+    on the unit sphere; ``"auto"`` takes it for the heads whose predicted cost
+    ``(M + N) L(L+1)/2`` is below half the direct cost ``M N`` (model constants
+    measured by ``bench/bench_kernels.py``), where the truncation degree
+    ``L(β R', tol)`` exists (``L ≤ MAX_DEGREE``). Whether the round-off of the
+    expansion meets ``tol`` depends on the data (smallest ``Z_i``), so it is
+    checked after the expansion, head by head; failed heads cost the expansion
+    (at most half a direct sum) plus the direct sum.
+
+    Parameters
+    ----------
+    x, y, Q, K, beta, kind, backend, tol
+        As in :func:`kernel_sums`.
+    """
+    from . import fastsum as fs
+
+    H, k, d = np.shape(Q)
+    M, N = np.shape(x)[0], np.shape(y)[0]
+    if backend == "numpy":
+        return KernelPlan("numpy", "requested")
+    if backend == "direct":
+        return KernelPlan("direct", "requested")
+    why = None
+    if d != 3:
+        why = f"fast summation needs d = 3 (S²), got d = {d}"
+    elif kind == "relu":
+        why = "fast summation needs a smooth (exponential) kernel, got ReLU"
+    else:
+        dev = float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if M else 0.0
+        if dev > 1e-6:
+            why = f"targets are not on the unit sphere (max ||x| - 1| = {dev:.1e})"
+    if why is None and backend == "auto" and M * N * H < FASTSUM_MIN_TRIPLES:
+        why = f"small problem (M·N·H = {M * N * H} < {FASTSUM_MIN_TRIPLES})"
+    if why is not None:
+        if backend == "fastsum":
+            raise ValueError(f"backend='fastsum' not applicable: {why}")
+        return KernelPlan("direct", why)
+    A = np.einsum("hki,hkj->hij", Q, K)
+    y = np.asarray(y, dtype=np.float64)
+    degrees, radii, fast = [], [], []
+    cost_fast = 0.0
+    cost_dir = _COST_DIRECT3 * M * N * H
+    for h in range(H):
+        u = y @ A[h].T
+        _, zR, L = fs.plan_head(u, beta, tol)
+        radii.append(float(zR))
+        feasible = L is not None
+        c_h = ((M + N) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
+               + _COST_FAST_FIXED if L is not None else math.inf)
+        use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * M * N)
+        fast.append(bool(use))
+        degrees.append(int(L) if use else -1)
+        cost_fast += c_h if use else _COST_DIRECT3 * M * N
+    if not any(fast):
+        if backend == "fastsum":
+            raise ValueError(
+                "backend='fastsum' not applicable: the expansion cannot meet "
+                f"tol={tol:g} for β R' = {max(radii):.3g} (degree > {fs.MAX_DEGREE}); "
+                "use backend='direct' or a larger tol")
+        return KernelPlan("direct", "fast summation would not pay off "
+                          f"(β R' up to {max(radii):.3g}, tol {tol:g})", tuple(fast),
+                          tuple(degrees), tuple(radii), cost_dir, cost_fast)
+    reason = "requested" if backend == "fastsum" else (
+        f"fast summation predicted {cost_dir / cost_fast:.1f}x cheaper than direct")
+    return KernelPlan("fastsum", reason, tuple(fast), tuple(degrees), tuple(radii), cost_dir,
+                      cost_fast)
+
+
+# ---------------------------------------------------------------------- main API
+def kernel_sums(
+    x: np.ndarray,
+    y: np.ndarray,
+    m: np.ndarray,
+    Q: np.ndarray,
+    K: np.ndarray,
+    *,
+    beta: float,
+    kind: str,
+    potential: bool = False,
+    scores: bool = False,
+    block: int | None = None,
+    backend: str = "auto",
+    tol: float = DEFAULT_TOL,
+) -> KernelSums:
+    """Evaluate the nonlocal attention sums (module docstring) with the chosen back-end.
+
+    Parameters
+    ----------
+    x : (M, d) array
+        Targets.
+    y : (N, d) array
+        Sources.
+    m : (N,) array
+        Source masses (``1/n`` for an empirical measure, cell masses on a mesh).
+    Q, K : (H, k, d) arrays
+        Query and key matrices.
+    beta : float
+        Inverse temperature.
+    kind : {"softmax", "usa", "relu"}
+        Kernel ``k``: exponential for softmax/USA, ``max(0, s)`` for ReLU.
+    potential, scores : bool
+        Also return ``Φ_h`` resp. ``S_h``.
+    block : int, optional
+        Targets per block of the ``"numpy"`` back-end (default ``BLOCK_ELEMS // N``).
+    backend : {"auto", "numpy", "direct", "fastsum"}
+        See the module docstring; ``"fastsum"`` raises ``ValueError`` where it
+        is not applicable.
+    tol : float
+        Relative tolerance of the fast summation (per target, relative to
+        ``Z_i``); ignored by the direct back-ends (exact to round-off).
+
+    Returns
+    -------
+    KernelSums
+        With ``.info`` (:class:`KernelInfo`).
+    """
+    x, y, m, Q, K = _validate(x, y, m, Q, K, beta, kind, backend, tol)
+    H = Q.shape[0]
+    M, N = x.shape[0], y.shape[0]
+    expo = kind != "relu"
+    triples = M * N * H
+    err_direct = max(N, 1) * _EPS
+    if backend == "numpy":
+        Z, Y, Phi, S = _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block)
+        return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, "requested", err_direct,
+                                                   tol, (), 1, triples))
+    if expo and M and N and H:
+        _check_bound(np.einsum("hkd,md->hmk", Q, x), np.einsum("hkd,nd->hnk", K, y), beta)
+    same = x is y or (x.shape == y.shape and np.may_share_memory(x, y) and np.array_equal(x, y))
+    plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol)
+    if plan.backend == "direct":
+        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, same=same)
+        return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
+                                                   tol, (), _threads(), triples))
+    from . import fastsum as fs
+
+    A = np.einsum("hki,hkj->hij", Q, K)
+    res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
+                           heads=np.asarray(plan.fast_heads))
+    Z, Y, S = res.Z, res.Y, res.S
+    redo = ~res.ok
+    degree = tuple(int(L) if ok else -1 for L, ok in zip(res.degree, res.ok, strict=True))
+    reason = plan.reason
+    name = "fastsum"
+    if np.any(redo):
+        idx = np.flatnonzero(redo)
+        failed = [h for h in idx if plan.fast_heads[h]]
+        if failed:
+            ests = ", ".join(f"head {h}: {res.err_est[h]:.1e}" for h in failed)
+            reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
+            logger.info("fast summation fell back to direct sums (%s)", ests)
+        Zd, Yd, _, Sd = _direct_sums(x, y, m, Q[idx], K[idx], beta, kind, False, scores)
+        Z[idx] = Zd
+        Y[idx] = Yd
+        if scores:
+            S[idx] = Sd
+        name = "fastsum+direct" if np.any(res.ok) else "direct"
+    ests = [float(e) for e in res.err_est[res.ok]] + ([err_direct] if np.any(redo) else [])
+    err = float(max(ests))
+    Phi = Z if potential else None
+    return KernelSums(Z, Y, Phi, S, KernelInfo(name, backend, reason, err, tol, degree,
+                                               _threads(), triples))
