@@ -429,7 +429,7 @@ class RadialDominance:
 
     Attributes
     ----------
-    own : tangential own power ``∫ <∇ψ_h, P w_h f_h>``.
+    own : tangential own power ``∫ <P∇ψ_h, P w_h f_h>`` (``= ∫ <∇ψ_h, P w_h f_h>``).
     cross_direct : ``∫ <∇ψ_h, Σ_{h'≠h} w_h' f_h'>``.
     cross_radial : exact radial-shadow cross term ``−∫ <∇ψ_h, x> Σ_{h'≠h} w_h' a^{h'}``.
     cross_bound : ``R_h = ∫ |∇ψ_h| Σ_{h'≠h} w_h' |a^{h'}|`` (>= ``|cross_radial|``).
@@ -499,8 +499,9 @@ def radial_dominance(x: np.ndarray, heads: Heads, attn: Attention,
     Returns
     -------
     RadialDominance
-        See the module docstring for the definitions; ``own``, ``cross_direct`` and
-        ``cross_radial`` are those of :func:`wflow.diagnostics.head_rates`.
+        See the module docstring for the definitions; ``cross_direct`` and ``cross_radial``
+        are those of :func:`wflow.diagnostics.head_rates`; ``own`` equals its ``own`` but is
+        evaluated from projected vectors (no cancellation for nearly radial outputs).
     """
     x = check_on_sphere(x, name="tokens")
     n = x.shape[0]
@@ -512,11 +513,13 @@ def radial_dominance(x: np.ndarray, heads: Heads, attn: Attention,
     others = wa.sum(axis=0)[None, :] - wa  # Σ_{h'≠h} w_h' |a^{h'}|
     gnorm = np.linalg.norm(fe.grad_psi, axis=2)  # |∇ψ_h(x_i)|
     bound_i = gnorm * others
-    # own per token (same expression as diagnostics.head_rates, kept per token)
-    wf = heads.w[:, None, None] * fe.f
-    radial_g = np.einsum("hnd,nd->hn", fe.grad_psi, x)
-    own_i = np.einsum("hnd,hnd->hn", fe.grad_psi, wf) - radial_g * heads.w[:, None] * a
-    return RadialDominance(hr.own, hr.cross_direct, hr.cross_radial, bound_i @ m, a,
+    # own per token as <P∇ψ_h, P w_h f_h>: equal to diagnostics.head_rates' own
+    # <∇ψ_h, w_h f_h> − <∇ψ_h, x> w_h a^h, but without its cancellation when the outputs are
+    # nearly radial (large β: the tangential parts are e^{−αβ} smaller than the outputs)
+    Pg = fe.grad_psi - np.einsum("hnd,nd->hn", fe.grad_psi, x)[:, :, None] * x[None]
+    Pf = fe.f - a[:, :, None] * x[None]
+    own_i = heads.w[:, None] * np.einsum("hnd,hnd->hn", Pg, Pf)
+    return RadialDominance(own_i @ m, hr.cross_direct, hr.cross_radial, bound_i @ m, a,
                            np.min(own_i - bound_i, axis=1))
 
 

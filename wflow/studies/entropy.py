@@ -101,7 +101,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
     ne, lam = 6, [0.7, 1.5]
     Te = 12.0 / (2 * sum(lam)) + 3.0
     xe = equiangular_tokens(ne, 0.0, d=ne + 2, rng=rng)
-    res = simulate(xe, Heads.scalar(lam, ne + 2), Attention("softmax", beta), T=Te, dt=0.01,
+    dte = 0.02 if quick else 0.01
+    res = simulate(xe, Heads.scalar(lam, ne + 2), Attention("softmax", beta), T=Te, dt=dte,
                    entropy=True, head_rates=False, clusters=False)
     if res.status != "success":
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")

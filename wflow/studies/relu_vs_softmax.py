@@ -58,6 +58,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
     ds = (2**6, 2**12) if quick else (2**6, 2**8, 2**10, 2**12, 2**14)
     seeds = 1 if quick else 4
     dt_eq, dt_rand = 0.02, 0.05
+    t_cap = 2 if quick else 4  # random starts stop at t_cap · T_equiangular + 10
     kinds = ("softmax", "relu")
     T_eq = {k: np.zeros((len(ns), len(ds))) for k in kinds}
     T_th = {k: np.zeros((len(ns), len(ds))) for k in kinds}
@@ -84,7 +85,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
                         warnings.simplefilter("ignore", UserWarning)
                         rr = particle_clustering_time(x, Heads.scalar([lam], x.shape[1]), attn,
                                                       threshold=thr, dt=dt_rand,
-                                                      T_max=4 * th + 20, v_tol=1e-7)
+                                                      T_max=t_cap * th + 10, v_tol=1e-7)
                     times.append(rr.time)
                     status.append(rr.status)
                 rand[kind].append({"n": n, "d": d, "times": times, "status": status})
@@ -137,6 +138,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
         verdict = "MISMATCH: " + verdict
     summary = {"settings": {"beta": beta, "lambda": lam, "threshold": thr, "ns": ns, "ds": ds,
                             "seeds": seeds, "dt_equiangular": dt_eq, "dt_random": dt_rand,
+                            "random_T_max": f"{t_cap} * T_equiangular + 10",
                             "quick": quick, "seed": seed, "rel_tol": REL_TOL},
                "fits": fits,
                "equiangular": {k: {"T_particles": T_eq[k], "T_theory": T_th[k]} for k in kinds},
