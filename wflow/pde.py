@@ -832,7 +832,8 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
                 pending.integrands["E_before_jump"] = E_before
         if landed:
             istop += 1
-        net, out = run.stage_rates(m_glob, t, theta)
+        if istop < len(stops):
+            net, out = run.stage_rates(m_glob, t, theta)
 
 
 class _MaxSteps(RuntimeError):
@@ -1111,7 +1112,7 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         "edge_quadrature_points": fv.q,
     }
     bal = acc.residuals() if acc is not None else {}
-    res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob if rho.size else tt,
+    res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
                     history, {k: np.asarray(v) for k, v in steps.items()}, bal,
                     mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign)
     if status == "success":
@@ -1155,10 +1156,6 @@ def _spec_checks() -> tuple[dict, dict]:
     return pde, density
 
 
-def _specs() -> tuple[dict, dict]:
-    return _spec_checks()
-
-
 #: Keys of the ``[pde]`` section (see :func:`pde_options_from_dict`).
 PDE_SPEC = ("mesh", "T", "dt", "order", "time_integrator", "limiter", "cfl", "flow",
             "quad_points", "n_saves", "balance", "entropy", "head_rates", "clusters",
@@ -1182,7 +1179,7 @@ def pde_options_from_dict(d: Mapping[str, Any] | None, *, seed: int = 0
     """
     from .scenario import take
 
-    spec, _ = _specs()
+    spec, _ = _spec_checks()
     vals = take(d or {}, spec, "pde")
     mesh = vals.pop("mesh")
     return mesh, PDEOptions(**vals, seed=seed)
@@ -1200,7 +1197,7 @@ def density_spec_from_scenario(sc: Any) -> dict[str, Any]:
     """
     from .scenario import ScenarioError, take
 
-    _, spec = _specs()
+    _, spec = _spec_checks()
     if "density" in sc.sections:
         vals = take(sc.sections["density"], spec, "density")
         if vals["file"] is not None:
