@@ -27,8 +27,20 @@ LN₁, ``ln1``, ``ffn`` = feed-forward residual before LN₂, ``out`` = layer ou
   prediction (the four maps composed from the measured layer-input moments) and the
   open-loop prediction (composed from ``(m₀, Σ₀)`` through all layers so far): Gaussian
   dynamics "accurate for short times" means the open-loop error is small in early layers.
-  The floor for these distances is the Bures–Wasserstein distance between the empirical
-  and true moments of an ``n``-sample of ``N(m̂, Σ̂)`` (``bw_floor``).
+  For scale, ``bw_sampling`` is the Bures–Wasserstein distance between the empirical and
+  true moments of an independent ``n``-sample of ``N(m̂, Σ̂)`` (the sampling error of
+  moments estimated from ``n`` tokens in ``d`` dimensions). The one-stage predictions start
+  from the *measured* input moments of the same tokens, so their sampling errors are
+  largely shared with the measured output and the prediction error can lie well below
+  ``bw_sampling``; the open-loop prediction does not share them.
+
+Observed on all-MiniLM-L6-v2 (``n = 2000``, input moment-matched to the embeddings, seed 0):
+the tokens stay close to Gaussian in layers 0–2 (W2 ratio ≤ 1.01 in the top-16 PCA space,
+one-layer Bures–Wasserstein error 11–18 % of ``sqrt(tr Σ̂)``) and become clearly
+non-Gaussian in layers 3–5 (PCA-16 Mardia kurtosis z from 19 to ~1000, skewness 17–190×
+the Gaussian reference, W2 ratio 1.04–1.7; open-loop error 48 % → 170 %). The attention
+moment ODE over unit time blows up (Riccati, THEORY §7) for some layers; the discrete map
+is the better description of a residual layer.
 """
 
 from __future__ import annotations
@@ -43,8 +55,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from scipy import stats as sps
 
-from ..io import check_finite, run_directory, write_csv, write_json
-from .bert import BertEncoder, load_bert
+from ..io import check_finite, write_csv, write_json
+from .bert import MODEL_PACKAGE, BertEncoder, load_bert
 from .moments import (
     Moments,
     attention_moment_map,
@@ -225,7 +237,7 @@ class StageGaussianity:
     prediction : dict of float
         Moment-map prediction of this stage from the measured moments of its input
         (``bw_pred``, ``rel_scale = bw_pred / sqrt(tr Σ̂)``, ``rel_move = bw_pred / bw_move``,
-        ``mean_rel``, ``cov_rel`` (Frobenius), ``bw_floor``; attention also ``*_ode``).
+        ``mean_rel``, ``cov_rel`` (Frobenius), ``bw_sampling``; attention also ``*_ode``).
     """
 
     layer: int
@@ -363,7 +375,7 @@ def _pred_errors(pred: Moments, src: Moments, out: Moments, floor: float) -> dic
         "rel_move": bw / move if move > 0 else float("inf"),
         "mean_rel": float(np.linalg.norm(pred.m - out.m) / max(np.linalg.norm(out.m), scale)),
         "cov_rel": float(np.linalg.norm(pred.S - out.S) / np.linalg.norm(out.S)),
-        "bw_floor": floor,
+        "bw_sampling": floor,
     }
 
 
@@ -381,7 +393,7 @@ def _stage_maps(enc: BertEncoder, ell: int, mom: Moments, *, ode_steps: int,
 def gaussianity_study(encoder: BertEncoder, *, n_samples: int, seed: int,
                       layers: list[int] | None = None, pca_dim: int | None = None,
                       input_kind: Literal["embedding", "standard"] = "embedding",
-                      n_ot: int = 1000, ode_steps: int = 32, hermite_order: int = 40,
+                      n_ot: int = 1000, ode_steps: int = 16, hermite_order: int = 40,
                       null: bool = True) -> PretrainedGaussianity:
     """Per-layer Gaussianity of ``encoder`` fed with ``n_samples`` Gaussian tokens.
 
@@ -563,9 +575,17 @@ def gaussianity_study(encoder: BertEncoder, *, n_samples: int, seed: int,
                       stacklevel=2)
         logger.error("gaussianity study failed: %s", exc)
     return PretrainedGaussianity(
-        status, message, {"source": encoder.source, "config": cfg.to_dict()}, n, int(seed),
+        status, message, {"name": _model_name(encoder.source), "source": encoder.source,
+                          "config": cfg.to_dict()}, n, int(seed),
         input_kind, None if pca_dim is None else int(pca_dim), tuple(sel), tuple(spaces),
         tuple(stages), layer_pred, tuple(notes), time.perf_counter() - t0)
+
+
+def _model_name(source: str) -> str:
+    if MODEL_PACKAGE in source:
+        return "all-MiniLM-L6-v2"
+    p = Path(source)
+    return p.parent.name if p.name == "model.safetensors" else (p.stem or source)
 
 
 def pretrained_gaussianity(*, n_samples: int, seed: int, layers: list[int] | None = None,
@@ -589,22 +609,24 @@ def write_pretrained_report(result: PretrainedGaussianity, out_dir: str | Path, 
                             plot: bool = True) -> Path:
     """Write ``summary.json``, ``layer_input.csv``, ``layer{ℓ}.csv`` and ``gaussianity.png``.
 
-    The directory is written all-or-nothing (:func:`wflow.io.run_directory`); the plot is
-    skipped with a note in the summary when matplotlib is missing.
+    Every file is written atomically into ``out_dir`` (created if needed; other files in it
+    are left alone — wrap the call in :func:`wflow.io.run_directory` for an all-or-nothing
+    directory). The plot is skipped with a note in the summary when matplotlib is missing.
+    CSV rows are the stages ``stage_index`` 0 = input, 1 = attn, 2 = ln1, 3 = ffn, 4 = out.
     """
     out = Path(out_dir)
-    with run_directory(out) as stage_dir:
-        payload = result.to_dict()
-        write_csv(stage_dir / "layer_input.csv", _numeric(result.layer_rows(-1)))
-        for ell in result.layers:
-            write_csv(stage_dir / f"layer{ell}.csv", _numeric(result.layer_rows(ell)))
-        if plot and result.status == "success":
-            try:
-                _plot(result, stage_dir / "gaussianity.png")
-            except ImportError:
-                payload["notes"].append("plot skipped: matplotlib not installed "
-                                        "(pip install 'wflow[plot]')")
-        write_json(stage_dir / "summary.json", payload)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = result.to_dict()
+    write_csv(out / "layer_input.csv", _numeric(result.layer_rows(-1)))
+    for ell in result.layers:
+        write_csv(out / f"layer{ell}.csv", _numeric(result.layer_rows(ell)))
+    if plot and result.status == "success":
+        try:
+            _plot(result, out / "gaussianity.png")
+        except ImportError:
+            payload["notes"].append("plot skipped: matplotlib not installed "
+                                    "(pip install 'wflow[plot]')")
+    write_json(out / "summary.json", payload)
     return out
 
 
@@ -661,7 +683,7 @@ def _plot(result: PretrainedGaussianity, path: Path) -> None:
         ax.plot([s.layer for s in outs], [s.w2[sp].ratio for s in outs], "o-", label=sp)
     ax.axhline(1.0, color="k", lw=0.5)
     ax.set_xlabel("layer (−1 = Gaussian input)")
-    ax.set_ylabel("W2(tokens, N(m̂,Σ̂)) / W2 floor")
+    ax.set_ylabel("W2(tokens, N(m̂,Σ̂)) / W2(Gaussian, Gaussian)")
     ax.legend(fontsize=7)
     ax = axes[1, 1]
     ls = sorted(result.layer_predictions)
@@ -678,7 +700,7 @@ def _plot(result: PretrainedGaussianity, path: Path) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("BW(predicted, measured) / sqrt(tr Σ̂)")
     ax.legend(fontsize=7)
-    fig.suptitle(f"Gaussian tokens through {Path(result.model['source']).parent.name or 'model'}"
+    fig.suptitle(f"Gaussian tokens through {result.model.get('name', 'the encoder')}"
                  f" (n = {result.n_samples}, input {result.input_kind})")
     fig.tight_layout()
     import io as _io
