@@ -348,3 +348,30 @@ def test_entropy_identity_recorded_both_sides(rng):
     rhs, lhs = r.history["entropy_rate"][0, 1:-1], r.history["entropy_rate_fd"][0, 1:-1]
     # central differences of H: error O(dt²·|H'''|) ≪ 1e-3 of the rates here
     np.testing.assert_allclose(lhs, rhs, atol=1e-3 * np.abs(rhs).max())
+
+
+def test_non_value_aligned_heads_run_without_edi(rng):
+    """Heads with V ≠ ±A define no gradient-flow direction: the run succeeds and reports the
+    chain-rule balance only (no NaN EDI columns)."""
+    x = sample_uniform(30, 3, rng)
+    heads = Heads(rng.normal(size=(2, 3, 3)), rng.normal(size=(2, 3, 3)),
+                  rng.normal(size=(2, 3, 3)), np.array([0.5, 0.5]))
+    r = simulate(x, heads, Attention("softmax", 0.5), T=0.2, dt=0.05)
+    assert r.status == "success" and r.sign == 0
+    assert "balance_edi" not in r.history and "edi" not in r.balance
+    assert abs(r.balance["chain_simpson"][0]) < 1e-6
+
+
+def test_head_rates_projected_form_is_accurate_at_large_beta():
+    """One head αI on orthonormal tokens at large β: own power stays positive (no cancellation)."""
+    from wflow.sphere import orthonormal_tokens
+
+    x = orthonormal_tokens(12, 12)
+    heads = Heads.scalar([1.0], 12)
+    attn = Attention("softmax", 20.0)
+    fe = evaluate(x, heads, attn)
+    hr = head_rates(x, np.full(12, 1 / 12), fe, heads)
+    # exact: own = Σ_i m_i |P∇ψ|·|P f| ... compare with the tangential velocity power
+    st = slope_terms(x, np.full(12, 1 / 12), fe, heads, fe.v)
+    assert hr.own[0] > 0
+    np.testing.assert_allclose(hr.own[0], st.power, rtol=1e-9)

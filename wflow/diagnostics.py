@@ -35,6 +35,7 @@ from scipy.spatial import cKDTree
 from .energy import FieldEval
 from .heads import Attention, Heads
 from .kernels import kernel_sums
+from .sphere import project_tangent
 
 __all__ = [
     "mean_inner_product",
@@ -101,7 +102,9 @@ def head_rates(x: np.ndarray, m: np.ndarray, field_: FieldEval, heads: Heads) ->
     a = radial_shadows(x, field_)  # (H, n)
     wa = w[:, None] * a
     # own: <∇ψ_h, P w_h f_h> = <∇ψ_h, w_h f_h> − <∇ψ_h, x> w_h a_h
-    own = np.einsum("hnd,hnd->hn", gp, wf) - radial_g * wa
+    # own = <∇ψ_h, P w_h f_h> in the projected form <P∇ψ_h, P w_h f_h>: no cancellation
+    # between two nearly equal radial terms when the outputs are almost radial (large β)
+    own = np.einsum("hnd,hnd->hn", project_tangent(x[None], gp), project_tangent(x[None], wf))
     cross_direct = np.einsum("hnd,nd->hn", gp, total_f) - np.einsum("hnd,hnd->hn", gp, wf)
     cross_radial = -radial_g * (wa.sum(axis=0)[None, :] - wa)
     own_i, cd, cr = own @ m, cross_direct @ m, cross_radial @ m
@@ -174,7 +177,8 @@ class BalanceAccumulator:
 
     Residuals (``sign`` = +1 ascent, −1 descent, 0 not a gradient flow):
     ``chain = ΔE − W − P − I − M`` (→ 0 at the scheme's order, any flow),
-    ``edi = ΔE − W − I − M − sign·D`` and ``g2 = ΔE − W − I − M − sign·G``.
+    ``edi = ΔE − W − I − M − sign·D`` and ``g2 = ΔE − W − I − M − sign·G`` (NaN when
+    ``sign = 0``: heads that are not value-aligned define no gradient-flow direction).
     """
 
     sign: float
@@ -220,12 +224,14 @@ class BalanceAccumulator:
     def residuals(self) -> dict[str, float]:
         """Balance residuals and the terms they are made of."""
         base = self.dE - self.W - self.I - self.M
+        nan = float("nan")
         return {
             "dE": self.dE, "work": self.W, "power_int": self.P, "dissipation": self.D,
             "G2_int": self.G, "ito": self.I, "martingale": self.M,
             "chain": base - self.P,
-            "edi": base - self.sign * self.D if self.sign else float("nan"),
-            "g2": base - self.sign * self.G if self.sign else float("nan"),
+            # EDI forms need a gradient-flow direction (value-aligned heads): NaN otherwise
+            "edi": base - self.sign * self.D if self.sign else nan,
+            "g2": base - self.sign * self.G if self.sign else nan,
         }
 
 

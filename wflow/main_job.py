@@ -260,11 +260,17 @@ def _compare(pde, parts: dict, jko, ropts: RunOptions) -> dict:
 
 # --------------------------------------------------------------------------- summary & output
 def _edi_block(bal: dict) -> dict:
+    """EDI residual (absolute and relative to the dissipation) of one solver.
+
+    ``None`` where undefined: heads that are not value-aligned have no gradient-flow
+    direction.
+    """
     resid = float(bal.get("edi", float("nan")))
-    diss = float(bal.get("dissipation", float("nan")))
-    return {"residual": resid, "relative": abs(resid) / abs(diss) if diss else float("nan"),
-            "dissipation": diss, "chain_residual": float(bal.get("chain", float("nan"))),
-            "dE": float(bal.get("dE", float("nan")))}
+    diss = float(bal["dissipation"])
+    defined = np.isfinite(resid)
+    return {"residual": resid if defined else None,
+            "relative": abs(resid) / abs(diss) if (defined and diss) else None,
+            "dissipation": diss, "chain_residual": float(bal["chain"]), "dE": float(bal["dE"])}
 
 
 def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall) -> dict:

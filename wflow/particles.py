@@ -172,8 +172,9 @@ def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
 
 
 def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
-                 attn: Attention, flow: str) -> tuple[Heads, FieldEval, np.ndarray, dict]:
-    heads = schedule.heads_at(theta)
+                 attn: Attention, flow: str, heads: Heads | None = None
+                 ) -> tuple[Heads, FieldEval, np.ndarray, dict]:
+    heads = schedule.heads_at(theta) if heads is None else heads
     fe = evaluate(x, heads, attn)
     vel = _velocity(fe, flow)
     st = slope_terms(x, m, fe, heads, vel)
@@ -189,14 +190,32 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
     return heads, fe, vel, terms
 
 
+def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
+              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
+              attn: Attention, flow: str) -> np.ndarray:
+    """One RK4 step of ``F(x) = v(x/|x|)`` with normalised stages and a final projection."""
+    stage_heads = {id(theta): heads}  # heads built once per distinct θ (static: reused)
+
+    def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
+        hh = stage_heads.get(id(th))
+        if hh is None:
+            hh = stage_heads[id(th)] = schedule.heads_at(th)
+        return _velocity(evaluate(normalize(y), hh, attn), flow)
+
+    k2 = V(x + 0.5 * h * k1, theta_mid)
+    k3 = V(x + 0.5 * h * k2, theta_mid)
+    k4 = V(x + h * k3, theta_new)
+    return normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
+
+
 def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
             integrator: str = "rk4", flow: str = "transformer",
             rng: np.random.Generator | None = None) -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
-    the balance integrands; the state at a jump time is yielded after the jump of the
-    weights, with ``integrands["jump"]`` the energy jump ``E(x, θ⁺) − E(x, θ⁻)``.
+    the balance integrands; at a jump time of the weights the state is the one after the
+    jump and ``pre_jump`` holds the integrands at ``θ⁻``.
     """
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
@@ -220,18 +239,12 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
         if integrator == "euler":
             x_new = normalize(x + h * vel)
         else:
-            def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
-                y = normalize(y)
-                return _velocity(evaluate(y, schedule.heads_at(th), attn), flow)
-
-            k1 = vel
-            k2 = V(x + 0.5 * h * k1, theta_mid)
-            k3 = V(x + 0.5 * h * k2, theta_mid)
-            k4 = V(x + h * k3, theta_new)
-            x_new = normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
+            x_new = _rk4_step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
+                              flow)
         x, theta = x_new, theta_new
         t_new = float(grid[k + 1])
-        heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow)
+        heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
+                                             heads if schedule.static else None)
         pre_jump = None
         if t_new in jumps:
             pre_jump = terms
@@ -414,7 +427,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                 hist.setdefault(key, []).append(np.asarray(vals))
             assert acc is not None and prev is not None
             for key, val in acc.residuals().items():
-                balance.setdefault(key, []).append(val)
+                if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
+                    balance.setdefault(key, []).append(val)
             if not schedule.jump_times:  # Simpson needs smooth integrands (no weight jumps)
                 simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps})
                 balance.setdefault("chain_simpson", []).append(simp["chain"])
@@ -475,7 +489,7 @@ def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Atten
     if opts.clusters:
         put("n_clusters", float(count_clusters(x, cos_threshold=opts.cluster_cos)))
     res = acc.residuals()
-    for key in ("chain", "edi", "g2"):
+    for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
         put(f"balance_{key}", res[key])
     if opts.head_rates:
         hr = head_rates(x, m, fe, heads)
