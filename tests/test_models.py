@@ -487,12 +487,8 @@ def test_exported_heads_reproduce_scores_values_and_run(tiny, rng):
                                rtol=1e-12, atol=1e-14)
     assert 0 < ex4.explained <= 1 and ex4.tokens.shape == (64, p)
     res = simulate(ex4.tokens[:24], ex4.schedule, Attention("softmax", ex4.beta), T=2.0, dt=0.1)
-    # BERT heads are not value-aligned (sign 0): the EDI / G² balances are NaN by design.
-    # wflow.particles currently flags those NaNs as a failure; accept exactly that case.
-    assert res.status == "success" or "balance_" in res.message, res.message
-    for key, arr in res.history.items():
-        if key not in ("balance_edi", "balance_g2"):
-            assert np.all(np.isfinite(arr)), key
+    # BERT heads are not value-aligned (sign 0): not a gradient flow, still a valid run
+    assert res.status == "success", res.message
     assert res.t[-1] == pytest.approx(2.0)
     np.testing.assert_allclose(np.linalg.norm(res.x[0], axis=1), 1.0, atol=1e-12)
     with pytest.raises(ValueError, match="basis"):
