@@ -53,7 +53,7 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
     enc, name = _encoder(quick)
     real = name != "random BERT"
     if quick:
-        n, layers, pca, n_ot = (400, [0, 1], 8, 150) if real else (300, None, 4, 150)
+        n, layers, pca, n_ot = (400, [0], 8, 150) if real else (300, None, 4, 150)
     else:
         n, layers, pca, n_ot = (2000, None, 16, 1000) if real else (1000, None, 4, 500)
     res = gaussianity_study(enc, n_samples=n, seed=0, layers=layers, pca_dim=pca, n_ot=n_ot)
@@ -63,7 +63,7 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
 
     # exported heads: PCA to p dims, tokens on S^{p-1}, a few layers of the particle flow
     p = 8 if real else 4
-    ex = export_heads(enc, pca_dim=p, n_samples=256 if quick else 1024, seed=0)
+    ex = export_heads(enc, pca_dim=p, n_samples=128 if quick else 1024, seed=0)
     x0 = ex.tokens[: 64 if quick else 256]
     sim = simulate(x0, ex.schedule, Attention("softmax", ex.beta),
                    T=float(len(ex.layers)), dt=0.1 if quick else 0.02, head_rates=False)

@@ -229,9 +229,12 @@ def ffn_moment_map(layer: BertLayer, m: np.ndarray, S: np.ndarray, *, order: int
     np.clip(R, -1.0, 1.0, out=R)
     Cg = np.zeros_like(R)
     Rk = np.ones_like(R)
+    tmp = np.empty_like(R)
     for k in range(1, a.shape[1]):
         Rk *= R
-        Cg += np.outer(a[:, k], a[:, k]) * Rk
+        np.multiply(Rk, a[:, k][:, None], out=tmp)
+        tmp *= a[:, k][None, :]
+        Cg += tmp
     tail = np.maximum(var - np.sum(a[:, 1:] ** 2, axis=1), 0.0)
     Rk *= R
     off = np.sqrt(np.outer(tail, tail)) * np.abs(Rk)
