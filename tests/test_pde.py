@@ -389,6 +389,30 @@ def test_surrogate_edi_second_order():
     assert p > 1.5, f"EDI residual decays with order {p:.2f}"
 
 
+def test_transformer_edi_defect_persists_while_surrogate_residual_vanishes():
+    """THEORY.md §3: SA with several different heads is not a b̂-gradient flow. On the mesh
+    the transformer flow keeps an O(1) EDI defect under refinement (while its chain-rule
+    residual, a discretisation error, shrinks); the surrogate v̂ satisfies the EDI up to a
+    residual that decays at the scheme's order."""
+    heads = Heads.random_symmetric(4, 3, np.random.default_rng(0), scale=1.0, value_sign=-1.0)
+    attn = Attention("softmax", 1.0)
+    out = {}
+    for c in (320, 1280):
+        for flow in ("transformer", "surrogate"):
+            res = solve_pde(mesh(c), "uniform", heads, attn, T=1.0, dt=0.5 * h_of(c),
+                            order=2, n_saves=2, flow=flow)
+            assert res.status == "success" and res.sign == -1
+            out[c, flow] = res.balance
+    d0, d1 = out[320, "transformer"]["edi"], out[1280, "transformer"]["edi"]
+    s0, s1 = out[320, "surrogate"]["edi"], out[1280, "surrogate"]["edi"]
+    print(f"EDI: transformer defect {d0:.4f} -> {d1:.4f}; surrogate residual {s0:.2e} -> "
+          f"{s1:.2e}")
+    assert d1 > 0.04 and abs(d1 - d0) < 0.15 * abs(d1), "the defect is a model property"
+    assert abs(out[1280, "transformer"]["chain"]) < 0.5 * abs(out[320, "transformer"]["chain"])
+    assert abs(s1) < abs(s0) / 3, "surrogate residual decays ≈ h² (ratio 4 at h/2)"
+    assert abs(s1) < 0.1 * d1
+
+
 def test_diagnostics_match_particle_formulas():
     """E, E_h, slope terms at t=0 equal the particle formulas on Σ m_K δ_{ĉ_K}."""
     from wflow.energy import evaluate, head_energies, slope_terms
@@ -520,19 +544,24 @@ def pde_vs_particles(n, cells, T, rng, *, max_points):
     return w0, wT, travelled
 
 
-def test_pde_matches_particles_in_w2_quick(rng):
-    w0, wT, travelled = pde_vs_particles(2000, 720, 1.0, rng, max_points=6000)
-    print(f"W2(t=0) = {w0:.4f}, W2(T) = {wT:.4f}, RMS distance travelled {travelled:.4f}")
-    assert wT < 1.5 * w0 + 0.01
-    assert wT < 0.5 * travelled
+def test_pde_matches_particles_in_w2(rng):
+    """Static heads: the PDE density at T against n = 20 000 particles sampled from the same
+    initial law (exact OT, geodesic cost). W2(T) stays at the t = 0 level (sampling plus
+    the mesh quantisation of cell masses at centroids), far below the distance travelled."""
+    w0, wT, travelled = pde_vs_particles(20000, 720, 1.0, rng, max_points=20000)
+    print(f"n=20000, 720 cells: W2(t=0) = {w0:.4f}, W2(T) = {wT:.4f}, RMS distance travelled "
+          f"{travelled:.4f}")
+    assert wT < 1.25 * w0
+    assert wT < 0.3 * travelled
 
 
 @pytest.mark.slow
-def test_pde_matches_particles_in_w2_20000(rng):
-    w0, wT, travelled = pde_vs_particles(20000, 720, 1.0, rng, max_points=20000)
-    print(f"n=20000: W2(t=0) = {w0:.4f}, W2(T) = {wT:.4f}, travelled {travelled:.4f}")
-    assert wT < 1.5 * w0 + 0.01
-    assert wT < 0.3 * travelled
+def test_pde_matches_particles_in_w2_finer_mesh(rng):
+    w0, wT, travelled = pde_vs_particles(20000, 2420, 1.0, rng, max_points=20000)
+    print(f"n=20000, 2420 cells: W2(t=0) = {w0:.4f}, W2(T) = {wT:.4f}, travelled "
+          f"{travelled:.4f}")
+    assert wT < 1.25 * w0
+    assert wT < 0.2 * travelled
 
 
 # ----------------------------------------------------------------------------- CLI, demo
