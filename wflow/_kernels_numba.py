@@ -7,8 +7,9 @@ All kernels evaluate, for every head ``h`` and target ``i``,
 ``Φ = Σ_j m_j Φ(s_ij)`` and ``S = Σ_j m_j k(s_ij) s_ij`` in ONE pass over the
 sources, with scores ``s_ij = <qx_i, ky_j>`` (``β`` already folded into ``qx``).
 Nothing of size ``M × N`` is ever stored: each target keeps its running sums in
-registers, so the extra memory is ``O(1)`` per target (``O(threads · N)`` for
-the symmetric kernel), and the parallel loop runs over (head, target block).
+registers, so the extra memory is ``O(1)`` per target, and the parallel loop
+runs over (head, target block). Each kernel has a ``*_serial`` twin for small
+problems, where starting the thread team costs more than the sums.
 
 The exponential is evaluated by :func:`fexp`, an inlined branch-free
 ``2^k · p(r)`` with a degree-10 polynomial on ``|r| ≤ ln2/2`` (relative error
@@ -24,7 +25,17 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["fexp_array", "direct3", "direct3_sym", "direct_generic", "exp_block"]
+__all__ = [
+    "fexp_array",
+    "max_rownorm",
+    "particle_terms",
+    "particle_terms_serial",
+    "direct3",
+    "direct3_serial",
+    "direct_generic",
+    "direct_generic_serial",
+    "exp_block",
+]
 
 #: Fast-math flags: contraction to FMA and reassociation (needed to vectorise the sums).
 #: No ``nnan``/``ninf``: NaN and Inf must propagate to the caller's checks.
@@ -89,206 +100,170 @@ def fexp_array(s, out):
         out[i] = fexp(s[i])
 
 
+@njit(cache=True)
+def max_rownorm(Q, x):
+    """``max_{h,i} |Q_h x_i|`` (the overflow guard's factor) without temporaries."""
+    H, k, d = Q.shape
+    best = 0.0
+    for h in range(H):
+        for i in range(x.shape[0]):
+            nrm = 0.0
+            for a in range(k):
+                t = 0.0
+                for b in range(d):
+                    t += Q[h, a, b] * x[i, b]
+                nrm += t * t
+            best = max(best, nrm)
+    return np.sqrt(best)
+
+
 # --------------------------------------------------------------------------- d = 3
-@njit(parallel=True, fastmath=_FM, cache=True)
+@njit(fastmath=_FM, cache=True)
+def _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S):
+    """Work item ``t``: head ``t // nblk``, target rows ``ROWS·(t % nblk) + [0, ROWS)``."""
+    M = qx.shape[1]
+    N = m.shape[0]
+    h = t // nblk
+    i0 = (t % nblk) * ROWS
+    i1 = min(M, i0 + ROWS)
+    k0 = ky[h, 0]
+    k1 = ky[h, 1]
+    k2 = ky[h, 2]
+    y0 = my[0]
+    y1 = my[1]
+    y2 = my[2]
+    for i in range(i0, i1):
+        a0 = qx[h, i, 0]
+        a1 = qx[h, i, 1]
+        a2 = qx[h, i, 2]
+        z = 0.0
+        v0 = 0.0
+        v1 = 0.0
+        v2 = 0.0
+        sm = 0.0
+        if kind == 0 and not want_s:
+            for j in range(N):
+                e = fexp(a0 * k0[j] + a1 * k1[j] + a2 * k2[j])
+                z += e * m[j]
+                v0 += e * y0[j]
+                v1 += e * y1[j]
+                v2 += e * y2[j]
+        elif kind == 0:
+            for j in range(N):
+                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
+                e = fexp(s)
+                em = e * m[j]
+                z += em
+                sm += em * s
+                v0 += e * y0[j]
+                v1 += e * y1[j]
+                v2 += e * y2[j]
+        else:
+            for j in range(N):
+                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
+                e = max(s, 0.0)
+                em = e * m[j]
+                z += em
+                sm += em * s
+                v0 += e * y0[j]
+                v1 += e * y1[j]
+                v2 += e * y2[j]
+        Z[h, i] = z
+        Y[h, i, 0] = v0
+        Y[h, i, 1] = v1
+        Y[h, i, 2] = v2
+        if kind == 1:
+            # ReLU: k s = max(0, s)² so Φ = ½ Σ m k² = ½ Σ m k s.
+            P[h, i] = 0.5 * sm
+        if want_s:
+            S[h, i] = sm
+
+
+@njit(parallel=True, cache=True)
 def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
     """Fused direct sums for ``d = 3`` (scores of rank ≤ 3), all heads in one parallel loop.
 
     Parameters
     ----------
     qx : (H, M, 3)   ``β A_hᵀ x_i`` resp. ``β Q_h x_i`` (zero-padded to 3 components).
-    ky : (H, 3, N)   ``K_h y_j`` resp. ``y_j``, transposed (component-major).
+    ky : (H, 3, N)   ``y_j`` resp. ``K_h y_j``, transposed (component-major).
     my : (3, N)      ``m_j y_j``, transposed.
     m : (N,)         source masses.
     kind : int       0 exponential, 1 ReLU.
     want_s : bool    accumulate ``S``.
     Z, P, S : (H, M) outputs (``P`` only written for ReLU), Y : (H, M, 3) output.
     """
-    H, M = qx.shape[0], qx.shape[1]
-    N = m.shape[0]
-    nblk = (M + ROWS - 1) // ROWS
-    for t in prange(H * nblk):
-        h = t // nblk
-        i0 = (t % nblk) * ROWS
-        i1 = min(M, i0 + ROWS)
-        k0 = ky[h, 0]
-        k1 = ky[h, 1]
-        k2 = ky[h, 2]
-        y0 = my[0]
-        y1 = my[1]
-        y2 = my[2]
-        for i in range(i0, i1):
-            a0 = qx[h, i, 0]
-            a1 = qx[h, i, 1]
-            a2 = qx[h, i, 2]
-            z = 0.0
-            v0 = 0.0
-            v1 = 0.0
-            v2 = 0.0
-            sm = 0.0
-            if kind == 0 and not want_s:
-                for j in range(N):
-                    e = fexp(a0 * k0[j] + a1 * k1[j] + a2 * k2[j])
-                    z += e * m[j]
-                    v0 += e * y0[j]
-                    v1 += e * y1[j]
-                    v2 += e * y2[j]
-            elif kind == 0:
-                for j in range(N):
-                    s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
-                    e = fexp(s)
-                    em = e * m[j]
-                    z += em
-                    sm += em * s
-                    v0 += e * y0[j]
-                    v1 += e * y1[j]
-                    v2 += e * y2[j]
-            else:
-                for j in range(N):
-                    s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
-                    e = max(s, 0.0)
-                    em = e * m[j]
-                    z += em
-                    sm += em * s
-                    v0 += e * y0[j]
-                    v1 += e * y1[j]
-                    v2 += e * y2[j]
-            Z[h, i] = z
-            Y[h, i, 0] = v0
-            Y[h, i, 1] = v1
-            Y[h, i, 2] = v2
-            if kind == 1:
-                # ReLU: k s = max(0, s)² so Φ = ½ Σ m k² = ½ Σ m k s.
-                P[h, i] = 0.5 * sm
-            if want_s:
-                S[h, i] = sm
+    nblk = (qx.shape[1] + ROWS - 1) // ROWS
+    for t in prange(qx.shape[0] * nblk):
+        _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S)
 
 
-@njit(parallel=True, fastmath=_FM, cache=True)
-def direct3_sym(qx, ky, my, m, kind, want_s, nchunk, acc, Z, Y, P, S):
-    """Particle case ``x = y`` with symmetric ``A_h``: each pair's kernel is computed once.
-
-    ``s_ij = s_ji`` so the pair ``(i, j)``, ``i < j``, adds ``m_j k y_j`` to
-    target ``i`` and ``m_i k y_i`` to target ``j``. Work item ``c`` of
-    ``nchunk`` takes rows ``i ≡ c (mod nchunk)`` of one head (a balanced share
-    of the triangle) and adds the column contributions into its private
-    ``acc[c]`` (shape ``(5, N)``: z, y0, y1, y2, s); the private buffers are
-    summed at the end, so the extra memory is ``O(nchunk · N)``.
-    Arguments as in :func:`direct3` with ``M = N``.
-    """
-    H = qx.shape[0]
-    N = m.shape[0]
-    for h in range(H):
-        k0 = ky[h, 0]
-        k1 = ky[h, 1]
-        k2 = ky[h, 2]
-        y0 = my[0]
-        y1 = my[1]
-        y2 = my[2]
-        for c in prange(nchunk):
-            a = acc[c]
-            a[:, :] = 0.0
-            c0 = a[0]
-            c1 = a[1]
-            c2 = a[2]
-            c3 = a[3]
-            c4 = a[4]
-            eb = np.empty(CHUNK)
-            for i in range(c, N, nchunk):
-                a0 = qx[h, i, 0]
-                a1 = qx[h, i, 1]
-                a2 = qx[h, i, 2]
-                mi = m[i]
-                w0 = y0[i]
-                w1 = y1[i]
-                w2 = y2[i]
-                z = 0.0
-                v0 = 0.0
-                v1 = 0.0
-                v2 = 0.0
-                sm = 0.0
-                # j = i once (diagonal), then j > i in chunks; the chunk loop only reads
-                # (vectorises), the column updates run in separate short loops.
-                for j0 in range(i, N, CHUNK):
-                    j1 = min(N, j0 + CHUNK)
-                    n = j1 - j0
-                    # slices: non-negative local indices let LLVM use contiguous vector loads
-                    q0 = k0[j0:j1]
-                    q1 = k1[j0:j1]
-                    q2 = k2[j0:j1]
-                    mm = m[j0:j1]
-                    u0 = y0[j0:j1]
-                    u1 = y1[j0:j1]
-                    u2 = y2[j0:j1]
-                    if kind == 0:
-                        for j in range(n):
-                            s = a0 * q0[j] + a1 * q1[j] + a2 * q2[j]
-                            e = fexp(s)
-                            z += e * mm[j]
-                            sm += e * s * mm[j]
-                            v0 += e * u0[j]
-                            v1 += e * u1[j]
-                            v2 += e * u2[j]
-                            eb[j] = e
-                    else:
-                        for j in range(n):
-                            s = a0 * q0[j] + a1 * q1[j] + a2 * q2[j]
-                            e = max(s, 0.0)
-                            z += e * mm[j]
-                            sm += e * s * mm[j]
-                            v0 += e * u0[j]
-                            v1 += e * u1[j]
-                            v2 += e * u2[j]
-                            eb[j] = e
-                    if j0 == i:  # the diagonal pair is counted on the row side only
-                        eb[0] = 0.0
-                    d0 = c0[j0:j1]
-                    d1 = c1[j0:j1]
-                    d2 = c2[j0:j1]
-                    d3 = c3[j0:j1]
-                    for j in range(n):
-                        d0[j] += eb[j] * mi
-                    for j in range(n):
-                        d1[j] += eb[j] * w0
-                    for j in range(n):
-                        d2[j] += eb[j] * w1
-                    for j in range(n):
-                        d3[j] += eb[j] * w2
-                    if want_s or kind == 1:
-                        d4 = c4[j0:j1]
-                        for j in range(n):  # score moment: s_ji = s_ij recomputed
-                            s = a0 * q0[j] + a1 * q1[j] + a2 * q2[j]
-                            d4[j] += eb[j] * s * mi
-                c0[i] += z
-                c1[i] += v0
-                c2[i] += v1
-                c3[i] += v2
-                c4[i] += sm
-        for j in prange(N):
-            z = 0.0
-            v0 = 0.0
-            v1 = 0.0
-            v2 = 0.0
-            sm = 0.0
-            for c in range(nchunk):
-                z += acc[c, 0, j]
-                v0 += acc[c, 1, j]
-                v1 += acc[c, 2, j]
-                v2 += acc[c, 3, j]
-                sm += acc[c, 4, j]
-            Z[h, j] = z
-            Y[h, j, 0] = v0
-            Y[h, j, 1] = v1
-            Y[h, j, 2] = v2
-            if want_s:
-                S[h, j] = sm
-            if kind == 1:
-                # ReLU: k s = max(0, s)² so Φ = ½ Σ m k² = ½ Σ m k s.
-                P[h, j] = 0.5 * sm
+@njit(cache=True)
+def direct3_serial(qx, ky, my, m, kind, want_s, Z, Y, P, S):
+    """:func:`direct3` on the calling thread (small problems: no thread start-up)."""
+    nblk = (qx.shape[1] + ROWS - 1) // ROWS
+    for t in range(qx.shape[0] * nblk):
+        _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S)
 
 
 # --------------------------------------------------------------------------- any d
-@njit(parallel=True, fastmath=_FM, cache=True)
+@njit(fastmath=_FM, cache=True)
+def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
+    """Work item ``t`` of :func:`direct_generic` (one head, ``ROWS`` targets)."""
+    M, k = qx.shape[1], qx.shape[2]
+    d = yT.shape[0]
+    N = m.shape[0]
+    h = t // nblk
+    i0 = (t % nblk) * ROWS
+    i1 = min(M, i0 + ROWS)
+    sc = np.empty(CHUNK)
+    yacc = np.empty(d)
+    for i in range(i0, i1):
+        z = 0.0
+        sm = 0.0
+        yacc[:] = 0.0
+        for j0 in range(0, N, CHUNK):
+            n = min(N, j0 + CHUNK) - j0
+            a = qx[h, i, 0]
+            kr = ky[h, 0, j0:j0 + n]
+            for j in range(n):
+                sc[j] = a * kr[j]
+            for c in range(1, k):
+                a = qx[h, i, c]
+                kr = ky[h, c, j0:j0 + n]
+                for j in range(n):
+                    sc[j] += a * kr[j]
+            mr = m[j0:j0 + n]
+            if kind == 0:
+                for j in range(n):
+                    s = sc[j]
+                    em = fexp(s) * mr[j]
+                    z += em
+                    sm += em * s
+                    sc[j] = em
+            else:
+                for j in range(n):
+                    s = sc[j]
+                    em = max(s, 0.0) * mr[j]
+                    z += em
+                    sm += em * s
+                    sc[j] = em
+            for c in range(d):
+                yr = yT[c, j0:j0 + n]
+                acc = 0.0
+                for j in range(n):
+                    acc += sc[j] * yr[j]
+                yacc[c] += acc
+        Z[h, i] = z
+        for c in range(d):
+            Y[h, i, c] = yacc[c]
+        if kind == 1:
+            P[h, i] = 0.5 * sm
+        if want_s:
+            S[h, i] = sm
+
+
+@njit(parallel=True, cache=True)
 def direct_generic(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     """Fused direct sums for any ``(k, d)``: scores of a source chunk are built in L1.
 
@@ -300,70 +275,30 @@ def direct_generic(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     m, kind, want_s, Z, Y, P, S
         As in :func:`direct3`.
     """
-    H, M, k = qx.shape
-    d = yT.shape[0]
-    N = m.shape[0]
-    nblk = (M + ROWS - 1) // ROWS
-    for t in prange(H * nblk):
-        h = t // nblk
-        i0 = (t % nblk) * ROWS
-        i1 = min(M, i0 + ROWS)
-        sc = np.empty(CHUNK)
-        yacc = np.empty(d)
-        for i in range(i0, i1):
-            z = 0.0
-            sm = 0.0
-            yacc[:] = 0.0
-            for j0 in range(0, N, CHUNK):
-                n = min(N, j0 + CHUNK) - j0
-                a = qx[h, i, 0]
-                kr = ky[h, 0, j0:j0 + n]
-                for j in range(n):
-                    sc[j] = a * kr[j]
-                for c in range(1, k):
-                    a = qx[h, i, c]
-                    kr = ky[h, c, j0:j0 + n]
-                    for j in range(n):
-                        sc[j] += a * kr[j]
-                mr = m[j0:j0 + n]
-                if kind == 0:
-                    for j in range(n):
-                        s = sc[j]
-                        em = fexp(s) * mr[j]
-                        z += em
-                        sm += em * s
-                        sc[j] = em
-                else:
-                    for j in range(n):
-                        s = sc[j]
-                        em = max(s, 0.0) * mr[j]
-                        z += em
-                        sm += em * s
-                        sc[j] = em
-                for c in range(d):
-                    yr = yT[c, j0:j0 + n]
-                    acc = 0.0
-                    for j in range(n):
-                        acc += sc[j] * yr[j]
-                    yacc[c] += acc
-            Z[h, i] = z
-            for c in range(d):
-                Y[h, i, c] = yacc[c]
-            if kind == 1:
-                P[h, i] = 0.5 * sm
-            if want_s:
-                S[h, i] = sm
+    nblk = (qx.shape[1] + ROWS - 1) // ROWS
+    for t in prange(qx.shape[0] * nblk):
+        _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S)
 
 
-@njit(parallel=True, fastmath=_FM, cache=True)
+@njit(cache=True)
+def direct_generic_serial(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
+    """:func:`direct_generic` on the calling thread."""
+    nblk = (qx.shape[1] + ROWS - 1) // ROWS
+    for t in range(qx.shape[0] * nblk):
+        _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S)
+
+
+@njit(fastmath=_FM, cache=True)
 def exp_block(sc, m, kind, want_s, Z, P, S):
     """In place on a block of scores ``sc`` (b, N): ``sc ← m_j k(sc)``, and the row sums.
 
     The element-wise half of the BLAS back-end: ``Y = sc @ y`` follows in BLAS.
-    ``Z, P, S`` are (b,) views of the outputs.
+    ``Z, P, S`` are (b,) views of the outputs. Serial on purpose: BLAS runs its own
+    threads around it, and two thread teams alternating on the same cores spin
+    against each other.
     """
     b, N = sc.shape
-    for i in prange(b):
+    for i in range(b):
         row = sc[i]
         z = 0.0
         sm = 0.0
@@ -388,69 +323,307 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
             S[i] = sm
 
 
-@njit(parallel=True, fastmath=_FM, cache=True)
-def direct_wide(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
-    """Fused direct sums for wide heads (large ``k``): scores as contiguous dot products.
+# ------------------------------------------------------- particle step, one pass
+# Layouts: x (n, 3), xT (3, n) contiguous, A, V (H, 3, 3); Y, Yp (H, 3, n) (component-major,
+# so the pair-once column updates are contiguous); Z, P, PH (H, n); G (H, n, 3).
 
-    Like :func:`direct_generic` but ``ky`` is row-major ``(H, N, k)``, so each
-    score is a vectorised dot product over ``k`` (no score round trips through
-    memory); a tile of ``ROWS`` targets shares every loaded source row.
-    """
-    H, M, k = qx.shape
-    d = yT.shape[0]
+
+@njit(fastmath=_FM, cache=True)
+def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
+    """Targets ``i0 ≤ i < i1``, every head: ``Z, Y, Φ`` (and ``Y'`` with ``Aᵀ`` if not ``sym``)."""
+    H = A.shape[0]
     N = m.shape[0]
-    nblk = (M + ROWS - 1) // ROWS
-    for t in prange(H * nblk):
-        h = t // nblk
-        i0 = (t % nblk) * ROWS
-        nr = min(M, i0 + ROWS) - i0
-        sc = np.empty((ROWS, CHUNK))
-        yacc = np.zeros((ROWS, d))
-        zacc = np.zeros(ROWS)
-        sacc = np.zeros(ROWS)
-        for j0 in range(0, N, CHUNK):
-            n = min(N, j0 + CHUNK) - j0
-            for r in range(nr):
-                q = qx[h, i0 + r]
-                for j in range(n):
-                    kr = ky[h, j0 + j]
-                    acc = 0.0
-                    for c in range(k):
-                        acc += q[c] * kr[c]
-                    sc[r, j] = acc
-            mr = m[j0:j0 + n]
-            for r in range(nr):
-                row = sc[r]
-                z = 0.0
-                sm = 0.0
+    x0 = xT[0]
+    x1 = xT[1]
+    x2 = xT[2]
+    for i in range(i0, i1):
+        xi0 = x0[i]
+        xi1 = x1[i]
+        xi2 = x2[i]
+        for h in range(H):
+            # s_ij = β xᵢᵀ A y_j = <β Aᵀ xᵢ, y_j>
+            a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
+            a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
+            a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
+            z = 0.0
+            y0 = 0.0
+            y1 = 0.0
+            y2 = 0.0
+            ph = 0.0
+            if kind == 0:
+                for j in range(N):
+                    e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
+                    z += e
+                    y0 += e * x0[j]
+                    y1 += e * x1[j]
+                    y2 += e * x2[j]
+                ph = z
+            else:
+                for j in range(N):
+                    k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j], 0.0)
+                    e = k * m[j]
+                    z += e
+                    ph += 0.5 * k * e
+                    y0 += e * x0[j]
+                    y1 += e * x1[j]
+                    y2 += e * x2[j]
+            Z[h, i] = z
+            P[h, i] = ph
+            Y[h, 0, i] = y0
+            Y[h, 1, i] = y1
+            Y[h, 2, i] = y2
+            if not sym:  # Y' (roles of Q and K swapped): s'_ij = <β A xᵢ, y_j>
+                b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
+                b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
+                b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
+                t0 = 0.0
+                t1 = 0.0
+                t2 = 0.0
                 if kind == 0:
-                    for j in range(n):
-                        s = row[j]
-                        em = fexp(s) * mr[j]
-                        z += em
-                        sm += em * s
-                        row[j] = em
+                    for j in range(N):
+                        e = fexp(b0 * x0[j] + b1 * x1[j] + b2 * x2[j]) * m[j]
+                        t0 += e * x0[j]
+                        t1 += e * x1[j]
+                        t2 += e * x2[j]
                 else:
-                    for j in range(n):
-                        s = row[j]
-                        em = max(s, 0.0) * mr[j]
-                        z += em
-                        sm += em * s
-                        row[j] = em
-                zacc[r] += z
-                sacc[r] += sm
-                for c in range(d):
-                    yr = yT[c, j0:j0 + n]
-                    acc = 0.0
-                    for j in range(n):
-                        acc += row[j] * yr[j]
-                    yacc[r, c] += acc
-        for r in range(nr):
-            i = i0 + r
-            Z[h, i] = zacc[r]
-            for c in range(d):
-                Y[h, i, c] = yacc[r, c]
+                    for j in range(N):
+                        e = max(b0 * x0[j] + b1 * x1[j] + b2 * x2[j], 0.0) * m[j]
+                        t0 += e * x0[j]
+                        t1 += e * x1[j]
+                        t2 += e * x2[j]
+                Yp[h, 0, i] = t0
+                Yp[h, 1, i] = t1
+                Yp[h, 2, i] = t2
+
+
+@njit(fastmath=_FM, cache=True)
+def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
+    """One SYMMETRIC head, every pair once (half the kernel evaluations).
+
+    ``s_ij = s_ji``, so pair ``i < j`` adds ``m_j k y_j`` to target ``i`` and
+    ``m_i k y_i`` to target ``j``. The row loop only reads (it vectorises); the
+    column updates run in separate short loops over the buffer ``eb``.
+    """
+    N = m.shape[0]
+    x0 = xT[0]
+    x1 = xT[1]
+    x2 = xT[2]
+    zc = Z[h]
+    pc = P[h]
+    c0 = Y[h, 0]
+    c1 = Y[h, 1]
+    c2 = Y[h, 2]
+    zc[:] = 0.0
+    pc[:] = 0.0
+    c0[:] = 0.0
+    c1[:] = 0.0
+    c2[:] = 0.0
+    for i in range(N):
+        xi0 = x0[i]
+        xi1 = x1[i]
+        xi2 = x2[i]
+        a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
+        a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
+        a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
+        mi = m[i]
+        w0 = mi * xi0
+        w1 = mi * xi1
+        w2 = mi * xi2
+        z = 0.0
+        y0 = 0.0
+        y1 = 0.0
+        y2 = 0.0
+        ph = 0.0
+        for j0 in range(i, N, CHUNK):
+            j1 = min(N, j0 + CHUNK)
+            n = j1 - j0
+            q0 = x0[j0:j1]
+            q1 = x1[j0:j1]
+            q2 = x2[j0:j1]
+            mm = m[j0:j1]
+            if kind == 0:
+                for j in range(n):
+                    e = fexp(a0 * q0[j] + a1 * q1[j] + a2 * q2[j])
+                    em = e * mm[j]
+                    z += em
+                    y0 += em * q0[j]
+                    y1 += em * q1[j]
+                    y2 += em * q2[j]
+                    eb[j] = e
+            else:
+                for j in range(n):
+                    e = max(a0 * q0[j] + a1 * q1[j] + a2 * q2[j], 0.0)
+                    em = e * mm[j]
+                    z += em
+                    ph += 0.5 * e * em
+                    y0 += em * q0[j]
+                    y1 += em * q1[j]
+                    y2 += em * q2[j]
+                    eb[j] = e
+            if j0 == i:  # the diagonal pair is counted on the row side only
+                eb[0] = 0.0
+            d = zc[j0:j1]
+            for j in range(n):
+                d[j] += eb[j] * mi
+            d = c0[j0:j1]
+            for j in range(n):
+                d[j] += eb[j] * w0
+            d = c1[j0:j1]
+            for j in range(n):
+                d[j] += eb[j] * w1
+            d = c2[j0:j1]
+            for j in range(n):
+                d[j] += eb[j] * w2
             if kind == 1:
-                P[h, i] = 0.5 * sacc[r]
-            if want_s:
-                S[h, i] = sacc[r]
+                d = pc[j0:j1]
+                for j in range(n):
+                    d[j] += 0.5 * eb[j] * eb[j] * mi
+        zc[i] += z
+        c0[i] += y0
+        c1[i] += y1
+        c2[i] += y2
+        pc[i] += ph
+    if kind == 0:
+        pc[:] = zc
+
+
+@njit(fastmath=_FM, cache=True)
+def _post_rows(i0, i1, xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp,
+               G, vel, v, vhat, terms, PH):
+    """Head outputs, velocities and slope integrands of targets ``i0 ≤ i < i1`` from the sums."""
+    H = A.shape[0]
+    for i in range(i0, i1):
+        xi0 = xT[0, i]
+        xi1 = xT[1, i]
+        xi2 = xT[2, i]
+        f0 = 0.0
+        f1 = 0.0
+        f2 = 0.0
+        u0 = 0.0
+        u1 = 0.0
+        u2 = 0.0
+        g0 = 0.0
+        g1 = 0.0
+        g2 = 0.0
+        wz = 0.0
+        wiz = 0.0
+        for h in range(H):
+            z = Z[h, i]
+            y0 = Y[h, 0, i]
+            y1 = Y[h, 1, i]
+            y2 = Y[h, 2, i]
+            # ∇ψ_h = A Y (symmetric) or ½ (A Y + Aᵀ Y')
+            q0 = A[h, 0, 0] * y0 + A[h, 0, 1] * y1 + A[h, 0, 2] * y2
+            q1 = A[h, 1, 0] * y0 + A[h, 1, 1] * y1 + A[h, 1, 2] * y2
+            q2 = A[h, 2, 0] * y0 + A[h, 2, 1] * y1 + A[h, 2, 2] * y2
+            if not sym:
+                t0 = Yp[h, 0, i]
+                t1 = Yp[h, 1, i]
+                t2 = Yp[h, 2, i]
+                q0 = 0.5 * (q0 + A[h, 0, 0] * t0 + A[h, 1, 0] * t1 + A[h, 2, 0] * t2)
+                q1 = 0.5 * (q1 + A[h, 0, 1] * t0 + A[h, 1, 1] * t1 + A[h, 2, 1] * t2)
+                q2 = 0.5 * (q2 + A[h, 0, 2] * t0 + A[h, 1, 2] * t1 + A[h, 2, 2] * t2)
+            G[h, i, 0] = q0
+            G[h, i, 1] = q1
+            G[h, i, 2] = q2
+            g0 += w[h] * q0
+            g1 += w[h] * q1
+            g2 += w[h] * q2
+            vy0 = V[h, 0, 0] * y0 + V[h, 0, 1] * y1 + V[h, 0, 2] * y2
+            vy1 = V[h, 1, 0] * y0 + V[h, 1, 1] * y1 + V[h, 1, 2] * y2
+            vy2 = V[h, 2, 0] * y0 + V[h, 2, 1] * y1 + V[h, 2, 2] * y2
+            u0 += w[h] * vy0
+            u1 += w[h] * vy1
+            u2 += w[h] * vy2
+            if soft:
+                f0 += w[h] * vy0 / z
+                f1 += w[h] * vy1 / z
+                f2 += w[h] * vy2 / z
+                wz += wbar[h] * z
+                wiz += wbar[h] / z
+            else:
+                f0 += w[h] * vy0
+                f1 += w[h] * vy1
+                f2 += w[h] * vy2
+        if soft:
+            bh = 1.0 / wz
+            hm = 1.0 / wiz
+        else:
+            bh = 1.0
+            hm = 1.0
+        r = xi0 * f0 + xi1 * f1 + xi2 * f2
+        v[i, 0] = f0 - r * xi0
+        v[i, 1] = f1 - r * xi1
+        v[i, 2] = f2 - r * xi2
+        r = xi0 * u0 + xi1 * u1 + xi2 * u2
+        vhat[i, 0] = bh * (u0 - r * xi0)
+        vhat[i, 1] = bh * (u1 - r * xi1)
+        vhat[i, 2] = bh * (u2 - r * xi2)
+        if surrogate:
+            c0 = vhat[i, 0]
+            c1 = vhat[i, 1]
+            c2 = vhat[i, 2]
+        else:
+            c0 = v[i, 0]
+            c1 = v[i, 1]
+            c2 = v[i, 2]
+        vel[i, 0] = c0
+        vel[i, 1] = c1
+        vel[i, 2] = c2
+        r = xi0 * g0 + xi1 * g1 + xi2 * g2
+        p0 = g0 - r * xi0
+        p1 = g1 - r * xi1
+        p2 = g2 - r * xi2
+        v2 = c0 * c0 + c1 * c1 + c2 * c2
+        terms[0, i] = g0 * c0 + g1 * c1 + g2 * c2  # <∇ψ, v>
+        terms[1, i] = bh * (p0 * p0 + p1 * p1 + p2 * p2)  # b̂ |P∇ψ|²
+        terms[2, i] = v2 / bh  # |v|² / b̂
+        terms[3, i] = v2 * hm  # |v|² HM(Z)
+        for h in range(H):
+            PH[h, i] = G[h, i, 0] * c0 + G[h, i, 1] * c1 + G[h, i, 2] * c2  # <∇ψ_h, v>
+
+
+@njit(parallel=True, cache=True)
+def particle_terms(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate,
+                   Z, Y, Yp, P, G, vel, v, vhat, terms, PH):
+    """Velocity, slopes and energies of a particle state in one compiled call (``d = 3``).
+
+    Sums: every pair once per symmetric head (``pair_once``, parallel over heads),
+    or row by row (parallel over targets; a second loop with ``Aᵀ`` for
+    non-symmetric heads). Then per token: head outputs, transformer and
+    surrogate velocities, the integrands ``<∇ψ, v>``, ``b̂|P∇ψ|²``, ``|v|²/b̂``,
+    ``|v|² HM(Z)`` (``terms``) and ``<∇ψ_h, v>`` (``PH``).
+    ``kind``: 0 exponential, 1 ReLU; ``soft``: softmax normalisation (else USA /
+    ReLU); ``surrogate``: the slope terms are those of ``vhat`` instead of ``v``.
+    Conventions of :mod:`wflow.energy`.
+    """
+    H = A.shape[0]
+    N = m.shape[0]
+    nblk = (N + ROWS - 1) // ROWS
+    if pair_once:
+        for h in prange(H):
+            eb = np.empty(CHUNK)
+            _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb)
+    else:
+        for t in prange(nblk):
+            i0 = t * ROWS
+            _rows_sums(i0, min(N, i0 + ROWS), xT, A, m, beta, kind, sym, Z, Y, Yp, P)
+    for t in prange(nblk):
+        i0 = t * ROWS
+        _post_rows(i0, min(N, i0 + ROWS), xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp,
+                   G, vel, v, vhat, terms, PH)
+
+
+@njit(cache=True)
+def particle_terms_serial(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate,
+                          Z, Y, Yp, P, G, vel, v, vhat, terms, PH):
+    """:func:`particle_terms` on the calling thread."""
+    N = m.shape[0]
+    if pair_once:
+        eb = np.empty(CHUNK)
+        for h in range(A.shape[0]):
+            _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb)
+    else:
+        _rows_sums(0, N, xT, A, m, beta, kind, sym, Z, Y, Yp, P)
+    _post_rows(0, N, xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp, G, vel, v, vhat,
+               terms, PH)

@@ -21,11 +21,12 @@ Back-ends (``backend=``):
 ``"direct"``
     Fused multi-core direct sum (numba, :mod:`wflow._kernels_numba`): scores,
     exponential and all accumulations in one pass per target, parallel over
-    (head, target block), ``O(1)`` extra memory per target. ``d ≤ 3`` uses a
-    kernel specialised to three components (the particle case ``x is y`` with
-    symmetric heads evaluates each pair once); wide heads (``k + d ≥ 24``) build
-    score blocks with BLAS and fuse the rest. Agrees with ``"numpy"`` to ~1e-15
-    relative (exponential accurate to 3e-15, summation order differs).
+    (head, target block) (serial for small problems, see :data:`SERIAL_TRIPLES`
+    and :data:`BUSY_SERIAL_TRIPLES`), ``O(1)`` extra
+    memory per target. ``d ≤ 3`` uses a kernel specialised to three components;
+    wide heads (``k + d ≥ 24``) build score blocks with BLAS and fuse the rest.
+    Agrees with ``"numpy"`` to ~1e-15 relative (exponential accurate to
+    4e-15, summation order differs).
 ``"fastsum"``
     Spherical-harmonic expansion on S² (``d = 3``, exponential kernels, targets
     on the unit sphere), ``O((M + N) L²)`` with the degree ``L`` chosen from
@@ -47,6 +48,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -57,7 +60,9 @@ __all__ = [
     "KernelInfo",
     "KernelPlan",
     "KernelLog",
+    "ParticleTerms",
     "kernel_sums",
+    "particle_terms",
     "plan_kernel",
     "BACKENDS",
     "DEFAULT_TOL",
@@ -79,6 +84,15 @@ DEFAULT_TOL = 1e-10
 FASTSUM_MIN_TRIPLES = 1 << 22
 #: Heads with ``k + d`` at least this use BLAS score blocks in the direct back-end.
 WIDE = 24
+#: Below this many triples the direct back-end runs on the calling thread only.
+SERIAL_TRIPLES = 1 << 18
+#: ... and below this many when the machine is oversubscribed (1-min load average ≥ cores):
+#: then a thread team waits for the OS to schedule all its threads (often a 4-16 ms time
+#: slice), which costs more than the work (~1 ns per triple and core).
+BUSY_SERIAL_TRIPLES = 1 << 23
+_LOAD_CACHE = [0.0, 0.0]  # [time of the last reading, busy flag]
+#: particle_terms sums symmetric heads pair-once (parallel over heads) from this many heads.
+PAIR_ONCE_HEADS = 4
 
 # Cost model of ``auto`` (core-seconds; only ratios matter). Measured on one core with
 # bench/bench_kernels.py: direct d = 3 ≈ 0.85 ns per triple; fast summation per head
@@ -228,9 +242,25 @@ class KernelLog:
 
 
 # ------------------------------------------------------------------ validation
+def _apply(Q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``Q_h x_i`` for all heads, shape ``(H, M, k)`` (batched matmul: far faster than einsum)."""
+    return np.matmul(x, np.swapaxes(Q, 1, 2))
+
+
+def _scores_A(Q: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """``A_h = Q_hᵀ K_h``, shape ``(H, d, d)``."""
+    return np.matmul(np.swapaxes(Q, 1, 2), K)
+
+
+def _max_norm(v: np.ndarray) -> float:
+    return math.sqrt(float(np.max(np.einsum("...k,...k->...", v, v)))) if v.size else 0.0
+
+
 def _check_bound(qx: np.ndarray, ky: np.ndarray, beta: float) -> None:
-    bound = beta * float(np.max(np.linalg.norm(qx, axis=-1))) * float(
-        np.max(np.linalg.norm(ky, axis=-1)))
+    _raise_bound(beta * _max_norm(qx) * _max_norm(ky))
+
+
+def _raise_bound(bound: float) -> None:
     if bound > EXP_OVERFLOW:
         raise FloatingPointError(
             f"attention scores may reach β|Qx||Ky| = {bound:.1f} > {EXP_OVERFLOW}: e^s would "
@@ -249,8 +279,8 @@ def _validate(x, y, m, Q, K, beta, kind, backend, tol):
     x = np.ascontiguousarray(x, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.float64)
     m = np.ascontiguousarray(m, dtype=np.float64)
-    Q = np.asarray(Q, dtype=np.float64)
-    K = np.asarray(K, dtype=np.float64)
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    K = np.ascontiguousarray(K, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"x: expected shape (M, d), got {x.shape}")
     d = x.shape[1]
@@ -309,6 +339,29 @@ def _threads() -> int:
     return int(numba.get_num_threads())
 
 
+def _busy() -> bool:
+    """Whether the machine is oversubscribed (1-min load ≥ usable cores; re-read every 2 s)."""
+    now = time.monotonic()
+    if now - _LOAD_CACHE[0] > 2.0:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            cores = os.cpu_count() or 1
+        try:
+            _LOAD_CACHE[1] = float(os.getloadavg()[0] >= cores)
+        except OSError:  # pragma: no cover
+            _LOAD_CACHE[1] = 0.0
+        _LOAD_CACHE[0] = now
+    return bool(_LOAD_CACHE[1])
+
+
+def _serial(triples: int) -> bool:
+    """Whether to run on the calling thread (results are identical: same summation order)."""
+    if triples < SERIAL_TRIPLES or _threads() == 1:
+        return True
+    return triples < BUSY_SERIAL_TRIPLES and _busy()
+
+
 def _score_factors(x, y, Q, K, beta):
     """``(qx, ky)`` with ``s = <qx_i, ky_j>`` and ``β`` folded in, of the smaller width.
 
@@ -316,21 +369,15 @@ def _score_factors(x, y, Q, K, beta):
     """
     H, k, d = Q.shape
     if k >= d:
-        A = np.einsum("hki,hkj->hij", Q, K)
-        qx = beta * np.einsum("md,hde->hme", x, A)
+        qx = beta * np.matmul(x, _scores_A(Q, K))  # rows xᵢᵀ A = (Aᵀ xᵢ)ᵀ
         ky = np.broadcast_to(y, (H,) + y.shape)
     else:
-        qx = beta * np.einsum("hkd,md->hmk", Q, x)
-        ky = np.einsum("hkd,nd->hnk", K, y)
+        qx = beta * _apply(Q, x)
+        ky = _apply(K, y)
     return qx, ky
 
 
-def _sym_heads(Q, K) -> bool:
-    A = np.einsum("hki,hkj->hij", Q, K)
-    return bool(np.array_equal(A, np.swapaxes(A, 1, 2)))
-
-
-def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, *, same=False):
+def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
     from . import _kernels_numba as kn
 
     H, k, d = Q.shape
@@ -338,11 +385,12 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, *, same=False):
     N = y.shape[0]
     expo = kind != "relu"
     kcode = 0 if expo else 1
+    serial = _serial(M * N * H)
     Z = np.empty((H, M))
     Y = np.empty((H, M, d))
-    P = np.empty((H, M)) if (potential and not expo) else np.empty((1, 1))
-    S = np.empty((H, M)) if scores else np.empty((1, 1))
-    if M == 0 or N == 0:
+    P = np.empty((H, M))
+    S = np.empty((H, M))
+    if M == 0 or N == 0 or H == 0:
         Z[:] = 0.0
         Y[:] = 0.0
         P[:] = 0.0
@@ -357,29 +405,20 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, *, same=False):
         my = np.zeros((3, N))
         my[:d] = (m[:, None] * y).T
         Y3 = Y if d == 3 else np.empty((H, M, 3))
-        Pz = P if P.shape[0] == H else np.empty((H, M))
-        Sz = S if S.shape[0] == H else np.empty((H, M))
-        if same and _sym_heads(Q, K):
-            nchunk = 2 * _threads()
-            acc = np.empty((nchunk, 5, N))
-            kn.direct3_sym(qx3, ky3, my, m, kcode, scores, nchunk, acc, Z, Y3, Pz, Sz)
-        else:
-            kn.direct3(qx3, ky3, my, m, kcode, scores, Z, Y3, Pz, Sz)
+        fn = kn.direct3_serial if serial else kn.direct3
+        fn(qx3, ky3, my, m, kcode, scores, Z, Y3, P, S)
         if d < 3:
             Y[:] = Y3[:, :, :d]
-        P, S = Pz, Sz
     else:
         qx, ky = _score_factors(x, y, Q, K, beta)
         w = qx.shape[2]
         qx = np.ascontiguousarray(qx)
-        Pz = P if P.shape[0] == H else np.empty((H, M))
-        Sz = S if S.shape[0] == H else np.empty((H, M))
         if w + d < WIDE:
             kyT = np.ascontiguousarray(np.swapaxes(ky, 1, 2))
-            kn.direct_generic(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y, Pz, Sz)
+            fn = kn.direct_generic_serial if serial else kn.direct_generic
+            fn(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y, P, S)
         else:
-            _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, Pz, Sz)
-        P, S = Pz, Sz
+            _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
     Phi = (Z if expo else P) if potential else None
     return Z, Y, Phi, (S if scores else None)
 
@@ -387,14 +426,16 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, *, same=False):
 def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
     """Wide heads: score blocks ``(b, N)`` by BLAS, exponential + sums fused (numba), ``Y`` by BLAS.
 
-    Blocks of about ``2^19`` doubles (4 MiB) stay in the last-level cache; the
-    element-wise pass is single-threaded so it never competes with BLAS threads.
+    Blocks of about ``2^21`` doubles (16 MiB) stay in the last-level cache and keep
+    the number of BLAS calls small; the element-wise pass is single-threaded so it
+    never competes with BLAS threads (two thread teams alternating on the same
+    cores spin against each other).
     """
     from . import _kernels_numba as kn
 
     H, M, _ = qx.shape
     N = y.shape[0]
-    B = max(1, min(M, (1 << 19) // N))
+    B = max(1, min(M, (1 << 21) // N))
     buf = np.empty((B, N))
     for h in range(H):
         kyT = np.ascontiguousarray(ky[h].T)
@@ -457,7 +498,7 @@ def plan_kernel(
         if backend == "fastsum":
             raise ValueError(f"backend='fastsum' not applicable: {why}")
         return KernelPlan("direct", why)
-    A = np.einsum("hki,hkj->hij", Q, K)
+    A = _scores_A(Q, K)
     y = np.asarray(y, dtype=np.float64)
     degrees, radii, fast = [], [], []
     cost_fast = 0.0
@@ -547,16 +588,17 @@ def kernel_sums(
         return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, "requested", err_direct,
                                                    tol, (), 1, triples))
     if expo and M and N and H:
-        _check_bound(np.einsum("hkd,md->hmk", Q, x), np.einsum("hkd,nd->hnk", K, y), beta)
-    same = x is y or (x.shape == y.shape and np.may_share_memory(x, y) and np.array_equal(x, y))
+        from . import _kernels_numba as kn
+
+        _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
     plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol)
     if plan.backend == "direct":
-        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores, same=same)
+        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
                                                    tol, (), _threads(), triples))
     from . import fastsum as fs
 
-    A = np.einsum("hki,hkj->hij", Q, K)
+    A = _scores_A(Q, K)
     res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
                            heads=np.asarray(plan.fast_heads))
     Z, Y, S = res.Z, res.Y, res.S
@@ -582,3 +624,125 @@ def kernel_sums(
     Phi = Z if potential else None
     return KernelSums(Z, Y, Phi, S, KernelInfo(name, backend, reason, err, tol, degree,
                                                _threads(), triples))
+
+
+# ------------------------------------------------------- particle step, one pass
+class ParticleTerms(NamedTuple):
+    """Velocity, energies and slope terms of one particle state (conventions of wflow.energy).
+
+    Attributes
+    ----------
+    velocity : (n, d)  velocity of the requested flow (``v`` or ``vhat``).
+    v, vhat : (n, d)  transformer velocity and effective-mobility surrogate.
+    Z : (H, n), Y : (H, n, d), Phi : (H, n), grad_psi : (H, n, d)
+        As in :class:`wflow.energy.FieldEval`.
+    E_heads : (H,)  ``E_h = (1/2β) Σ_i m_i Φ_h(x_i)``.
+    E : float  ``Σ_h w_h E_h``.
+    power, slope2, speed2, G2 : float
+        As in :class:`wflow.energy.SlopeTerms`, for ``velocity``.
+    power_heads : (H,)  ``∫ <∇ψ_h, velocity> dμ``.
+    """
+
+    velocity: np.ndarray
+    v: np.ndarray
+    vhat: np.ndarray
+    Z: np.ndarray
+    Y: np.ndarray
+    Phi: np.ndarray
+    grad_psi: np.ndarray
+    E_heads: np.ndarray
+    E: float
+    power: float
+    slope2: float
+    speed2: float
+    G2: float
+    power_heads: np.ndarray
+
+
+def particle_terms(
+    x: np.ndarray,
+    m: np.ndarray,
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    w: np.ndarray,
+    *,
+    beta: float,
+    kind: str,
+    flow: str = "transformer",
+) -> ParticleTerms:
+    """Everything one particle step needs, in ONE compiled pass (``d ≤ 3``, targets = sources).
+
+    Equals ``wflow.energy.evaluate`` + ``head_energies`` + ``slope_terms`` (tested to
+    1e-12) without their ``O(H n d)`` NumPy temporaries and per-call overhead, which
+    dominate for small systems (the published multi-head experiments: ``n = 200``).
+
+    Parameters
+    ----------
+    x : (n, d) array, ``d ≤ 3``
+        Tokens on the sphere (also the sources).
+    m : (n,) array
+        Token masses.
+    Q, K : (H, k, d) arrays; V : (H, d, d) array; w : (H,) array
+        Head parameters (``wflow.heads.Heads`` fields).
+    beta, kind
+        Attention (``kind`` in ``{"softmax", "usa", "relu"}``).
+    flow : {"transformer", "surrogate"}
+        Which velocity the slope terms and ``velocity`` refer to.
+    """
+    from . import _kernels_numba as kn
+
+    x, _, m, Q, K = _validate(x, x, m, Q, K, beta, kind, "direct", DEFAULT_TOL)
+    if flow not in ("transformer", "surrogate"):
+        raise ValueError(f"flow: must be 'transformer' or 'surrogate', got {flow!r}")
+    n, d = x.shape
+    H = Q.shape[0]
+    if d > 3:
+        raise ValueError(f"x: particle_terms needs d <= 3, got d = {d}; use wflow.energy")
+    V = np.ascontiguousarray(V, dtype=np.float64)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    if V.shape != (H, d, d) or w.shape != (H,):
+        raise ValueError(f"V, w: expected shapes {(H, d, d)} and {(H,)}, got {V.shape}, {w.shape}")
+    expo = kind != "relu"
+    if expo and n:
+        _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, x))
+    A = _scores_A(Q, K)
+    scale = max(1.0, float(np.max(np.abs(A)))) if A.size else 1.0
+    sym = bool(np.max(np.abs(A - np.swapaxes(A, 1, 2)), initial=0.0) <= 1e-12 * scale)
+    if d == 3:
+        x3, A3, V3 = x, np.ascontiguousarray(A), np.ascontiguousarray(V)
+    else:
+        x3 = np.zeros((n, 3))
+        x3[:, :d] = x
+        A3 = np.zeros((H, 3, 3))
+        A3[:, :d, :d] = A
+        V3 = np.zeros((H, 3, 3))
+        V3[:, :d, :d] = V
+    Z = np.empty((H, n))
+    Y = np.empty((H, 3, n))
+    Yp = Y if sym else np.empty((H, 3, n))
+    G = np.empty((H, n, 3))
+    P = np.empty((H, n))
+    PH = np.empty((H, n))
+    vel = np.empty((n, 3))
+    v = np.empty((n, 3))
+    vhat = np.empty((n, 3))
+    terms = np.empty((4, n))
+    serial = _serial(n * n * H * (1 if sym else 2))
+    # pair-once halves the kernels of symmetric heads (parallel over heads only); fixed
+    # rule, so the summation order never depends on threads or load
+    pair_once = sym and H >= PAIR_ONCE_HEADS
+    fn = kn.particle_terms_serial if serial else kn.particle_terms
+    fn(np.ascontiguousarray(x3.T), A3, V3, w, w / w.sum(), m, float(beta),
+       0 if expo else 1, kind == "softmax", sym, pair_once, flow == "surrogate",
+       Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
+    if kind == "softmax" and n and np.any(Z <= 0):
+        raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
+    E_heads = P @ m / (2.0 * beta)
+    tm = terms @ m
+    return ParticleTerms(
+        velocity=vel[:, :d], v=v[:, :d], vhat=vhat[:, :d], Z=Z,
+        Y=np.swapaxes(Y, 1, 2)[:, :, :d],
+        Phi=P, grad_psi=G[:, :, :d], E_heads=E_heads, E=float(w @ E_heads),
+        power=float(tm[0]), slope2=float(tm[1]), speed2=float(tm[2]), G2=float(tm[3]),
+        power_heads=PH @ m)
