@@ -57,7 +57,7 @@ def test_main_job_outputs_and_numbers(tmp_path):
     assert s["w2"]["particles_vs_pde"] < 2 * s["w2"]["particles_vs_pde_initial"]
     for f in ("report.md", "density.npz", "trajectory.npz", "diagnostics_pde.csv",
               "diagnostics_particles.csv", "w2.csv", "energy.png", "edi_balance.png",
-              "w2.png", "density_t000.png"):
+              "w2.png", "density_0000.png"):
         assert (out / f).is_file(), f
     with np.load(out / "density.npz") as z:
         assert z["rho"].shape == (4, 720) and z["areas"].shape == (720,)

@@ -31,6 +31,8 @@ __all__ = [
     "run_directory",
     "to_jsonable",
     "check_finite",
+    "history_columns",
+    "provenance",
 ]
 
 
@@ -155,3 +157,49 @@ def run_directory(out: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(stage, out)
+
+
+def provenance() -> dict[str, Any]:
+    """Versions of wflow and its numerical dependencies, and the machine."""
+    import platform
+    import time
+
+    import scipy
+
+    from . import __version__
+
+    out = {"wflow": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
+           "python": platform.python_version(), "machine": platform.machine(),
+           "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        import ot
+
+        out["pot"] = ot.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def history_columns(t: np.ndarray, history: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Flatten per-path histories into CSV columns.
+
+    One path: ``name`` (scalars) or ``name_h{h}`` (per head; ``E_h`` becomes ``E_h0``,
+    ``E_h1``, …). Several paths: the mean under the same names plus ``<name>_std``
+    (Monte-Carlo standard deviation, ``ddof=1``).
+    """
+    cols: dict[str, np.ndarray] = {"t": t}
+    for name, arr in history.items():
+        P = arr.shape[0]
+        mean = arr.mean(axis=0)
+        std = arr.std(axis=0, ddof=1) if P > 1 else None
+        if mean.ndim == 1:
+            cols[name] = mean
+            if std is not None:
+                cols[f"{name}_std"] = std
+        else:
+            base = name[:-2] if name.endswith("_h") else name
+            for h in range(mean.shape[1]):
+                cols[f"{base}_h{h}"] = mean[:, h]
+                if std is not None:
+                    cols[f"{base}_h{h}_std"] = std[:, h]
+    return cols

@@ -8,62 +8,23 @@ run leaves nothing that looks complete.
 from __future__ import annotations
 
 import logging
-import platform
-import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from . import __version__
-from .io import check_finite, run_directory, save_npz, write_csv, write_json
+from .io import (
+    check_finite,
+    history_columns,
+    provenance,
+    run_directory,
+    save_npz,
+    write_csv,
+    write_json,
+)
 from .particles import ParticleResult, simulate
 from .scenario import Scenario
 
 __all__ = ["run_particles", "history_columns", "provenance"]
 
 logger = logging.getLogger(__name__)
-
-
-def provenance() -> dict[str, Any]:
-    """Versions of wflow and its numerical dependencies, and the machine."""
-    import scipy
-
-    out = {"wflow": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
-           "python": platform.python_version(), "machine": platform.machine(),
-           "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    try:
-        import ot
-
-        out["pot"] = ot.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return out
-
-
-def history_columns(t: np.ndarray, history: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Flatten per-path histories into CSV columns.
-
-    One path: ``name`` (scalars) or ``name_h{h}`` (per head; ``E_h`` becomes ``E_h0``,
-    ``E_h1``, …). Several paths: the mean under the same names plus ``<name>_std``
-    (Monte-Carlo standard deviation, ``ddof=1``).
-    """
-    cols: dict[str, np.ndarray] = {"t": t}
-    for name, arr in history.items():
-        P = arr.shape[0]
-        mean = arr.mean(axis=0)
-        std = arr.std(axis=0, ddof=1) if P > 1 else None
-        if mean.ndim == 1:
-            cols[name] = mean
-            if std is not None:
-                cols[f"{name}_std"] = std
-        else:
-            base = name[:-2] if name.endswith("_h") else name
-            for h in range(mean.shape[1]):
-                cols[f"{base}_h{h}"] = mean[:, h]
-                if std is not None:
-                    cols[f"{base}_h{h}_std"] = std[:, h]
-    return cols
 
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,

@@ -1218,18 +1218,6 @@ def density_spec_from_scenario(sc: Any) -> dict[str, Any]:
 
 
 # =============================================================================== job (CLI)
-def _history_columns(t: np.ndarray, history: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    cols: dict[str, np.ndarray] = {"t": t}
-    for name, arr in history.items():
-        if arr.ndim == 1:
-            cols[name] = arr
-        else:
-            base = name[:-2] if name.endswith("_h") else name
-            for h in range(arr.shape[1]):
-                cols[f"{base}_h{h}"] = arr[:, h]
-    return cols
-
-
 def render_snapshots(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, out_dir: str | Path, *,
                      size: tuple[int, int] = (1100, 560), prefix: str = "rho",
                      shared_range: bool = False) -> list[Path]:
@@ -1316,8 +1304,15 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
 
     from mpi4py import MPI
 
-    from .io import check_finite, run_directory, save_npz, write_csv, write_json
-    from .jobs import provenance
+    from .io import (
+        check_finite,
+        history_columns,
+        provenance,
+        run_directory,
+        save_npz,
+        write_csv,
+        write_json,
+    )
     from .mesh import MESH_DIR, load_mesh
 
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -1360,7 +1355,7 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     }
     if comm.rank == 0:
         check_finite("summary.final", summary["final"])
-    cols = _history_columns(res.t, res.history)
+    cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
     with contextlib.ExitStack() as stack:
         stage = stack.enter_context(run_directory(out)) if comm.rank == 0 else None
         stage = Path(comm.bcast(None if stage is None else str(stage), root=0))

@@ -1,6 +1,5 @@
 """Figures and the Markdown report of the main job (plotting imported lazily).
 
-* :func:`render_density` — a cell density on the sphere, rendered off-screen with pyvista;
 * :func:`write_report` — ``report.md`` with the density snapshots, energy and ``G²`` vs
   time, the EDI balance terms vs time and ``W_2`` particles-vs-PDE vs time.
 """
@@ -8,7 +7,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,45 +14,9 @@ import numpy as np
 
 from .io import atomic_write_text
 
-__all__ = ["render_density", "write_report"]
+__all__ = ["write_report"]
 
 logger = logging.getLogger(__name__)
-
-
-def render_density(triangles: np.ndarray, values: np.ndarray, path: str | Path, *,
-                   title: str = "", clim: tuple[float, float] | None = None,
-                   size: tuple[int, int] = (520, 480)) -> Path:
-    """Render per-cell values on a triangulated sphere to a PNG (pyvista, off-screen).
-
-    Parameters
-    ----------
-    triangles : (M, 3, 3) array
-        Vertex coordinates of each cell.
-    values : (M,) array
-        Cell values (e.g. densities ρ_K).
-    path : path
-        Output PNG.
-    clim : (lo, hi), optional
-        Colour range (share it between snapshots to compare them).
-    """
-    os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")
-    import pyvista as pv
-
-    pv.OFF_SCREEN = True
-    M = triangles.shape[0]
-    faces = np.hstack([np.full((M, 1), 3), np.arange(3 * M).reshape(M, 3)]).ravel()
-    poly = pv.PolyData(triangles.reshape(-1, 3), faces)
-    poly.cell_data["density"] = np.asarray(values, float)
-    pl = pv.Plotter(off_screen=True, window_size=list(size))
-    pl.add_mesh(poly, scalars="density", cmap="viridis", clim=clim, show_edges=False,
-                scalar_bar_args={"title": "ρ", "vertical": True})
-    if title:
-        pl.add_text(title, font_size=10)
-    pl.camera_position = [(3.2, 2.2, 2.0), (0, 0, 0), (0, 0, 1)]
-    path = Path(path)
-    pl.screenshot(str(path))
-    pl.close()
-    return path
 
 
 def _fig(path: Path, draw) -> str:
@@ -83,19 +45,18 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
     # density snapshots (first, middle, last output time), shared colour range
     snaps: list[tuple[float, str]] = []
     if render:
-        tris = mesh.gather_owned(mesh.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)
+        from .pde import render_snapshots
+
         idx = sorted({0, len(pde.t) // 2, len(pde.t) - 1})
-        clim = (0.0, float(np.max(pde.rho[idx])))
-        for k in idx:
-            name = f"density_t{k:03d}.png"
-            try:
-                render_density(tris, pde.rho[k], stage / name, clim=clim,
-                               title=f"PDE density, t = {pde.t[k]:.3g}")
-                snaps.append((float(pde.t[k]), name))
-                figs.append(name)
-            except Exception as exc:  # noqa: BLE001 - a missing GL stack must not kill a run
-                logger.warning("render: pyvista snapshot failed (%s); skipping", exc)
-                break
+        try:
+            files = render_snapshots(mesh, pde.t[idx], pde.rho[idx], stage, prefix="density",
+                                     shared_range=True)
+        except Exception as exc:  # noqa: BLE001 - a missing GL stack must not kill a run
+            logger.warning("render: pyvista snapshots failed (%s); skipping", exc)
+            files = []
+        for k, f in zip(idx, files, strict=False):
+            snaps.append((float(pde.t[k]), f.name))
+            figs.append(f.name)
     st = pde.steps
     ts = np.asarray(st["t"])
 
