@@ -1,7 +1,16 @@
 """wflow: the mean-field dynamics of transformers, computed and verified.
 
-Tokens are points on ``S^{d-1}``, attention heads move them, depth is time.
-See ``THEORY.md`` (shipped in the repository) for every formula.
+Tokens are points on ``S^{d-1}``, attention heads move them, depth is time. See
+``THEORY.md`` (shipped beside the repository) for every formula. The public face:
+
+* heads and attention: :class:`Heads`, :class:`Attention`, schedules in :mod:`wflow.schedules`;
+* the kernel: :func:`kernel_sums`; energies and velocities: :func:`evaluate`;
+* solvers: :func:`simulate` (particles), :func:`solve_pde` (transformer PDE on a sphere
+  mesh, :func:`load_mesh`), :mod:`wflow.jko` (JKO scheme), :mod:`wflow.gaussian`
+  (Gaussian moment dynamics), :mod:`wflow.models` (a trained transformer, optional);
+* theory checks: :mod:`wflow.multihead` (§6), :mod:`wflow.studies` (``wflow verify``).
+
+Heavy or optional pieces (DOLFINx, plotting, model readers) are imported lazily.
 """
 
 from __future__ import annotations
@@ -9,18 +18,72 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .energy import FieldEval, SlopeTerms, evaluate, head_energies, slope_terms
+from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
 from .heads import Attention, Heads
-from .kernels import KernelSums, kernel_sums
+from .kernels import KernelInfo, KernelSums, kernel_sums, plan_kernel
+from .multihead import beta_star, c_star, lambda_c, phi, radial_dominance
+from .particles import ParticleOptions, ParticleResult, simulate
+from .scenario import Scenario, load_scenario
+from .schedules import (
+    CallableSchedule,
+    Layers,
+    OrnsteinUhlenbeck,
+    Oscillating,
+    Relaxed,
+    Schedule,
+    Static,
+)
+from .transport import w2_sphere
 
 __all__ = [
     "__version__",
     "Attention",
     "Heads",
+    "Schedule",
+    "Static",
+    "OrnsteinUhlenbeck",
+    "Oscillating",
+    "Relaxed",
+    "Layers",
+    "CallableSchedule",
     "KernelSums",
+    "KernelInfo",
     "kernel_sums",
+    "plan_kernel",
     "FieldEval",
     "SlopeTerms",
     "evaluate",
     "head_energies",
     "slope_terms",
+    "ParticleOptions",
+    "ParticleResult",
+    "simulate",
+    "Scenario",
+    "load_scenario",
+    "w2_sphere",
+    "beta_star",
+    "c_star",
+    "lambda_c",
+    "phi",
+    "radial_dominance",
+    "GaussianParams",
+    "GaussianTrajectory",
+    "integrate_moments",
+    "load_mesh",
+    "solve_pde",
+    "PDEOptions",
+    "PDEResult",
 ]
+
+
+def __getattr__(name: str):
+    """Lazy access to the DOLFINx-based mesh and PDE API (imports MPI/DOLFINx on first use)."""
+    if name == "load_mesh":
+        from .mesh import load_mesh
+
+        return load_mesh
+    if name in ("solve_pde", "PDEOptions", "PDEResult"):
+        from . import pde
+
+        return getattr(pde, name)
+    raise AttributeError(f"module 'wflow' has no attribute {name!r}")
