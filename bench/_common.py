@@ -87,8 +87,15 @@ def machine() -> dict:
         "numba": numba.__version__,
         "loadavg": [round(v, 2) for v in load],
         "clock": CLOCK["name"],
+        "oversubscribed": _busy(),
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
     }
+
+
+def _busy() -> bool:
+    from wflow import kernels
+
+    return kernels._busy()
 
 
 def write_json(name: str, payload: dict) -> Path:

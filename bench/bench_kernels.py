@@ -45,7 +45,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import best_time, machine, sphere, table, use_cpu_time, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS,
+    best_time,
+    machine,
+    sphere,
+    table,
+    use_cpu_time,
+    write_json,
+)
 
 from wflow import kernels as km  # noqa: E402
 
@@ -84,7 +92,7 @@ def threads_numpy(x, y, m, Q, K, beta, nthreads):
     kyT = np.ascontiguousarray(np.einsum("hkd,nd->hkn", K, y))
     Z = np.empty((H, M))
     Y = np.empty((H, M, d))
-    B = max(1, (1 << 17) // N)  # 1 MiB blocks: stay in L2
+    B = max(1, (1 << 19) // N)  # 4 MiB blocks: L3-resident, few BLAS calls
 
     def work(job):
         h, i0 = job
@@ -127,15 +135,16 @@ def section_candidates(quick: bool) -> list[dict]:
         m = np.full(n, 1.0 / n)
         Q, K = symmetric_heads(rng, H, d)
         t_ref, ref = best_time(ks(x, m, Q, K, "numpy"), repeat=1)
+        reps = 1 if n >= 10_000 else 2
         cands = {
             "numpy blocked (reference)": (t_ref, ref),
             "numpy + thread pool": best_time(partial(threads_numpy, x, x, m, Q, K, 1.0,
-                                                     numba.get_num_threads()), repeat=2),
-            "numba fused (backend='direct')": best_time(ks(x, m, Q, K, "direct"), repeat=2),
+                                                     numba.get_num_threads()), repeat=reps),
+            "numba fused (backend='direct')": best_time(ks(x, m, Q, K, "direct"), repeat=reps),
         }
         if d > 3:
             cands["numba chunked, no BLAS"] = best_time(
-                partial(generic_numba, x, x, m, Q, K, 1.0), repeat=2)
+                partial(generic_numba, x, x, m, Q, K, 1.0), repeat=reps)
         for name, (t, r) in cands.items():
             rows.append({"d": d, "n": n, "H": H, "method": name, "time_s": t,
                          "ns_per_triple": t / (n * n * H) * 1e9, "speedup": t_ref / t,
@@ -239,7 +248,11 @@ t = time.perf_counter()
 r = km.kernel_sums(x, x, m, Q, A, beta=1.0, kind="softmax", potential=True, scores=True,
                    backend=backend)
 t = time.perf_counter() - t
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+# VmHWM (peak resident set of this process image); ru_maxrss would include the parent's
+# peak inherited through fork + exec on Linux
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
+rss = (int(hwm[0].split()[1]) / 2**20 if hwm
+       else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
 print(json.dumps({"n": n, "H": H, "backend": backend, "ran": r.info.backend, "time_s": t,
                   "peak_rss_GiB": rss, "degree": list(r.info.degree)}))
 """
@@ -265,6 +278,7 @@ t0 = time.perf_counter()
 import numpy as np
 from wflow import kernels as km
 t_imp = time.perf_counter() - t0
+km._busy = lambda: False  # compile the parallel kernels even on a busy machine
 rng = np.random.default_rng(5)
 out = {"import_s": t_imp}
 def first(name, d, backend, n=300):
@@ -279,6 +293,12 @@ first("direct_d3_parallel", 3, "direct", 1000)
 first("direct_generic", 8, "direct", 1000)
 first("direct_blas", 32, "direct", 300)
 first("fastsum", 3, "fastsum", 300)
+t = time.perf_counter()
+x = rng.standard_normal((300, 3)); x /= np.linalg.norm(x, axis=1, keepdims=True)
+Q = np.broadcast_to(np.eye(3), (8, 3, 3)).copy()
+km.particle_terms(x, np.full(300, 1 / 300), Q, Q, Q, np.full(8, 1 / 8), beta=1.0,
+                  kind="softmax")
+out["particle_terms"] = time.perf_counter() - t
 print(json.dumps(out))
 """
 
@@ -305,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         use_cpu_time(argv)
     sections = args.section or ["jit", "candidates", "pairs", "fastsum", "memory"]
     flags = (" --quick" if args.quick else "") + (" --cpu-time" if args.cpu_time else "")
+    flags += "".join(f" --section {sec}" for sec in (args.section or []))
     out = {"machine_start": machine(), "quick": args.quick,
            "command": "python bench/bench_kernels.py" + flags}
     t0 = time.perf_counter()
@@ -352,9 +373,17 @@ def main(argv: list[str] | None = None) -> int:
     out["machine_end"] = machine()
     out["wall_s"] = time.perf_counter() - t0
     name = "bench_kernels" + ("_quick" if args.quick else "") + ("_cpu" if args.cpu_time else "")
+    load_start, load_end = out["machine_start"]["loadavg"], out["machine_end"]["loadavg"]
+    previous = RESULTS / f"{name}.json"
+    if args.section and previous.is_file():  # a partial run updates the sections it ran
+        merged = json.loads(previous.read_text())
+        merged.setdefault("section_runs", []).append(
+            {k: out[k] for k in ("machine_start", "machine_end", "command") if k in out}
+            | {"sections": sections})
+        merged.update({k: v for k, v in out.items() if k in sections})
+        out = merged
     path = write_json(name, out)
-    print(f"\nload average start {out['machine_start']['loadavg']} end "
-          f"{out['machine_end']['loadavg']}; wrote {path.relative_to(ROOT)}")
+    print(f"\nload average start {load_start} end {load_end}; wrote {path.relative_to(ROOT)}")
     return 0
 
 

@@ -470,3 +470,20 @@ def test_particle_terms_bad_input(rng):
     with pytest.raises(ValueError, match="flow"):
         particle_terms(x, np.full(10, 0.1), Q, Q, Q, np.ones(1), beta=1.0, kind="softmax",
                        flow="ascent")
+
+
+def test_fastsum_independent_of_thread_count(rng):
+    x, y = sphere(rng, 400, 3), sphere(rng, 700, 3)
+    m = np.full(700, 1 / 700)
+    A = rng.standard_normal((2, 3, 3))
+    before = numba.get_num_threads()
+    res = []
+    try:
+        for nt in sorted({1, before}):
+            numba.set_num_threads(nt)
+            res.append(fs.harmonic_sums(x, y, m, A, beta=2.0, tol=1e-10))
+    finally:
+        numba.set_num_threads(before)
+    # fixed partial-sum blocks: the same summation order whatever the threads
+    np.testing.assert_array_equal(res[0].Z, res[-1].Z)
+    np.testing.assert_array_equal(res[0].Y, res[-1].Y)

@@ -8,8 +8,8 @@ All kernels evaluate, for every head ``h`` and target ``i``,
 sources, with scores ``s_ij = <qx_i, ky_j>`` (``β`` already folded into ``qx``).
 Nothing of size ``M × N`` is ever stored: each target keeps its running sums in
 registers, so the extra memory is ``O(1)`` per target, and the parallel loop
-runs over (head, target block). Each kernel has a ``*_serial`` twin for small
-problems, where starting the thread team costs more than the sums.
+runs over (head, target block). Small problems run them with one thread
+(``numba.set_num_threads(1)`` around the call, see :mod:`wflow.kernels`).
 
 The exponential is evaluated by :func:`fexp`, an inlined branch-free
 ``2^k · p(r)`` with a degree-10 polynomial on ``|r| ≤ ln2/2`` (relative error
@@ -29,11 +29,8 @@ __all__ = [
     "fexp_array",
     "max_rownorm",
     "particle_terms",
-    "particle_terms_serial",
     "direct3",
-    "direct3_serial",
     "direct_generic",
-    "direct_generic_serial",
     "exp_block",
 ]
 
@@ -198,14 +195,6 @@ def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
         _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S)
 
 
-@njit(cache=True)
-def direct3_serial(qx, ky, my, m, kind, want_s, Z, Y, P, S):
-    """:func:`direct3` on the calling thread (small problems: no thread start-up)."""
-    nblk = (qx.shape[1] + ROWS - 1) // ROWS
-    for t in range(qx.shape[0] * nblk):
-        _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S)
-
-
 # --------------------------------------------------------------------------- any d
 @njit(fastmath=_FM, cache=True)
 def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
@@ -277,14 +266,6 @@ def direct_generic(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     """
     nblk = (qx.shape[1] + ROWS - 1) // ROWS
     for t in prange(qx.shape[0] * nblk):
-        _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S)
-
-
-@njit(cache=True)
-def direct_generic_serial(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
-    """:func:`direct_generic` on the calling thread."""
-    nblk = (qx.shape[1] + ROWS - 1) // ROWS
-    for t in range(qx.shape[0] * nblk):
         _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S)
 
 
@@ -612,18 +593,3 @@ def particle_terms(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surro
         i0 = t * ROWS
         _post_rows(i0, min(N, i0 + ROWS), xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp,
                    G, vel, v, vhat, terms, PH)
-
-
-@njit(cache=True)
-def particle_terms_serial(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate,
-                          Z, Y, Yp, P, G, vel, v, vhat, terms, PH):
-    """:func:`particle_terms` on the calling thread."""
-    N = m.shape[0]
-    if pair_once:
-        eb = np.empty(CHUNK)
-        for h in range(A.shape[0]):
-            _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb)
-    else:
-        _rows_sums(0, N, xT, A, m, beta, kind, sym, Z, Y, Yp, P)
-    _post_rows(0, N, xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp, G, vel, v, vhat,
-               terms, PH)

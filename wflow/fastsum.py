@@ -78,6 +78,9 @@ ROUNDOFF_KAPPA = 16.0
 MAX_DEGREE = 400
 #: Points per vectorised chunk.
 _CS = 64
+#: Partial coefficient sums (parallel work items of the source side). Fixed, so the
+#: summation order, hence the result, never depends on the number of threads.
+_NBLK = 8
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -532,9 +535,7 @@ def harmonic_sums(
     radius = np.zeros(H)
     q = np.ascontiguousarray(np.vstack([m[None, :], (m[:, None] * y).T]))  # (4, N)
     qabs = np.abs(q).max(axis=0)  # |q_j| bound for every charge
-    from numba import get_num_threads
-
-    nblk = max(1, 2 * get_num_threads())
+    nblk = _NBLK
     for h in range(H):
         if heads is not None and not heads[h]:
             continue

@@ -50,6 +50,7 @@ import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -362,6 +363,22 @@ def _serial(triples: int) -> bool:
     return triples < BUSY_SERIAL_TRIPLES and _busy()
 
 
+@contextmanager
+def _team(work: float):
+    """Run the numba kernels inside with one thread when ``work`` (≈ ns) is small."""
+    if not _serial(int(work)):
+        yield
+        return
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
 def _score_factors(x, y, Q, K, beta):
     """``(qx, ky)`` with ``s = <qx_i, ky_j>`` and ``β`` folded in, of the smaller width.
 
@@ -385,7 +402,6 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
     N = y.shape[0]
     expo = kind != "relu"
     kcode = 0 if expo else 1
-    serial = _serial(M * N * H)
     Z = np.empty((H, M))
     Y = np.empty((H, M, d))
     P = np.empty((H, M))
@@ -405,8 +421,8 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         my = np.zeros((3, N))
         my[:d] = (m[:, None] * y).T
         Y3 = Y if d == 3 else np.empty((H, M, 3))
-        fn = kn.direct3_serial if serial else kn.direct3
-        fn(qx3, ky3, my, m, kcode, scores, Z, Y3, P, S)
+        with _team(M * N * H):
+            kn.direct3(qx3, ky3, my, m, kcode, scores, Z, Y3, P, S)
         if d < 3:
             Y[:] = Y3[:, :, :d]
     else:
@@ -415,8 +431,9 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         qx = np.ascontiguousarray(qx)
         if w + d < WIDE:
             kyT = np.ascontiguousarray(np.swapaxes(ky, 1, 2))
-            fn = kn.direct_generic_serial if serial else kn.direct_generic
-            fn(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y, P, S)
+            with _team(M * N * H * (w + d) / 4):
+                kn.direct_generic(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y,
+                                  P, S)
         else:
             _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
     Phi = (Z if expo else P) if potential else None
@@ -599,8 +616,10 @@ def kernel_sums(
     from . import fastsum as fs
 
     A = _scores_A(Q, K)
-    res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
-                           heads=np.asarray(plan.fast_heads))
+    work = sum((M + N) * (L + 1) * (L + 2) / 2 for L in plan.degree if L >= 0)
+    with _team(work):
+        res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
+                               heads=np.asarray(plan.fast_heads))
     Z, Y, S = res.Z, res.Y, res.S
     redo = ~res.ok
     degree = tuple(int(L) if ok else -1 for L, ok in zip(res.degree, res.ok, strict=True))
@@ -728,14 +747,13 @@ def particle_terms(
     v = np.empty((n, 3))
     vhat = np.empty((n, 3))
     terms = np.empty((4, n))
-    serial = _serial(n * n * H * (1 if sym else 2))
     # pair-once halves the kernels of symmetric heads (parallel over heads only); fixed
     # rule, so the summation order never depends on threads or load
     pair_once = sym and H >= PAIR_ONCE_HEADS
-    fn = kn.particle_terms_serial if serial else kn.particle_terms
-    fn(np.ascontiguousarray(x3.T), A3, V3, w, w / w.sum(), m, float(beta),
-       0 if expo else 1, kind == "softmax", sym, pair_once, flow == "surrogate",
-       Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
+    with _team(n * n * H * (1 if sym else 2)):
+        kn.particle_terms(np.ascontiguousarray(x3.T), A3, V3, w, w / w.sum(), m, float(beta),
+                          0 if expo else 1, kind == "softmax", sym, pair_once,
+                          flow == "surrogate", Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
     if kind == "softmax" and n and np.any(Z <= 0):
         raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
     E_heads = P @ m / (2.0 * beta)
