@@ -128,6 +128,17 @@ def test_backends_match_naive(rng, backend, kind, k, d):
     check_against(r, naive_sums(x, y, m, Q, K, 1.5, kind), y=y, rtol=RTOL)
 
 
+def test_wide_heads_threaded_blas_blocks(rng):
+    # k + d ≥ WIDE and enough work for the thread pool (one BLAS thread per worker)
+    pytest.importorskip("threadpoolctl")
+    M, N, H, d = 300, 500, 3, 20
+    x, y = sphere(rng, M, d), sphere(rng, N, d)
+    m = rng.uniform(0.1, 1.0, N) / N
+    Q, K = heads(rng, H, d, d, scale=2.0)
+    r = kernel_sums(x, y, m, Q, K, beta=1.0, kind="softmax", scores=True, backend="direct")
+    check_against(r, naive_sums(x, y, m, Q, K, 1.0, "softmax"), y=y, rtol=RTOL, potential=False)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("potential,scores", [(False, False), (True, False), (False, True)])
 def test_flags(rng, kind, potential, scores):

@@ -269,14 +269,14 @@ def direct_generic(qx, ky, yT, m, kind, want_s, Z, Y, P, S):
         _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S)
 
 
-@njit(fastmath=_FM, cache=True)
+@njit(fastmath=_FM, cache=True, nogil=True)
 def exp_block(sc, m, kind, want_s, Z, P, S):
     """In place on a block of scores ``sc`` (b, N): ``sc ← m_j k(sc)``, and the row sums.
 
     The element-wise half of the BLAS back-end: ``Y = sc @ y`` follows in BLAS.
-    ``Z, P, S`` are (b,) views of the outputs. Serial on purpose: BLAS runs its own
-    threads around it, and two thread teams alternating on the same cores spin
-    against each other.
+    ``Z, P, S`` are (b,) views of the outputs. Serial and GIL-free: the caller
+    runs it from its own worker threads (with single-threaded BLAS), so no two
+    thread teams alternate on the same cores.
     """
     b, N = sc.shape
     for i in range(b):

@@ -24,7 +24,8 @@ Back-ends (``backend=``):
     (head, target block) (serial for small problems, see :data:`SERIAL_TRIPLES`
     and :data:`BUSY_SERIAL_TRIPLES`), ``O(1)`` extra
     memory per target. ``d ≤ 3`` uses a kernel specialised to three components;
-    wide heads (``k + d ≥ 24``) build score blocks with BLAS and fuse the rest.
+    wide heads (``k + d ≥ 24``) build score blocks with BLAS (one BLAS thread per
+    worker thread when ``threadpoolctl`` is installed) and fuse the rest.
     Agrees with ``"numpy"`` to ~1e-15 relative (exponential accurate to
     4e-15, summation order differs).
 ``"fastsum"``
@@ -443,25 +444,51 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
 def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
     """Wide heads: score blocks ``(b, N)`` by BLAS, exponential + sums fused (numba), ``Y`` by BLAS.
 
-    Blocks of about ``2^21`` doubles (16 MiB) stay in the last-level cache and keep
-    the number of BLAS calls small; the element-wise pass is single-threaded so it
-    never competes with BLAS threads (two thread teams alternating on the same
-    cores spin against each other).
+    Blocks of about ``2^21`` doubles (16 MiB) stay in the last-level cache. With
+    ``threadpoolctl`` available, ``numba.get_num_threads()`` Python threads each
+    run whole blocks (BLAS limited to one thread, the GIL-free numba pass), so
+    one team of threads does everything; otherwise the blocks run in sequence
+    with BLAS's own threads and a serial element-wise pass (two thread teams
+    alternating on the same cores spin against each other).
     """
     from . import _kernels_numba as kn
 
     H, M, _ = qx.shape
     N = y.shape[0]
     B = max(1, min(M, (1 << 21) // N))
-    buf = np.empty((B, N))
-    for h in range(H):
-        kyT = np.ascontiguousarray(ky[h].T)
-        for i0 in range(0, M, B):
-            i1 = min(M, i0 + B)
-            sc = buf[: i1 - i0]
-            np.matmul(qx[h, i0:i1], kyT, out=sc)
-            kn.exp_block(sc, m, kcode, scores, Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
-            np.matmul(sc, y, out=Y[h, i0:i1])
+    kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
+
+    def block(job: tuple[int, int], buf: np.ndarray) -> None:
+        h, i0 = job
+        i1 = min(M, i0 + B)
+        sc = buf[: i1 - i0]
+        np.matmul(qx[h, i0:i1], kyT[h], out=sc)
+        kn.exp_block(sc, m, kcode, scores, Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
+        np.matmul(sc, y, out=Y[h, i0:i1])
+
+    jobs = [(h, i0) for h in range(H) for i0 in range(0, M, B)]
+    nt = min(_threads(), len(jobs))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - optional
+        threadpool_limits = None
+    if nt <= 1 or threadpool_limits is None or _serial(M * N * H * qx.shape[2]):
+        buf = np.empty((B, N))
+        for job in jobs:
+            block(job, buf)
+        return
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+
+    def run(job: tuple[int, int]) -> None:  # dynamic: a paused thread does not hold the rest
+        if not hasattr(local, "buf"):
+            local.buf = np.empty((B, N))
+        block(job, local.buf)
+
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nt) as ex:
+        list(ex.map(run, jobs))
 
 
 # ---------------------------------------------------------------------- planning
