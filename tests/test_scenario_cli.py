@@ -92,6 +92,8 @@ def test_particles_command_writes_outputs(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "success" and summary["seed"] == 1
     assert summary["scenario"]["heads"]["H"] == 2
+    # the kernel back-end that ran and its error estimate are recorded
+    assert summary["kernel"]["calls"] and summary["kernel"]["max_err_est"] < 1e-10
     header = (out / "diagnostics.csv").read_text().splitlines()[0].split(",")
     for col in ("t", "E", "E_h0", "E_h1", "G2", "slope2", "speed2", "balance_chain",
                 "radial_shadow_h0", "mean_inner", "n_clusters"):

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .heads import Attention, Heads
-from .kernels import kernel_sums
+from .kernels import DEFAULT_TOL, KernelLog, kernel_sums
 from .sphere import project_tangent
 
 __all__ = [
@@ -84,6 +84,9 @@ def evaluate(
     *,
     y: np.ndarray | None = None,
     m: np.ndarray | None = None,
+    backend: str = "auto",
+    tol: float = DEFAULT_TOL,
+    log: KernelLog | None = None,
 ) -> FieldEval:
     """Evaluate sums, head outputs, velocities and mobilities at targets ``x``.
 
@@ -97,17 +100,27 @@ def evaluate(
         Sources (default: ``x``, the particle case).
     m : (N,) array, optional
         Source masses (default: ``1/N`` each).
+    backend, tol
+        Kernel back-end and fast-summation tolerance (:func:`wflow.kernels.kernel_sums`).
+    log : KernelLog, optional
+        Records which back-end ran and its error estimate (for ``summary.json``).
     """
     y = x if y is None else y
     m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
-    sums = kernel_sums(x, y, m, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, potential=True)
+    kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
+    sums = kernel_sums(x, y, m, heads.Q, heads.K, potential=True, **kw)
+    if log is not None:
+        log.add(sums.info)
     Z, Y = sums.Z, sums.Y
     A = heads.A
     AY = np.einsum("hij,hmj->hmi", A, Y)
     if heads.is_symmetric():
         grad_psi = AY
     else:
-        Yt = kernel_sums(x, y, m, heads.K, heads.Q, beta=attn.beta, kind=attn.kind).Y
+        swapped = kernel_sums(x, y, m, heads.K, heads.Q, **kw)
+        if log is not None:
+            log.add(swapped.info)
+        Yt = swapped.Y
         grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, Yt))
     VY = np.einsum("hij,hmj->hmi", heads.V, Y)
     w = heads.w

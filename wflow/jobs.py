@@ -65,6 +65,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         "steps": int(len(res.steps["t"]) - 1),
         "wall_time_s": res.wall_time,
         "gradient_flow_sign": res.sign,
+        "kernel": res.extra.get("kernel"),
         "conventions": {
             "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
             "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",

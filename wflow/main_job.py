@@ -295,6 +295,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall) -> dict
         "n_particles": int(pres.x.shape[1]),
         "wall_time_s": {**{k: float(v) for k, v in timings.items()}, "total": float(wall)},
         "pde_stats": pde.stats,
+        "kernel": {"pde": pde.stats.get("kernel"), "particles": pres.extra.get("kernel")},
     }
     if jko is not None:
         summary["edi"]["jko"] = _edi_block(jko.balance)

@@ -54,6 +54,7 @@ from .energy import (
     slope_terms,
 )
 from .heads import Attention, Heads
+from .kernels import BACKENDS, KernelLog
 from .schedules import Schedule, Static
 from .sphere import check_on_sphere, normalize
 
@@ -104,6 +105,11 @@ class ParticleOptions:
         Keep tokens (and weights) at every recorded time.
     progress : bool or None
         Progress bar (``None``: only when stderr is a TTY).
+    kernel_backend : {"auto", "numpy", "direct", "fastsum"}
+        Back-end of the attention sums (``auto``: fused direct sums, fast summation on S²
+        where it pays off); the choice and its error estimate land in ``summary.json``.
+    kernel_tol : float
+        Relative tolerance of the fast summation.
     """
 
     T: float = 1.0
@@ -119,6 +125,8 @@ class ParticleOptions:
     cluster_cos: float = 0.99
     save_trajectory: bool = False
     progress: bool | None = None
+    kernel_backend: str = "auto"
+    kernel_tol: float = 1e-10
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.T) and self.T > 0):
@@ -137,6 +145,11 @@ class ParticleOptions:
             raise ValueError(f"particles.n_paths: must be >= 1, got {self.n_paths}")
         if not -1 < self.cluster_cos < 1:
             raise ValueError(f"particles.cluster_cos: must lie in (-1, 1), got {self.cluster_cos}")
+        if self.kernel_backend not in BACKENDS:
+            raise ValueError(f"particles.kernel_backend: must be one of {list(BACKENDS)}, "
+                             f"got {self.kernel_backend!r}")
+        if not self.kernel_tol > 0:
+            raise ValueError(f"particles.kernel_tol: must be > 0, got {self.kernel_tol}")
 
 
 def time_grid(T: float, dt: float, jumps: tuple[float, ...] = ()) -> np.ndarray:
@@ -171,11 +184,25 @@ def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
     return field_.v if flow == "transformer" else field_.vhat
 
 
+class _Kernel(NamedTuple):
+    """Kernel settings threaded through a run (back-end, tolerance, call log)."""
+
+    backend: str = "auto"
+    tol: float = 1e-10
+    log: KernelLog | None = None
+
+    def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
+        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
+
+
+_DEFAULT_KERNEL = _Kernel()
+
+
 def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
-                 attn: Attention, flow: str, heads: Heads | None = None
-                 ) -> tuple[Heads, FieldEval, np.ndarray, dict]:
+                 attn: Attention, flow: str, heads: Heads | None = None,
+                 kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
     heads = schedule.heads_at(theta) if heads is None else heads
-    fe = evaluate(x, heads, attn)
+    fe = kernel.evaluate(x, heads, attn)
     vel = _velocity(fe, flow)
     st = slope_terms(x, m, fe, heads, vel)
     E_h = head_energies(fe, m, attn)
@@ -192,7 +219,7 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
 
 def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
               theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
-              attn: Attention, flow: str) -> np.ndarray:
+              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
     """One RK4 step of ``F(x) = v(x/|x|)`` with normalised stages and a final projection."""
     stage_heads = {id(theta): heads}  # heads built once per distinct θ (static: reused)
 
@@ -200,7 +227,7 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
         hh = stage_heads.get(id(th))
         if hh is None:
             hh = stage_heads[id(th)] = schedule.heads_at(th)
-        return _velocity(evaluate(normalize(y), hh, attn), flow)
+        return _velocity(kernel.evaluate(normalize(y), hh, attn), flow)
 
     k2 = V(x + 0.5 * h * k1, theta_mid)
     k3 = V(x + 0.5 * h * k2, theta_mid)
@@ -210,19 +237,23 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 
 def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
             integrator: str = "rk4", flow: str = "transformer",
-            rng: np.random.Generator | None = None) -> Iterator[ParticleState]:
+            rng: np.random.Generator | None = None, kernel_backend: str = "auto",
+            kernel_tol: float = 1e-10,
+            kernel_log: KernelLog | None = None) -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
     the balance integrands; at a jump time of the weights the state is the one after the
-    jump and ``pre_jump`` holds the integrands at ``θ⁻``.
+    jump and ``pre_jump`` holds the integrands at ``θ⁻``. ``kernel_*`` select the
+    attention-sum back-end (:func:`wflow.kernels.kernel_sums`) and log its choices.
     """
+    kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
     grid = time_grid(T, dt, schedule.jump_times)
     theta = schedule.initial_theta()
-    heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow)
+    heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow, kernel=kernel)
     jumps = set(schedule.jump_times)
     pre_jump: dict[str, float] | None = None
     for k in range(len(grid)):
@@ -240,16 +271,17 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             x_new = normalize(x + h * vel)
         else:
             x_new = _rk4_step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                              flow)
+                              flow, kernel)
         x, theta = x_new, theta_new
         t_new = float(grid[k + 1])
         heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
-                                             heads if schedule.static else None)
+                                             heads if schedule.static else None, kernel)
         pre_jump = None
         if t_new in jumps:
             pre_jump = terms
             theta = schedule.after_jump(theta, t_new)
-            heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow)
+            heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
+                                                 kernel=kernel)
         if not np.all(np.isfinite(x)) or not np.isfinite(terms["E"]):
             raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
                                      "reduce dt or the head scale")
@@ -383,6 +415,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
              ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito")}
     balance: dict[str, list[float]] = {}
     xs, thetas, trajs, ttrajs = [], [], [], []
+    klog = KernelLog()
     bar = _progress(P * S, opts.progress, "particles")
     t_start = time.perf_counter()
     status, message = "success", ""
@@ -394,7 +427,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             traj, ttraj = [], []
             for k, st in enumerate(iterate(x0, schedule, attn, T=opts.T, dt=opts.dt,
                                            integrator=opts.integrator, flow=opts.flow,
-                                           rng=rngs[p])):
+                                           rng=rngs[p], kernel_backend=opts.kernel_backend,
+                                           kernel_tol=opts.kernel_tol, kernel_log=klog)):
                 terms = st.integrands
                 for key in steps:
                     steps[key][p, k] = terms[key]
@@ -463,7 +497,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
         np.stack(trajs) if opts.save_trajectory else None,
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign)
+        wall, sign, {"kernel": klog.summary()})
     if status != "success":
         logger.error("particle run: %s", message)
     return res

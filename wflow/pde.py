@@ -86,7 +86,7 @@ from .energy import (
     slope_terms,
 )
 from .heads import Attention, Heads
-from .kernels import kernel_sums
+from .kernels import BACKENDS, KernelLog, kernel_sums, plan_kernel
 from .mesh import SphereMesh
 from .schedules import Schedule, Static
 from .sphere import normalize
@@ -161,6 +161,13 @@ class PDEOptions:
         Seed of the weight noise (stochastic schedules).
     progress : bool or None
         tqdm progress bar (``None``: only on a TTY, rank 0).
+    kernel_backend : {"auto", "numpy", "direct", "fastsum"}
+        Back-end of the attention sums. ``auto`` is resolved once per run from the
+        global problem (all edge quadrature points against all cells), so serial and
+        MPI runs use the same back-end; the choice and its error estimate are in
+        ``stats["kernel"]``.
+    kernel_tol : float
+        Relative tolerance of the fast summation.
     """
 
     T: float = 1.0
@@ -183,10 +190,17 @@ class PDEOptions:
     min_dt: float = 1e-12
     seed: int = 0
     progress: bool | None = None
+    kernel_backend: str = "auto"
+    kernel_tol: float = 1e-10
 
     def __post_init__(self) -> None:
         def bad(key: str, what: str) -> ValueError:
             return ValueError(f"pde.{key}: {what}, got {getattr(self, key)!r}")
+
+        if self.kernel_backend not in BACKENDS:
+            raise bad("kernel_backend", f"must be one of {list(BACKENDS)}")
+        if not self.kernel_tol > 0:
+            raise bad("kernel_tol", "must be > 0")
 
         if not (isinstance(self.T, (int, float)) and math.isfinite(self.T) and self.T > 0):
             raise bad("T", "must be a finite number > 0")
@@ -516,17 +530,22 @@ def _allsum(comm: Any, x: Any) -> Any:
 class _Nonlocal:
     """Transformer / surrogate velocity from the heads of a schedule."""
 
-    def __init__(self, schedule: Schedule, attn: Attention, flow: str) -> None:
+    def __init__(self, schedule: Schedule, attn: Attention, flow: str, backend: str = "auto",
+                 tol: float = 1e-10) -> None:
         self.schedule = schedule
         self.attn = attn
         self.flow = flow
+        self.backend = backend
+        self.tol = tol
+        self.log = KernelLog()
         self.n_evals = 0
         self.eval_time = 0.0
 
     def __call__(self, x: np.ndarray, t: float, theta: np.ndarray, chat: np.ndarray,
                  m_glob: np.ndarray) -> np.ndarray:
         t0 = time.perf_counter()
-        fe = evaluate(x, self.schedule.heads_at(theta), self.attn, y=chat, m=m_glob)
+        fe = evaluate(x, self.schedule.heads_at(theta), self.attn, y=chat, m=m_glob,
+                      backend=self.backend, tol=self.tol, log=self.log)
         self.n_evals += 1
         self.eval_time += time.perf_counter() - t0
         return fe.v if self.flow == "transformer" else fe.vhat
@@ -590,6 +609,24 @@ class PDEState(NamedTuple):
     is_save: bool
 
 
+def _global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) -> str:
+    """Resolve ``auto`` once from the global problem (rank 0 plans, every rank follows).
+
+    The plan depends on the targets (all edge quadrature points), the sources (the cell
+    centroids, fixed) and the initial heads; taking it from the global problem keeps
+    serial and parallel runs on the same back-end.
+    """
+    q_all = fv.comm.gather(fv.qhat, root=0)
+    choice = None
+    if fv.comm.rank == 0:
+        heads = schedule.heads_at(schedule.initial_theta())
+        plan = plan_kernel(np.concatenate(q_all), fv.chat_glob, heads.Q, heads.K,
+                           beta=attn.beta, kind=attn.kind, tol=tol)
+        choice = "fastsum" if plan.backend == "fastsum" else "direct"
+        logger.info("pde: kernel back-end %s (%s)", choice, plan.reason)
+    return fv.comm.bcast(choice, root=0)
+
+
 class _Run:
     """Shared state of one run (solver objects, counters)."""
 
@@ -604,7 +641,10 @@ class _Run:
             self.vel: _Nonlocal | _Prescribed = _Prescribed(velocity)
         else:
             assert schedule is not None and attn is not None
-            self.vel = _Nonlocal(schedule, attn, opts.flow)
+            backend = opts.kernel_backend
+            if backend == "auto":
+                backend = _global_backend(self.fv, schedule, attn, opts.kernel_tol)
+            self.vel = _Nonlocal(schedule, attn, opts.flow, backend, opts.kernel_tol)
         self.rejected = 0
         self.measure_time = 0.0
         self.rhs_time = 0.0
@@ -622,7 +662,10 @@ class _Run:
         heads = sch.heads_at(theta)
         x = fv.chat_owned
         mo = m_glob[fv.orig_owned]
-        fe = evaluate(x, heads, attn, y=fv.chat_glob, m=m_glob)
+        vel = self.vel
+        kw = ({"backend": vel.backend, "tol": vel.tol, "log": vel.log}
+              if isinstance(vel, _Nonlocal) else {})
+        fe = evaluate(x, heads, attn, y=fv.chat_glob, m=m_glob, **kw)
         vel = fe.v if self.opts.flow == "transformer" else fe.vhat
         st = slope_terms(x, mo, fe, heads, vel)
         E_h = head_energies(fe, mo, attn)
@@ -1110,6 +1153,7 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         "dt_max": float(np.max(steps["dt"][1:])) if nsteps else float("nan"),
         "max_normal_speed": run.umax, "cells": fv.M, "ranks": fv.comm.size,
         "edge_quadrature_points": fv.q,
+        "kernel": run.vel.log.summary() if isinstance(run.vel, _Nonlocal) else None,
     }
     bal = acc.residuals() if acc is not None else {}
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
@@ -1142,6 +1186,8 @@ def _spec_checks() -> tuple[dict, dict]:
         "cluster_level": (0.1, _num(0, 1)),
         "cluster_min_mass": (0.01, _num(0, 1)),
         "max_steps": (1_000_000, _num(1, integer=True)),
+        "kernel_backend": ("auto", _choice(*BACKENDS)),
+        "kernel_tol": (1e-10, _num(0, strict_lo=True)),
     }
     density = {
         "type": ("uniform", _choice("uniform", "vmf", "cap", "file", "callable")),
@@ -1159,7 +1205,7 @@ def _spec_checks() -> tuple[dict, dict]:
 #: Keys of the ``[pde]`` section (see :func:`pde_options_from_dict`).
 PDE_SPEC = ("mesh", "T", "dt", "order", "time_integrator", "limiter", "cfl", "flow",
             "quad_points", "n_saves", "balance", "entropy", "head_rates", "clusters",
-            "cluster_level", "cluster_min_mass", "max_steps")
+            "cluster_level", "cluster_min_mass", "max_steps", "kernel_backend", "kernel_tol")
 #: Keys of the ``[density]`` section.
 DENSITY_SPEC = ("type", "means", "kappas", "weights", "center", "radius", "file", "function")
 

@@ -27,7 +27,7 @@ Schema (defaults in brackets)::
                  files = ["layer0.npz", ...]; delta = 1.0                (layers)
                  function = "package.module:function"                   (callable)
     [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
-                 clusters; cluster_cos                      (see ParticleOptions)
+                 clusters; cluster_cos; kernel_backend; kernel_tol   (see ParticleOptions)
 
 Other solvers add their own sections (``mesh``, ``density``, ``pde``, ``jko``, ``run``)
 through :func:`register_section`.
@@ -223,6 +223,8 @@ PARTICLES_SPEC: Spec = {
     "head_rates": (True, _bool),
     "clusters": (True, _bool),
     "cluster_cos": (0.99, _num(-1, 1)),
+    "kernel_backend": ("auto", _choice("auto", "numpy", "direct", "fastsum")),
+    "kernel_tol": (1e-10, _num(0, strict_lo=True)),
 }
 CORE_SECTIONS = {"attention": ATTENTION_SPEC, "tokens": TOKENS_SPEC, "heads": HEADS_SPEC,
                  "schedule": SCHEDULE_SPEC, "particles": PARTICLES_SPEC}
