@@ -288,8 +288,7 @@ def first(name, d, backend, n=300):
     km.kernel_sums(x, x, np.full(n, 1 / n), Q, 0.5 * Q, beta=1.0, kind="softmax",
                    backend=backend)
     out[name] = time.perf_counter() - t
-first("direct_d3_serial", 3, "direct", 100)
-first("direct_d3_parallel", 3, "direct", 1000)
+first("direct_d3", 3, "direct", 1000)
 first("direct_generic", 8, "direct", 1000)
 first("direct_blas", 32, "direct", 300)
 first("fastsum", 3, "fastsum", 300)
