@@ -501,3 +501,18 @@ def test_fastsum_independent_of_thread_count(rng):
     # fixed partial-sum blocks: the same summation order whatever the threads
     np.testing.assert_array_equal(res[0].Z, res[-1].Z)
     np.testing.assert_array_equal(res[0].Y, res[-1].Y)
+
+
+def test_auto_skips_expansion_that_would_fail(rng):
+    # the heavy/light case at β‖A‖ = 9: the probe check sees the small Z and plans direct
+    x, y, m = heavy_light(rng, 8000, 2000, 1e-9)
+    x = np.vstack([x, sphere(rng, 9300, 3)])  # 10⁴ × 10⁴: the cost model favours the expansion
+    I3 = np.eye(3)[None]
+    assert plan_kernel(x, y, I3, 9.0 * I3, beta=1.0, kind="softmax").backend == "fastsum"
+    p = plan_kernel(x, y, I3, 9.0 * I3, beta=1.0, kind="softmax", m=m)
+    assert p.backend == "direct", p.reason
+    # the floor is a lower bound of the a-posteriori estimate
+    u = y @ (9.0 * I3[0]).T
+    c, _, _ = fs.plan_head(u, 1.0, 1e-10)
+    res = fs.harmonic_sums(x, y, m, 9.0 * I3, beta=1.0, tol=1e-10)
+    assert fs.estimate_floor(x, y, m, u, c, 1.0) <= res.err_est[0]

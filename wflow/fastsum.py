@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from ._kernels_numba import _FM
+from ._kernels_numba import _FM, fexp
 
 __all__ = [
     "FastSumResult",
@@ -65,6 +65,7 @@ __all__ = [
     "bessel_tail",
     "choose_degree",
     "enclosing_centre",
+    "estimate_floor",
     "harmonic_sums",
     "ROUNDOFF_KAPPA",
     "MAX_DEGREE",
@@ -469,6 +470,49 @@ class FastSumResult(NamedTuple):
     err_est: np.ndarray
     ok: np.ndarray
     radius: np.ndarray
+
+
+@njit(fastmath=_FM, cache=True)
+def _probe_min(bx, wT, m):
+    """``min_p Σ_j m_j e^{<bx_p, w_j>}`` (a few probe targets, one thread)."""
+    best = np.inf
+    for p in range(bx.shape[0]):
+        a0 = bx[p, 0]
+        a1 = bx[p, 1]
+        a2 = bx[p, 2]
+        acc = 0.0
+        for j in range(m.shape[0]):
+            acc += m[j] * fexp(a0 * wT[0, j] + a1 * wT[1, j] + a2 * wT[2, j])
+        best = min(best, acc)
+    return best
+
+
+def estimate_floor(x: np.ndarray, y: np.ndarray, m: np.ndarray, u: np.ndarray, c: np.ndarray,
+                   beta: float, *, nprobe: int = 16) -> float:
+    """Cheap lower bound of the a-posteriori estimate of :func:`harmonic_sums` for one head.
+
+    The round-off term ``κ ε Σ_j |q_j| e^{β r_j}`` over ``min_i G'(x_i)``, with the
+    minimum taken over ``nprobe`` targets only (evenly spaced, plus the target most
+    opposite to the mass-weighted mean of ``u_j - c``), computed directly in
+    ``O(nprobe · N)``. A minimum over fewer targets is larger, so this is below the
+    full estimate: where it already exceeds ``tol``, the expansion would be wasted.
+    """
+    M = x.shape[0]
+    if M == 0 or u.shape[0] == 0:
+        return 0.0
+    w = u - c
+    r = np.sqrt(np.einsum("ij,ij->i", w, w))
+    qabs = np.abs(m) * np.maximum(1.0, np.max(np.abs(y), axis=1))
+    scale = float(np.sum(qabs * np.exp(beta * r)))
+    mean = m @ w
+    idx = np.unique(np.concatenate([np.linspace(0, M - 1, min(nprobe, M)).astype(np.int64),
+                                    [int(np.argmin(x @ mean))]]))
+    xp = x[idx] / np.linalg.norm(x[idx], axis=1, keepdims=True)
+    gmin = _probe_min(np.ascontiguousarray(beta * xp), np.ascontiguousarray(w.T),
+                      np.ascontiguousarray(m, dtype=np.float64))
+    if not gmin > 0:
+        return math.inf
+    return ROUNDOFF_KAPPA * _EPS * scale / gmin
 
 
 def plan_head(u: np.ndarray, beta: float, tol: float, *,

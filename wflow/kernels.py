@@ -502,6 +502,7 @@ def plan_kernel(
     kind: str,
     backend: str = "auto",
     tol: float = DEFAULT_TOL,
+    m: np.ndarray | None = None,
 ) -> KernelPlan:
     """Choose the back-end of :func:`kernel_sums` (nothing is summed).
 
@@ -512,12 +513,17 @@ def plan_kernel(
     ``L(β R', tol)`` exists (``L ≤ MAX_DEGREE``). Whether the round-off of the
     expansion meets ``tol`` depends on the data (smallest ``Z_i``), so it is
     checked after the expansion, head by head; failed heads cost the expansion
-    (at most half a direct sum) plus the direct sum.
+    (at most half a direct sum) plus the direct sum. With the masses ``m``,
+    ``"auto"`` first bounds that estimate from below on a few probe targets
+    (:func:`wflow.fastsum.estimate_floor`, ``O(16 N)``) and skips heads that
+    would surely fail.
 
     Parameters
     ----------
     x, y, Q, K, beta, kind, backend, tol
         As in :func:`kernel_sums`.
+    m : (N,) array, optional
+        Source masses (enables the probe check).
     """
     from . import fastsum as fs
 
@@ -549,9 +555,11 @@ def plan_kernel(
     cost_dir = _COST_DIRECT3 * M * N * H
     for h in range(H):
         u = y @ A[h].T
-        _, zR, L = fs.plan_head(u, beta, tol)
+        c, zR, L = fs.plan_head(u, beta, tol)
         radii.append(float(zR))
         feasible = L is not None
+        if feasible and m is not None and backend == "auto":
+            feasible = fs.estimate_floor(x, y, m, u, c, beta) <= tol
         c_h = ((M + N) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
                + _COST_FAST_FIXED if L is not None else math.inf)
         use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * M * N)
@@ -635,7 +643,7 @@ def kernel_sums(
         from . import _kernels_numba as kn
 
         _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
-    plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol)
+    plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol, m=m)
     if plan.backend == "direct":
         Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
