@@ -629,3 +629,20 @@ def test_cli_pde_bad_key(tmp_path):
     assert r.returncode == 2
     assert "pde.order" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_layer_jump_enters_the_work_term_without_extra_error():
+    """Weights jumping at t = 0.2: the energy jump enters the work and the trapezoid uses the
+    left limit, so the chain residual stays at the level of a run without a jump (the
+    scheme's own error), ≪ the jump."""
+    h1 = two_heads()
+    h2 = Heads.bilinear(np.stack([1.5 * np.eye(3), 0.5 * np.eye(3)]), w=0.5)
+    sm = mesh(320)
+    kw = dict(T=0.4, dt=0.02, n_saves=3, order=2)
+    jump = solve_pde(sm, VMF2, Layers.of([h1, h2], delta=0.2), Attention("usa", 1.0), **kw)
+    base = solve_pde(sm, VMF2, h1, Attention("usa", 1.0), **kw)
+    assert jump.status == base.status == "success"
+    cj, cb, work = (abs(jump.balance["chain"]), abs(base.balance["chain"]),
+                    abs(jump.balance["work"]))
+    assert cj < 0.02 * work, (cj, work)
+    assert cj < 3 * cb + 1e-6, (cj, cb)

@@ -211,6 +211,24 @@ class BalanceAccumulator:
         self.E = E_new
         self.steps += 1
 
+    def step(self, dt: float, left: dict[str, float], right: dict[str, float], *,
+             pre_jump: dict[str, float] | None = None, stochastic: bool = False,
+             martingale: float = 0.0) -> None:
+        """Add the step ``[t_k, t_{k+1}]`` from the integrands at its two ends.
+
+        ``pre_jump``: integrands at ``t_{k+1}⁻`` when the weights jump at ``t_{k+1}``
+        (``right`` then holds ``θ⁺``): the trapezoid uses the left limit and the energy
+        jump ``E(θ⁺) − E(θ⁻)`` enters the work. ``stochastic``: Itô convention — the weight
+        terms (``dEdt_w``, Itô drift) at the left point; ``martingale`` is
+        ``<∂E/∂θ(t_k), σ ΔW_k>``.
+        """
+        end = dict(pre_jump if pre_jump is not None else right)
+        if stochastic:
+            end["dEdt_w"] = left["dEdt_w"]
+        self.add(dt, left, end, E_new=end["E"], ito=left["ito"], martingale=martingale)
+        if pre_jump is not None:
+            self.jump(right["E"] - pre_jump["E"])
+
     def jump(self, dE: float) -> None:
         """Record an energy jump caused by a jump of the weights (layers)."""
         self.W += dE

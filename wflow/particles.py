@@ -436,19 +436,13 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                     acc = BalanceAccumulator(sign=sign, E0=terms["E"])
                 else:
                     assert prev is not None
-                    h = st.t - prev.t
-                    left = prev.integrands
-                    right = dict(st.pre_jump or terms)
-                    if schedule.stochastic:  # Itô: left point for the weight terms
-                        right["dEdt_w"] = left["dEdt_w"]
                     mart = 0.0
                     if prev.dtheta_noise is not None:
                         G = energy_gradient_A(prev.x, m, prev.field)
                         dA = schedule.param.A_dot(prev.theta, prev.dtheta_noise)
                         mart = float(np.einsum("h,hij,hij->", prev.heads.w, G, dA))
-                    acc.add(h, left, right, E_new=right["E"], ito=left["ito"], martingale=mart)
-                    if st.pre_jump is not None:
-                        acc.jump(terms["E"] - st.pre_jump["E"])
+                    acc.step(st.t - prev.t, prev.integrands, terms, pre_jump=st.pre_jump,
+                             stochastic=schedule.stochastic, martingale=mart)
                     if bar is not None:
                         bar.update(1)
                 prev = st

@@ -594,6 +594,8 @@ class PDEState(NamedTuple):
         ``θ_{k+1} − θ_k − Δt·drift`` of the *next* step (martingale term).
     is_save : bool
         ``t`` is one of the output times.
+    pre_jump : dict or None
+        Integrands at ``t⁻`` when the weights jump at ``t`` (``integrands`` hold ``θ⁺``).
     """
 
     t: float
@@ -607,6 +609,7 @@ class PDEState(NamedTuple):
     integrands: dict | None
     dtheta_noise: np.ndarray | None
     is_save: bool
+    pre_jump: dict | None = None
 
 
 def _global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) -> str:
@@ -867,12 +870,9 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
         is_save = landed and bool(np.any(np.abs(saves - t) <= tol))
         pending = state(t, k, dt, m_glob, theta, is_save)
         if landed and schedule is not None and any(abs(t - j) <= tol for j in jumps):
-            E_before = pending.integrands["E"] if pending.integrands else None
+            before = pending.integrands
             theta = schedule.after_jump(theta, t)
-            pending = state(t, k, dt, m_glob, theta, is_save)
-            if E_before is not None and pending.integrands is not None:
-                pending.integrands["jump"] = pending.integrands["E"] - E_before
-                pending.integrands["E_before_jump"] = E_before
+            pending = state(t, k, dt, m_glob, theta, is_save)._replace(pre_jump=before)
         if landed:
             istop += 1
         if istop < len(stops):
@@ -1101,20 +1101,15 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
                     acc = BalanceAccumulator(sign=sign, E0=st.integrands["E"])
                 else:
                     assert prev is not None and prev.integrands is not None
-                    left, right = prev.integrands, dict(st.integrands)
-                    E_new = right.get("E_before_jump", right["E"])
-                    if schedule is not None and schedule.stochastic:
-                        right["dEdt_w"] = left["dEdt_w"]
                     mart = 0.0
                     if prev.dtheta_noise is not None and schedule is not None:
                         G = energy_gradient_A(fv.chat_owned, prev.m[fv.orig_owned], prev.field)
                         G = np.asarray(_allsum(fv.comm, G))
                         dA = schedule.param.A_dot(prev.theta, prev.dtheta_noise)
                         mart = float(np.einsum("h,hij,hij->", prev.heads.w, G, dA))
-                    acc.add(st.t - prev.t, left, right, E_new=E_new, ito=left["ito"],
-                            martingale=mart)
-                    if "jump" in right:
-                        acc.jump(right["jump"])
+                    acc.step(st.t - prev.t, prev.integrands, st.integrands,
+                             pre_jump=st.pre_jump, martingale=mart,
+                             stochastic=schedule is not None and schedule.stochastic)
             if st.is_save and (not rows or st.t > rows["t"][-1]):
                 _record(rows, run, st, acc)
                 rhos.append(st.rho.copy())
