@@ -206,7 +206,7 @@ def section_fastsum(quick: bool) -> dict:
                            err=rel_err(r_fs, r_dir), fast_backend=r_fs.info.backend)
             except ValueError as exc:
                 row.update(fast_backend=f"refused: {exc}")
-            plan = km.plan_kernel(x, x, Q, A, beta=1.0, kind="softmax")
+            plan = km.plan_kernel(x, x, Q, A, beta=1.0, kind="softmax", m=m)
             row["auto"] = plan.backend + (f" ({sum(plan.fast_heads)}/{H} heads)"
                                           if plan.backend == "fastsum" else "")
             grid.append(row)

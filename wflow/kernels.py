@@ -90,8 +90,8 @@ WIDE = 24
 SERIAL_TRIPLES = 1 << 18
 #: ... and below this many when the machine is oversubscribed (1-min load average ≥ cores):
 #: then a thread team waits for the OS to schedule all its threads (often a 4-16 ms time
-#: slice), which costs more than the work (~1 ns per triple and core).
-BUSY_SERIAL_TRIPLES = 1 << 23
+#: slice), which costs more than the work (~1 ns per triple and core) below ~30 ms of it.
+BUSY_SERIAL_TRIPLES = 1 << 25
 _LOAD_CACHE = [0.0, 0.0]  # [time of the last reading, busy flag]
 #: particle_terms sums symmetric heads pair-once (parallel over heads) from this many heads.
 PAIR_ONCE_HEADS = 4
