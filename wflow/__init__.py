@@ -20,7 +20,16 @@ __version__ = "0.1.0"
 from .energy import FieldEval, SlopeTerms, evaluate, head_energies, slope_terms
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
 from .heads import Attention, Heads
-from .kernels import KernelInfo, KernelSums, kernel_sums, plan_kernel
+from .kernels import (
+    KernelInfo,
+    KernelLog,
+    KernelPlan,
+    KernelSums,
+    ParticleTerms,
+    kernel_sums,
+    particle_terms,
+    plan_kernel,
+)
 from .multihead import beta_star, c_star, lambda_c, phi, radial_dominance
 from .particles import ParticleOptions, ParticleResult, simulate
 from .scenario import Scenario, load_scenario
@@ -48,7 +57,11 @@ __all__ = [
     "CallableSchedule",
     "KernelSums",
     "KernelInfo",
+    "KernelLog",
+    "KernelPlan",
+    "ParticleTerms",
     "kernel_sums",
+    "particle_terms",
     "plan_kernel",
     "FieldEval",
     "SlopeTerms",

@@ -99,7 +99,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
                      "dt": [it[1] for it in mitems], "edi": [p["edi"] for p in pde],
                      "dissipation": [p["dissipation"] for p in pde]}}
     if importlib.util.find_spec("wflow.jko") is not None:
-        from .edi_jko import jko_refinement
+        from ..jko import jko_refinement
 
         jt = jko_refinement(quick=quick, model=model, density=DENSITY, T=T)
         table["jko"] = jt
