@@ -35,21 +35,25 @@ n_saves = 4
 [run]
 n_particles = 300
 particle_steps_per_save = 2
-jko = false
+jko = JKO
 render = RENDER
+[jko]
+tau = 0.15
 """
 
 
-def _scenario(tmp_path, render="false", extra=""):
+def _scenario(tmp_path, render="false", jko="false"):
     p = tmp_path / "run.toml"
-    p.write_text(SCENARIO.replace("RENDER", render) + extra)
+    p.write_text(SCENARIO.replace("RENDER", render).replace("JKO", jko))
     return p
 
 
 def test_main_job_outputs_and_numbers(tmp_path):
     out = tmp_path / "out"
-    assert main(["run", str(_scenario(tmp_path, "true")), "--out", str(out)]) == 0
+    assert main(["run", str(_scenario(tmp_path, "true", "true")), "--out", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
+    assert "jko" in s["edi"] and s["w2"]["jko_vs_pde"] < 0.5
+    assert s["edi"]["jko"]["dissipation"] > 0 and (out / "diagnostics_jko.csv").is_file()
     for key in ("pde", "particles"):
         assert abs(s["edi"][key]["relative"]) < 0.05, s["edi"][key]
     assert s["mass_error"] < 1e-12 and s["min_density"] >= 0
@@ -85,7 +89,8 @@ def test_resume_after_interrupt_gives_same_result(tmp_path, monkeypatch):
 
 def test_bad_run_section_names_key(tmp_path, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text(SCENARIO.replace("RENDER", "false").replace("n_particles = 300",
+    p.write_text(SCENARIO.replace("RENDER", "false").replace("JKO", "false").replace(
+        "n_particles = 300",
                                                              "n_particels = 300"))
     assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
     assert "run.n_particels: unknown key" in capsys.readouterr().err
@@ -94,7 +99,8 @@ def test_bad_run_section_names_key(tmp_path, capsys):
 
 def test_missing_mesh_named(tmp_path, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text(SCENARIO.replace("RENDER", "false").replace("sphere_720.msh", "nope.msh"))
+    p.write_text(SCENARIO.replace("RENDER", "false").replace("JKO", "false").replace(
+        "sphere_720.msh", "nope.msh"))
     assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
     assert "nope.msh" in capsys.readouterr().err
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.ckpt").exists()
