@@ -389,11 +389,36 @@ def test_jko_agrees_with_pde_first_order_single_head_quick():
     assert 0.7 < p < 1.5, f"observed order {p:.2f}"
 
 
+def test_jko_agrees_with_pde_first_order_two_heads_quick():
+    """Two different heads: the JKO discretises the surrogate flow v̂ = b̂P∇ψ; against the
+    PDE run on v̂, sup_k W_2 = O(τ) in the resolved range."""
+    taus = [0.4, 0.2]
+    errs, _ = _w2_vs_pde(two_heads(), taus, mesh_name="sphere_2420.msh", T=0.8)
+    p = fitted_order(taus, errs)
+    print(f"sup_k W2(JKO, PDE) = {errs} for tau = {taus}: fitted order {p:.2f}")
+    assert 0.7 < p < 1.5, f"observed order {p:.2f}"
+
+
+def test_edi_summed_residual_first_order_quick():
+    """Entropic JKO (ε = 4τ²) under joint refinement h ∝ τ: |Σ_k edi_k| = O(τ)."""
+    from wflow.jko import jko_refinement
+
+    def model():
+        return single_head(), Attention("softmax", 1.0)
+
+    r = jko_refinement(quick=True, model=model, density=VMF2, T=0.8)
+    p = fitted_order(r["tau"], np.abs(r["edi"]))
+    print(f"summed EDI residual {r['edi']} for tau = {r['tau']} (cells {r['cells']}): "
+          f"fitted order {p:.2f}")
+    assert 0.6 < p < 1.6, f"observed order {p:.2f}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["single", "two_heads"])
 def test_jko_agrees_with_pde_first_order(case):
-    """Entropic JKO (ε = 4τ², the mesh resolves √ε) vs the PDE: slope ≈ 1 over 3 values of τ,
-    and the summed EDI residual shrinks at first order."""
+    """Entropic JKO (ε = 4τ², the mesh resolves √ε) vs the PDE on a fixed mesh: slope ≈ 1
+    over three values of τ (measured: 0.92 single head, 0.71 two heads). The summed EDI
+    residual is printed: on a fixed mesh it stops shrinking at τ = 0.1 (resolution)."""
     heads = single_head() if case == "single" else two_heads()
     taus = [0.4, 0.2, 0.1]
     errs, edis = _w2_vs_pde(heads, taus, mesh_name="sphere_2420.msh", T=0.8, ot="sinkhorn",
