@@ -14,7 +14,10 @@ Three implementations of the same step, timed in one process:
 * ``energy``  wflow's general path: ``wflow.energy.evaluate`` + ``head_energies`` +
   ``slope_terms`` (fused kernel inside, NumPy post-processing outside);
 * ``fused``   ``wflow.kernels.particle_terms``: the whole step's sums and diagnostics
-  in one compiled pass.
+  in one compiled pass, called once per step from Python;
+* ``path``    ``wflow.euler_path``: the whole Euler loop compiled (each step the same
+  fused pass, no per-step Python work); per-step time = loop time / (steps + 1)
+  evaluations (the median of ``--repeats`` loops).
 
 Usage: ``python bench/bench_multihead_step.py [--steps 200] [--quick] [--cpu-time]``;
 writes ``bench/results/bench_multihead_step[_quick][_cpu].json``.
@@ -34,6 +37,7 @@ from _common import CLOCK, machine, sphere, table, use_cpu_time, write_json  # n
 from wflow.energy import evaluate, head_energies, slope_terms  # noqa: E402
 from wflow.heads import Attention, Heads  # noqa: E402
 from wflow.kernels import particle_terms  # noqa: E402
+from wflow.particles import euler_path  # noqa: E402
 
 DT = 5e-3
 BETA = 1.0
@@ -71,6 +75,20 @@ def step_fused(x, heads, attn, m):
     return normalize(x + DT * pt.velocity), pt.E, pt.G2
 
 
+def run_path(x0, heads, attn, steps, repeats):
+    """The compiled loop: per-step times (loop time / evaluations) and the records."""
+    euler_path(x0, heads, attn, dt=DT, steps=2)  # warm-up (compilation)
+    walls = []
+    for _ in range(repeats):
+        t0 = CLOCK["timer"]()
+        p = euler_path(x0, heads, attn, dt=DT, steps=steps - 1)
+        walls.append((CLOCK["timer"]() - t0) / steps)
+    assert p.status == "success", p.message
+    # the einsum engine's balance: E_k − E_0 + Σ_{i<k} dt G²_i (left point)
+    bal = p.E - p.E[0] + np.concatenate([[0.0], np.cumsum(DT * p.G2[:-1])])
+    return np.array(walls), p.E, p.G2, bal
+
+
 def run(step, x0, steps):
     """``steps`` Euler steps; per-step times, and the E / G² / balance records."""
     x = x0.copy()
@@ -94,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=200, help="Euler steps per run (T = steps·dt)")
     ap.add_argument("--quick", action="store_true", help="20 steps")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs of the compiled loop")
     ap.add_argument("--cpu-time", action="store_true",
                     help="one thread, process CPU time (robust on a shared machine)")
     args = ap.parse_args(argv)
@@ -120,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn in impls.items():
             fn(x0)  # warm-up (compilation, caches)
             res[name] = run(fn, x0, steps)
+        res["path"] = run_path(x0, heads, attn, steps, args.repeats)
         t_ref = float(np.median(res["einsum"][0]))
         E_ref, bal_ref = res["einsum"][1], res["einsum"][3]
         for name, (times, E, _G2, bal) in res.items():

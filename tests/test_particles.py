@@ -375,3 +375,66 @@ def test_head_rates_projected_form_is_accurate_at_large_beta():
     st = slope_terms(x, np.full(12, 1 / 12), fe, heads, fe.v)
     assert hr.own[0] > 0
     np.testing.assert_allclose(hr.own[0], st.power, rtol=1e-9)
+
+
+# ------------------------------------------------------------ compiled Euler path
+@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("d,H,flow", [(3, 1, "transformer"), (3, 5, "surrogate"),
+                                      (2, 2, "transformer")])
+def test_euler_path_equals_simulate(rng, kind, symmetric, d, H, flow):
+    """The compiled loop is the Euler path of simulate: tokens, energies, integrands and
+    running balances agree to 1e-12 relative (only the summation order of the fused
+    pass differs: round-off accumulated over 30 steps)."""
+    from wflow.particles import euler_path
+
+    if symmetric:
+        heads = Heads.random_symmetric(H, d, rng, scale=0.7, value_sign=-1.0)
+    else:
+        Q, K = rng.standard_normal((2, H, 2, d)) * 0.6
+        heads = Heads(Q, K, rng.standard_normal((H, d, d)), rng.uniform(0.2, 1.0, H))
+    x0 = sample_uniform(70, d, rng)
+    attn = Attention(kind, 1.2)
+    r = simulate(x0, heads, attn, T=0.3, dt=0.01, integrator="euler", flow=flow,
+                 record_every=1, head_rates=False)
+    p = euler_path(x0, heads, attn, dt=0.01, steps=30, flow=flow, save_every=10)
+    assert r.status == p.status == "success"
+    np.testing.assert_allclose(p.t, r.t, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(p.x, r.x[0], rtol=0, atol=1e-12)
+    for key in ("E", "power", "slope2", "speed2", "G2"):
+        want = r.history[key][0]
+        np.testing.assert_allclose(getattr(p, key), want, rtol=0,
+                                   atol=1e-12 * float(np.max(np.abs(want)) + 1e-300),
+                                   err_msg=key)
+    assert p.sign == r.sign
+    assert set(p.balance) == {k.removeprefix("balance_") for k in r.history
+                              if k.startswith("balance_")}
+    for key, val in p.balance.items():
+        np.testing.assert_allclose(val, r.history[f"balance_{key}"][0], rtol=0, atol=1e-12,
+                                   err_msg=key)
+    assert p.trajectory is not None and p.trajectory.shape == (4, 70, d)
+    np.testing.assert_allclose(p.trajectory[0], x0, rtol=0, atol=0)
+    np.testing.assert_allclose(np.linalg.norm(p.trajectory, axis=-1), 1.0, rtol=0, atol=4 * EPS)
+
+
+def test_euler_path_bad_input(rng):
+    from wflow.particles import euler_path
+
+    heads = Heads.random_symmetric(2, 3, rng)
+    x0 = sample_uniform(10, 3, rng)
+    attn = Attention("softmax", 1.0)
+    with pytest.raises(ValueError, match="dt"):
+        euler_path(x0, heads, attn, dt=0.0, steps=3)
+    with pytest.raises(ValueError, match="steps"):
+        euler_path(x0, heads, attn, dt=0.1, steps=0)
+    with pytest.raises(ValueError, match="save_every"):
+        euler_path(x0, heads, attn, dt=0.1, steps=3, save_every=-1)
+    with pytest.raises(ValueError, match="flow"):
+        euler_path(x0, heads, attn, dt=0.1, steps=3, flow="other")
+    with pytest.raises(ValueError, match="d <= 3"):
+        euler_path(sample_uniform(10, 4, rng), Heads.random_symmetric(2, 4, rng), attn,
+                   dt=0.1, steps=3)
+    with pytest.raises(TypeError, match="heads"):
+        euler_path(x0, Static.of(heads), attn, dt=0.1, steps=3)
+    with pytest.raises(FloatingPointError, match="overflow"):
+        euler_path(x0, Heads.random_symmetric(2, 3, rng, scale=500.0), attn, dt=0.1, steps=3)

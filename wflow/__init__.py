@@ -31,7 +31,7 @@ from .kernels import (
     plan_kernel,
 )
 from .multihead import beta_star, c_star, lambda_c, phi, radial_dominance
-from .particles import ParticleOptions, ParticleResult, simulate
+from .particles import EulerPath, ParticleOptions, ParticleResult, euler_path, simulate
 from .scenario import Scenario, load_scenario
 from .schedules import (
     CallableSchedule,
@@ -68,8 +68,10 @@ __all__ = [
     "evaluate",
     "head_energies",
     "slope_terms",
+    "EulerPath",
     "ParticleOptions",
     "ParticleResult",
+    "euler_path",
     "simulate",
     "Scenario",
     "load_scenario",

@@ -38,6 +38,7 @@ __all__ = [
     "fexp_array",
     "max_rownorm",
     "particle_terms",
+    "euler_path",
     "direct3",
     "direct_generic",
     "exp_block",
@@ -602,3 +603,63 @@ def particle_terms(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surro
         i0 = t * ROWS
         _post_rows(i0, min(N, i0 + ROWS), xT, A, V, w, wbar, soft, sym, surrogate, Z, Y, Yp,
                    G, vel, v, vhat, terms, PH)
+
+
+@njit(cache=True)
+def euler_path(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate, dt,
+               save_every, out, saved):
+    """Explicit Euler with renormalisation for static heads, the whole loop compiled.
+
+    Per step ``k = 0..S`` (``S = out.shape[1] - 1``): :func:`particle_terms` at ``x_k``,
+    ``out[:, k] = (E, power, slope2, speed2, G2)`` (sums against ``m``), tokens saved
+    every ``save_every`` steps into ``saved`` (``save_every = 0``: none), then
+    ``x ← (x + dt vel)/|x + dt vel|``. ``xT`` (3, n) is updated in place (the final
+    state). Returns the number of steps recorded (``< S + 1`` if a value was not finite).
+    """
+    H = A.shape[0]
+    N = m.shape[0]
+    S = out.shape[1] - 1
+    Z = np.empty((H, N))
+    Y = np.empty((H, 3, N))
+    Yp = Y if sym else np.empty((H, 3, N))
+    P = np.empty((H, N))
+    G = np.empty((H, N, 3))
+    vel = np.empty((N, 3))
+    v = np.empty((N, 3))
+    vhat = np.empty((N, 3))
+    terms = np.empty((4, N))
+    PH = np.empty((H, N))
+    for k in range(S + 1):
+        particle_terms(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate,
+                       Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
+        E = 0.0
+        for h in range(H):
+            e = 0.0
+            for i in range(N):
+                e += P[h, i] * m[i]
+            E += w[h] * e
+        out[0, k] = E / (2.0 * beta)
+        for r in range(4):
+            s = 0.0
+            for i in range(N):
+                s += terms[r, i] * m[i]
+            out[r + 1, k] = s
+        ok = True
+        for r in range(5):
+            if not np.isfinite(out[r, k]):
+                ok = False
+        if save_every > 0 and k % save_every == 0:
+            saved[k // save_every] = xT
+        if not ok:
+            return k
+        if k == S:
+            break
+        for i in range(N):
+            a0 = xT[0, i] + dt * vel[i, 0]
+            a1 = xT[1, i] + dt * vel[i, 1]
+            a2 = xT[2, i] + dt * vel[i, 2]
+            r_ = np.sqrt(a0 * a0 + a1 * a1 + a2 * a2)
+            xT[0, i] = a0 / r_
+            xT[1, i] = a1 / r_
+            xT[2, i] = a2 / r_
+    return S + 1

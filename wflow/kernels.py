@@ -364,6 +364,17 @@ def _serial(triples: int) -> bool:
     return triples < BUSY_SERIAL_TRIPLES and _busy()
 
 
+def _pair_once(sym: bool, n: int, H: int) -> bool:
+    """Whether to count every pair once (symmetric heads, self-interaction).
+
+    Fixed rule (the summation order never depends on threads or load): with
+    ``PAIR_ONCE_HEADS`` heads or more the pair-once loop is parallel over heads; below
+    :data:`SERIAL_TRIPLES` the sums run on one thread anyway, so halving the kernel
+    evaluations always pays.
+    """
+    return sym and (H >= PAIR_ONCE_HEADS or n * n * H < SERIAL_TRIPLES)
+
+
 @contextmanager
 def _team(work: float):
     """Run the numba kernels inside with one thread when ``work`` (≈ ns) is small."""
@@ -784,7 +795,7 @@ def particle_terms(
     terms = np.empty((4, n))
     # pair-once halves the kernels of symmetric heads (parallel over heads only); fixed
     # rule, so the summation order never depends on threads or load
-    pair_once = sym and H >= PAIR_ONCE_HEADS
+    pair_once = _pair_once(sym, n, H)
     with _team(n * n * H * (1 if sym else 2)):
         kn.particle_terms(np.ascontiguousarray(x3.T), A3, V3, w, w / w.sum(), m, float(beta),
                           0 if expo else 1, kind == "softmax", sym, pair_once,
