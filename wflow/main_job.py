@@ -33,19 +33,19 @@ from typing import Any
 import numpy as np
 
 from .io import atomic_write_bytes, check_finite, run_directory, save_npz, write_csv, write_json
-from .scenario import Scenario, ScenarioError, _bool, _choice, _num, parse_scenario, take
+from .scenario import Scenario, ScenarioError, boolean, choice, number, parse_scenario, take
 
 __all__ = ["RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job", "default_run_scenario"]
 
 logger = logging.getLogger(__name__)
 
 RUN_SPEC = {
-    "n_particles": (2000, _num(10, integer=True)),
-    "particle_integrator": ("rk4", _choice("euler", "rk4")),
-    "particle_steps_per_save": (4, _num(1, integer=True)),
-    "jko": (True, _bool),
-    "render": (True, _bool),
-    "max_ot_points": (6000, _num(100, integer=True)),
+    "n_particles": (2000, number(10, integer=True)),
+    "particle_integrator": ("rk4", choice("euler", "rk4")),
+    "particle_steps_per_save": (4, number(1, integer=True)),
+    "jko": (True, boolean),
+    "render": (True, boolean),
+    "max_ot_points": (6000, number(100, integer=True)),
 }
 
 

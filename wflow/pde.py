@@ -1161,38 +1161,38 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
 
 # =============================================================================== scenario
 def _spec_checks() -> tuple[dict, dict]:
-    from .scenario import _bool, _choice, _num, _str
+    from .scenario import boolean, choice, number, string
 
     pde = {
-        "mesh": ("default", _str),
-        "T": (1.0, _num(0, strict_lo=True)),
-        "dt": (1e-2, _num(0, strict_lo=True)),
-        "order": (1, _choice(1, 2)),
-        "time_integrator": ("auto", _choice("auto", *TIME_INTEGRATORS)),
-        "limiter": ("barth_jespersen", _choice(*LIMITERS)),
-        "cfl": (0.9, _num(0, 1, strict_lo=True)),
-        "flow": ("transformer", _choice("transformer", "surrogate")),
-        "quad_points": (1, _choice(1, 2, 3)),
-        "n_saves": (11, _num(2, integer=True)),
-        "balance": (True, _bool),
-        "entropy": (False, _bool),
-        "head_rates": (False, _bool),
-        "clusters": (True, _bool),
-        "cluster_level": (0.1, _num(0, 1)),
-        "cluster_min_mass": (0.01, _num(0, 1)),
-        "max_steps": (1_000_000, _num(1, integer=True)),
-        "kernel_backend": ("auto", _choice(*BACKENDS)),
-        "kernel_tol": (1e-10, _num(0, strict_lo=True)),
+        "mesh": ("default", string),
+        "T": (1.0, number(0, strict_lo=True)),
+        "dt": (1e-2, number(0, strict_lo=True)),
+        "order": (1, choice(1, 2)),
+        "time_integrator": ("auto", choice("auto", *TIME_INTEGRATORS)),
+        "limiter": ("barth_jespersen", choice(*LIMITERS)),
+        "cfl": (0.9, number(0, 1, strict_lo=True)),
+        "flow": ("transformer", choice("transformer", "surrogate")),
+        "quad_points": (1, choice(1, 2, 3)),
+        "n_saves": (11, number(2, integer=True)),
+        "balance": (True, boolean),
+        "entropy": (False, boolean),
+        "head_rates": (False, boolean),
+        "clusters": (True, boolean),
+        "cluster_level": (0.1, number(0, 1)),
+        "cluster_min_mass": (0.01, number(0, 1)),
+        "max_steps": (1_000_000, number(1, integer=True)),
+        "kernel_backend": ("auto", choice(*BACKENDS)),
+        "kernel_tol": (1e-10, number(0, strict_lo=True)),
     }
     density = {
-        "type": ("uniform", _choice("uniform", "vmf", "cap", "file", "callable")),
+        "type": ("uniform", choice("uniform", "vmf", "cap", "file", "callable")),
         "means": (None, None),
         "kappas": (None, None),
         "weights": (None, None),
         "center": (None, None),
-        "radius": (0.5, _num(0, strict_lo=True)),
-        "file": (None, _str),
-        "function": (None, _str),
+        "radius": (0.5, number(0, strict_lo=True)),
+        "file": (None, string),
+        "function": (None, string),
     }
     return pde, density
 

@@ -70,6 +70,10 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
     "take",
+    "number",
+    "choice",
+    "boolean",
+    "string",
     "register_section",
     "ScenarioError",
 ]
@@ -83,8 +87,13 @@ class ScenarioError(ValueError):
 Spec = dict[str, tuple[Any, Callable[[Any, str], Any] | None]]
 
 
-def _num(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = False,
-         integer: bool = False) -> Callable[[Any, str], Any]:
+def number(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = False,
+           integer: bool = False) -> Callable[[Any, str], Any]:
+    """Checker of a finite number in ``[lo, hi]`` (``(lo, hi]`` if ``strict_lo``).
+
+    ``integer``: the value must be integral (returned as ``int``, else ``float``).
+    """
+
     def check(v: Any, key: str) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ScenarioError(f"{key}: expected a number, got {v!r}")
@@ -100,7 +109,9 @@ def _num(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = 
     return check
 
 
-def _choice(*options: str) -> Callable[[Any, str], Any]:
+def choice(*options: str) -> Callable[[Any, str], Any]:
+    """Checker of a value among ``options``."""
+
     def check(v: Any, key: str) -> Any:
         if v not in options:
             raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
@@ -108,13 +119,15 @@ def _choice(*options: str) -> Callable[[Any, str], Any]:
     return check
 
 
-def _bool(v: Any, key: str) -> bool:
+def boolean(v: Any, key: str) -> bool:
+    """Checker of a TOML boolean (no truthy numbers or strings)."""
     if not isinstance(v, bool):
         raise ScenarioError(f"{key}: expected true or false, got {v!r}")
     return v
 
 
-def _str(v: Any, key: str) -> str:
+def string(v: Any, key: str) -> str:
+    """Checker of a string."""
     if not isinstance(v, str):
         raise ScenarioError(f"{key}: expected a string, got {v!r}")
     return v
@@ -168,63 +181,63 @@ def register_section(name: str, spec: Spec) -> None:
 
 
 ATTENTION_SPEC: Spec = {
-    "kind": ("softmax", _choice(*KINDS)),
-    "beta": (1.0, _num(0, strict_lo=True)),
-    "d": (3, _num(2, integer=True)),
+    "kind": ("softmax", choice(*KINDS)),
+    "beta": (1.0, number(0, strict_lo=True)),
+    "d": (3, number(2, integer=True)),
 }
 TOKENS_SPEC: Spec = {
-    "n": (200, _num(1, integer=True)),
-    "sampler": ("uniform", _choice("uniform", "vmf", "polytope", "equiangular", "orthonormal",
+    "n": (200, number(1, integer=True)),
+    "sampler": ("uniform", choice("uniform", "vmf", "polytope", "equiangular", "orthonormal",
                                    "file")),
     "means": (None, _array(2)),
     "kappas": (None, _array((0, 1))),
     "weights": (None, _array(1)),
-    "polytope": ("octahedron", _str),
-    "noise": (0.05, _num(0)),
-    "gamma": (0.0, _num(-1, 1)),
-    "file": (None, _str),
-    "seed": (None, _num(0, integer=True)),
+    "polytope": ("octahedron", string),
+    "noise": (0.05, number(0)),
+    "gamma": (0.0, number(-1, 1)),
+    "file": (None, string),
+    "seed": (None, number(0, integer=True)),
 }
 HEADS_SPEC: Spec = {
-    "type": ("random_symmetric", _choice("random_symmetric", "scalar", "matrices", "file")),
-    "H": (1, _num(1, integer=True)),
-    "scale": (1.0, _num(0)),
+    "type": ("random_symmetric", choice("random_symmetric", "scalar", "matrices", "file")),
+    "H": (1, number(1, integer=True)),
+    "scale": (1.0, number(0)),
     "lambdas": (None, _array(1)),
     "A": (None, _array(3)),
     "V": (None, _array(3)),
-    "file": (None, _str),
-    "value_sign": (1.0, _choice(1, -1, 1.0, -1.0)),
+    "file": (None, string),
+    "value_sign": (1.0, choice(1, -1, 1.0, -1.0)),
     "w": ("mean", None),
-    "seed": (None, _num(0, integer=True)),
+    "seed": (None, number(0, integer=True)),
 }
 SCHEDULE_SPEC: Spec = {
-    "type": ("static", _choice("static", "ou", "oscillating", "relaxed", "layers", "callable")),
-    "kappa": (1.0, _num(0)),
-    "sigma": (0.0, _num(0)),
-    "gamma": (0.0, _num(0)),
-    "symmetric_noise": (False, _bool),
+    "type": ("static", choice("static", "ou", "oscillating", "relaxed", "layers", "callable")),
+    "kappa": (1.0, number(0)),
+    "sigma": (0.0, number(0)),
+    "gamma": (0.0, number(0)),
+    "symmetric_noise": (False, boolean),
     "target": ("identity", None),
-    "amplitude": (0.5, _num()),
-    "omega": (None, _num()),
-    "c": (2.0, _num()),
-    "alpha": (1.5, _num()),
+    "amplitude": (0.5, number()),
+    "omega": (None, number()),
+    "c": (2.0, number()),
+    "alpha": (1.5, number()),
     "files": (None, None),
-    "delta": (1.0, _num(0, strict_lo=True)),
-    "function": (None, _str),
+    "delta": (1.0, number(0, strict_lo=True)),
+    "function": (None, string),
 }
 PARTICLES_SPEC: Spec = {
-    "T": (1.0, _num(0, strict_lo=True)),
-    "dt": (1e-2, _num(0, strict_lo=True)),
-    "integrator": ("rk4", _choice("euler", "rk4")),
-    "flow": ("transformer", _choice("transformer", "surrogate")),
-    "record_every": (1, _num(1, integer=True)),
-    "n_paths": (1, _num(1, integer=True)),
-    "entropy": (False, _bool),
-    "head_rates": (True, _bool),
-    "clusters": (True, _bool),
-    "cluster_cos": (0.99, _num(-1, 1)),
-    "kernel_backend": ("auto", _choice("auto", "numpy", "direct", "fastsum")),
-    "kernel_tol": (1e-10, _num(0, strict_lo=True)),
+    "T": (1.0, number(0, strict_lo=True)),
+    "dt": (1e-2, number(0, strict_lo=True)),
+    "integrator": ("rk4", choice("euler", "rk4")),
+    "flow": ("transformer", choice("transformer", "surrogate")),
+    "record_every": (1, number(1, integer=True)),
+    "n_paths": (1, number(1, integer=True)),
+    "entropy": (False, boolean),
+    "head_rates": (True, boolean),
+    "clusters": (True, boolean),
+    "cluster_cos": (0.99, number(-1, 1)),
+    "kernel_backend": ("auto", choice("auto", "numpy", "direct", "fastsum")),
+    "kernel_tol": (1e-10, number(0, strict_lo=True)),
 }
 CORE_SECTIONS = {"attention": ATTENTION_SPEC, "tokens": TOKENS_SPEC, "heads": HEADS_SPEC,
                  "schedule": SCHEDULE_SPEC, "particles": PARTICLES_SPEC}
@@ -384,7 +397,7 @@ class Scenario:
                                     "for type = 'layers'")
             layers = []
             for i, f in enumerate(files):
-                p = self.path(_str(f, f"schedule.files[{i}]"))
+                p = self.path(string(f, f"schedule.files[{i}]"))
                 if not p.is_file():
                     raise ScenarioError(f"schedule.files[{i}]: file not found: {p}")
                 hl = Heads.from_npz(p)
@@ -453,7 +466,7 @@ def parse_scenario(raw: Mapping[str, Any], *, base_dir: str | Path = ".") -> Sce
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ScenarioError(f"{unknown[0]}: unknown top-level key (known: {sorted(allowed)})")
-    seed = _num(0, integer=True)(raw.get("seed", 0), "seed")
+    seed = number(0, integer=True)(raw.get("seed", 0), "seed")
     parts = {}
     for name, spec in CORE_SECTIONS.items():
         sec = raw.get(name, {})
