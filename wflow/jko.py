@@ -114,6 +114,7 @@ import numpy as np
 from .diagnostics import BalanceAccumulator
 from .energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from .heads import Attention, Heads
+from .io import finish_history
 from .kernels import kernel_sums
 from .sphere import pairwise_geodesic
 
@@ -1137,11 +1138,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
-    history = {k: np.asarray(v) for k, v in rows.items() if k != "t"}
-    tt = np.asarray(rows.get("t", []))
-    for name, arr in history.items():
-        if status != "failed" and not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+    history, tt, status, message = finish_history(rows, status, message)
     x = np.asarray(points, dtype=np.float64)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
     a = np.asarray(areas, dtype=np.float64)

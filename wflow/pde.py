@@ -86,6 +86,7 @@ from .energy import (
     slope_terms,
 )
 from .heads import Attention, Heads
+from .io import finish_history
 from .kernels import BACKENDS, KernelLog, kernel_sums, plan_kernel
 from .mesh import SphereMesh
 from .schedules import Schedule, Static
@@ -1127,12 +1128,8 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
-    history = {k: np.asarray(v) for k, v in rows.items() if k != "t"}
-    tt = np.asarray(rows.get("t", []))
+    history, tt, status, message = finish_history(rows, status, message)
     rho = np.asarray(rhos) if rhos else np.empty((0, fv.M))
-    for name, arr in history.items():
-        if status == "success" and not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
     if status == "success" and max_mass_err > 1e-10:
         status = "failed"
         message = f"mass drifted by {max_mass_err:.2e} (relative): conservation broken"
