@@ -119,6 +119,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
 
         fig, ax = plt.subplots(figsize=(6.2, 3.8))
         for k, lab, st in (("two0", "t = 0 (baseline)", "o--"), ("twoT", "t = T", "o-"),
@@ -128,6 +129,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
         nn = np.array(ns, float)
         ax.loglog(nn, table["two0"][0] * (nn / nn[0]) ** -0.5, "k:", lw=0.8, label="n^-1/2")
         ax.set(xlabel="n", ylabel="W₂ (rad)", title="particles vs PDE")
+        ax.set_xticks(nn, [str(int(v)) for v in nn])  # the sample sizes, no minor labels
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(stage / "mean_field.png", dpi=120)
