@@ -438,3 +438,27 @@ def test_euler_path_bad_input(rng):
         euler_path(x0, Static.of(heads), attn, dt=0.1, steps=3)
     with pytest.raises(FloatingPointError, match="overflow"):
         euler_path(x0, Heads.random_symmetric(2, 3, rng, scale=500.0), attn, dt=0.1, steps=3)
+
+
+@pytest.mark.parametrize("done", [0, 3])
+def test_euler_path_failure_keeps_finite_records_only(rng, monkeypatch, done):
+    """A non-finite step ends the run with status "failed": records stop before it."""
+    import wflow._kernels_numba as kn
+    from wflow.particles import euler_path
+
+    def fake(xT, *args):
+        out, saved = args[-2], args[-1]
+        out[:, :done] = 1.0
+        out[:, done] = np.nan
+        saved[:] = 7.0
+        return done
+
+    monkeypatch.setattr(kn, "euler_path", fake)
+    heads = Heads.random_symmetric(2, 3, rng, value_sign=-1.0)
+    p = euler_path(sample_uniform(10, 3, rng), heads, Attention("softmax", 1.0), dt=0.1,
+                   steps=8, save_every=2)
+    assert p.status == "failed" and f"step {done}" in p.message
+    assert p.E.shape == p.t.shape == p.G2.shape == (done,)
+    assert all(v.shape == (done,) for v in p.balance.values())
+    assert np.all(np.isfinite(p.E)) and all(np.all(np.isfinite(v)) for v in p.balance.values())
+    assert p.trajectory is not None and p.trajectory.shape[0] == (0 if done == 0 else 2)

@@ -544,7 +544,8 @@ class EulerPath(NamedTuple):
     Attributes
     ----------
     status, message : str
-        ``"success"``, or ``"failed"`` with the first non-finite step.
+        ``"success"``, or ``"failed"`` with the first non-finite step; the records then
+        stop before that step, ``x`` is the state at it.
     t : (S+1,) array
         Times ``k·dt``.
     E, power, slope2, speed2, G2 : (S+1,) arrays
@@ -659,19 +660,21 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     wall = time.perf_counter() - t0
     sign = heads.value_alignment() if heads.is_symmetric() else 0
     status, message = "success", ""
-    if done < steps + 1:
+    if done < steps + 1:  # keep the finite records only (steps 0 .. done-1)
         status, message = "failed", f"non-finite energy or slope terms at step {done}"
         logger.error("euler_path: %s", message)
+        out = out[:, :done]
+        saved = saved[: (done - 1) // save_every + 1 if save_every and done else 0]
     E, power, slope2, speed2, G2 = out
 
-    def cum(f: np.ndarray) -> np.ndarray:
-        return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])
+    def cum(f: np.ndarray) -> np.ndarray:  # BalanceAccumulator's trapezoid, vectorised
+        return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])[: f.size]
 
-    dE = E - E[0]
+    dE = E - E[:1]
     balance = {"chain": dE - cum(power)}
     if sign:
         balance["edi"] = dE - sign * cum(0.5 * (speed2 + slope2))
         balance["g2"] = dE - sign * cum(G2)
     traj = np.ascontiguousarray(np.swapaxes(saved, 1, 2)[:, :, :d]) if save_every else None
-    return EulerPath(status, message, dt * np.arange(steps + 1), E, power, slope2, speed2, G2,
+    return EulerPath(status, message, dt * np.arange(E.size), E, power, slope2, speed2, G2,
                      balance, np.ascontiguousarray(xT[:d].T), traj, int(sign), wall)
