@@ -462,3 +462,56 @@ def test_euler_path_failure_keeps_finite_records_only(rng, monkeypatch, done):
     assert all(v.shape == (done,) for v in p.balance.values())
     assert np.all(np.isfinite(p.E)) and all(np.all(np.isfinite(v)) for v in p.balance.values())
     assert p.trajectory is not None and p.trajectory.shape[0] == (0 if done == 0 else 2)
+
+
+# ------------------------------------------------- fused particle state (simulate's path)
+@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("flow", ["transformer", "surrogate"])
+def test_particle_field_equals_separate_calls(rng, kind, symmetric, flow):
+    """energy.particle_field = evaluate + slope_terms + head_energies to 1e-12 (one pass)."""
+    from wflow.energy import particle_field
+
+    n, d, H = 120, 3, 3
+    x = sample_uniform(n, d, rng)
+    m = rng.uniform(0.5, 1.0, n)
+    m /= m.sum()
+    if symmetric:
+        heads = Heads.random_symmetric(H, d, rng, scale=0.7, value_sign=-1.0)
+    else:
+        Q, K = rng.standard_normal((2, H, 2, d)) * 0.6
+        heads = Heads(Q, K, rng.standard_normal((H, d, d)), rng.uniform(0.2, 1.0, H))
+    attn = Attention(kind, 1.1)
+    fe = evaluate(x, heads, attn, m=m)
+    vel = fe.v if flow == "transformer" else fe.vhat
+    st = slope_terms(x, m, fe, heads, vel)
+    E = float(heads.w @ head_energies(fe, m, attn))
+    fe2, st2, E2 = particle_field(x, m, heads, attn, flow=flow)
+    for name in fe._fields:
+        a, b = getattr(fe2, name), getattr(fe, name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * float(np.max(np.abs(b))),
+                                   err_msg=name)
+    for name in ("power", "slope2", "speed2", "G2"):
+        a, b = getattr(st2, name), getattr(st, name)
+        assert abs(a - b) <= 1e-12 * (abs(b) + float(np.max(np.abs(st.power_heads)))), name
+    assert E2 == pytest.approx(E, rel=1e-12)
+
+
+def test_simulate_fused_path_equals_numpy_backend(rng):
+    """simulate with the default back-end (fused pass, d = 3) against the NumPy reference
+    back-end (separate evaluate / slope_terms): same run to 1e-12; the log says 'direct'."""
+    heads = Heads.random_symmetric(4, 3, rng, scale=0.6, value_sign=-1.0)
+    x0 = sample_uniform(80, 3, rng)
+    attn = Attention("softmax", 1.0)
+    kw = {"T": 0.3, "dt": 0.05, "integrator": "rk4", "head_rates": True}
+    a = simulate(x0, heads, attn, **kw)
+    b = simulate(x0, heads, attn, kernel_backend="numpy", **kw)
+    assert a.status == b.status == "success"
+    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=1e-12)
+    for key in ("E", "G2", "slope2", "speed2", "power", "balance_edi", "dEh_dt"):
+        want = b.history[key]
+        np.testing.assert_allclose(a.history[key], want, rtol=0,
+                                   atol=1e-12 * float(np.max(np.abs(want))), err_msg=key)
+    calls = a.extra["kernel"]["calls"]
+    assert set(calls) == {"direct"}, calls
+    assert b.extra["kernel"]["calls"].keys() == {"numpy"}

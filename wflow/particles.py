@@ -20,7 +20,10 @@ seed), run one after the other with every operation vectorised over tokens and h
 the result holds per-path histories and their mean / standard deviation.
 
 Every step feeds the :class:`~wflow.diagnostics.BalanceAccumulator`; diagnostics are
-recorded every ``record_every`` steps.
+recorded every ``record_every`` steps. The state of each step (field, slope terms,
+energy) comes from one fused compiled pass (:func:`wflow.energy.particle_field`) for
+``d ≤ 3`` where the sums are direct, else from :func:`wflow.energy.evaluate` with the
+chosen back-end. :func:`euler_path` compiles the whole Euler loop for static heads.
 """
 
 from __future__ import annotations
@@ -46,15 +49,17 @@ from .diagnostics import (
 )
 from .energy import (
     FieldEval,
+    SlopeTerms,
     dE_dt_weights,
     energy_gradient_A,
     evaluate,
     head_energies,
     ito_correction,
+    particle_field,
     slope_terms,
 )
 from .heads import Attention, Heads
-from .kernels import BACKENDS, KernelLog
+from .kernels import BACKENDS, KernelLog, plan_kernel
 from .schedules import Schedule, Static
 from .sphere import check_on_sphere, normalize
 
@@ -196,6 +201,22 @@ class _Kernel(NamedTuple):
     def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
         return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
 
+    def fused(self, x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
+              flow: str) -> tuple[FieldEval, SlopeTerms, float] | None:
+        """Field, slope terms and energy in one compiled pass, where the sums are direct.
+
+        ``d ≤ 3`` and back-end ``direct``, or ``auto`` where it would choose direct sums
+        (not the fast summation); ``None`` otherwise (the caller evaluates separately).
+        """
+        if x.shape[1] > 3 or self.backend not in ("auto", "direct"):
+            return None
+        if self.backend == "auto" and plan_kernel(
+                x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
+                m=m).backend != "direct":
+            return None
+        return particle_field(x, m, heads, attn, flow=flow, log=self.log,
+                              backend=self.backend)
+
 
 _DEFAULT_KERNEL = _Kernel()
 
@@ -204,17 +225,21 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
                  attn: Attention, flow: str, heads: Heads | None = None,
                  kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
     heads = schedule.heads_at(theta) if heads is None else heads
-    fe = kernel.evaluate(x, heads, attn)
+    fused = kernel.fused(x, m, heads, attn, flow)
+    if fused is None:
+        fe = kernel.evaluate(x, heads, attn)
+        st = slope_terms(x, m, fe, heads, _velocity(fe, flow))
+        E = float(heads.w @ head_energies(fe, m, attn))
+    else:
+        fe, st, E = fused
     vel = _velocity(fe, flow)
-    st = slope_terms(x, m, fe, heads, vel)
-    E_h = head_energies(fe, m, attn)
     dEdt = 0.0 if schedule.static else dE_dt_weights(x, m, fe, heads,
                                                       schedule.A_dot(theta, t), attn)
     ito = 0.0
     if schedule.stochastic:
         ito = ito_correction(x, m, heads, attn, schedule.sigma(t),
                              symmetric_noise=schedule.symmetric_noise)
-    terms = {"E": float(heads.w @ E_h), "dEdt_w": dEdt, "power": st.power, "slope2": st.slope2,
+    terms = {"E": E, "dEdt_w": dEdt, "power": st.power, "slope2": st.slope2,
              "speed2": st.speed2, "G2": st.G2, "ito": ito}
     return heads, fe, vel, terms
 
