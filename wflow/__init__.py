@@ -17,7 +17,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .energy import FieldEval, SlopeTerms, evaluate, head_energies, slope_terms
+from .energy import (
+    FieldEval,
+    SlopeTerms,
+    evaluate,
+    head_energies,
+    particle_field,
+    slope_terms,
+)
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
 from .heads import Attention, Heads
 from .kernels import (
@@ -67,6 +74,7 @@ __all__ = [
     "SlopeTerms",
     "evaluate",
     "head_energies",
+    "particle_field",
     "slope_terms",
     "EulerPath",
     "ParticleOptions",
