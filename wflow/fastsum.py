@@ -294,6 +294,43 @@ def _tables(L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.
     return off, a, b, dmm, d1
 
 
+@njit(fastmath=_FM, cache=True, inline="always")
+def _sectoral_step(f, X, Yc, mr, mi, n):
+    """``(mr + i mi) ← f (x + i y)(mr + i mi)``: the sectoral seed of order ``m`` from ``m − 1``."""
+    for j in range(n):
+        tr = f * (mr[j] * X[j] - mi[j] * Yc[j])
+        mi[j] = f * (mr[j] * Yc[j] + mi[j] * X[j])
+        mr[j] = tr
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n):
+    """Advance the normalised ``Y_l^m`` recurrence in ``l`` (p1: degree l, p2: l − 1)."""
+    if l == mo:
+        for j in range(n):
+            p1r[j] = mr[j]
+            p1i[j] = mi[j]
+            p2r[j] = 0.0
+            p2i[j] = 0.0
+    elif l == mo + 1:
+        f = d1[mo]
+        for j in range(n):
+            p2r[j] = p1r[j]
+            p2i[j] = p1i[j]
+            p1r[j] = f * Zc[j] * p2r[j]
+            p1i[j] = f * Zc[j] * p2i[j]
+    else:
+        al = a[base + l - mo]
+        bl = b[base + l - mo]
+        for j in range(n):
+            tr = al * (Zc[j] * p1r[j] - bl * p2r[j])
+            ti = al * (Zc[j] * p1i[j] - bl * p2i[j])
+            p2r[j] = p1r[j]
+            p2i[j] = p1i[j]
+            p1r[j] = tr
+            p1i[j] = ti
+
+
 @njit(parallel=True, fastmath=_FM, cache=True)
 def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
     """Accumulate ``C_lm`` (without the ``4π ε_m`` factor) into per-block partial sums.
@@ -333,36 +370,10 @@ def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
                 mi[j] = 0.0
             for mo in range(L + 1):
                 if mo > 0:
-                    f = dmm[mo]
-                    for j in range(n):
-                        tr = f * (mr[j] * X[j] - mi[j] * Yc[j])
-                        mi[j] = f * (mr[j] * Yc[j] + mi[j] * X[j])
-                        mr[j] = tr
+                    _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
                 base = off[mo]
                 for l in range(mo, L + 1):
-                    if l == mo:
-                        for j in range(n):
-                            p1r[j] = mr[j]
-                            p1i[j] = mi[j]
-                            p2r[j] = 0.0
-                            p2i[j] = 0.0
-                    elif l == mo + 1:
-                        f = d1[mo]
-                        for j in range(n):
-                            p2r[j] = p1r[j]
-                            p2i[j] = p1i[j]
-                            p1r[j] = f * Zc[j] * p2r[j]
-                            p1i[j] = f * Zc[j] * p2i[j]
-                    else:
-                        al = a[base + l - mo]
-                        bl = b[base + l - mo]
-                        for j in range(n):
-                            tr = al * (Zc[j] * p1r[j] - bl * p2r[j])
-                            ti = al * (Zc[j] * p1i[j] - bl * p2i[j])
-                            p2r[j] = p1r[j]
-                            p2i[j] = p1i[j]
-                            p1r[j] = tr
-                            p1i[j] = ti
+                    _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
                     br = bes[l]
                     idx = base + l - mo
                     for c in range(nq):
@@ -402,36 +413,10 @@ def _evaluate(xT, L, off, a, b, dmm, d1, Cr, Ci, out):
             mi[j] = 0.0
         for mo in range(L + 1):
             if mo > 0:
-                f = dmm[mo]
-                for j in range(n):
-                    tr = f * (mr[j] * X[j] - mi[j] * Yc[j])
-                    mi[j] = f * (mr[j] * Yc[j] + mi[j] * X[j])
-                    mr[j] = tr
+                _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
             base = off[mo]
             for l in range(mo, L + 1):
-                if l == mo:
-                    for j in range(n):
-                        p1r[j] = mr[j]
-                        p1i[j] = mi[j]
-                        p2r[j] = 0.0
-                        p2i[j] = 0.0
-                elif l == mo + 1:
-                    f = d1[mo]
-                    for j in range(n):
-                        p2r[j] = p1r[j]
-                        p2i[j] = p1i[j]
-                        p1r[j] = f * Zc[j] * p2r[j]
-                        p1i[j] = f * Zc[j] * p2i[j]
-                else:
-                    al = a[base + l - mo]
-                    bl = b[base + l - mo]
-                    for j in range(n):
-                        tr = al * (Zc[j] * p1r[j] - bl * p2r[j])
-                        ti = al * (Zc[j] * p1i[j] - bl * p2i[j])
-                        p2r[j] = p1r[j]
-                        p2i[j] = p1i[j]
-                        p1r[j] = tr
-                        p1i[j] = ti
+                _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
                 idx = base + l - mo
                 for c in range(nq):
                     cr = Cr[c, idx]
