@@ -206,6 +206,31 @@ def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
 
 
 # --------------------------------------------------------------------------- any d
+@njit(fastmath=_FM, cache=True, inline="always")
+def _weigh(sc, mr, n, kind):
+    """In place ``sc[j] ← m_j k(sc[j])`` (``j < n``); returns ``(Σ m_j k(s_j), Σ m_j k(s_j) s_j)``.
+
+    ``kind``: 0 exponential, 1 ReLU. The shared inner loop of the chunked kernels.
+    """
+    z = 0.0
+    sm = 0.0
+    if kind == 0:
+        for j in range(n):
+            s = sc[j]
+            em = fexp(s) * mr[j]
+            z += em
+            sm += em * s
+            sc[j] = em
+    else:
+        for j in range(n):
+            s = sc[j]
+            em = max(s, 0.0) * mr[j]
+            z += em
+            sm += em * s
+            sc[j] = em
+    return z, sm
+
+
 @njit(fastmath=_FM, cache=True)
 def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     """Work item ``t`` of :func:`direct_generic` (one head, ``ROWS`` targets)."""
@@ -232,21 +257,9 @@ def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
                 kr = ky[h, c, j0:j0 + n]
                 for j in range(n):
                     sc[j] += a * kr[j]
-            mr = m[j0:j0 + n]
-            if kind == 0:
-                for j in range(n):
-                    s = sc[j]
-                    em = fexp(s) * mr[j]
-                    z += em
-                    sm += em * s
-                    sc[j] = em
-            else:
-                for j in range(n):
-                    s = sc[j]
-                    em = max(s, 0.0) * mr[j]
-                    z += em
-                    sm += em * s
-                    sc[j] = em
+            dz, dsm = _weigh(sc, m[j0:j0 + n], n, kind)
+            z += dz
+            sm += dsm
             for c in range(d):
                 yr = yT[c, j0:j0 + n]
                 acc = 0.0
@@ -290,23 +303,7 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
     """
     b, N = sc.shape
     for i in range(b):
-        row = sc[i]
-        z = 0.0
-        sm = 0.0
-        if kind == 0:
-            for j in range(N):
-                s = row[j]
-                em = fexp(s) * m[j]
-                z += em
-                sm += em * s
-                row[j] = em
-        else:
-            for j in range(N):
-                s = row[j]
-                em = max(s, 0.0) * m[j]
-                z += em
-                sm += em * s
-                row[j] = em
+        z, sm = _weigh(sc[i], m, N, kind)
         Z[i] = z
         if kind == 1:
             P[i] = 0.5 * sm
