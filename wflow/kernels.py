@@ -364,6 +364,33 @@ def _serial(triples: int) -> bool:
     return triples < BUSY_SERIAL_TRIPLES and _busy()
 
 
+ALIGN = 64  # bytes: one cache line, one AVX-512 vector
+
+
+def aligned_empty(shape: int | tuple[int, ...]) -> np.ndarray:
+    """Uninitialised C-contiguous float64 array whose data start on an :data:`ALIGN` boundary.
+
+    The vectorised reductions of the compiled kernels sum in an order that depends on
+    where the data start (measured: the same particle step differed by an ulp between
+    reruns). NumPy aligns to 16 bytes only, so every array a kernel reduces over goes
+    through :func:`aligned` / :func:`aligned_empty`: reruns, and serial vs MPI, then
+    agree bit for bit.
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    size = math.prod(shape)
+    buf = np.empty(size + ALIGN // 8, dtype=np.float64)
+    k = (-buf.ctypes.data % ALIGN) // 8
+    return buf[k:k + size].reshape(shape)
+
+
+def aligned(a: np.ndarray) -> np.ndarray:
+    """C-contiguous float64 copy of ``a`` starting on an :data:`ALIGN` boundary."""
+    a = np.asarray(a, dtype=np.float64)
+    out = aligned_empty(a.shape)
+    out[...] = a
+    return out
+
+
 def _pair_once(sym: bool, n: int, H: int) -> bool:
     """Whether to count every pair once (symmetric heads, self-interaction).
 
@@ -428,13 +455,15 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         w = qx.shape[2]
         qx3 = np.zeros((H, M, 3))
         qx3[:, :, :w] = qx
-        ky3 = np.zeros((H, 3, N))
+        ky3 = aligned_empty((H, 3, N))
+        ky3[:] = 0.0
         ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
-        my = np.zeros((3, N))
+        my = aligned_empty((3, N))
+        my[:] = 0.0
         my[:d] = (m[:, None] * y).T
         Y3 = Y if d == 3 else np.empty((H, M, 3))
         with _team(M * N * H):
-            kn.direct3(qx3, ky3, my, m, kcode, scores, Z, Y3, P, S)
+            kn.direct3(qx3, ky3, my, aligned(m), kcode, scores, Z, Y3, P, S)
         if d < 3:
             Y[:] = Y3[:, :, :d]
     else:
@@ -442,10 +471,9 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         w = qx.shape[2]
         qx = np.ascontiguousarray(qx)
         if w + d < WIDE:
-            kyT = np.ascontiguousarray(np.swapaxes(ky, 1, 2))
+            kyT = aligned(np.swapaxes(ky, 1, 2))
             with _team(M * N * H * (w + d) / 4):
-                kn.direct_generic(qx, kyT, np.ascontiguousarray(y.T), m, kcode, scores, Z, Y,
-                                  P, S)
+                kn.direct_generic(qx, kyT, aligned(y.T), aligned(m), kcode, scores, Z, Y, P, S)
         else:
             _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
     Phi = (Z if expo else P) if potential else None
@@ -468,6 +496,7 @@ def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
     N = y.shape[0]
     B = max(1, min(M, (1 << 21) // N))
     kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
+    m = aligned(m)
 
     def block(job: tuple[int, int], buf: np.ndarray) -> None:
         h, i0 = job
@@ -484,7 +513,7 @@ def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
     except ImportError:  # pragma: no cover - optional
         threadpool_limits = None
     if nt <= 1 or threadpool_limits is None or _serial(M * N * H * qx.shape[2]):
-        buf = np.empty((B, N))
+        buf = aligned_empty((B, N))
         for job in jobs:
             block(job, buf)
         return
@@ -495,7 +524,7 @@ def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
 
     def run(job: tuple[int, int]) -> None:  # dynamic: a paused thread does not hold the rest
         if not hasattr(local, "buf"):
-            local.buf = np.empty((B, N))
+            local.buf = aligned_empty((B, N))
         block(job, local.buf)
 
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nt) as ex:
@@ -797,7 +826,7 @@ def particle_terms(
     # rule, so the summation order never depends on threads or load
     pair_once = _pair_once(sym, n, H)
     with _team(n * n * H * (1 if sym else 2)):
-        kn.particle_terms(np.ascontiguousarray(x3.T), A3, V3, w, w / w.sum(), m, float(beta),
+        kn.particle_terms(aligned(x3.T), A3, V3, w, w / w.sum(), aligned(m), float(beta),
                           0 if expo else 1, kind == "softmax", sym, pair_once,
                           flow == "surrogate", Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
     if kind == "softmax" and n and np.any(Z <= 0):

@@ -636,7 +636,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
         Keep the tokens every this many steps (0: only the final state).
     """
     from . import _kernels_numba as kn
-    from .kernels import _pair_once, _raise_bound, _scores_A, _team
+    from .kernels import _pair_once, _raise_bound, _scores_A, _team, aligned, aligned_empty
 
     if not isinstance(heads, Heads):
         raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
@@ -670,7 +670,8 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     sym = bool(np.max(np.abs(A - np.swapaxes(A, 1, 2)), initial=0.0) <= 1e-12 * scale)
     A3, V3 = np.zeros((H, 3, 3)), np.zeros((H, 3, 3))
     A3[:, :d, :d], V3[:, :d, :d] = A, heads.V
-    xT = np.zeros((3, n))
+    xT = aligned_empty((3, n))  # see wflow.kernels.aligned_empty: reruns agree bit for bit
+    xT[:] = 0.0
     xT[:d] = x0.T
     w = np.ascontiguousarray(heads.w, dtype=np.float64)
     out = np.full((5, steps + 1), np.nan)
@@ -679,7 +680,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     pair_once = _pair_once(sym, n, H)
     t0 = time.perf_counter()
     with _team(n * n * H * (1 if sym else 2)):
-        done = kn.euler_path(xT, A3, V3, w, w / w.sum(), m, beta, 0 if expo else 1,
+        done = kn.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, 0 if expo else 1,
                              kind == "softmax", sym, pair_once, flow == "surrogate", float(dt),
                              save_every, out, saved)
     wall = time.perf_counter() - t0
