@@ -753,6 +753,24 @@ class ParticleTerms(NamedTuple):
     power_heads: np.ndarray
 
 
+def particle_heads3(Q: np.ndarray, K: np.ndarray,
+                    V: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Heads in the layout of the compiled particle kernels (``d ≤ 3``).
+
+    Returns ``(A3, V3, sym)``: ``A_h = Q_hᵀ K_h`` and ``V_h`` zero-padded to ``(H, 3, 3)``,
+    and whether every ``A_h`` is symmetric to 1e-12 relative (then pairs are summed once
+    and ``∇ψ_h = A_h Y_h``).
+    """
+    A = _scores_A(Q, K)
+    H, d, _ = A.shape
+    scale = max(1.0, float(np.max(np.abs(A)))) if A.size else 1.0
+    sym = bool(np.max(np.abs(A - np.swapaxes(A, 1, 2)), initial=0.0) <= 1e-12 * scale)
+    A3, V3 = np.zeros((H, 3, 3)), np.zeros((H, 3, 3))
+    A3[:, :d, :d] = A
+    V3[:, :d, :d] = V
+    return A3, V3, sym
+
+
 def particle_terms(
     x: np.ndarray,
     m: np.ndarray,
@@ -800,18 +818,10 @@ def particle_terms(
     expo = kind != "relu"
     if expo and n:
         _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, x))
-    A = _scores_A(Q, K)
-    scale = max(1.0, float(np.max(np.abs(A)))) if A.size else 1.0
-    sym = bool(np.max(np.abs(A - np.swapaxes(A, 1, 2)), initial=0.0) <= 1e-12 * scale)
-    if d == 3:
-        x3, A3, V3 = x, np.ascontiguousarray(A), np.ascontiguousarray(V)
-    else:
-        x3 = np.zeros((n, 3))
-        x3[:, :d] = x
-        A3 = np.zeros((H, 3, 3))
-        A3[:, :d, :d] = A
-        V3 = np.zeros((H, 3, 3))
-        V3[:, :d, :d] = V
+    A3, V3, sym = particle_heads3(Q, K, V)
+    xT = aligned_empty((3, n))  # component-major, on a 64-byte boundary (see aligned_empty)
+    xT[:] = 0.0
+    xT[:d] = x.T
     Z = np.empty((H, n))
     Y = np.empty((H, 3, n))
     Yp = Y if sym else np.empty((H, 3, n))
@@ -826,7 +836,7 @@ def particle_terms(
     # rule, so the summation order never depends on threads or load
     pair_once = _pair_once(sym, n, H)
     with _team(n * n * H * (1 if sym else 2)):
-        kn.particle_terms(aligned(x3.T), A3, V3, w, w / w.sum(), aligned(m), float(beta),
+        kn.particle_terms(xT, A3, V3, w, w / w.sum(), aligned(m), float(beta),
                           0 if expo else 1, kind == "softmax", sym, pair_once,
                           flow == "surrogate", Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
     if kind == "softmax" and n and np.any(Z <= 0):

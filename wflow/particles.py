@@ -636,7 +636,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
         Keep the tokens every this many steps (0: only the final state).
     """
     from . import _kernels_numba as kn
-    from .kernels import _pair_once, _raise_bound, _scores_A, _team, aligned, aligned_empty
+    from .kernels import _pair_once, _raise_bound, _team, aligned, aligned_empty, particle_heads3
 
     if not isinstance(heads, Heads):
         raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
@@ -665,11 +665,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     if expo:  # unit tokens: |Q x| <= ||Q||_2 for every x on the sphere, at every step
         _raise_bound(beta * max(float(np.linalg.norm(heads.Q[h], 2) * np.linalg.norm(heads.K[h], 2))
                                 for h in range(H)))
-    A = _scores_A(heads.Q, heads.K)
-    scale = max(1.0, float(np.max(np.abs(A))))
-    sym = bool(np.max(np.abs(A - np.swapaxes(A, 1, 2)), initial=0.0) <= 1e-12 * scale)
-    A3, V3 = np.zeros((H, 3, 3)), np.zeros((H, 3, 3))
-    A3[:, :d, :d], V3[:, :d, :d] = A, heads.V
+    A3, V3, sym = particle_heads3(heads.Q, heads.K, heads.V)
     xT = aligned_empty((3, n))  # see wflow.kernels.aligned_empty: reruns agree bit for bit
     xT[:] = 0.0
     xT[:d] = x0.T
