@@ -22,15 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from wflow.gaussian import blowup_time_isotropic
-from wflow.gaussian_reach import reach
-from wflow.gaussian_report import (
+from wflow.gaussian import blowup_time_isotropic, load_gaussian_scenario, reach
+from wflow.gaussian.run import (
     reach_scenario,
     run_gaussian_scenario,
     write_gaussian_run,
     write_reach,
 )
-from wflow.gaussian_scenario import load_gaussian_scenario
 from wflow.studies.gaussian_particles import particle_errors
 
 HERE = Path(__file__).resolve().parent

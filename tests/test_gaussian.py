@@ -26,11 +26,10 @@ from wflow.gaussian import (
     psd_factor,
     riccati_closed_form,
 )
-from wflow.gaussian_reach import plan_controls, principal_rotation, reach
-from wflow.gaussian_riccati import (
-    classify,
+from wflow.gaussian.classify import classify, phase_diagram
+from wflow.gaussian.reach import plan_controls, principal_rotation, reach
+from wflow.gaussian.riccati import (
     equilibria,
-    phase_diagram,
     riccati_linearisation,
     riccati_residual,
     sym_basis,

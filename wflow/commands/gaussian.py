@@ -87,13 +87,13 @@ def handler(args: argparse.Namespace) -> int:
                              "`wflow gaussian SCENARIO.toml`, `wflow gaussian reach SCENARIO.toml`"
                              " and `wflow gaussian pretrained`")
         path, form = form, "run"
-    from ..gaussian_report import (
+    from ..gaussian.run import (
         reach_scenario,
         run_gaussian_scenario,
         write_gaussian_run,
         write_reach,
     )
-    from ..gaussian_scenario import load_gaussian_scenario
+    from ..gaussian.options import load_gaussian_scenario
     from ..io import run_directory
 
     scn = load_gaussian_scenario(path)

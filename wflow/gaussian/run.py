@@ -1,0 +1,231 @@
+"""Run Gaussian scenarios and write their outputs (summary.json, trajectory.csv, plots).
+
+Everything ``wflow gaussian`` does is a function here: :func:`run_gaussian_scenario`
+→ :func:`write_gaussian_run`, :func:`reach_scenario` → :func:`write_reach`,
+:func:`particle_check`. Plots use matplotlib, imported inside the plotting
+functions (``Agg`` backend, no display needed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..io import write_csv, write_json
+from .bures import bures_wasserstein_distance
+from .classify import Classification, PhaseDiagram, classify, phase_diagram
+from .moments import psd_factor
+from .options import GaussianScenario
+from .particles import simulate_particles
+from .plots import plot_phase_diagram, plot_reach, plot_trajectory
+from .reach import ReachResult, reach
+from .riccati import _scalar_value, blowup_time_closed_form
+from .solver import GaussianTrajectory, integrate_moments
+
+__all__ = [
+    "GaussianRun",
+    "run_gaussian_scenario",
+    "write_gaussian_run",
+    "particle_check",
+    "reach_scenario",
+    "write_reach",
+    "trajectory_columns",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GaussianRun:
+    """Everything computed for one scenario.
+
+    Attributes
+    ----------
+    scenario : GaussianScenario
+    trajectory : GaussianTrajectory
+    closed_form_blowup_time : float or None
+        ``t*`` from the ``V = vI`` closed form (constant parameters only; ``inf``: none
+        before ``T``).
+    classification : Classification or None
+        Constant parameters only.
+    particles : dict or None
+        Particle check (:func:`particle_check`).
+    phase : PhaseDiagram or None
+    """
+
+    scenario: GaussianScenario
+    trajectory: GaussianTrajectory
+    closed_form_blowup_time: float | None
+    classification: Classification | None
+    particles: dict[str, Any] | None
+    phase: PhaseDiagram | None
+
+    def summary(self) -> dict[str, Any]:
+        """The content of ``summary.json``."""
+        scn = self.scenario
+        out: dict[str, Any] = {
+            "title": scn.title,
+            "source": scn.source,
+            "d": scn.d,
+            "T": scn.T,
+            "initial": {"m": scn.m0.tolist(), "Sigma": scn.Sigma0.tolist()},
+            "parameters": (scn.constant_params.to_dict() if scn.constant_params is not None
+                           else {"schedule": type(scn.schedule).__name__}),
+            "run": scn.run,
+            "result": self.trajectory.to_dict(),
+            "closed_form_blowup_time": self.closed_form_blowup_time,
+        }
+        if self.classification is not None:
+            cl = self.classification
+            out["classification"] = cl.to_dict()
+            final = self.trajectory.final_Sigma
+            dists = [bures_wasserstein_distance(np.zeros(scn.d), e.Sigma, np.zeros(scn.d), final)
+                     for e in cl.equilibria]
+            k = int(np.argmin(dists))
+            out["nearest_equilibrium"] = {"index": k, "bures_distance": float(dists[k]),
+                                          "stable": cl.equilibria[k].stable}
+        if self.particles is not None:
+            out["particles"] = self.particles
+        if self.phase is not None:
+            out["phase_diagram"] = {"x_name": self.phase.x_name, "y_name": self.phase.y_name,
+                                    "counts": self.phase.counts()}
+        return out
+
+
+def particle_check(schedule: Any, m0: np.ndarray, Sigma0: np.ndarray, T: float, *, n: int,
+                   seed: int, steps: int, traj: GaussianTrajectory | None = None
+                   ) -> dict[str, Any]:
+    """Run ``n`` particles from ``N(m₀, Σ₀)`` (RK4) and compare with the moment ODE at ``T``.
+
+    Returns a dict with ``m_error = |m̂ − m|``, ``Sigma_error = ‖Σ̂ − Σ‖_F``,
+    ``w2 = W2(N(m̂, Σ̂), N(m, Σ))`` (expected ``O(n^{-1/2})``), or ``status =
+    "skipped"`` with the reason (blow-up before ``T``, attention scores too large).
+    """
+    if traj is None:
+        traj = integrate_moments(schedule, m0, Sigma0, T, n_out=2)
+    if traj.status != "completed":
+        return {"status": "skipped", "reason": f"the moment ODE did not reach T ({traj.status})"}
+    rng = np.random.default_rng(seed)
+    L = psd_factor(Sigma0, name="Sigma0")
+    x0 = m0 + rng.standard_normal((n, L.shape[1])) @ L.T
+    try:
+        run = simulate_particles(schedule, x0, T, steps=steps)
+    except FloatingPointError as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    m, S = traj.final_m, traj.final_Sigma
+    mh, Sh = run.m[-1], run.Sigma[-1]
+    return {
+        "status": "ok", "n": n, "seed": seed, "steps": steps,
+        "m_error": float(np.linalg.norm(mh - m)),
+        "Sigma_error": float(np.linalg.norm(Sh - S)),
+        "w2": bures_wasserstein_distance(mh, Sh, m, S),
+        "n_to_minus_half": 1.0 / math.sqrt(n),
+        "final_m_particles": mh.tolist(), "final_Sigma_particles": Sh.tolist(),
+    }
+
+
+def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
+    """Integrate the moment ODE of a scenario, classify, check particles, phase diagram."""
+    traj = integrate_moments(scn.schedule, scn.m0, scn.Sigma0, scn.T, **scn.run)
+    p = scn.constant_params
+    t_closed = None
+    if p is not None and _scalar_value(p.V) is not None:
+        horizon = traj.blowup_time * 1.01 if traj.blowup_time is not None else scn.T
+        t_closed = blowup_time_closed_form(p, scn.Sigma0, t_max=horizon)
+    cl = None
+    if p is not None and scn.classify is not None:
+        cl = classify(p, method=scn.classify["method"], horizon=scn.classify["horizon"])
+    parts = None
+    if scn.particles is not None:
+        parts = particle_check(scn.schedule, scn.m0, scn.Sigma0, scn.T, traj=traj,
+                               **scn.particles)
+    ph = None
+    if scn.phase is not None:
+        spec = scn.phase
+        ph = phase_diagram(spec.family, spec.x, spec.y, x_name=spec.x_name, y_name=spec.y_name,
+                           method=spec.method, horizon=spec.horizon)
+    return GaussianRun(scenario=scn, trajectory=traj, closed_form_blowup_time=t_closed,
+                       classification=cl, particles=parts, phase=ph)
+
+
+def trajectory_columns(traj: GaussianTrajectory) -> dict[str, np.ndarray]:
+    """CSV columns: ``t``, ``m_i``, ``Sigma_i_j`` (``i <= j``), ``trace``, eigenvalue range."""
+    d = traj.m.shape[1]
+    cols: dict[str, np.ndarray] = {"t": traj.t}
+    for i in range(d):
+        cols[f"m_{i}"] = traj.m[:, i]
+    for i in range(d):
+        for j in range(i, d):
+            cols[f"Sigma_{i}_{j}"] = traj.Sigma[:, i, j]
+    lam = np.linalg.eigvalsh(traj.Sigma)
+    cols["trace"] = np.trace(traj.Sigma, axis1=1, axis2=2)
+    cols["lambda_min"] = lam[:, 0]
+    cols["lambda_max"] = lam[:, -1]
+    return cols
+
+
+def write_gaussian_run(run: GaussianRun, out_dir: str | Path) -> list[Path]:
+    """Write ``summary.json``, ``trajectory.csv``, ``trajectory.png`` (+ ``phase_diagram.png``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "summary.json", run.summary())
+    write_csv(out / "trajectory.csv", trajectory_columns(run.trajectory))
+    files = [out / "summary.json", out / "trajectory.csv"]
+    eq = None
+    if run.classification is not None:
+        stable_pd = [e for e in run.classification.equilibria if e.stable and e.rank > 0]
+        if stable_pd:
+            eq = (stable_pd[0].m, stable_pd[0].Sigma)
+    files.append(plot_trajectory(run.trajectory, out / "trajectory.png", title=run.scenario.title,
+                                 closed_form_blowup=run.closed_form_blowup_time, equilibrium=eq))
+    if run.phase is not None:
+        files.append(plot_phase_diagram(run.phase, out / "phase_diagram.png",
+                                        title=run.scenario.title))
+    return files
+
+
+def reach_scenario(scn: GaussianScenario, **kw: Any) -> ReachResult:
+    """Steer the initial Gaussian to the ``[target]`` (:func:`~wflow.gaussian_reach.reach`).
+
+    The attention ``V, B`` are the scenario's constant ones when
+    ``target.keep_attention`` (default), else zero.
+    """
+    if scn.target is None:
+        raise ValueError(f"{scn.source}: `wflow gaussian reach` needs a [target] table "
+                         "(m, Sigma, T)")
+    tg = scn.target
+    V = B = 0.0
+    if tg["keep_attention"]:
+        p = scn.constant_params
+        if p is None:
+            raise ValueError("target.keep_attention: needs constant [params] (no [[layers]])")
+        V, B = p.V, p.B
+    return reach(scn.m0, scn.Sigma0, tg["m"], tg["Sigma"], tg["T"], V=V, B=B, **kw)
+
+
+def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path) -> list[Path]:
+    """Write ``summary.json``, ``trajectory.csv`` (with the controls) and ``reach.png``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"title": scn.title, "source": scn.source, "d": scn.d,
+               "initial": {"m": scn.m0.tolist(), "Sigma": scn.Sigma0.tolist()},
+               "target": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                          for k, v in (scn.target or {}).items()},
+               "reach": result.to_dict()}
+    write_json(out / "summary.json", summary)
+    cols = trajectory_columns(result.trajectory)
+    d = scn.d
+    ctrl = [result.plan.controls(float(t)) for t in result.trajectory.t]
+    for i in range(d):
+        cols[f"b_{i}"] = np.array([c.b[i] for c in ctrl])
+    for i in range(d):
+        for j in range(d):
+            cols[f"A_{i}_{j}"] = np.array([c.A[i, j] for c in ctrl])
+    write_csv(out / "trajectory.csv", cols)
+    png = plot_reach(result, out / "reach.png", title=scn.title)
+    return [out / "summary.json", out / "trajectory.csv", png]
