@@ -35,9 +35,8 @@ through :func:`register_section`.
 
 from __future__ import annotations
 
-import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from .heads import KINDS, Attention, Heads
+from .particles.options import PARTICLES_SPEC, ParticleOptions
 from .schedules import (
     CallableSchedule,
     Layers,
@@ -56,6 +56,8 @@ from .schedules import (
     Static,
     load_callable,
 )
+from .schema import ScenarioError, Spec, boolean, choice, number, string, take
+from .schema import array as _array
 from .sphere import (
     check_on_sphere,
     equiangular_tokens,
@@ -77,100 +79,6 @@ __all__ = [
     "register_section",
     "ScenarioError",
 ]
-
-
-class ScenarioError(ValueError):
-    """A scenario value is missing, unknown or invalid (message names the key)."""
-
-
-# --------------------------------------------------------------------------- validation
-Spec = dict[str, tuple[Any, Callable[[Any, str], Any] | None]]
-
-
-def number(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = False,
-           integer: bool = False) -> Callable[[Any, str], Any]:
-    """Checker of a finite number in ``[lo, hi]`` (``(lo, hi]`` if ``strict_lo``).
-
-    ``integer``: the value must be integral (returned as ``int``, else ``float``).
-    """
-
-    def check(v: Any, key: str) -> Any:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ScenarioError(f"{key}: expected a number, got {v!r}")
-        if integer and not float(v).is_integer():
-            raise ScenarioError(f"{key}: expected an integer, got {v!r}")
-        if not math.isfinite(v):
-            raise ScenarioError(f"{key}: must be finite, got {v!r}")
-        if lo is not None and (v <= lo if strict_lo else v < lo):
-            raise ScenarioError(f"{key}: must be {'>' if strict_lo else '>='} {lo}, got {v!r}")
-        if hi is not None and v > hi:
-            raise ScenarioError(f"{key}: must be <= {hi}, got {v!r}")
-        return int(v) if integer else float(v)
-    return check
-
-
-def choice(*options: str) -> Callable[[Any, str], Any]:
-    """Checker of a value among ``options``."""
-
-    def check(v: Any, key: str) -> Any:
-        if v not in options:
-            raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
-        return v
-    return check
-
-
-def boolean(v: Any, key: str) -> bool:
-    """Checker of a TOML boolean (no truthy numbers or strings)."""
-    if not isinstance(v, bool):
-        raise ScenarioError(f"{key}: expected true or false, got {v!r}")
-    return v
-
-
-def string(v: Any, key: str) -> str:
-    """Checker of a string."""
-    if not isinstance(v, str):
-        raise ScenarioError(f"{key}: expected a string, got {v!r}")
-    return v
-
-
-def _array(ndim: int | tuple[int, ...]) -> Callable[[Any, str], np.ndarray]:
-    dims = (ndim,) if isinstance(ndim, int) else ndim
-
-    def check(v: Any, key: str) -> np.ndarray:
-        try:
-            arr = np.asarray(v, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ScenarioError(f"{key}: expected a numeric array ({exc})") from exc
-        if arr.ndim not in dims:
-            raise ScenarioError(f"{key}: expected {' or '.join(map(str, dims))}-dimensional "
-                                f"array, got shape {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ScenarioError(f"{key}: contains NaN or Inf")
-        return arr
-    return check
-
-
-def take(section: Mapping[str, Any] | None, spec: Spec, where: str) -> dict[str, Any]:
-    """Validate ``section`` against ``spec`` (``key -> (default, checker)``).
-
-    Unknown keys raise :class:`ScenarioError` naming ``where.key`` and the known keys;
-    missing keys take the default (``...`` as default marks a required key).
-    """
-    section = dict(section or {})
-    unknown = sorted(set(section) - set(spec))
-    if unknown:
-        raise ScenarioError(f"{where}.{unknown[0]}: unknown key (known keys: {sorted(spec)})")
-    out = {}
-    for key, (default, check) in spec.items():
-        if key in section:
-            val = section[key]
-            out[key] = check(val, f"{where}.{key}") if check else val
-        elif default is ...:
-            raise ScenarioError(f"{where}.{key}: required key is missing")
-        else:
-            out[key] = default
-    return out
-
 
 _EXTRA_SECTIONS: dict[str, Spec] = {}
 
@@ -224,20 +132,6 @@ SCHEDULE_SPEC: Spec = {
     "files": (None, None),
     "delta": (1.0, number(0, strict_lo=True)),
     "function": (None, string),
-}
-PARTICLES_SPEC: Spec = {
-    "T": (1.0, number(0, strict_lo=True)),
-    "dt": (1e-2, number(0, strict_lo=True)),
-    "integrator": ("rk4", choice("euler", "rk4")),
-    "flow": ("transformer", choice("transformer", "surrogate")),
-    "record_every": (1, number(1, integer=True)),
-    "n_paths": (1, number(1, integer=True)),
-    "entropy": (False, boolean),
-    "head_rates": (True, boolean),
-    "clusters": (True, boolean),
-    "cluster_cos": (0.99, number(-1, 1)),
-    "kernel_backend": ("auto", choice("auto", "numpy", "direct", "fastsum")),
-    "kernel_tol": (1e-10, number(0, strict_lo=True)),
 }
 CORE_SECTIONS = {"attention": ATTENTION_SPEC, "tokens": TOKENS_SPEC, "heads": HEADS_SPEC,
                  "schedule": SCHEDULE_SPEC, "particles": PARTICLES_SPEC}
@@ -452,10 +346,8 @@ class Scenario:
         except ValueError as exc:
             raise ScenarioError(f"schedule: {exc}") from exc
 
-    def particle_options(self, **overrides: Any):
+    def particle_options(self, **overrides: Any) -> ParticleOptions:
         """:class:`~wflow.particles.ParticleOptions` from ``[particles]`` (+ overrides)."""
-        from .particles import ParticleOptions
-
         return ParticleOptions(**{**self.particles, "seed": self.seed, **overrides})
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "CallableSchedule",
     "oscillating_pattern",
     "load_callable",
+    "as_schedule",
 ]
 
 
@@ -506,3 +507,30 @@ def load_callable(spec: str, *, name: str = "callable") -> Callable:
     if not callable(fn):
         raise ValueError(f"{name}: {mod_name!r} has no callable {fn_name!r}")
     return fn
+
+
+def as_schedule(heads_or_schedule: Heads | Schedule, *, deterministic: bool = False
+                ) -> Schedule:
+    """Coerce static :class:`Heads` or a :class:`Schedule` into a schedule (every solver).
+
+    Parameters
+    ----------
+    heads_or_schedule : Heads or Schedule
+        Static heads become :meth:`Static.of`; a schedule is returned as is.
+    deterministic : bool
+        Refuse stochastic schedules (``sigma > 0``): the JKO scheme needs a weight path.
+
+    Raises
+    ------
+    ValueError
+        For any other type, or a stochastic schedule with ``deterministic``.
+    """
+    if isinstance(heads_or_schedule, Heads):
+        return Static.of(heads_or_schedule)
+    if isinstance(heads_or_schedule, Schedule):
+        if deterministic and heads_or_schedule.stochastic:
+            raise ValueError("schedule: the JKO scheme needs a deterministic weight path "
+                             "Θ(t); stochastic schedules (sigma > 0) are not supported")
+        return heads_or_schedule
+    what = "Heads or a deterministic Schedule" if deterministic else "Heads or a Schedule"
+    raise ValueError(f"heads: expected {what}, got {type(heads_or_schedule).__name__}")

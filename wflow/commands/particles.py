@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..jobs import run_particles
+    from ..particles.run import run_particles
     from ..scenario import load_scenario
 
     sc = load_scenario(args.scenario)

@@ -29,15 +29,14 @@ chosen back-end. :func:`euler_path` compiles the whole Euler loop for static hea
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from .diagnostics import (
+from ..diagnostics import (
     BalanceAccumulator,
     attention_entropy,
     count_clusters,
@@ -47,130 +46,27 @@ from .diagnostics import (
     radial_shadows,
     simpson_balance,
 )
-from .energy import (
+from ..energy import (
     FieldEval,
-    SlopeTerms,
-    dE_dt_weights,
     energy_gradient_A,
-    evaluate,
     head_energies,
-    ito_correction,
-    particle_field,
-    slope_terms,
 )
-from .heads import Attention, Heads
-from .kernels import BACKENDS, KernelLog, plan_kernel
-from .schedules import Schedule, Static
-from .sphere import check_on_sphere, normalize
+from ..heads import Attention, Heads
+from ..kernels import KernelLog
+from ..progress import progress_bar
+from ..schedules import Schedule, as_schedule
+from ..sphere import check_on_sphere, normalize
+from .integrators import _Kernel, _rk4_step, _state_terms, time_grid
+from .options import INTEGRATOR_ORDER, ParticleOptions
 
 __all__ = [
-    "INTEGRATOR_ORDER",
-    "EulerPath",
-    "euler_path",
-    "ParticleOptions",
     "ParticleState",
     "ParticleResult",
     "iterate",
     "simulate",
-    "time_grid",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Declared order of each particle integrator (checked by a fitted-order test).
-INTEGRATOR_ORDER = {"euler": 1, "rk4": 4}
-
-
-@dataclass(frozen=True)
-class ParticleOptions:
-    """Options of :func:`simulate` (all keyword-only in the API).
-
-    Parameters
-    ----------
-    T : float
-        Final time (depth).
-    dt : float
-        Time step (the grid also contains every jump time of the schedule).
-    integrator : {"euler", "rk4"}
-    flow : {"transformer", "surrogate"}
-        Velocity: the transformer's ``v`` or the gradient-flow surrogate ``v̂``.
-    record_every : int
-        Record diagnostics every this many steps (the balance uses every step).
-    n_paths : int
-        Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.
-    seed : int
-        Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).
-    entropy : bool
-        Record attention entropies and the entropy-production identity (``O(H n²)``).
-    head_rates : bool
-        Record per-head ``dE_h/dt`` with own / cross split and radial shadows.
-    clusters : bool
-        Record the number of clusters at ``cluster_cos``.
-    cluster_cos : float
-        Inner-product threshold linking two tokens in the cluster count.
-    save_trajectory : bool
-        Keep tokens (and weights) at every recorded time.
-    progress : bool or None
-        Progress bar (``None``: only when stderr is a TTY).
-    kernel_backend : {"auto", "numpy", "direct", "fastsum"}
-        Back-end of the attention sums (``auto``: fused direct sums, fast summation on S²
-        where it pays off); the choice and its error estimate land in ``summary.json``.
-    kernel_tol : float
-        Relative tolerance of the fast summation.
-    """
-
-    T: float = 1.0
-    dt: float = 1e-2
-    integrator: Literal["euler", "rk4"] = "rk4"
-    flow: Literal["transformer", "surrogate"] = "transformer"
-    record_every: int = 1
-    n_paths: int = 1
-    seed: int = 0
-    entropy: bool = False
-    head_rates: bool = True
-    clusters: bool = True
-    cluster_cos: float = 0.99
-    save_trajectory: bool = False
-    progress: bool | None = None
-    kernel_backend: str = "auto"
-    kernel_tol: float = 1e-10
-
-    def __post_init__(self) -> None:
-        if not (np.isfinite(self.T) and self.T > 0):
-            raise ValueError(f"particles.T: must be a finite number > 0, got {self.T!r}")
-        if not (np.isfinite(self.dt) and 0 < self.dt):
-            raise ValueError(f"particles.dt: must be a finite number > 0, got {self.dt!r}")
-        if self.integrator not in INTEGRATOR_ORDER:
-            raise ValueError(f"particles.integrator: must be one of {sorted(INTEGRATOR_ORDER)}, "
-                             f"got {self.integrator!r}")
-        if self.flow not in ("transformer", "surrogate"):
-            raise ValueError(f"particles.flow: must be 'transformer' or 'surrogate', "
-                             f"got {self.flow!r}")
-        if int(self.record_every) < 1:
-            raise ValueError(f"particles.record_every: must be >= 1, got {self.record_every}")
-        if int(self.n_paths) < 1:
-            raise ValueError(f"particles.n_paths: must be >= 1, got {self.n_paths}")
-        if not -1 < self.cluster_cos < 1:
-            raise ValueError(f"particles.cluster_cos: must lie in (-1, 1), got {self.cluster_cos}")
-        if self.kernel_backend not in BACKENDS:
-            raise ValueError(f"particles.kernel_backend: must be one of {list(BACKENDS)}, "
-                             f"got {self.kernel_backend!r}")
-        if not self.kernel_tol > 0:
-            raise ValueError(f"particles.kernel_tol: must be > 0, got {self.kernel_tol}")
-
-
-def time_grid(T: float, dt: float, jumps: tuple[float, ...] = ()) -> np.ndarray:
-    """Step times ``0 = t_0 < … < t_S = T``: uniform ``dt`` plus every jump time in ``(0, T)``."""
-    n = int(np.ceil(T / dt - 1e-9))
-    grid = np.linspace(0.0, T, n + 1)
-    tol = 1e-9 * max(T, 1.0)
-    for j in (j for j in jumps if 0 < j < T):
-        near = np.flatnonzero(np.abs(grid - j) <= tol)
-        if near.size:
-            grid[near] = j  # snap to the exact jump time
-        else:
-            grid = np.sort(np.append(grid, j))
-    return grid
 
 
 class ParticleState(NamedTuple):
@@ -185,81 +81,6 @@ class ParticleState(NamedTuple):
     integrands: dict[str, float]
     dtheta_noise: np.ndarray | None  # θ_{k+1} − θ_k − dt·drift, for the martingale term
     pre_jump: dict[str, float] | None = None  # integrands at t⁻ when the weights jump at t
-
-
-def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
-    return field_.v if flow == "transformer" else field_.vhat
-
-
-class _Kernel(NamedTuple):
-    """Kernel settings threaded through a run (back-end, tolerance, call log)."""
-
-    backend: str = "auto"
-    tol: float = 1e-10
-    log: KernelLog | None = None
-
-    def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
-        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
-
-    def fused(self, x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
-              flow: str) -> tuple[FieldEval, SlopeTerms, float] | None:
-        """Field, slope terms and energy in one compiled pass, where the sums are direct.
-
-        ``d ≤ 3`` and back-end ``direct``, or ``auto`` where it would choose direct sums
-        (not the fast summation); ``None`` otherwise (the caller evaluates separately).
-        """
-        if x.shape[1] > 3 or self.backend not in ("auto", "direct"):
-            return None
-        if self.backend == "auto" and plan_kernel(
-                x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
-                m=m).backend != "direct":
-            return None
-        return particle_field(x, m, heads, attn, flow=flow, log=self.log,
-                              backend=self.backend)
-
-
-_DEFAULT_KERNEL = _Kernel()
-
-
-def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
-                 attn: Attention, flow: str, heads: Heads | None = None,
-                 kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
-    heads = schedule.heads_at(theta) if heads is None else heads
-    fused = kernel.fused(x, m, heads, attn, flow)
-    if fused is None:
-        fe = kernel.evaluate(x, heads, attn)
-        st = slope_terms(x, m, fe, heads, _velocity(fe, flow))
-        E = float(heads.w @ head_energies(fe, m, attn))
-    else:
-        fe, st, E = fused
-    vel = _velocity(fe, flow)
-    dEdt = 0.0 if schedule.static else dE_dt_weights(x, m, fe, heads,
-                                                      schedule.A_dot(theta, t), attn)
-    ito = 0.0
-    if schedule.stochastic:
-        ito = ito_correction(x, m, heads, attn, schedule.sigma(t),
-                             symmetric_noise=schedule.symmetric_noise)
-    terms = {"E": E, "dEdt_w": dEdt, "power": st.power, "slope2": st.slope2,
-             "speed2": st.speed2, "G2": st.G2, "ito": ito}
-    return heads, fe, vel, terms
-
-
-def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
-              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
-              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
-    """One RK4 step of ``F(x) = v(x/|x|)`` with normalised stages and a final projection."""
-    stage_heads = {id(theta): heads}  # heads built once per distinct θ (static: reused)
-
-    def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
-        hh = stage_heads.get(id(th))
-        if hh is None:
-            hh = stage_heads[id(th)] = schedule.heads_at(th)
-        return _velocity(kernel.evaluate(normalize(y), hh, attn), flow)
-
-    k2 = V(x + 0.5 * h * k1, theta_mid)
-    k3 = V(x + 0.5 * h * k2, theta_mid)
-    k4 = V(x + h * k3, theta_new)
-    return normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
 
 
 def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
@@ -387,15 +208,6 @@ class ParticleResult:
         return out
 
 
-def _progress(total: int, enabled: bool | None, desc: str):
-    enabled = sys.stderr.isatty() if enabled is None else enabled
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", leave=False)
-
-
 def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attention, *,
              options: ParticleOptions | None = None, **kwargs) -> ParticleResult:
     """Run the particle system and record diagnostics and the energy balance.
@@ -419,8 +231,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     opts = options or ParticleOptions()
     if kwargs:
         opts = ParticleOptions(**{**opts.__dict__, **kwargs})
-    schedule = (Static.of(heads_or_schedule) if isinstance(heads_or_schedule, Heads)
-                else heads_or_schedule)
+    schedule = as_schedule(heads_or_schedule)
     x0 = check_on_sphere(x0, name="tokens")
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
@@ -443,7 +254,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     balance: dict[str, list[float]] = {}
     xs, thetas, trajs, ttrajs = [], [], [], []
     klog = KernelLog()
-    bar = _progress(P * S, opts.progress, "particles")
+    bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
     status, message = "success", ""
     try:
@@ -560,143 +371,3 @@ def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Atten
         rate = entropy_production(x, st.velocity, heads, attn, A_dot)
         put("entropy", ent @ m)
         put("entropy_rate", rate @ m)
-
-
-# ------------------------------------------------ compiled Euler path (static heads)
-class EulerPath(NamedTuple):
-    """Result of :func:`euler_path` (every step recorded).
-
-    Attributes
-    ----------
-    status, message : str
-        ``"success"``, or ``"failed"`` with the first non-finite step; the records then
-        stop before that step, ``x`` is the state at it.
-    t : (S+1,) array
-        Times ``k·dt``.
-    E, power, slope2, speed2, G2 : (S+1,) arrays
-        The integrands of :class:`wflow.diagnostics.BalanceAccumulator` at every step
-        (conventions of :mod:`wflow.energy`; ``dEdt_w = 0`` for static heads).
-    balance : dict of (S+1,) arrays
-        Running residuals (trapezoid, as :func:`simulate`): ``chain = ΔE − ∫power``, and for
-        value-aligned symmetric heads (``sign ≠ 0``) ``edi = ΔE − sign ∫½(speed2 + slope2)``
-        and ``g2 = ΔE − sign ∫G2``.
-    x : (n, d) array
-        Final tokens.
-    trajectory : (K, n, d) array or None
-        Tokens every ``save_every`` steps.
-    sign : int
-        Value alignment of the heads (+1 ascent, −1 descent, 0 none).
-    wall : float
-        Wall time of the compiled loop (s).
-    """
-
-    status: str
-    message: str
-    t: np.ndarray
-    E: np.ndarray
-    power: np.ndarray
-    slope2: np.ndarray
-    speed2: np.ndarray
-    G2: np.ndarray
-    balance: dict[str, np.ndarray]
-    x: np.ndarray
-    trajectory: np.ndarray | None
-    sign: int
-    wall: float
-
-
-def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, steps: int,
-               flow: Literal["transformer", "surrogate"] = "transformer",
-               m: np.ndarray | None = None, save_every: int = 0) -> EulerPath:
-    """Explicit Euler ``x ← (x + dt v)/|x + dt v|`` for static heads in one compiled loop.
-
-    The same trajectory, energies and running balances as
-    ``simulate(x0, heads, attn, integrator="euler", record_every=1)`` (tested to 1e-12)
-    for ``d ≤ 3``, without the per-step Python work: every step is one fused pass of
-    :func:`wflow.kernels.particle_terms` (direct sums, pairs counted once for symmetric
-    heads). Meant for the published multi-head experiments (small ``n``, many steps,
-    ``E``, slope and balance at every step), where the per-step overhead of the general
-    path dominates.
-
-    Parameters
-    ----------
-    x0 : (n, d) array, ``d ≤ 3``
-        Initial tokens on the unit sphere.
-    heads : Heads
-        Static heads.
-    attn : Attention
-    dt : float
-        Time step (> 0).
-    steps : int
-        Number of steps ``S`` (≥ 1); ``T = S·dt``.
-    flow : {"transformer", "surrogate"}
-    m : (n,) array, optional
-        Token masses (default uniform ``1/n``), summing to 1.
-    save_every : int
-        Keep the tokens every this many steps (0: only the final state).
-    """
-    from . import _kernels_numba as kn
-    from .kernels import _pair_once, _raise_bound, _team, aligned, aligned_empty, particle_heads3
-
-    if not isinstance(heads, Heads):
-        raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
-    x0 = check_on_sphere(x0, name="tokens")
-    n, d = x0.shape
-    if d > 3 or d != heads.d:
-        raise ValueError(f"tokens: euler_path needs d <= 3 matching the heads (d = {heads.d}), "
-                         f"got d = {d}")
-    if not (np.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt: must be a finite number > 0, got {dt!r}")
-    if int(steps) != steps or steps < 1:
-        raise ValueError(f"steps: must be an integer >= 1, got {steps!r}")
-    if int(save_every) != save_every or save_every < 0:
-        raise ValueError(f"save_every: must be an integer >= 0, got {save_every!r}")
-    if flow not in ("transformer", "surrogate"):
-        raise ValueError(f"flow: must be 'transformer' or 'surrogate', got {flow!r}")
-    if m is None:
-        m = np.full(n, 1.0 / n)
-    m = np.ascontiguousarray(m, dtype=np.float64)
-    if m.shape != (n,) or not np.all(np.isfinite(m)) or np.any(m < 0):
-        raise ValueError(f"m: must be {n} finite non-negative masses")
-    steps, save_every = int(steps), int(save_every)
-    H = heads.H
-    kind, beta = attn.kind, float(attn.beta)
-    expo = kind != "relu"
-    if expo:  # unit tokens: |Q x| <= ||Q||_2 for every x on the sphere, at every step
-        _raise_bound(beta * max(float(np.linalg.norm(heads.Q[h], 2) * np.linalg.norm(heads.K[h], 2))
-                                for h in range(H)))
-    A3, V3, sym = particle_heads3(heads.Q, heads.K, heads.V)
-    xT = aligned_empty((3, n))  # see wflow.kernels.aligned_empty: reruns agree bit for bit
-    xT[:] = 0.0
-    xT[:d] = x0.T
-    w = np.ascontiguousarray(heads.w, dtype=np.float64)
-    out = np.full((5, steps + 1), np.nan)
-    nsave = steps // save_every + 1 if save_every else 0
-    saved = np.zeros((nsave, 3, n))
-    pair_once = _pair_once(sym, n, H)
-    t0 = time.perf_counter()
-    with _team(n * n * H * (1 if sym else 2)):
-        done = kn.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, 0 if expo else 1,
-                             kind == "softmax", sym, pair_once, flow == "surrogate", float(dt),
-                             save_every, out, saved)
-    wall = time.perf_counter() - t0
-    sign = heads.value_alignment() if heads.is_symmetric() else 0
-    status, message = "success", ""
-    if done < steps + 1:  # keep the finite records only (steps 0 .. done-1)
-        status, message = "failed", f"non-finite energy or slope terms at step {done}"
-        logger.error("euler_path: %s", message)
-        out = out[:, :done]
-        saved = saved[: (done - 1) // save_every + 1 if save_every and done else 0]
-    E, power, slope2, speed2, G2 = out
-
-    def cum(f: np.ndarray) -> np.ndarray:  # BalanceAccumulator's trapezoid, vectorised
-        return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])[: f.size]
-
-    dE = E - E[:1]
-    balance = {"chain": dE - cum(power)}
-    if sign:
-        balance["edi"] = dE - sign * cum(0.5 * (speed2 + slope2))
-        balance["g2"] = dE - sign * cum(G2)
-    traj = np.ascontiguousarray(np.swapaxes(saved, 1, 2)[:, :, :d]) if save_every else None
-    return EulerPath(status, message, dt * np.arange(E.size), E, power, slope2, speed2, G2,
-                     balance, np.ascontiguousarray(xT[:d].T), traj, int(sign), wall)

@@ -1,0 +1,34 @@
+"""The particle solver: tokens on ``S^{d-1}`` moved by multi-head attention (THEORY.md §2).
+
+``ẋ_i = v[μ^n_t, Θ_t](x_i)`` with ``μ^n = (1/n) Σ δ_{x_i}``, the transformer velocity
+``v = P_x Σ_h w_h f_h`` or the effective-mobility surrogate ``v̂`` (``flow="surrogate"``).
+
+Rooms (the same in every solver package):
+
+* :mod:`~wflow.particles.options` — :class:`ParticleOptions` and the ``[particles]`` schema;
+* :mod:`~wflow.particles.integrators` — time grid, state terms, Euler / RK4 steps;
+* :mod:`~wflow.particles.compiled` — the whole Euler loop compiled (:func:`euler_path`);
+* :mod:`~wflow.particles.solver` — :func:`iterate` (generator), :func:`simulate` and
+  :class:`ParticleResult`;
+* :mod:`~wflow.particles.run` — scenario → files (:func:`run_particles`).
+"""
+
+from .compiled import EulerPath, euler_path
+from .integrators import time_grid
+from .options import INTEGRATOR_ORDER, PARTICLES_SPEC, ParticleOptions
+from .run import run_particles
+from .solver import ParticleResult, ParticleState, iterate, simulate
+
+__all__ = [
+    "INTEGRATOR_ORDER",
+    "PARTICLES_SPEC",
+    "EulerPath",
+    "euler_path",
+    "ParticleOptions",
+    "ParticleState",
+    "ParticleResult",
+    "iterate",
+    "simulate",
+    "time_grid",
+    "run_particles",
+]

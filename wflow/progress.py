@@ -1,0 +1,40 @@
+"""Progress bars of long runs (tqdm), written once for every solver.
+
+Solvers are generators; their ``solve_*`` loops wrap them in :func:`progress_bar`, which
+returns ``None`` when disabled so that the loop can skip the updates.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["progress_bar"]
+
+
+def progress_bar(total: float, enabled: bool | None, *, desc: str, unit: str = "step",
+                 rank: int = 0, time_axis: bool = False) -> Any:
+    """A tqdm bar over ``total`` units, or ``None`` when disabled.
+
+    Parameters
+    ----------
+    total : float
+        Number of steps (or the final time with ``time_axis``).
+    enabled : bool or None
+        ``None``: only when stderr is a terminal.
+    desc, unit : str
+        Label and unit shown by tqdm.
+    rank : int
+        MPI rank; only rank 0 shows a bar.
+    time_axis : bool
+        The bar counts model time ``t`` (adaptive steps) and shows ``t = n/total``.
+    """
+    enabled = (sys.stderr.isatty() if enabled is None else enabled) and rank == 0
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    if time_axis:
+        return tqdm(total=total, desc=desc, unit=unit, leave=False,
+                    bar_format="{l_bar}{bar}| t={n:.4g}/{total:.4g} [{elapsed}<{remaining}]")
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
