@@ -38,10 +38,10 @@ import warnings
 import numpy as np
 from _common import machine, table, write_json
 
+from wflow.density import initial_density
 from wflow.heads import Attention, Heads
 from wflow.jko import JKOOptions, JKOWarning, cost_matrix, solve_jko
 from wflow.mesh import load_mesh
-from wflow.pde import initial_density
 
 VMF2 = {"type": "vmf", "means": [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]], "kappas": [5.0, 4.0],
         "weights": [0.6, 0.4]}
@@ -73,7 +73,9 @@ def pot_timings(x, areas, m0, heads, attn, res_masses) -> dict:
     import scipy.sparse as sp
 
     from wflow.energy import evaluate
-    from wflow.jko import _Geometry, _Oracle, energy_gradient
+    from wflow.jko import energy_gradient
+    from wflow.jko.cost import _Geometry
+    from wflow.jko.oracle import _Oracle
 
     out = {}
     mu, nu = res_masses[0], res_masses[1]

@@ -30,11 +30,13 @@ import time
 
 import numpy as np
 
+from wflow.density import initial_density
 from wflow.energy import evaluate
 from wflow.heads import Attention, Heads
 from wflow.kernels import kernel_sums, plan_kernel
 from wflow.mesh import load_mesh
-from wflow.pde import PDEOptions, _Run, initial_density, iterate_pde
+from wflow.pde import PDEOptions, iterate_pde
+from wflow.pde.solver import _Run
 from wflow.schedules import Static
 
 

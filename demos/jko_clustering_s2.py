@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 import wflow
+from wflow.density import density_spec_from_scenario, initial_density
 from wflow.jko import jko_options_from_dict, solve_jko
 from wflow.mesh import load_mesh
-from wflow.pde import density_spec_from_scenario, initial_density, pde_options_from_dict, solve_pde
+from wflow.pde import pde_options_from_dict, solve_pde
 from wflow.scenario import load_scenario
 from wflow.transport import w2_sphere
 

@@ -401,7 +401,7 @@ def test_jko_agrees_with_pde_first_order_two_heads_quick():
 
 def test_edi_summed_residual_first_order_quick():
     """Entropic JKO (ε = 4τ²) under joint refinement h ∝ τ: |Σ_k edi_k| = O(τ)."""
-    from wflow.jko import jko_refinement
+    from wflow.studies.edi import jko_refinement
 
     def model():
         return single_head(), Attention("softmax", 1.0)

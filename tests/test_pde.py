@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
+from wflow.density import vmf_density as _vmf_density
 from wflow.heads import Attention, Heads
 from wflow.mesh import icosphere, load_mesh
 from wflow.pde import (
-    _FV,
     PDEOptions,
-    _vmf_density,
     initial_density,
     iterate_pde,
     pde_options_from_dict,
     rotation_velocity,
     solve_pde,
 )
+from wflow.pde.fv import _FV
 from wflow.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Parametrisation
 from wflow.sphere import normalize
 

@@ -4,7 +4,7 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
 
 1. ``pde`` — the transformer PDE on the sphere mesh (:func:`wflow.pde.solve_pde`);
 2. ``particles`` — ``n`` tokens sampled from the initial cell density
-   (:func:`wflow.sphere.sample_cells`) and evolved with the same heads
+   (:func:`wflow.density.sample_particles`) and evolved with the same heads
    (:func:`wflow.particles.simulate`), recorded at the PDE output times;
 3. ``jko`` — JKO minimising movements on the same mesh (:mod:`wflow.jko`), if enabled;
 4. ``compare`` — exact ``W_2`` (POT, geodesic cost) particles vs PDE at every output
@@ -154,8 +154,9 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         sc, raw = _load(None if scenario is None else Path(scenario))
     ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
 
+    from .density import density_spec_from_scenario, initial_density
     from .mesh import load_mesh
-    from .pde import density_spec_from_scenario, initial_density, pde_options_from_dict
+    from .pde.options import pde_options_from_dict
 
     mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
     popts = type(popts)(**{**popts.__dict__, "progress": progress})
@@ -209,12 +210,11 @@ def _run_pde(mesh, rho0, schedule, attn, popts):
 
 def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scenario,
                    progress) -> dict:
+    from .density import sample_particles
     from .particles import simulate
-    from .sphere import sample_cells
 
     rng = np.random.default_rng([sc.seed, 4242])
-    verts = mesh.gather_owned(mesh.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)
-    x0 = sample_cells(verts, pde.masses[0], ropts.n_particles, rng)
+    x0 = sample_particles(mesh, pde.masses[0], ropts.n_particles, rng)
     nsave = len(pde.t) - 1
     steps = nsave * ropts.particle_steps_per_save
     res = simulate(x0, schedule, attn, T=popts.T, dt=popts.T / steps,
@@ -227,10 +227,9 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
 
 
 def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress):
-    from . import jko as jko_mod
+    from .jko.run import run_jko_scenario
 
-    res = jko_mod.run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T,
-                                   progress=progress)
+    res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress)
     if res.status not in ("success", "not_converged"):
         raise FloatingPointError(f"jko phase failed: {res.message}")
     return res

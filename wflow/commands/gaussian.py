@@ -39,7 +39,7 @@ forms:
       kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error);
       needs the optional extra: pip install wflow[models].
 
-The scenario schema is documented in wflow/gaussian_scenario.py (example:
+The scenario schema is documented in wflow/gaussian/options.py (example:
 demos/gaussian_riccati.toml).
 """
 
@@ -87,13 +87,13 @@ def handler(args: argparse.Namespace) -> int:
                              "`wflow gaussian SCENARIO.toml`, `wflow gaussian reach SCENARIO.toml`"
                              " and `wflow gaussian pretrained`")
         path, form = form, "run"
+    from ..gaussian.options import load_gaussian_scenario
     from ..gaussian.run import (
         reach_scenario,
         run_gaussian_scenario,
         write_gaussian_run,
         write_reach,
     )
-    from ..gaussian.options import load_gaussian_scenario
     from ..io import run_directory
 
     scn = load_gaussian_scenario(path)

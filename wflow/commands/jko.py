@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..jko import run_jko
+    from ..jko.run import run_jko
     from ..scenario import load_scenario
 
     sc = load_scenario(args.scenario)

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from ..pde import run_pde
+    from ..pde.run import run_pde
     from ..scenario import load_scenario
 
     sc = load_scenario(args.scenario)

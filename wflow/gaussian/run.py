@@ -190,7 +190,7 @@ def write_gaussian_run(run: GaussianRun, out_dir: str | Path) -> list[Path]:
 
 
 def reach_scenario(scn: GaussianScenario, **kw: Any) -> ReachResult:
-    """Steer the initial Gaussian to the ``[target]`` (:func:`~wflow.gaussian_reach.reach`).
+    """Steer the initial Gaussian to the ``[target]`` (:func:`~wflow.gaussian.reach.reach`).
 
     The attention ``V, B`` are the scenario's constant ones when
     ``target.keep_attention`` (default), else zero.

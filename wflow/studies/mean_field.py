@@ -43,8 +43,8 @@ def _model() -> tuple[Heads, Attention]:
 
 
 def _setup(quick: bool):
+    from ..density import initial_density
     from ..mesh import load_mesh
-    from ..pde import initial_density
 
     mesh = load_mesh("sphere_720.msh" if quick else "sphere_2420.msh")
     heads, attn = _model()

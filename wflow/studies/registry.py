@@ -1,41 +1,52 @@
-"""Names of the ``wflow verify`` studies and the modules that implement them."""
+"""The one registry of ``wflow verify`` studies: name → module, and the THEORY.md section.
+
+Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict).
+A new study is one module in :mod:`wflow.studies` and one line here.
+"""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-__all__ = ["STUDIES", "all_studies", "load_study"]
+__all__ = ["STUDIES", "SECTION", "all_studies", "load_study"]
 
-#: Studies of THEORY.md §5 (particles, PDE, JKO).
+#: Study name → module, in THEORY.md order.
 STUDIES: dict[str, str] = {
-    "asymptotics": "wflow.studies.asymptotics",
-    "noisy-edi": "wflow.studies.noisy_edi",
-    "stability": "wflow.studies.stability",
-    "gamma": "wflow.studies.gamma",
+    # §3, §5: [TD] — particles, PDE, JKO
     "edi": "wflow.studies.edi",
     "mean-field": "wflow.studies.mean_field",
+    "stability": "wflow.studies.stability",
+    "gamma": "wflow.studies.gamma",
+    "asymptotics": "wflow.studies.asymptotics",
+    "noisy-edi": "wflow.studies.noisy_edi",
+    # §6: [MH] — multi-head quantitative results
+    "radial-dominance": "wflow.studies.radial_dominance",
+    "head-monotonicity": "wflow.studies.head_monotonicity",
+    "equiangular": "wflow.studies.equiangular",
+    "superadditivity": "wflow.studies.superadditivity",
+    "relu-vs-softmax": "wflow.studies.relu_vs_softmax",
+    "entropy": "wflow.studies.entropy",
+    # §7: [GA] — Gaussian dynamics
     "gaussian-particles": "wflow.studies.gaussian_particles",
 }
 
-#: Registries contributed by other parts of the library (merged if importable).
-_EXTRA = ("wflow.studies.registry_multihead",)
+#: Study name → the THEORY.md section whose claims it checks.
+SECTION: dict[str, str] = {
+    **{k: "§5" for k in ("edi", "mean-field", "stability", "gamma", "asymptotics", "noisy-edi")},
+    **{k: "§6" for k in ("radial-dominance", "head-monotonicity", "equiangular",
+                         "superadditivity", "relu-vs-softmax", "entropy")},
+    "gaussian-particles": "§7",
+}
 
 
 def all_studies() -> dict[str, str]:
-    """Every study name with its module, core and contributed, whose module exists."""
-    out = dict(STUDIES)
-    for mod in _EXTRA:
-        try:
-            out.update(importlib.import_module(mod).STUDIES)
-        except ImportError:
-            continue
-    return {k: v for k, v in out.items() if importlib.util.find_spec(v) is not None}
+    """Every study name with its module."""
+    return dict(STUDIES)
 
 
 def load_study(name: str) -> ModuleType:
     """Import the module of study ``name`` (``ValueError`` naming the known studies)."""
-    studies = all_studies()
-    if name not in studies:
-        raise ValueError(f"verify: unknown study {name!r} (known: {sorted(studies)})")
-    return importlib.import_module(studies[name])
+    if name not in STUDIES:
+        raise ValueError(f"verify: unknown study {name!r} (known: {sorted(STUDIES)})")
+    return importlib.import_module(STUDIES[name])

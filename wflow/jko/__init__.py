@@ -1,0 +1,65 @@
+"""JKO minimising movements on a sphere mesh with (weighted) optimal transport (THEORY.md §4).
+
+One step of size ``τ`` of the ascent of ``E`` (descent of ``F = −sE``)::
+
+    μ_{k+1} ∈ argmin_ν  J_k(ν) = (1/2τ) W²_{b̂_k}(μ_k, ν) − s E(ν, t_{k+1}).
+
+Rooms (the same in every solver package):
+
+* :mod:`~wflow.jko.options` — :class:`JKOOptions` and the ``[jko]`` schema;
+* :mod:`~wflow.jko.cost` — transport costs ``d_S²/b̂_ij`` and the candidate pairs;
+* :mod:`~wflow.jko.energy` — ``E`` on cell measures and its gradient in the masses;
+* :mod:`~wflow.jko.oracle` — the linear minimisation oracle and the optimality gap;
+* :mod:`~wflow.jko.pot` — POT values, potentials and cross-checks;
+* :mod:`~wflow.jko.inner` — the inner solvers (conditional gradient, mirror descent);
+* :mod:`~wflow.jko.step` — one step (:func:`jko_step`);
+* :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
+  :class:`JKOResult`;
+* :mod:`~wflow.jko.run` — scenario → files (:func:`run_jko`).
+"""
+
+from .cost import cost_matrix, pair_mobility
+from .energy import energy_gradient
+from .options import (
+    INNER_SOLVERS,
+    JKO_SPEC,
+    MOBILITY_MEANS,
+    OT_METHODS,
+    JKOOptions,
+    JKOWarning,
+    jko_options_from_dict,
+)
+from .run import run_jko, run_jko_scenario
+from .solver import JKOResult, JKOState, iterate_jko, solve_jko
+from .step import JKOStepInfo, jko_step
+
+__all__ = [
+    "JKOOptions",
+    "JKOStepInfo",
+    "JKOState",
+    "JKOResult",
+    "JKOWarning",
+    "MOBILITY_MEANS",
+    "OT_METHODS",
+    "INNER_SOLVERS",
+    "pair_mobility",
+    "cost_matrix",
+    "energy_gradient",
+    "jko_step",
+    "iterate_jko",
+    "solve_jko",
+    "jko_options_from_dict",
+    "run_jko_scenario",
+    "run_jko",
+    "jko_refinement",
+    "JKO_SPEC",
+]
+
+
+def __getattr__(name: str):
+    """``jko_refinement`` moved to the ``edi`` study (:mod:`wflow.studies.edi`)."""
+    if name == "jko_refinement":
+        from ..studies.edi import jko_refinement
+
+        return jko_refinement
+    raise AttributeError(f"module 'wflow.jko' has no attribute {name!r}")

@@ -1,0 +1,42 @@
+"""The transformer PDE on a triangulated sphere: finite volumes on a DOLFINx mesh (THEORY.md §2).
+
+Solves ``∂_t ρ + div_S(ρ v[μ_t, Θ_t]) = 0`` on S² for the transformer velocity ``v`` or
+its effective-mobility surrogate ``v̂`` (THEORY.md §3), or for a prescribed velocity.
+
+Rooms (the same in every solver package):
+
+* :mod:`~wflow.pde.options` — :class:`PDEOptions` and the ``[pde]`` schema;
+* :mod:`~wflow.pde.fv` — finite-volume geometry, reconstruction, fluxes, positivity;
+* :mod:`~wflow.pde.velocity` — nonlocal (transformer / surrogate) or prescribed velocity;
+* :mod:`~wflow.pde.solver` — :func:`iterate_pde` (generator), :func:`solve_pde` and
+  :class:`PDEResult`;
+* :mod:`~wflow.pde.run` — scenario → files (:func:`run_pde`, XDMF, renders).
+
+Initial densities live in :mod:`wflow.density` (shared with the JKO scheme and the main
+job); :func:`initial_density` and :func:`density_spec_from_scenario` are re-exported here.
+"""
+
+from ..density import DENSITY_SPEC, density_spec_from_scenario, initial_density
+from .options import LIMITERS, PDE_SPEC, TIME_INTEGRATORS, PDEOptions, pde_options_from_dict
+from .run import render_snapshots, run_pde, write_xdmf
+from .solver import PDEResult, PDEState, iterate_pde, solve_pde
+from .velocity import rotation_velocity
+
+__all__ = [
+    "PDEOptions",
+    "PDEState",
+    "PDEResult",
+    "TIME_INTEGRATORS",
+    "LIMITERS",
+    "initial_density",
+    "iterate_pde",
+    "solve_pde",
+    "rotation_velocity",
+    "pde_options_from_dict",
+    "density_spec_from_scenario",
+    "PDE_SPEC",
+    "DENSITY_SPEC",
+    "run_pde",
+    "write_xdmf",
+    "render_snapshots",
+]

@@ -1,0 +1,183 @@
+"""The PDE's file job: scenario → ``summary.json``, ``diagnostics.csv``, densities, renders.
+
+:func:`run_pde` validates, solves, checks every number is finite and only then writes
+its output directory atomically (collective under MPI, rank 0 writes); this is the only
+room of :mod:`wflow.pde` that writes files (:func:`write_xdmf`, :func:`render_snapshots`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..density import density_spec_from_scenario
+from ..mesh import SphereMesh
+from .options import pde_options_from_dict
+from .solver import PDEResult, solve_pde
+
+__all__ = [
+    "run_pde",
+    "write_xdmf",
+    "render_snapshots",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def render_snapshots(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, out_dir: str | Path, *,
+                     size: tuple[int, int] = (1100, 560), prefix: str = "rho",
+                     shared_range: bool = False) -> list[Path]:
+    """PNG snapshots of ``rho[k]`` on the sphere: two opposite views (pyvista off-screen).
+
+    The colour range is ``[0, max ρ_k]`` per snapshot (``shared_range``: over all
+    snapshots). Collective under MPI (gathers the cell vertices); rank 0 writes.
+    """
+    import os
+
+    verts = mesh.gather_owned(mesh.cell_vertices)  # (M, 3, 3), original order
+    if mesh.comm.rank != 0:
+        return []
+    os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")
+    import pyvista as pv
+
+    pv.OFF_SCREEN = True
+    M = verts.shape[0]
+    faces = np.hstack([np.full((M, 1), 3), np.arange(3 * M).reshape(M, 3)]).ravel()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # look at the densest cell of the last snapshot (clusters stay in view), and from behind
+    cen = verts.mean(axis=1)
+    u = cen[int(np.argmax(rho[-1]))]
+    u = u / np.linalg.norm(u)
+    up = np.array([0.0, 0.0, 1.0]) if abs(u[2]) < 0.9 else np.array([1.0, 0.0, 0.0])
+    files = []
+    for k in range(rho.shape[0]):
+        poly = pv.PolyData(verts.reshape(-1, 3), faces)
+        poly.cell_data["density"] = rho[k]
+        vmax = float(np.max(rho)) if shared_range else float(np.max(rho[k]))
+        pl = pv.Plotter(off_screen=True, window_size=list(size), shape=(1, 2))
+        for j, (eye, label) in enumerate(((4.8 * u, "densest cell at T"),
+                                          (-4.8 * u, "opposite side"))):
+            pl.subplot(0, j)
+            pl.add_mesh(poly, scalars="density", cmap="viridis", clim=[0.0, vmax],
+                        show_scalar_bar=(j == 1), lighting=False,
+                        scalar_bar_args={"title": "density", "vertical": True})
+            pl.add_axes()
+            pl.add_text(f"t = {t[k]:.4g} ({label})", font_size=11)
+            pl.camera_position = [tuple(eye), (0, 0, 0), tuple(up)]
+        f = out_dir / f"{prefix}_{k:04d}.png"
+        pl.screenshot(str(f))
+        pl.close()
+        files.append(f)
+    return files
+
+
+def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Path) -> None:
+    """ParaView time series: the DOLFINx mesh and ρ as a DG0 function per output time.
+
+    ``path`` ends in ``.xdmf`` (heavy data in the ``.h5`` beside it). Collective.
+    """
+    from dolfinx import fem, io
+
+    V0 = fem.functionspace(mesh.mesh, ("DG", 0))
+    u = fem.Function(V0, name="rho")
+    dof = np.asarray(V0.dofmap.list)[: mesh.num_local, 0]
+    with io.XDMFFile(mesh.comm, str(path), "w") as xf:
+        xf.write_mesh(mesh.mesh)
+        for k in range(rho.shape[0]):
+            u.x.array[dof] = rho[k][mesh.original_index]
+            xf.write_function(u, float(t[k]))
+
+
+def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
+            progress: bool | None = None, overrides: Mapping[str, Any] | None = None,
+            comm: Any = None) -> PDEResult:
+    """Run the PDE of a scenario and write ``out/`` (collective under MPI).
+
+    Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
+    stats), ``diagnostics.csv`` (one row per output time), ``density.npz`` (``t``
+    ``(S,)``, ``rho`` ``(S, M)``, ``centroids`` ``(M, 3)``, ``areas`` ``(M,)``, cells in the
+    mesh file's order), ``density.xdmf`` + ``density.h5`` (ParaView: DG0 cell data
+    ``rho`` per output time on the DOLFINx mesh) and, with ``render``,
+    ``render/rho_XXXX.png``.
+
+    Raises
+    ------
+    FloatingPointError
+        If the run did not succeed (nothing is written).
+    """
+    import contextlib
+
+    from mpi4py import MPI
+
+    from ..io import (
+        check_finite,
+        history_columns,
+        provenance,
+        run_directory,
+        save_npz,
+        write_csv,
+        write_json,
+    )
+    from ..mesh import MESH_DIR, load_mesh
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    mesh_spec, opts = pde_options_from_dict(scenario.sections.get("pde"), seed=scenario.seed)
+    if overrides:
+        opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})
+    if progress is not None:
+        opts = replace(opts, progress=progress)
+    if mesh_spec not in ("default",) and ":" not in mesh_spec:
+        p = scenario.path(mesh_spec)
+        if p.is_file() or not (MESH_DIR / mesh_spec).is_file():
+            mesh_spec = str(p)
+    if scenario.d != 3:
+        raise ValueError(f"attention.d: the PDE solver works on S² (d = 3), got {scenario.d}")
+    density = density_spec_from_scenario(scenario)
+    attn = scenario.attention_obj()
+    schedule = scenario.build_schedule()
+    sm = load_mesh(mesh_spec, comm=comm)
+    res = solve_pde(sm, density, schedule, attn, options=opts)
+    if res.status != "success":
+        raise FloatingPointError(f"pde run {res.status}: {res.message}")
+    summary = {
+        "status": res.status, "solver": "pde", "scenario": scenario.raw,
+        "provenance": provenance(), "seed": scenario.seed,
+        "mesh": {"spec": mesh_spec, "cells": sm.num_global,
+                 "min_area": float(res.areas.min()), "max_area": float(res.areas.max())},
+        "n_heads": int(schedule.heads_at(schedule.initial_theta()).H),
+        "density": {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
+                    for k, v in density.items()},
+        **res.summary(),
+        "outputs": {"density.npz": "t (S,), rho (S, M), centroids (M, 3), areas (M,)",
+                    "density.xdmf": "ParaView time series, DG0 cell data 'rho'",
+                    "diagnostics.csv": "one row per output time"},
+        "conventions": {
+            "measure": "μ_h = Σ_K m_K δ_{ĉ_K}, m_K = ρ_K |K|, ĉ_K = c_K/|c_K|",
+            "E": "Σ_h w_h (1/2β) Σ_KL m_K m_L Φ(β ĉ_Kᵀ A_h ĉ_L)",
+            "balance_edi": "ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2)",
+            "entropy": "Σ_K m_K H(p_K·), p_KL = m_L e^{s_KL}/Z_K (softmax rows over cells)",
+        },
+    }
+    if comm.rank == 0:
+        check_finite("summary.final", summary["final"])
+    cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
+    with contextlib.ExitStack() as stack:
+        stage = stack.enter_context(run_directory(out)) if comm.rank == 0 else None
+        stage = Path(comm.bcast(None if stage is None else str(stage), root=0))
+        write_xdmf(sm, res.t, res.rho, stage / "density.xdmf")
+        if render:
+            render_snapshots(sm, res.t, res.rho, stage / "render")
+        if comm.rank == 0:
+            write_json(stage / "summary.json", summary)
+            write_csv(stage / "diagnostics.csv", cols)
+            save_npz(stage / "density.npz", t=res.t, rho=res.rho, centroids=res.centroids,
+                     areas=res.areas)
+        comm.barrier()
+    logger.info("pde: wrote %s", out)
+    return res
