@@ -332,9 +332,9 @@ class Scenario:
         if typ == "relaxed":
             if kind != "bilinear":
                 raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
-            return Relaxed.published(theta0, w=heads.w, value_sign=param.value_sign, c=s["c"],
-                                     alpha=s["alpha"], kappa=s["kappa"],
-                                     omega=0.5 if s["omega"] is None else s["omega"])
+            return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign, c=s["c"],
+                                    alpha=s["alpha"], kappa=s["kappa"],
+                                    omega=0.5 if s["omega"] is None else s["omega"])
         # callable
         if s["function"] is None:
             raise ScenarioError("schedule.function: required for type = 'callable' "

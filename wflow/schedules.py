@@ -17,13 +17,16 @@ Schedules:
   generator (closed form when ``σ₀ = 0``);
 * :class:`Oscillating` — ``θ(t) = θ_∞ + a ⊙ sin(ωt + φ_h)``, ``φ_h = 2πh/H``;
 * :class:`Relaxed` — ``dθ/dt = κ(F_h(t) − θ)`` towards an oscillating target
-  (built-in: ``F_h(t) = c I + α P(t + 2πh/H)``, ``P`` a periodic symmetric pattern);
+  (built-in: the published frames :func:`published_frames`, THEORY §5, and wflow's
+  rotating-reflection variant);
 * :class:`Layers` — piecewise constant, layer ``ℓ`` acts on ``[ℓΔ, (ℓ+1)Δ)``;
 * :class:`CallableSchedule` — any ``dθ/dt = f(θ, t)`` (+ optional noise), also given as
   ``"package.module:function"`` in a scenario file.
 
 Deterministic drifts are integrated with RK4 (two half steps, so the midpoint value
-needed by RK4 particle integrators is available at 4th order); noisy ones with
+needed by RK4 particle integrators is available at 4th order) or, with
+``method="euler"`` (what the particles' Euler integrator uses, as the published
+experiments do), with the same explicit Euler step as the tokens; noisy ones with
 Euler–Maruyama (the midpoint is the average of the end points). Jumps of
 :class:`Layers` happen at ``jump_times``; solvers align their steps to them.
 """
@@ -31,6 +34,7 @@ Euler–Maruyama (the midpoint is the average of the end points). Jumps of
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +54,7 @@ __all__ = [
     "Layers",
     "CallableSchedule",
     "oscillating_pattern",
+    "published_frames",
     "load_callable",
     "as_schedule",
 ]
@@ -187,24 +192,33 @@ class Schedule(ABC):
         return z
 
     def advance(self, theta: np.ndarray, t: float, dt: float,
-                rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+                rng: np.random.Generator | None, *, method: Literal["rk4", "euler"] = "rk4"
+                ) -> tuple[np.ndarray, np.ndarray]:
         """Advance over ``[t, t + dt]``; returns ``(θ(t + dt/2), θ(t + dt))``.
 
-        Closed form when available; RK4 (two half steps) for deterministic drifts;
-        Euler–Maruyama ``θ + f dt + σ(t) √dt ξ`` for noisy ones (midpoint = average).
+        Closed form when available. Otherwise, ``method="rk4"``: RK4 (two half steps, so
+        the midpoint needed by RK4 particle stages is 4th-order accurate) for deterministic
+        drifts; ``method="euler"``: the explicit Euler step ``θ + f(θ, t) dt`` — the scheme
+        of the published experiments, which advance tokens and weights with the same
+        explicit Euler step (THEORY §5). Noisy schedules always take the Euler–Maruyama
+        step ``θ + f(θ, t) dt + σ(t) √dt ξ``. For Euler steps the returned midpoint is the
+        average of the end points.
         """
+        if method not in ("rk4", "euler"):
+            raise ValueError(f"advance: method must be 'rk4' or 'euler', got {method!r}")
         if self.static:
             return theta, theta
         cf_mid = self.closed_form(t + 0.5 * dt)
         if cf_mid is not None:
             return cf_mid, self.closed_form(t + dt)
-        if self.stochastic:
-            if rng is None:
-                raise ValueError("advance: a stochastic schedule needs a random generator")
+        if self.stochastic or method == "euler":
             new = theta + dt * self.drift(theta, t)
-            s = self.sigma(t)
-            if s != 0.0:
-                new = new + s * np.sqrt(dt) * self.noise(theta.shape, rng)
+            if self.stochastic:
+                if rng is None:
+                    raise ValueError("advance: a stochastic schedule needs a random generator")
+                s = self.sigma(t)
+                if s != 0.0:
+                    new = new + s * np.sqrt(dt) * self.noise(theta.shape, rng)
             return 0.5 * (theta + new), new
         mid = _rk4(self.drift, theta, t, 0.5 * dt)
         return mid, _rk4(self.drift, mid, t + 0.5 * dt, 0.5 * dt)
@@ -361,18 +375,63 @@ def oscillating_pattern(t: float | np.ndarray, d: int) -> np.ndarray:
     return P
 
 
+def published_frames(t: float, H: int, d: int) -> np.ndarray:
+    """The oscillating targets ``F_h(t)`` of the published experiments (THEORY §5), ``(H, d, d)``.
+
+    With ``s = t + 2πh/H`` for heads ``h = 0, …, H−1`` (phases spread over a whole period):
+
+    * ``d = 2``: ``F = [[2 + 1.5 cos s, sin 2s], [sin 2s, 2 − 1.5 cos s]]``;
+    * ``d = 3``: ``F = [[2 + 1.5 cos s, sin 2s, sin s], [sin 2s, 2 + 1.5 sin s, cos 2s],
+      [sin s, cos 2s, 2 + 1.5 cos(s + π/4)]]``;
+    * ``d ≥ 4``: ``F_ii = 2 + 1.5 cos(s + 2πi/d)`` (``i = 0, …, d−1``) and, for the
+      ``k``-th pair ``i < j`` in row-major order (``k = 0, …, K−1``, ``K = d(d−1)/2``),
+      ``F_ij = F_ji = sin(2s + 2πk/K)``.
+
+    Indices are 0-based as in the published code (head ``h`` pairs with phase ``2πh/H``).
+    Period ``2π`` in ``t``. For ``H ≥ 3`` the head average ``(1/H) Σ_h F_h(t)`` is the
+    constant ``2I`` (every harmonic cancels); whether the flow keeps moving is what the
+    experiments measure.
+    """
+    if d < 2:
+        raise ValueError(f"published_frames: d must be >= 2, got {d}")
+    H = int(H)
+    s = float(t) + np.array([2.0 * math.pi * h / max(H, 1) for h in range(H)])
+    F = np.zeros((H, d, d))
+    if d == 2:
+        F[:, 0, 0] = 2.0 + 1.5 * np.cos(s)
+        F[:, 1, 1] = 2.0 - 1.5 * np.cos(s)
+        F[:, 0, 1] = F[:, 1, 0] = np.sin(2.0 * s)
+    elif d == 3:
+        F[:, 0, 0] = 2.0 + 1.5 * np.cos(s)
+        F[:, 1, 1] = 2.0 + 1.5 * np.sin(s)
+        F[:, 2, 2] = 2.0 + 1.5 * np.cos(s + math.pi / 4.0)
+        F[:, 0, 1] = F[:, 1, 0] = np.sin(2.0 * s)
+        F[:, 0, 2] = F[:, 2, 0] = np.sin(s)
+        F[:, 1, 2] = F[:, 2, 1] = np.cos(2.0 * s)
+    else:
+        K = d * (d - 1) // 2
+        for i in range(d):
+            F[:, i, i] = 2.0 + 1.5 * np.cos(s + 2.0 * math.pi * i / d)
+        k = 0
+        for i in range(d):
+            for j in range(i + 1, d):
+                F[:, i, j] = F[:, j, i] = np.sin(2.0 * s + 2.0 * math.pi * k / K)
+                k += 1
+    return F
+
+
 @dataclass(frozen=True, eq=False)
 class Relaxed(Schedule):
-    """``dθ_h/dt = κ (F_h(t) − θ_h)`` towards an oscillating target.
+    """``dθ_h/dt = κ (F_h(t) − θ_h)`` towards an oscillating target ``F(t)``.
 
-    ``target`` is a callable ``F(t) -> (H, rows, d)``; :meth:`published` builds the
-    target of the published experiments ``F_h(t) = c I + α P(ω (t + 2πh/H))``.
+    ``target`` is a callable ``F(t) -> (H, rows, d)``. Built-in targets:
 
-    The frequency matters for head averages: with ``ω`` an integer the per-head phases
-    ``2πωh/H`` cover whole periods, the first harmonics cancel in ``(1/H) Σ_h`` and the
-    averaged field is (nearly) static. The default ``ω = 1/2`` spreads the phases over
-    half a period, so the oscillation survives the average (THEORY §5 leaves the period
-    of the pattern open).
+    * :meth:`published` — the frames of the published experiments
+      (:func:`published_frames`, THEORY §5), ``κ = 1``, value ``V_h = −A_h``;
+    * :meth:`rotating` — wflow's own variant ``F_h(t) = c I + α P(ω (t + 2πh/H))`` with
+      the rotating reflection :func:`oscillating_pattern` (not the published experiment).
+      With ``ω`` an integer its first harmonics cancel in ``(1/H) Σ_h``; ``ω = 1/2``
+      spreads the phases over half a period so that the oscillation survives the average.
     """
 
     param: Parametrisation
@@ -384,10 +443,38 @@ class Relaxed(Schedule):
         object.__setattr__(self, "theta0", _check_theta(self.theta0, self.param, "theta0"))
 
     @classmethod
-    def published(cls, theta0: np.ndarray, *, w: np.ndarray | float, value_sign: float = -1.0,
-                  c: float = 2.0, alpha: float = 1.5, omega: float = 0.5,
-                  kappa: float = 1.0) -> Relaxed:
-        """Bilinear heads relaxing to ``F_h(t) = c I + α P(ω (t + 2πh/H))``."""
+    def published(cls, theta0: np.ndarray, *, w: np.ndarray | float | None = None,
+                  value_sign: float = -1.0, kappa: float = 1.0) -> Relaxed:
+        """Bilinear heads relaxing to the published frames, ``dA_h/dt = F_h(t) − A_h``.
+
+        Parameters
+        ----------
+        theta0 : (H, d, d) array
+            ``A_h(0)`` (published: ``Z + Zᵀ``, ``Z`` standard normal).
+        w : (H,) array or float, optional
+            Mixing weights (published: ``1/H``, the default).
+        value_sign : float
+            ``V_h = value_sign · A_h`` (published: ``−1``, tokens move against the
+            attention output).
+        kappa : float
+            Relaxation rate (published: 1).
+        """
+        theta0 = np.asarray(theta0, float)
+        H, d, _ = theta0.shape
+        w = 1.0 / H if w is None else w
+
+        def target(t: float) -> np.ndarray:
+            return published_frames(t, H, d)
+
+        param = Parametrisation("bilinear", np.broadcast_to(np.asarray(w, float), (H,)).copy(),
+                                value_sign=value_sign)
+        return cls(param, theta0, target, kappa)
+
+    @classmethod
+    def rotating(cls, theta0: np.ndarray, *, w: np.ndarray | float, value_sign: float = -1.0,
+                 c: float = 2.0, alpha: float = 1.5, omega: float = 0.5,
+                 kappa: float = 1.0) -> Relaxed:
+        """Bilinear heads relaxing to ``F_h(t) = c I + α P(ω (t + 2πh/H))`` (wflow's variant)."""
         theta0 = np.asarray(theta0, float)
         H, d, _ = theta0.shape
         shifts = 2 * np.pi * np.arange(H) / H
@@ -449,7 +536,8 @@ class Layers(Schedule):
         return np.zeros_like(theta)
 
     def advance(self, theta: np.ndarray, t: float, dt: float,
-                rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+                rng: np.random.Generator | None, *, method: Literal["rk4", "euler"] = "rk4"
+                ) -> tuple[np.ndarray, np.ndarray]:
         """θ is constant inside a step (steps never cross a jump); jumps via :meth:`after_jump`."""
         return theta, theta
 

@@ -11,9 +11,10 @@ Integrators (each declares its order, see :data:`INTEGRATOR_ORDER`):
   (tangent, so ``|x|`` is a first integral) with normalised stages and a final
   projection, order 4.
 
-Weights move with their schedule (:mod:`wflow.schedules`): closed form or RK4 for
-deterministic schedules, Euler–Maruyama for noisy ones; piecewise-constant layers
-jump at step boundaries (the time grid contains the jump times).
+Weights move with their schedule (:mod:`wflow.schedules`): closed form where one
+exists; otherwise the tokens' own explicit Euler step under ``"euler"`` (the published
+scheme) and RK4 half steps under ``"rk4"``; Euler–Maruyama for noisy ones;
+piecewise-constant layers jump at step boundaries (the time grid contains the jump times).
 
 Monte-Carlo: ``n_paths`` independent weight-noise paths (generators spawned from one
 seed), run one after the other with every operation vectorised over tokens and heads;
@@ -100,6 +101,9 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
     grid = time_grid(T, dt, schedule.jump_times)
+    # weights take the tokens' explicit Euler step under the Euler integrator (the
+    # published scheme), RK4 half steps under RK4 (4th-order midpoint)
+    weights = "euler" if integrator == "euler" else "rk4"
     theta = schedule.initial_theta()
     heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow, kernel=kernel)
     jumps = set(schedule.jump_times)
@@ -110,7 +114,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             yield ParticleState(t, x, theta, heads, fe, vel, terms, None, pre_jump)
             return
         h = float(grid[k + 1] - t)
-        theta_mid, theta_new = schedule.advance(theta, t, h, rng)
+        theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=weights)
         dnoise = None
         if schedule.stochastic:
             dnoise = theta_new - theta - h * schedule.drift(theta, t)

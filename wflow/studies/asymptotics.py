@@ -50,7 +50,7 @@ def one_run(item: tuple) -> dict:
                                 kappa=1.0, sigma0=np.sqrt(2.0), gamma=gamma,
                                 symmetric_noise=True)
     else:
-        sch = Relaxed.published(theta0, w=heads.w, value_sign=-1.0)
+        sch = Relaxed.rotating(theta0, w=heads.w, value_sign=-1.0)
     res = simulate(x0, sch, Attention("softmax", 1.0), T=T, dt=dt, integrator="euler",
                    record_every=max(1, int(round(0.05 / dt))), head_rates=False,
                    seed=int(rng.integers(2**31)))
