@@ -33,6 +33,8 @@ __all__ = [
     "RunSeries",
     "run_figure",
     "running_balance",
+    "particle_pictures",
+    "pde_pictures",
 ]
 
 #: Frames per GIF and milliseconds per frame (the published animations' choice).
@@ -232,8 +234,8 @@ def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path:
         front = centre @ _view_dir(_ELEV, azim) > -0.05
         if coll is not None:
             coll.remove()
-        coll = Poly3DCollection(verts[front], facecolors=cmap(norm(rho[k, front])),
-                                edgecolors="none")
+        fc = cmap(norm(rho[k, front]))
+        coll = Poly3DCollection(verts[front], facecolors=fc, edgecolors=fc, linewidths=0.3)
         ax.add_collection3d(coll)
         head.set_text(f"{title}   t = {t[k]:.3g}" if title else f"t = {t[k]:.3g}")
         out.append(_canvas_rgb(fig))
@@ -242,8 +244,8 @@ def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path:
 
 
 def running_balance(steps: dict[str, np.ndarray], t_rec: np.ndarray, chain: np.ndarray, *,
-                    stochastic: bool, path: int = 0) -> dict[str, np.ndarray]:
-    """Energy-balance terms of one path at the recorded times, from the per-step integrands.
+                    stochastic: bool) -> dict[str, np.ndarray]:
+    """Energy-balance terms at the recorded times, from the per-step integrands.
 
     Same rules as :class:`wflow.diagnostics.BalanceAccumulator` (trapezoid; with noisy
     weights ``∂_tE`` and the Itô drift at the left point): ``dE = E − E(0)``,
@@ -253,48 +255,89 @@ def running_balance(steps: dict[str, np.ndarray], t_rec: np.ndarray, chain: np.n
     Parameters
     ----------
     steps : dict
-        ``ParticleResult.steps`` (``t`` of shape ``(S+1,)``, integrands ``(P, S+1)``).
+        Per-step integrands ``E, dEdt_w, ito, G2, power`` of shape ``(P, S+1)`` (or
+        ``(S+1,)`` for one path) and ``t`` of shape ``(S+1,)`` (``ParticleResult.steps``).
     t_rec : (K,) array
         Recorded times (a subset of ``steps["t"]``).
-    chain : (K,) array
-        ``history["balance_chain"][path]``.
+    chain : (P, K) or (K,) array
+        The recorded chain residual (``history["balance_chain"]``).
+
+    Returns
+    -------
+    dict of (P, K) arrays
     """
     ts = np.asarray(steps["t"], float)
     dt = np.diff(ts)
+    k = np.searchsorted(ts, np.asarray(t_rec, float))
+    zero = np.zeros((np.atleast_2d(steps["E"]).shape[0], 1))
 
     def trap(key: str) -> np.ndarray:
-        f = steps[key][path]
-        return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])
+        f = np.atleast_2d(steps[key])
+        return np.concatenate([zero, np.cumsum(0.5 * dt * (f[:, 1:] + f[:, :-1]), axis=1)],
+                              axis=1)[:, k]
 
     def left(key: str) -> np.ndarray:
-        f = steps[key][path]
-        return np.concatenate([[0.0], np.cumsum(dt * f[:-1])])
+        f = np.atleast_2d(steps[key])
+        return np.concatenate([zero, np.cumsum(dt * f[:, :-1], axis=1)], axis=1)[:, k]
 
-    k = np.searchsorted(ts, np.asarray(t_rec, float))
-    out = {"t": np.asarray(t_rec, float),
-           "dE": (steps["E"][path] - steps["E"][path][0])[k],
-           "work": (left("dEdt_w") if stochastic else trap("dEdt_w"))[k],
-           "ito": left("ito")[k],
-           "G2_int": trap("G2")[k],
-           "power_int": trap("power")[k]}
+    E = np.atleast_2d(steps["E"])
+    out = {"dE": (E - E[:, :1])[:, k],
+           "work": left("dEdt_w") if stochastic else trap("dEdt_w"),
+           "ito": left("ito"), "G2_int": trap("G2"), "power_int": trap("power")}
     out["martingale"] = (out["dE"] - out["work"] - out["power_int"] - out["ito"]
-                         - np.asarray(chain, float))
+                         - np.atleast_2d(np.asarray(chain, float)))
     return out
+
+
+def particle_pictures(res: Any, stage: str | Path, *, stochastic: bool,
+                      title: str = "particles") -> list[str]:
+    """The pictures of a particle run: ``tokens.gif`` (S², path 0) and ``run.png``.
+
+    ``res`` is a :class:`~wflow.particles.ParticleResult` (with its trajectory for the
+    GIF); returns the file names written into ``stage``.
+    """
+    stage = Path(stage)
+    files = []
+    if res.trajectory is not None and res.trajectory.shape[-1] == 3:
+        token_gif(res.trajectory[0], res.t, stage / "tokens.gif", title=title)
+        files.append("tokens.gif")
+    bal = running_balance(res.steps, res.t, res.history["balance_chain"], stochastic=stochastic)
+    run_figure([RunSeries(title, res.t, res.history["E"], res.history["G2"], bal, res.sign)],
+               stage / "run.png")
+    return files + ["run.png"]
+
+
+def pde_pictures(cell_vertices: np.ndarray, res: Any, stage: str | Path, *, stochastic: bool,
+                 title: str = "pde") -> list[str]:
+    """The pictures of a PDE run: ``density.gif`` and ``run.png``.
+
+    ``run.png`` has the balance panel when the run measured it. ``res`` is a
+    :class:`~wflow.pde.PDEResult`; returns the file names written into ``stage``.
+    """
+    stage = Path(stage)
+    density_gif(cell_vertices, res.rho, res.t, stage / "density.gif", title=title)
+    h = res.history
+    if "E" in res.steps and "balance_chain" in h:
+        bal = running_balance(res.steps, res.t, h["balance_chain"], stochastic=stochastic)
+    else:
+        bal = None
+    run_figure([RunSeries(title, res.t, h["E"], h["G2"], bal, res.sign)], stage / "run.png")
+    return ["density.gif", "run.png"]
 
 
 class RunSeries(NamedTuple):
     """One run for :func:`run_figure`.
 
-    Recorded times, ``E`` and ``G²`` ``(P, K)``, the balance terms of
-    :func:`running_balance` as ``(P, K)`` arrays, and the flow's sign (``−1`` descent:
-    the published experiments; ``+1`` ascent).
+    Recorded times, ``E`` and ``G²`` ``(P, K)`` (or ``(K,)``), the balance terms of
+    :func:`running_balance` (``None``: no balance panel) and the flow's sign (``−1``
+    descent: the published experiments; ``+1`` ascent; ``0``: not a gradient flow).
     """
 
     label: str
     t: np.ndarray
     E: np.ndarray
     G2: np.ndarray
-    balance: dict[str, np.ndarray]
+    balance: dict[str, np.ndarray] | None
     sign: int = -1
 
 
@@ -304,7 +347,8 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
     Several Monte-Carlo paths: the mean and the band between the 16 % and 84 % quantiles
     over paths. The balance panel shows ``ΔE``, ``∫∂_tE``, Itô, ``M``, ``sign·∫G²`` and
     the residual ``ΔE − ∫∂_tE − Itô − M − sign·∫G²`` (the EDI defect in the published
-    ``G²`` form: zero up to ``O(dt)`` for a gradient flow).
+    ``G²`` form: zero up to ``O(dt)`` for a gradient flow); for ``sign = 0`` it shows
+    ``∫power`` and the chain residual instead.
     """
     import matplotlib
 
@@ -313,10 +357,11 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
 
     if not runs:
         raise ValueError("run_figure: no run given")
-    fig, axes = plt.subplots(len(runs), 3, figsize=(13, 3.3 * len(runs)), squeeze=False)
+    ncol = 3 if any(r.balance is not None for r in runs) else 2
+    fig, axes = plt.subplots(len(runs), ncol, figsize=(4.4 * ncol, 3.3 * len(runs)),
+                             squeeze=False)
     for ax, run in zip(axes, runs, strict=True):
         t = np.asarray(run.t, float)
-        bal = run.balance
 
         def band(a: Any, y: np.ndarray, label: str | None, log: bool = False,
                  t: np.ndarray = t, **kw: Any) -> None:
@@ -330,13 +375,23 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
         ax[0].set(xlabel="t (depth)", ylabel="E", title=f"{run.label}: energy")
         band(ax[1], run.G2, None, log=True)
         ax[1].set(xlabel="t (depth)", ylabel="G²", title="G² = ∫|v|² HM_h(Z_h) dμ")
+        bal = run.balance
+        if ncol == 2:
+            continue
+        if bal is None:
+            ax[2].axis("off")
+            continue
         for key, lab in (("dE", "ΔE"), ("work", "∫∂_tE"), ("ito", "Itô"), ("martingale", "M")):
             if key in ("ito", "martingale") and not np.any(bal[key]):
                 continue
             band(ax[2], bal[key], lab)
-        band(ax[2], run.sign * bal["G2_int"], f"{'+' if run.sign > 0 else '−'}∫G²")
-        band(ax[2], bal["dE"] - bal["work"] - bal["ito"] - bal["martingale"]
-             - run.sign * bal["G2_int"], "residual", color="k", lw=1.2)
+        base = bal["dE"] - bal["work"] - bal["ito"] - bal["martingale"]
+        if run.sign:
+            band(ax[2], run.sign * bal["G2_int"], f"{'+' if run.sign > 0 else '−'}∫G²")
+            band(ax[2], base - run.sign * bal["G2_int"], "residual", color="k", lw=1.2)
+        else:
+            band(ax[2], bal["power_int"], "∫power")
+            band(ax[2], base - bal["power_int"], "chain residual", color="k", lw=1.2)
         ax[2].axhline(0.0, color="0.6", lw=0.6)
         ax[2].set(xlabel="t (depth)", title="energy balance")
         ax[2].legend(fontsize=7, ncol=2)

@@ -235,10 +235,8 @@ def _one_run(item: tuple[str, int, ReproduceOptions]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     if res.status != "success":
         raise FloatingPointError(f"reproduce {name}, H = {H}: {res.message}")
-    stochastic = schedule.stochastic
-    bal = [running_balance(res.steps, res.t, res.history["balance_chain"][p],
-                           stochastic=stochastic, path=p) for p in range(P)]
-    series = {k: np.stack([b[k] for b in bal]) for k in bal[0] if k != "t"}
+    series = running_balance(res.steps, res.t, res.history["balance_chain"],
+                             stochastic=schedule.stochastic)
     # the published form of the balance: left-point sums, Itô inside ∂_tE (the martingale
     # is wflow's; the published one pairs U at t_k with the tokens at t_{k+1})
     st, dts = res.steps, np.diff(res.steps["t"])
