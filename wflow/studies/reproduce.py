@@ -416,8 +416,9 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
         Output directory (written atomically): ``summary.json`` (settings, per-``H``
         numbers, fits, verdicts, runtimes), ``report.md``, ``<exp>.npz`` (the series),
         ``<exp>_scaling.png``, ``<exp>_g2.png``, ``<exp>_runs.png`` (``E``, ``G²``,
-        balance, one row per ``H``), ``<exp>_snapshots.png`` (S²) and with ``gif``
-        ``<exp>_H<H>.gif`` (S²).
+        balance, one row per ``H``), ``<exp>_snapshots.png`` (S²),
+        ``s2_combined.png`` / ``hd_combined.png`` (both regimes: ``G²`` series and
+        scaling) and with ``gif`` ``<exp>_H<H>.gif`` (S²).
     options : ReproduceOptions, optional
         Defaults: the published full scale.
     runs : dict, optional
@@ -511,6 +512,40 @@ def _run_summary(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _draw_g2(ax: Any, nm: str, rs: list[dict[str, Any]]) -> None:
+    """``G²(t)`` of every ``H`` (Monte-Carlo mean and 16–84 % band), the averaging window."""
+    for r in rs:
+        g = r["G2"]
+        line = ax.semilogy(r["t"], g.mean(axis=0), label=f"H = {r['H']}")[0]
+        if g.shape[0] > 1:
+            lo, hi = np.quantile(g, [0.16, 0.84], axis=0)
+            ax.fill_between(r["t"], lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    t = rs[0]["t"]
+    ax.axvspan(t[max(1, t.size // 2)], t[-1], color="0.9", zorder=-1, label="averaging window")
+    ax.set(xlabel="t (depth)", ylabel="G²", title=f"{nm}: G²(t)")
+    ax.legend(fontsize=8)
+
+
+def _draw_scaling(ax: Any, nm: str, rs: list[dict[str, Any]], fit: SlopeFit,
+                  Hs: np.ndarray) -> None:
+    """Late mean ``G²`` against ``H`` with the published fit and the claimed power."""
+    late = [late_mean(r["G2"]) for r in rs]
+    mean = np.array([v.mean() for v in late])
+    err = np.array([np.std(v, ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0 for v in late])
+    ax.errorbar(Hs, mean, yerr=err, fmt="o", label="mean G² over [T/2, T]")
+    hh = np.geomspace(Hs[0], Hs[-1], 50)
+    if np.isfinite(fit.b):
+        ax.plot(hh, fit.a * hh ** fit.b, label=f"fit a·H^b: b = {fit.b:.2f} ± {fit.u:.2f}")
+    ll = fit_loglog(Hs, mean)
+    ax.plot(hh, np.exp(ll.intercept) * hh ** ll.slope, ":", color="0.4",
+            label=f"log–log least squares: {ll.slope:.2f}")
+    claim = EXPERIMENTS[nm].claim
+    ax.plot(hh, mean[0] * (hh / Hs[0]) ** claim, "k--", lw=0.8, label=f"claim H^{claim:g}")
+    ax.set(xscale="log", yscale="log", xlabel="H", ylabel="mean G² over [T/2, T]",
+           title=f"{nm}: claim {fit.verdict}")
+    ax.legend(fontsize=8)
+
+
 def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dict[str, Any]]],
                    fits: dict[str, SlopeFit], opts: ReproduceOptions,
                    study: StudyResult) -> list[str]:
@@ -524,6 +559,15 @@ def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dic
 
     files: list[str] = []
     Hs = np.array(opts.H, float)
+
+    def figure(name: str, draw: Any, ncols: int = 1, nrows: int = 1) -> None:
+        fig, ax = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+        draw(ax)
+        fig.tight_layout()
+        fig.savefig(stage / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
+
     for nm in names:
         exp, rs, fit = EXPERIMENTS[nm], runs[nm], fits[nm]
         arrays: dict[str, np.ndarray] = {"t": rs[0]["t"], "H": Hs}
@@ -533,40 +577,10 @@ def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dic
             for k, v in r["balance_series"].items():
                 arrays[f"{k}_H{r['H']}"] = v
         save_npz(stage / f"{nm}.npz", **arrays)
-        # G² series
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for r in rs:
-            g = r["G2"]
-            line = ax.semilogy(r["t"], g.mean(axis=0), label=f"H = {r['H']}")[0]
-            if g.shape[0] > 1:
-                lo, hi = np.quantile(g, [0.16, 0.84], axis=0)
-                ax.fill_between(r["t"], lo, hi, color=line.get_color(), alpha=0.2, lw=0)
-        ax.axvspan(rs[0]["t"][max(1, rs[0]["t"].size // 2)], rs[0]["t"][-1], color="0.9",
-                   zorder=-1, label="averaging window")
-        ax.set(xlabel="t (depth)", ylabel="G²", title=f"{nm}: G²(t)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / f"{nm}_g2.png", dpi=110)
-        plt.close(fig)
-        # scaling
-        late = [late_mean(r["G2"]) for r in rs]
-        mean = np.array([v.mean() for v in late])
-        err = np.array([np.std(v, ddof=1) / np.sqrt(v.size) if v.size > 1 else 0.0
-                        for v in late])
-        fig, ax = plt.subplots(figsize=(4.8, 3.6))
-        ax.errorbar(Hs, mean, yerr=err, fmt="o", label="late mean G²")
-        hh = np.geomspace(Hs[0], Hs[-1], 50)
-        if np.isfinite(fit.b):
-            ax.plot(hh, fit.a * hh ** fit.b, label=f"fit a·H^b, b = {fit.b:.2f} ± {fit.u:.2f}")
-        ax.plot(hh, mean[0] * (hh / Hs[0]) ** exp.claim, "k--", lw=0.8,
-                label=f"claim H^{exp.claim:g}")
-        ax.set(xscale="log", yscale="log", xlabel="H", ylabel="mean G² over [T/2, T]",
-               title=f"{nm}: {fit.verdict}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / f"{nm}_scaling.png", dpi=110)
-        plt.close(fig)
-        files += [f"{nm}.npz", f"{nm}_g2.png", f"{nm}_scaling.png"]
+        files.append(f"{nm}.npz")
+        figure(f"{nm}_g2.png", lambda ax, nm=nm, rs=rs: _draw_g2(ax[0, 0], nm, rs))
+        figure(f"{nm}_scaling.png",
+               lambda ax, nm=nm, rs=rs, fit=fit: _draw_scaling(ax[0, 0], nm, rs, fit, Hs))
         f = f"{nm}_runs.png"
         run_figure([RunSeries(f"H = {r['H']}", r["t"], r["E"], r["G2"], r["balance_series"],
                               r["sign"]) for r in rs], stage / f,
@@ -582,6 +596,16 @@ def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dic
                     f = f"{nm}_H{r['H']}.gif"
                     token_gif(r["traj"], r["t"], stage / f, title=f"{nm} H = {r['H']}")
                     files.append(f)
+    # both regimes of a dimension: the published combined figure (G² series and scaling)
+    for prefix in ("s2", "hd"):
+        pair = [nm for nm in GROUPS[prefix] if nm in names]
+        if len(pair) == 2:
+            def draw(ax: Any, pair: list[str] = pair) -> None:
+                for j, nm in enumerate(pair):
+                    _draw_g2(ax[0, j], nm, runs[nm])
+                    _draw_scaling(ax[1, j], nm, runs[nm], fits[nm], Hs)
+
+            figure(f"{prefix}_combined.png", draw, ncols=2, nrows=2)
     (stage / "report.md").write_text(_report(names, runs, fits, opts, study), encoding="utf-8")
     files.append("report.md")
     return files
