@@ -24,7 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "claim (OU: b ≈ −1, oscillating: b ≈ 0) is reproduced. Writes DIR/summary.json, "
         "DIR/report.md, per-experiment series (.npz), figures (.png) and with --gif "
         f"animations of the tokens on S². Experiments: {', '.join(EXPERIMENTS)}; groups: "
-        + ", ".join(f"{g} = {' + '.join(v)}" for g, v in GROUPS.items()) + ".",
+        + ", ".join(f"{g} = {' + '.join(v)}" for g, v in GROUPS.items()) + ". Independent "
+        "runs are spread over MPI ranks under `mpirun -n P wflow reproduce ...`. Exit status 0 "
+        "when every run succeeded, whatever the verdict (a claim not reproduced is a measured "
+        "outcome, not an error); 2 for bad input.",
     )
     p.add_argument("experiments", nargs="+", choices=names, metavar="EXPERIMENT",
                    help=f"one or more of: {', '.join(names)}")
