@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from wflow.cli import main
-from wflow.studies.reproduce import (
+from wflow.reproduce import (
     EXPERIMENTS,
     ReproduceOptions,
     fit_experiment,

@@ -7,7 +7,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
-    from ..studies.reproduce import EXPERIMENTS, GROUPS
+    from ..reproduce import EXPERIMENTS, GROUPS
 
     names = [*EXPERIMENTS, *GROUPS]
     p = sub.add_parser(
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     from ..parallel import comm_rank_size
-    from ..studies.reproduce import ReproduceOptions, reproduce
+    from ..reproduce import ReproduceOptions, reproduce
 
     given = {"H": None if args.H is None else tuple(args.H), "n": args.n, "T": args.T,
              "dt": args.dt, "paths": args.paths, "seed": args.seed,

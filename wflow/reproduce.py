@@ -50,12 +50,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..heads import HEAD_GENERATORS, Attention, Heads
-from ..parallel import parallel_map
-from ..particles import ParticleResult, simulate
-from ..schedules import OrnsteinUhlenbeck, Relaxed, Schedule
-from ..sphere import sample_published_clusters
-from .base import StudyResult, fit_loglog, write_study
+from .heads import HEAD_GENERATORS, Attention, Heads
+from .parallel import parallel_map
+from .particles import ParticleResult, simulate
+from .schedules import OrnsteinUhlenbeck, Relaxed, Schedule
+from .sphere import sample_published_clusters
+from .studies.base import StudyResult, fit_loglog, write_study
 
 __all__ = [
     "EXPERIMENTS",
@@ -223,7 +223,7 @@ def _simulate(x0: np.ndarray, schedule: Schedule, opts: ReproduceOptions, *, n_p
 
 def _one_run(item: tuple[str, int, ReproduceOptions]) -> dict[str, Any]:
     """Run ``exp`` with ``H`` heads; returns series, balance terms and the token path 0."""
-    from ..animate import running_balance
+    from .animate import running_balance
 
     name, H, opts = item
     exp = EXPERIMENTS[name]
@@ -557,8 +557,8 @@ def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dic
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..animate import RunSeries, run_figure, token_gif, token_snapshots
-    from ..io import save_npz
+    from .animate import RunSeries, run_figure, token_gif, token_snapshots
+    from .io import save_npz
 
     files: list[str] = []
     Hs = np.array(opts.H, float)
