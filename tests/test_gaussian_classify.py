@@ -416,3 +416,21 @@ def test_exact_method_refuses_where_no_structure_applies():
     with pytest.raises(ValueError, match="no structural rule applies"):
         classify(p, Sigma0=S2, method="exact")
     assert math.isfinite(classify(p, Sigma0=S2).rate)
+
+
+def test_probe_growth_needs_the_attention_scale():
+    """σ̇ = 0.2σ + σ² from 1e-6 grows like e^{0.2t} for a while, then blows up at
+    t* = ln(1 + 0.2/σ₀)/0.2 ≈ 61: a short probe must not call the early phase 'unbounded'."""
+    p = GaussianParams.make(1, A=0.1, V=1.0, B=0.5)
+    S0 = np.array([[1e-6]])
+    short = classify(p, Sigma0=S0, horizon=50.0, method="probe")
+    assert short.label == "undetermined" and "longer horizon" in short.reason, short.reason
+    long = classify(p, Sigma0=S0, horizon=200.0, method="probe")
+    assert long.label == "blows_up"
+    # the integrator's extrapolated t* (~1e-8 relative, solver.py)
+    assert long.blowup_time == pytest.approx(blowup_time_scalar(0.1, 1.0, 0.5, 1e-6), rel=1e-6)
+    # genuine unbounded growth (c = 0 along a = 0.3) far beyond ‖A‖/(‖V‖‖B‖) is recognised
+    q = GaussianParams.make(2, A=np.diag([0.3, 0.5]), V=1.0, B=np.diag([0.0, -1.0]))
+    grow = classify(q, Sigma0=S2, horizon=60.0, method="probe")
+    assert grow.label == "unbounded" and grow.rate_kind == "exponential"
+    assert grow.rate == pytest.approx(0.6, rel=1e-3), grow.reason

@@ -200,6 +200,18 @@ def _probe_one(params: GaussianParams, S0: np.ndarray, horizon: float, solver: s
             return Classification("converges_to_zero", "probe",
                                   f"‖Σ(t)‖: {fitS.reason}", np.zeros_like(S0), fitS.kind,
                                   fitS.rate, scope=scope, rate_fit=fitS, details=details)
+        # growth is read as 'unbounded' only once ‖Σ‖ is far beyond the scale
+        # ‖A‖/(‖V‖‖B‖) where the quadratic term catches up with the linear one: below it,
+        # an exponential phase may still end in a blow-up (σ̇ = 2aσ + cσ²)
+        nVB = float(np.linalg.norm(params.V, 2) * np.linalg.norm(params.B, 2))
+        bal = float(np.linalg.norm(params.A, 2)) / nVB if nVB > 0 else 0.0
+        if nVB > 0 and float(nS[-1]) < 1e3 * max(bal, float(nS[0])):
+            return Classification("undetermined", "probe",
+                                  f"‖Σ‖ grows ({fitS.reason}) but by t = {t[-1]:.6g} it is "
+                                  f"{float(nS[-1]):.3g}, not yet ≫ ‖A‖/(‖V‖‖B‖) = {bal:.3g} "
+                                  "where the attention term catches up: a longer horizon "
+                                  "decides between blow-up and unbounded growth", scope=scope,
+                              rate_fit=fitS, details=details)
         return Classification("unbounded", "probe", f"‖Σ(t)‖ grows: {fitS.reason}", None,
                               fitS.kind, -fitS.rate, scope=scope, rate_fit=fitS, details=details)
     dS = np.array([np.linalg.norm(riccati_residual(params, Sk)) for Sk in S])

@@ -148,9 +148,11 @@ def _fit_distance(tr: Any, target: np.ndarray | None, Sigma0: np.ndarray) -> Rat
 def _krylov_basis(A: np.ndarray, L0: np.ndarray) -> np.ndarray:
     """Orthonormal basis of the smallest A-invariant subspace containing ``range L0``."""
     d = A.shape[0]
-    scale = max(float(np.linalg.norm(A, 2)), 1e-300)
     K = np.zeros((d, 0))
     block = L0
+    # new directions below the round-off of the block they come from (‖L0‖, then ‖A‖ times
+    # orthonormal columns) are not new
+    ref = max(float(np.linalg.norm(L0, 2)), 1e-300)
     for _ in range(d + 1):
         if K.shape[1]:
             block = block - K @ (K.T @ block)
@@ -158,7 +160,6 @@ def _krylov_basis(A: np.ndarray, L0: np.ndarray) -> np.ndarray:
         if block.size == 0:
             break
         U, s, _ = np.linalg.svd(block, full_matrices=False)
-        ref = max(float(np.linalg.norm(L0, 2)), 1e-300) * max(1.0, scale) ** d
         new = U[:, s > 1e3 * d * _EPS * ref]
         if new.shape[1] == 0:
             break
@@ -166,6 +167,7 @@ def _krylov_basis(A: np.ndarray, L0: np.ndarray) -> np.ndarray:
         if K.shape[1] >= d:
             break
         block = A @ new
+        ref = max(float(np.linalg.norm(A, 2)), 1e-300)
     return K
 
 
@@ -631,7 +633,7 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
                                   "with B: Σ → Σ_K = Q(QᵀΣ₀⁻¹Q)⁻¹Qᵀ (QᵀΣ⁻¹Q is conserved), a "
                                   "point of the equilibrium continuum {BΣ = 0} that depends on Σ₀",
                                   None, "algebraic", p, scope=scope, details=details)
-        SK = frozen_kernel_part(params.B, Sigma0)
+        SK = frozen_kernel_part(_sym(params.B), Sigma0)  # V = vI: only B_s acts
         SW = Sigma0 - SK
         details["Sigma_K"] = SK.tolist()
         if float(np.linalg.norm(SW)) <= 1e3 * d * _EPS * max(float(np.linalg.norm(Sigma0)),
@@ -692,7 +694,7 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
                                   f"{same}; B' ⪰ 0 with a {k}-dimensional kernel and V commuting "
                                   "with B: the range-of-B block is a definite problem, so every "
                                   "full-rank Σ₀ blows up", None, scope=scope, details=details)
-        SK = frozen_kernel_part(params.B, Sigma0)
+        SK = frozen_kernel_part(_sym(params.B), Sigma0)  # V = vI: only B_s acts
         SW = Sigma0 - SK
         if float(np.linalg.norm(SW)) <= 1e3 * d * _EPS * max(float(np.linalg.norm(Sigma0)),
                                                               1e-300):
