@@ -180,6 +180,21 @@ def test_d3_rank_one_B_commuting_V():
     assert cl.rate_fit.rate == pytest.approx(1 / 3, rel=2e-2), cl.rate_fit.reason
 
 
+def test_d3_rank_two_B_commuting_V_exponent_follows_the_coupling():
+    """V = diag(1, 4, 2), B = diag(−1, −1, 0): (Σ_W)_QQ ~ Σᵢ J_qi² t^{−v_q/vᵢ}, v_q/vᵢ = 2, 1/2.
+    Σ₀ coupling ker B to the v = 4 direction: t^{−1/2}; a Σ₀ that does not: t^{−1}."""
+    p = GaussianParams.make(3, V=np.diag([1.0, 4.0, 2.0]), B=np.diag([-1.0, -1.0, 0.0]))
+    cl = classify(p, Sigma0=S3, horizon=1e6)
+    assert cl.label == "converges" and cl.method == "exact"
+    assert_rate(cl, "algebraic", 0.5, 1e-12)
+    assert cl.rate_fit.rate == pytest.approx(0.5, rel=2e-2), cl.rate_fit.reason
+    # negative control: J_q,(v=4) = 0 initially (and stays 0: J̇ is diagonal in the eigenbasis)
+    S0 = np.array([[1.0, 0.0, -0.2], [0.0, 0.8, 0.0], [-0.2, 0.0, 0.6]])
+    cl = classify(p, Sigma0=S0, horizon=1e6)
+    assert_rate(cl, "algebraic", 1.0, 1e-12)
+    assert cl.rate_fit.rate == pytest.approx(1.0, rel=1e-3), cl.rate_fit.reason
+
+
 @pytest.mark.parametrize("B", [np.diag([-1.0, -0.5, 0.0]), np.diag([-1.0, 0.0, 0.0])],
                          ids=["rank2", "rank1"])
 def test_d3_rank_deficient_B_general_V_invariant_and_limit(B):

@@ -50,11 +50,17 @@ under ``(V, B) → (−V, −B)``, so let ``V' = sV ≻ 0``, ``B' = sB``. Exact 
   ``dX/d(ln t) = X + Q(X)``, i.e. the Riccati equation with ``A = I/2``, whose
   stable equilibrium ``X*`` is reported as ``lim tΣ(t)``.
 * ``B' ⪯ 0`` singular: ``Σ → Σ_K`` (a point of the equilibrium continuum
-  ``{BΣ = 0}`` that depends on Σ₀), proved for ``V = vI`` (closed form) and for
-  ``V`` commuting with ``B`` (the range block is a definite problem, the
-  coupling block decays like ``t^{−v_q/v_i}``): the rate is algebraic with
-  exponent ``min(1, min v_q/v_i)`` over the eigenvalues ``v_q`` of ``V'`` on
-  ``ker B`` and ``v_i`` on ``range B`` that Σ₀ couples. For other ``V`` the
+  ``{BΣ = 0}`` that depends on Σ₀). For ``V = vI`` this is the closed form
+  ``Σ(t)⁻¹ = Σ₀⁻¹ − 2vB_s t`` (rate ``1/t``). For ``V`` commuting with ``B`` the
+  range-of-B block ``Σ_RR`` solves a definite problem of its own (``≍ 1/t``) and,
+  writing ``Σ_W = TΣ_RRTᵀ`` with ``T = [J; I]``, the slope obeys the linear
+  ``J̇ = (V_QJ − JV_R)Σ_RRB_R`` and ``(Σ_W)_QQ = JΣ_RRJᵀ`` satisfies
+  ``d/dt tr(V_Q⁻¹(Σ_W)_QQ) = 2 tr(JΣ_RRB_RΣ_RRJᵀ) ≤ 0``; with
+  ``tΣ_RR → diag(1/(2v_i|β_i|))`` this gives ``J_qi ~ t^{(1 − v_q/v_i)/2}`` and the
+  algebraic exponent ``min(1, min v_q/v_i)`` over the eigenvalues ``v_q`` of ``V'`` on
+  ``ker B`` and ``v_i`` on ``range B`` that Σ₀ couples (an asymptotic derivation,
+  exact against the 2-d closed form with ``V = diag(v₁, v₂)``,
+  ``B = diag(−1, 0)``: ``σ₂₂(t) − σ₂₂(∞) ∝ (1 + 2v₁σ₁₁(0)t)^{−v₂/v₁}``). For other ``V`` the
   Lyapunov function gives boundedness and approach to ``{BΣ = 0}``; the limit
   ``Σ_K`` is then confirmed by integrating (``method="lyapunov"``).
 * ``B' ≻ 0``: blow-up for every ``Σ₀ ≠ 0`` before
@@ -649,8 +655,10 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
             p = _coupling_exponent(Vp, Bp, Qk, Rk, SW)
             return Classification(lab, "exact",
                                   f"{base}, B' ⪯ 0 with a {k}-dimensional kernel, V commuting with "
-                                  f"B: {what}; ‖Σ − Σ_K‖ ~ t^(−{p:.6g}) (min(1, v_q/v_i) over the "
-                                  "coupled eigenvalues of V on ker B and range B)", SK,
+                                  f"B: {what}; ‖Σ − Σ_K‖ ~ t^(−{p:.6g}) asymptotically "
+                                  "(min(1, v_q/v_i) over the coupled eigenvalues of V on "
+                                  "ker B and range B; when several powers mix, a finite "
+                                  "tail can show a faster pre-asymptotic exponent)", SK,
                                   "algebraic", p, scope=scope, details=details)
         tr = integrate_tail(params, Sigma0, horizon, solver=solver)
         fit = _fit_distance(tr, SK, Sigma0) if tr.status == "completed" else None
