@@ -449,3 +449,19 @@ def test_probe_growth_needs_the_attention_scale():
     grow = classify(q, Sigma0=S2, horizon=60.0, method="probe")
     assert grow.label == "unbounded" and grow.rate_kind == "exponential"
     assert grow.rate == pytest.approx(0.6, rel=1e-3), grow.reason
+
+
+def test_integrator_failure_is_logged_not_warned(caplog):
+    """Exponential growth past MAX_TRACE fails the integration: a logged message, no warning."""
+    import logging
+    import warnings
+
+    p = GaussianParams.make(1, A=40.0)  # tr Σ ~ e^{80t} passes 1e200 before t = 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with caplog.at_level(logging.WARNING, logger="wflow.gaussian.solver"):
+            tr = integrate_moments(p, np.zeros(1), np.eye(1), 10.0, n_out=3, method="LSODA")
+            quiet = integrate_moments(p, np.zeros(1), np.eye(1), 10.0, n_out=3, method="LSODA",
+                                      quiet=True)
+    assert tr.status == quiet.status == "failed"
+    assert sum("integrate_moments" in r.getMessage() for r in caplog.records) == 1

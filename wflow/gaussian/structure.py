@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -132,11 +131,10 @@ def integrate_tail(params: GaussianParams, Sigma0: np.ndarray, horizon: float, *
                    solver: str = "LSODA") -> Any:
     """Integrate the covariance from Σ₀ to ``horizon`` on :func:`sample_times` (quietly)."""
     rtol, atol, _ = probe_tolerances(Sigma0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # status 'failed' is handled by callers
-        return integrate_moments(params, np.zeros(params.d), Sigma0, horizon,
-                                 t_eval=sample_times(horizon), method=solver, rtol=rtol,
-                                 atol=atol)
+    # quiet: a failed status is read by the callers
+    return integrate_moments(params, np.zeros(params.d), Sigma0, horizon,
+                             t_eval=sample_times(horizon), method=solver, rtol=rtol, atol=atol,
+                             quiet=True)
 
 
 def _fit_distance(tr: Any, target: np.ndarray | None, Sigma0: np.ndarray) -> RateFit:
@@ -570,10 +568,8 @@ def _integrated_blowup(params: GaussianParams, Sigma0: np.ndarray, bound: float,
         t = blowup_time_closed_form(params, Sigma0, t_max=1.001 * bound, n_grid=2000)
         return t if math.isfinite(t) else None
     rtol, atol, _ = probe_tolerances(Sigma0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        tr = integrate_moments(params, np.zeros(params.d), Sigma0, 1.001 * bound, n_out=2,
-                               method=solver, rtol=rtol, atol=atol)
+    tr = integrate_moments(params, np.zeros(params.d), Sigma0, 1.001 * bound, n_out=2,
+                           method=solver, rtol=rtol, atol=atol, quiet=True)
     return tr.blowup_time if tr.status == "blowup" else None
 
 
