@@ -24,11 +24,13 @@ and a Gaussian N(m, Σ) stays Gaussian with the moment ODE
 forms:
   wflow gaussian SCENARIO.toml --out DIR
       integrate the moment ODE (rank-preserving, stops at a covariance blow-up with
-      its time), classify constant parameters (converges / blows up / depends on the
-      initial data) with the Riccati equilibria and their stability, optionally check
-      particles ([particles]) and draw a phase diagram ([phase]). Writes summary.json,
-      trajectory.csv, trajectory.png (+ phase_diagram.png). `wflow gaussian run
-      SCENARIO.toml` is the same.
+      its time), classify the long-time behaviour for constant parameters (converges
+      to 0 or to a limit, with the exponential or algebraic rate; blows up, with the
+      time; unbounded; oscillates) with the Riccati equilibria, their stability and
+      the continua of equilibria, optionally check particles ([particles]) and draw
+      a phase diagram ([phase]). Writes summary.json (standard JSON: an infinite or
+      undefined number is null), trajectory.csv, trajectory.png (+ phase_diagram.png).
+      `wflow gaussian run SCENARIO.toml` is the same.
   wflow gaussian reach SCENARIO.toml --out DIR
       construct controls A(t), b(t) steering N(m0, Σ0) ([initial]) exactly to the
       [target] N(m1, Σ1) at time target.T (Bures/OT map), verify them by integration;
@@ -114,7 +116,7 @@ def handler(args: argparse.Namespace) -> int:
         if run.closed_form_blowup_time is not None:
             line += f" (closed form {run.closed_form_blowup_time:.9g})"
     if run.classification is not None:
-        line += f"; classification: {run.classification.label} ({run.classification.method})"
+        line += f"; classification: {run.classification.summary_line()}"
     print(f"{line}; wrote {args.out}")
     return 0 if tr.status != "failed" else 1
 
