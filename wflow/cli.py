@@ -78,23 +78,29 @@ def main(argv: list[str] | None = None) -> int:
 
     set_command_line(argv)
     name = f"wflow {args.command}"
+
+    def say(line: str) -> None:
+        # under mpirun these errors are collective (rank 0 decides, results are reduced):
+        # rank 0 prints the line once
+        if "mpi4py.MPI" not in sys.modules or sys.modules["mpi4py.MPI"].COMM_WORLD.rank == 0:
+            print(line, file=sys.stderr)
+
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         # one line, no traceback; the message (if any) says how to resume
-        print(f"{name}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
+        say(f"{name}: interrupted" + (f"; {exc}" if str(exc) else ""))
         return EXIT_INTERRUPTED
     except FloatingPointError as exc:
         # a run that produced NaN/Inf or failed: its numbers are not to be trusted
         logger.debug("traceback", exc_info=True)
-        msg = str(exc) if "failed" in str(exc) else f"run failed: {exc}"
-        print(f"{name}: {msg}", file=sys.stderr)
+        say(f"{name}: " + (str(exc) if "failed" in str(exc) else f"run failed: {exc}"))
         return EXIT_FAILED
     except BAD_INPUT as exc:
         # bad input: one clear line naming the cause, no traceback
         logger.debug("traceback", exc_info=True)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"{name}: error: {msg}", file=sys.stderr)
+        say(f"{name}: error: {msg}")
         return EXIT_BAD_INPUT
 
 
