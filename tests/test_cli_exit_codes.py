@@ -21,27 +21,13 @@ import wflow.particles.run as prun
 from wflow.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, main
 from wflow.commands import finish
 
+from .test_cli_output import SCENARIO
+
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = """seed = 1
-[attention]
-kind = "softmax"
-beta = 1.0
-d = 3
-[tokens]
-n = 30
-[heads]
-type = "random_symmetric"
-H = 2
-scale = SCALE
-[particles]
-T = TT
-dt = 0.05
-"""
-
-
 def _sc(tmp_path: Path, scale: float = 0.5, T: float = 0.2) -> Path:
     p = tmp_path / "sc.toml"
-    p.write_text(SCENARIO.replace("SCALE", repr(scale)).replace("TT", repr(T)))
+    p.write_text(SCENARIO.replace("scale = 0.5", f"scale = {scale!r}")
+                 .replace("T = 0.2", f"T = {T!r}"))
     return p
 
 
@@ -54,7 +40,7 @@ def _one_line(err: str) -> str:
 
 def test_bad_input_is_2(tmp_path, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text(SCENARIO.replace("scale = SCALE", "scael = 1.0").replace("TT", "0.2"))
+    p.write_text(SCENARIO.replace("scale = 0.5", "scael = 1.0"))
     assert main(["particles", str(p), "--out", str(tmp_path / "o")]) == EXIT_BAD_INPUT
     assert "heads.scael: unknown key" in _one_line(capsys.readouterr().err)
     assert not (tmp_path / "o").exists()

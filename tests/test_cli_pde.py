@@ -20,10 +20,6 @@ import pytest
 from wflow.cli import main
 
 BASE = """seed = 0
-[attention]
-kind = "softmax"
-beta = 1.0
-d = 3
 [heads]
 type = "matrices"
 A = AAA

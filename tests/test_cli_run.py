@@ -16,37 +16,15 @@ import pytest
 import wflow.main_job as mj
 from wflow.cli import main
 
-SCENARIO = """
-seed = 3
-[attention]
-kind = "softmax"
-beta = 1.0
-d = 3
-[heads]
-type = "file"
-file = "heads.npz"
-w = "mean"
-[density]
-type = "vmf"
-means = [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]]
-kappas = [5.0, 4.0]
-[pde]
-mesh = "sphere_720.msh"
-T = 0.3
-dt = 0.05
-order = 2
-flow = "surrogate"
-n_saves = 4
-[run]
-n_particles = 300
-particle_steps_per_save = 2
-jko = JKO
-render = false
-[jko]
-tau = 0.15
-"""
+from .test_main_job import SCENARIO as MAIN_JOB_SCENARIO
+
+SCENARIO = MAIN_JOB_SCENARIO.replace("RENDER", "false").replace(
+    'type = "matrices"\nA = [[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],\n'
+    '     [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]]',
+    'type = "file"\nfile = "heads.npz"')
 A = np.array([[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
               [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]])
+assert 'file = "heads.npz"' in SCENARIO  # the heads block was replaced
 
 
 def _scenario(tmp_path: Path, *, jko: str = "false", replace: tuple[str, str] = ("", ""),

@@ -17,34 +17,32 @@ TOMLS = sorted((ROOT / "demos").glob("*.toml"))
 COMMAND = {"particles": ["particles"], "pde": ["pde"], "jko": ["jko"], "gaussian": ["gaussian"]}
 
 
+def _run(args: list, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MPLBACKEND="Agg")
+    r = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                       env=env, timeout=timeout, cwd=ROOT)
+    assert r.returncode == 0, f"{' '.join(map(str, args))} failed:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.strip(), f"{args} printed nothing"
+    return r
+
+
 @pytest.mark.parametrize("demo", DEMOS, ids=[d.stem for d in DEMOS])
 def test_demo_quick(demo, tmp_path):
-    env = dict(os.environ, MPLBACKEND="Agg")
-    r = subprocess.run([sys.executable, str(demo), "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, f"{demo.name} failed:\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.strip(), f"{demo.name} printed nothing"
+    _run([demo, "--quick", "--out", tmp_path], timeout=300)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("demo", DEMOS, ids=[d.stem for d in DEMOS])
 def test_demo_full_size(demo, tmp_path):
-    env = dict(os.environ, MPLBACKEND="Agg")
-    r = subprocess.run([sys.executable, str(demo), "--out", str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=3600)
-    assert r.returncode == 0, f"{demo.name} failed:\n{r.stdout}\n{r.stderr}"
-    assert r.stdout.strip(), f"{demo.name} printed nothing"
+    _run([demo, "--out", tmp_path], timeout=3600)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("toml", TOMLS, ids=[t.stem for t in TOMLS])
 def test_shipped_scenario_through_its_command(toml, tmp_path):
-    cmd = COMMAND[toml.stem.split("_")[0]]
     out = tmp_path / "out"
-    env = dict(os.environ, MPLBACKEND="Agg")
-    r = subprocess.run([sys.executable, "-m", "wflow.cli", *cmd, str(toml), "--out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=3600, cwd=ROOT)
-    assert r.returncode == 0, f"wflow {cmd[0]} {toml.name} failed:\n{r.stdout}\n{r.stderr}"
+    _run(["-m", "wflow.cli", *COMMAND[toml.stem.split("_")[0]], toml, "--out", out],
+         timeout=3600)
     assert (out / "summary.json").is_file()
 
 
@@ -53,9 +51,6 @@ def test_main_job_on_the_jko_demo_scenario(tmp_path):
     """`wflow run demos/jko_clustering_s2.toml` (crashed in the JKO phase before the fix of
     the candidate balls, issue 14 item 4)."""
     out = tmp_path / "out"
-    env = dict(os.environ, MPLBACKEND="Agg")
-    r = subprocess.run([sys.executable, "-m", "wflow.cli", "run",
-                        str(ROOT / "demos" / "jko_clustering_s2.toml"), "--out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=3600, cwd=ROOT)
-    assert r.returncode == 0, f"wflow run failed:\n{r.stdout}\n{r.stderr}"
+    _run(["-m", "wflow.cli", "run", ROOT / "demos" / "jko_clustering_s2.toml", "--out", out],
+         timeout=3600)
     assert (out / "summary.json").is_file() and (out / "report.md").is_file()
