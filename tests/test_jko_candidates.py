@@ -28,8 +28,11 @@ from wflow.mesh import load_mesh, shipped_meshes
 MESHES = shipped_meshes()
 #: The two largest meshes (20 480 and 40 500 cells) take minutes: slow suite.
 BIG = 10_000
-PARAMS = [pytest.param(m, marks=pytest.mark.slow) if int(m.stem.split("_")[1]) > BIG else m
-          for m in MESHES]
+#: A gmsh mesh of 4 934 cells on which the demo crashed at τ = 0.1 and 0.2 (issue 14).
+GMSH = "gmsh:4952"
+PARAMS = [pytest.param(m, marks=pytest.mark.slow, id=m.stem)
+          if int(m.stem.split("_")[1]) > BIG else pytest.param(m, id=m.stem)
+          for m in MESHES] + [pytest.param(GMSH, id="gmsh_4934")]
 TAUS = (0.05, 0.1, 0.2)
 DEMO_A = np.array([[[3.0, 0.6, 0.0], [0.6, 1.0, 0.0], [0.0, 0.0, -1.0]],
                    [[0.4, 0.0, 0.8], [0.0, 2.0, 0.0], [0.8, 0.0, 2.4]]])
@@ -42,7 +45,7 @@ def _blocks(M: int, rows: np.ndarray):
         yield rows[b0:b0 + B]
 
 
-@pytest.fixture(scope="module", params=PARAMS, ids=[m.stem for m in MESHES])
+@pytest.fixture(scope="module", params=PARAMS)
 def setup(request):
     """Normalised centroids as the JKO solver makes them, the demo's density, g and b̂."""
     sm = load_mesh(request.param)
@@ -55,7 +58,7 @@ def setup(request):
     heads = Heads.bilinear(DEMO_A, w=0.5)
     g = energy_gradient(x, mu, heads, ATTN)  # s = +1 (V = A)
     bhat = evaluate(x, heads, ATTN, m=mu).bhat
-    return Path(request.param).stem, x, areas, mu, g, bhat
+    return Path(str(request.param)).stem, x, areas, mu, g, bhat
 
 
 def test_every_row_holds_its_own_cell_at_radius_zero(setup):
@@ -119,3 +122,18 @@ def test_candidate_balls_hold_the_minimiser(setup, tau, ot):
         nu_all, val_all, _ = _Oracle(geo_all, bhat, tau, eps, "conformal")(mu, g)
         np.testing.assert_allclose(val, val_all, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(nuS, nu_all, atol=1e-12)
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.2])
+def test_jko_demo_runs_on_the_gmsh_mesh_that_crashed(tmp_path, tau, capsys):
+    """End to end: one step of the demo's scenario on the 4 934-cell gmsh mesh (before the
+    fix: "The weights and list don't have the same length", exit 2)."""
+    from wflow.cli import main
+
+    demo = Path(__file__).resolve().parents[1] / "demos" / "jko_clustering_s2.toml"
+    sc = tmp_path / "j.toml"
+    sc.write_text(demo.read_text().replace("compare_pde = true", "compare_pde = false"))
+    out = tmp_path / "o"
+    assert main(["jko", str(sc), "--mesh", GMSH, "--tau", str(tau), "--T", str(tau),
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "4934 cells" in capsys.readouterr().out
