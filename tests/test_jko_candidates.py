@@ -124,7 +124,7 @@ def test_candidate_balls_hold_the_minimiser(setup, tau, ot):
         np.testing.assert_allclose(nuS, nu_all, atol=1e-12)
 
 
-@pytest.mark.parametrize("tau", [0.1, 0.2])
+@pytest.mark.parametrize("tau", [0.1, pytest.param(0.2, marks=pytest.mark.slow)])
 def test_jko_demo_runs_on_the_gmsh_mesh_that_crashed(tmp_path, tau, capsys):
     """End to end: one step of the demo's scenario on the 4 934-cell gmsh mesh (before the
     fix: "The weights and list don't have the same length", exit 2)."""
