@@ -66,8 +66,8 @@ def test_help_describes_all_forms(capsys):
         main(["gaussian", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for word in ("SCENARIO.toml", "reach", "pretrained", "--n-samples", "pip install wflow[models]",
-                 "blow-up", "Riccati"):
+    for word in ("SCENARIO.toml", "reach", "pretrained", "--n-samples", "make install-models",
+                 "--model", "blow-up", "Riccati"):
         assert word in out, word
 
 
@@ -156,7 +156,7 @@ def test_pretrained_calls_the_models_contract(tmp_path, monkeypatch, capsys):
 
     def fake_gaussianity(*, n_samples, seed, layers=None, pca_dim=None):
         calls.update(n_samples=n_samples, seed=seed, layers=layers, pca_dim=pca_dim)
-        return "RESULT"
+        return types.SimpleNamespace(status="success", message="", name="RESULT")
 
     def fake_write(result, out_dir):
         calls["result"] = result
@@ -169,15 +169,15 @@ def test_pretrained_calls_the_models_contract(tmp_path, monkeypatch, capsys):
     out = tmp_path / "pre"
     assert main(["gaussian", "pretrained", "--out", str(out), "--n-samples", "64", "--seed", "3",
                  "--layers", "0", "2"]) == 0
-    assert calls == {"n_samples": 64, "seed": 3, "layers": [0, 2], "pca_dim": None,
-                     "result": "RESULT"}
+    assert calls.pop("result").name == "RESULT"
+    assert calls == {"n_samples": 64, "seed": 3, "layers": [0, 2], "pca_dim": None}
     assert (out / "summary.json").is_file()
 
 
 def test_pretrained_without_models_extra(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wflow.models", None)  # import raises ImportError
     assert main(["gaussian", "pretrained", "--out", str(tmp_path / "p")]) == 2
-    assert "pip install wflow[models]" in capsys.readouterr().err
+    assert "make install-models" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
 
 

@@ -11,17 +11,24 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
    time and JKO vs PDE at the JKO times;
 5. ``report`` — ``summary.json``, ``report.md`` with figures, raw data.
 
-Checkpoints live in ``DIR.ckpt/`` (pickles of the phase results, internal format);
-``wflow run --resume DIR`` skips the phases found there and gives the same result as
-an uninterrupted run. The output directory itself is written atomically at the end.
+Every section of the scenario (``[jko]`` included: its keys, ``T`` a multiple of ``τ``,
+value-aligned symmetric heads) is validated before the first phase, so bad input never
+costs a computation nor leaves a checkpoint.
+
+Checkpoints live in ``DIR.ckpt/`` (pickles of the phase results, internal format) with
+the scenario and its fingerprint (SHA-256 of the scenario table and of every file it
+names); ``wflow run --resume DIR`` skips the phases found there and gives the same result
+as an uninterrupted run. Resuming with a scenario that differs from the checkpointed one
+is refused, naming the difference; a run without ``--resume`` starts over. The output
+directory itself is written atomically at the end.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import pickle
-import shutil
 import time
 import tomllib
 from collections.abc import Callable
@@ -32,7 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from .io import atomic_write_bytes, check_finite, run_directory, save_npz, write_csv, write_json
+from .io import (
+    OutputError,
+    atomic_write_bytes,
+    check_finite,
+    run_directory,
+    save_npz,
+    write_csv,
+    write_json,
+)
 from .scenario import Scenario, ScenarioError, boolean, choice, number, parse_scenario, take
 
 __all__ = ["RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job", "default_run_scenario"]
@@ -90,11 +105,84 @@ def _load(path: Path | None) -> tuple[Scenario, dict]:
     return parse_scenario(raw, base_dir=path.parent), raw
 
 
+def _fingerprint(raw: dict, base_dir: Path) -> dict[str, str]:
+    """SHA-256 of the scenario table and of every existing file a string value in it names.
+
+    Keys: ``"scenario"`` and ``"file:<value>"``; relative paths resolve against ``base_dir``
+    (then the shipped ``meshes/``), as the solvers resolve them.
+    """
+    from .mesh import MESH_DIR
+
+    out = {"scenario": hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode())
+           .hexdigest()}
+
+    def visit(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+        elif isinstance(v, list):
+            for x in v:
+                visit(x)
+        elif isinstance(v, str) and v and len(v) < 4096:
+            p = Path(v).expanduser()
+            for q in ((p,) if p.is_absolute() else (base_dir / p, MESH_DIR / p)):
+                if q.is_file():
+                    out[f"file:{v}"] = hashlib.sha256(q.read_bytes()).hexdigest()
+                    break
+
+    visit(raw)
+    return out
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _differences(old_raw: dict, new_raw: dict, old_fp: dict, new_fp: dict) -> list[str]:
+    """Human-readable differences between two scenarios (keys, then files)."""
+    a, b = _flat(old_raw), _flat(new_raw)
+    diff = [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    diff += [f"file {k[5:]!r} changed" for k in sorted(set(old_fp) & set(new_fp))
+             if k.startswith("file:") and old_fp[k] != new_fp[k]]
+    return diff
+
+
 class _Checkpoint:
-    """Phase results pickled into ``DIR.ckpt/`` (written atomically)."""
+    """Phase results pickled into ``DIR.ckpt/`` (written atomically) with the scenario.
+
+    ``scenario.json`` holds ``{"wflow_checkpoint": 1, "raw", "base_dir", "fingerprint"}``;
+    a folder ``DIR.ckpt`` that is not such a checkpoint is never touched (refused).
+    """
 
     def __init__(self, out: Path) -> None:
         self.dir = out.with_name(out.name + ".ckpt")
+
+    def meta(self) -> dict | None:
+        """The checkpoint's ``scenario.json``, or ``None`` if there is no checkpoint."""
+        try:
+            meta = json.loads((self.dir / "scenario.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) and "raw" in meta else None
+
+    def _ours(self) -> bool:
+        """True if the folder holds nothing but a checkpoint's files."""
+        return self.meta() is not None and all(
+            f.name == "scenario.json" or f.suffix == ".pkl"
+            or (f.name.startswith(".") and f.is_file()) for f in self.dir.iterdir())
+
+    def check(self) -> None:
+        """Refuse (``OutputError``) a ``DIR.ckpt`` that wflow did not write."""
+        if (self.dir.exists() or self.dir.is_symlink()) and (
+                self.dir.is_symlink() or not self.dir.is_dir() or not self._ours()):
+            raise OutputError(f"{self.dir}: exists and is not a wflow checkpoint (the main job "
+                              "keeps its checkpoints there): move it away or choose another --out")
 
     def has(self, name: str) -> bool:
         return (self.dir / f"{name}.pkl").is_file()
@@ -106,8 +194,21 @@ class _Checkpoint:
     def save(self, name: str, obj: Any) -> None:
         atomic_write_bytes(self.dir / f"{name}.pkl", pickle.dumps(obj))
 
+    def start(self, raw: dict, base_dir: Path, fingerprint: dict) -> None:
+        """Start a fresh checkpoint (an old one of wflow's is cleared first)."""
+        self.clear()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.dir / "scenario.json", json.dumps(
+            {"wflow_checkpoint": 1, "raw": raw, "base_dir": str(base_dir),
+             "fingerprint": fingerprint}, default=str).encode())
+
     def clear(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Delete the checkpoint's own files, then the folder if nothing else is in it."""
+        if not self.dir.is_dir() or self.dir.is_symlink() or not self._ours():
+            return
+        for f in self.dir.iterdir():
+            f.unlink()
+        self.dir.rmdir()
 
 
 def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict) -> Any:
@@ -135,23 +236,48 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
     Parameters
     ----------
     scenario : path or None
-        Scenario TOML; ``None`` uses the shipped default. Ignored with ``resume``
-        (the checkpoint holds the scenario).
+        Scenario TOML; ``None`` uses the shipped default, or with ``resume`` the
+        checkpointed scenario. With ``resume`` a given scenario must equal the
+        checkpointed one (the table and the files it names), else ``ScenarioError``
+        names the differences.
     out : path
-        Output directory.
+        Output directory (a previous wflow output there is replaced; check it first
+        with :func:`wflow.io.prepare_output`, as ``wflow run`` does).
     resume : bool
         Continue from ``out.ckpt/``.
+
+    Raises
+    ------
+    ScenarioError, ValueError, FileNotFoundError
+        Bad input, before any phase runs (nothing written, no checkpoint).
+    KeyboardInterrupt
+        With a message saying how to resume (the completed phases stay checkpointed).
     """
     out = Path(out)
     ck = _Checkpoint(out)
+    ck.check()
     if resume:
-        if not (ck.dir / "scenario.json").is_file():
+        meta = ck.meta()
+        if meta is None:
             raise FileNotFoundError(f"--resume: no checkpoint found at {ck.dir}")
-        meta = json.loads((ck.dir / "scenario.json").read_text())
-        sc = parse_scenario(meta["raw"], base_dir=Path(meta["base_dir"]))
-        raw = meta["raw"]
+        base = Path(meta["base_dir"])
+        fp_old = meta.get("fingerprint") or _fingerprint(meta["raw"], base)
+        if scenario is None:
+            sc, raw = parse_scenario(meta["raw"], base_dir=base), meta["raw"]
+        else:
+            sc, raw = _load(Path(scenario))
+        fp = _fingerprint(raw, sc.base_dir)
+        diff = _differences(meta["raw"], raw, fp_old, fp)
+        if fp != fp_old and not diff:
+            diff = ["the scenario's folder or the files it names"]
+        if diff:
+            more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+            raise ScenarioError(
+                f"--resume: {scenario} differs from the scenario checkpointed in {ck.dir}: "
+                f"{'; '.join(diff[:3])}{more}; run without --resume to start over")
     else:
         sc, raw = _load(None if scenario is None else Path(scenario))
+        fp = _fingerprint(raw, sc.base_dir)
     ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
 
     from .density import density_spec_from_scenario, initial_density
@@ -162,17 +288,16 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
     popts = type(popts)(**{**popts.__dict__, "progress": progress})
     if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
         mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
+    if sc.d != 3:
+        raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
     mesh = load_mesh(mesh_spec)
     rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
     schedule = sc.build_schedule()
     attn = sc.attention_obj()
-    if sc.d != 3:
-        raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
+    if ropts.jko:
+        _check_jko(mesh, rho0, schedule, attn, sc, popts)
     if not resume:  # everything validated: start a fresh checkpoint
-        ck.clear()
-        ck.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(ck.dir / "scenario.json", json.dumps(
-            {"raw": raw, "base_dir": str(sc.base_dir)}, default=str).encode())
+        ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}
     t_total = time.perf_counter()
     try:
@@ -186,16 +311,37 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
             jko = _phase(ck, "jko", lambda: {"res": _run_jko(mesh, rho0, schedule, attn, sc,
                                                              popts, progress)}, timings)["res"]
         cmp_ = _phase(ck, "compare", lambda: _compare(pde, parts, jko, ropts), timings)
-    except KeyboardInterrupt:
-        print(f"run: interrupted; completed phases are checkpointed in {ck.dir}; continue "
-              f"with: wflow run --resume {out}", flush=True)
-        raise
+    except KeyboardInterrupt as exc:
+        raise KeyboardInterrupt(f"completed phases are checkpointed in {ck.dir}; continue "
+                                f"with: wflow run --resume {out}") from exc
     summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
                        time.perf_counter() - t_total)
     with run_directory(out) as stage:
         _write_outputs(stage, pde, parts, jko, cmp_, summary, ropts, mesh)
     ck.clear()
     return MainJobResult(summary["status"], summary, out)
+
+
+def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
+    """Validate the ``[jko]`` phase before any phase runs (as :func:`_run_jko` will run it).
+
+    The options (keys, ``T`` a multiple of ``τ``) and the JKO scheme's own checks of its
+    input (value-aligned symmetric heads, jump times of the schedule on the ``τ`` grid):
+    the scheme's first state is computed (one energy evaluation) and discarded.
+    """
+    from dataclasses import replace
+
+    from .jko import jko_options_from_dict
+    from .jko.solver import iterate_jko
+
+    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+    gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
+                      np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
+                      options=replace(opts, progress=False))
+    try:
+        next(gen)
+    finally:
+        gen.close()
 
 
 # --------------------------------------------------------------------------- phases

