@@ -155,6 +155,27 @@ def test_neighbourhood_search_equals_dense_scan(ot):
     np.testing.assert_allclose(i1.W2sq, i2.W2sq, rtol=1e-12)
 
 
+@pytest.mark.parametrize("max_pairs", [50_000_000, 1])
+def test_candidate_rows_keep_their_own_cell(max_pairs):
+    """Regression: with radius 0 (a row whose gradient is the largest, exact OT) the row's
+    only candidate is its own cell, although <ĉ_i, ĉ_i> may round below cos 0 = 1; an
+    empty row used to crash the oracle (2420 cells, τ = 0.5). Both candidate paths: the
+    cached pair list and the masked row blocks (max_pairs = 1)."""
+    from wflow.jko.cost import _Geometry
+    from wflow.jko.oracle import _Oracle
+
+    x, areas = geometry(11)
+    geo = _Geometry(x, areas, JKOOptions(max_pairs=max_pairs))
+    if max_pairs > 1:
+        pairs = geo.candidates(np.arange(x.shape[0]), np.zeros(x.shape[0]))
+        assert np.all(np.diff(pairs.indptr) >= 1)
+    mu = bumps(x, areas)
+    oracle = _Oracle(geo, np.ones(x.shape[0]), 0.5, 0.0, "conformal")
+    nuS, value, transport = oracle(mu, np.zeros(x.shape[0]))  # flat g: radius 0 everywhere
+    np.testing.assert_array_equal(nuS, mu)
+    assert value == 0.0 and transport == 0.0
+
+
 def test_sinkhorn_value_converges_to_emd2():
     """OT_ε → W² as ε → 0: value gap O(ε) within [0, ε·min(H(a), H(b))], plan cost faster."""
     import ot

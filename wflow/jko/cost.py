@@ -121,7 +121,9 @@ class _Geometry:
         frac = 0.5 * (1.0 - np.cos(r[rows]))  # area fractions of the caps
         if float(frac.sum()) * self.M > self.opts.max_pairs:
             return None
-        cosr = np.where(r >= math.pi, -2.0, np.cos(r))  # r = π: every cell, despite round-off
+        # r = π: every cell, despite round-off; the 1e-12 slack keeps the row's own cell
+        # (<ĉ_i, ĉ_i> may round below cos 0 = 1), so no candidate row is ever empty
+        cosr = np.where(r >= math.pi, -2.0, np.cos(r) - 1e-12)
         B = max(1, (1 << 22) // self.M)
         I_l, J_l, D_l = [], [], []
         for b0 in range(0, rows.size, B):

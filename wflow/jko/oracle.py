@@ -100,7 +100,7 @@ class _Oracle:
         # too many candidates to keep: masked row blocks, recomputed at every call
         x = self.geo.x
         B = max(1, (1 << 22) // mu.size)
-        cosr = np.where(radii >= math.pi, -2.0, np.cos(radii))
+        cosr = np.where(radii >= math.pi, -2.0, np.cos(radii) - 1e-12)  # keep the own cell
         for b0 in range(0, rows.size, B):
             blk = rows[b0:b0 + B]
             rr, J = np.nonzero(x[blk] @ x.T >= cosr[blk][:, None])  # sorted by row
