@@ -44,6 +44,7 @@ residual relative to the dissipation, first order in ``τ``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,6 +58,7 @@ __all__ = [
     "budget_integral",
     "chain_tolerance",
     "chain_check",
+    "judge_steps",
     "relative_check",
     "worst_status",
     "edi_kind",
@@ -172,6 +174,18 @@ def chain_check(chain: np.ndarray | float, budget: np.ndarray | float,
     return relative_check("chain-rule", chain, budget, energy_scale,
                           tolerance=chain_tolerance(order), rule=rule)._replace(
                               order=int(order), scheme=scheme)
+
+
+def judge_steps(t: np.ndarray, steps: Mapping[str, np.ndarray], chain: np.ndarray | float, *,
+                order: int, scheme: str) -> Check:
+    """:func:`chain_check` from a run's per-step integrands (the last axis is time).
+
+    ``steps`` holds ``power``, ``dEdt_w``, ``ito`` and ``E`` at the times ``t`` (shape
+    ``(S+1,)`` or ``(P, S+1)`` for ``P`` paths); the budget is their trapezoid integral.
+    """
+    budget = budget_integral(t, steps["power"], steps["dEdt_w"], steps["ito"])
+    scale = np.max(np.abs(np.asarray(steps["E"], dtype=np.float64)), axis=-1)
+    return chain_check(chain, budget, scale, order=order, scheme=scheme)
 
 
 def budget_integral(t: np.ndarray, *integrands: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ from ..kernels import KernelLog
 from ..progress import progress_bar
 from ..schedules import Schedule, as_schedule
 from ..sphere import check_on_sphere, normalize
-from ..status import balance_order, budget_integral, chain_check
+from ..status import Check, balance_order, judge_steps
 from .integrators import _Kernel, _rk4_step, _state_terms, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 
@@ -353,7 +353,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
 
 
 def _accuracy(t: np.ndarray, steps: dict[str, np.ndarray], chain: np.ndarray,
-             opts: ParticleOptions, stochastic: bool):
+              opts: ParticleOptions, stochastic: bool) -> Check:
     """Chain-rule check of a particle run (:func:`wflow.status.chain_check`), per path.
 
     Budget ``∫(|power| + |∂_tE| + |Itô|) dt`` from the per-step integrands (trapezoid).
@@ -363,12 +363,10 @@ def _accuracy(t: np.ndarray, steps: dict[str, np.ndarray], chain: np.ndarray,
     is the discretisation error of that path's ODE, not Monte-Carlo noise — and the
     worst one sets the status.
     """
-    budget = budget_integral(t, steps["power"], steps["dEdt_w"], steps["ito"])
     q = 1 if stochastic else balance_order(INTEGRATOR_ORDER[opts.integrator])
     scheme = f"{opts.integrator}{' + Euler–Maruyama weights' if stochastic else ''}, " \
              f"dt = {opts.dt:g}"
-    return chain_check(chain, budget, np.max(np.abs(steps["E"]), axis=1), order=q,
-                       scheme=scheme)
+    return judge_steps(t, steps, chain, order=q, scheme=scheme)
 
 
 def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Attention,

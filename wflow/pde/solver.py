@@ -63,7 +63,7 @@ from ..kernels import kernel_sums
 from ..mesh import SphereMesh
 from ..progress import progress_bar
 from ..schedules import Schedule, as_schedule
-from ..status import balance_order, budget_integral, chain_check
+from ..status import Check, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
 from .options import TIME_INTEGRATORS, PDEOptions
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
@@ -645,15 +645,15 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     return res
 
 
-def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions, stochastic: bool):
+def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
+              stochastic: bool) -> Check:
     """Chain-rule check of a PDE run (:func:`wflow.status.chain_check`).
 
     The measured rate ``∫<∇ψ, v> dμ_h`` uses the cell-centred velocity, the solution the
     edge fluxes: the residual carries the spatial error too, so the balance order is
     ``min(time order, spatial order, 2)`` (1 with noisy weights).
     """
-    budget = budget_integral(steps["t"], steps["power"], steps["dEdt_w"], steps["ito"])
     q = 1 if stochastic else balance_order(TIME_INTEGRATORS[opts.integrator][0], opts.order)
     scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
               + (", Euler–Maruyama weights" if stochastic else ""))
-    return chain_check(chain, budget, np.max(np.abs(steps["E"])), order=q, scheme=scheme)
+    return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)
