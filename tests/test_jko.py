@@ -402,7 +402,13 @@ def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
         res = solve_jko(x, areas, rho0 * areas, heads, attn,
                         options=JKOOptions(T=T, tau=tau, ot=ot, eps_scale=eps_scale,
                                            verify=False))
-        assert res.status == "success"
+        # exact steps in the resolved range: "success"; the entropic blur (ε = 4τ²) is a
+        # diffusion the EDI does not account for: Σ|edi_k|/dissipation 0.17–0.46 (one head,
+        # τ = 0.4–0.1 on 2420 cells) makes those runs "inaccurate" although their distance
+        # to the PDE is O(τ)
+        print(f"tau = {tau}: {res.status}, JKO EDI residual {res.checks['edi']['value']:.3g}")
+        assert res.status in (("success",) if ot == "emd" else ("success", "inaccurate"))
+        assert res.stats["locked_steps"] == 0
         stride = int(round(tau / tmin))
         errs.append(max(w2_sphere(x, x, res.masses[k], pres.masses[k * stride],
                                   max_points=20000) for k in range(len(res.t))))
