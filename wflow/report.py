@@ -146,6 +146,11 @@ def _fmt_order(p: float | None) -> str:
     return "n/a" if p is None else f"{p:.2f}"
 
 
+def _cell(text: str) -> str:
+    """Table-cell text: a ``|`` (as in ``|∂E|²``) would end the Markdown cell."""
+    return str(text).replace("|", "\\|")
+
+
 def _num(v: Any) -> str:
     if v is None:
         return "—"
@@ -195,19 +200,19 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     lines += _flow_statement(s)
     lines += ["## Phase statuses", "", "| phase | status | reason |", "|---|---|---|"]
     for name, st in s["statuses"].items():
-        lines.append(f"| {name} | {st['status']} | {st['message'] or '—'} |")
+        lines.append(f"| {name} | {st['status']} | {_cell(st['message'] or '—')} |")
     lines += ["", "Statuses: `success` (finite, every accuracy check within tolerance), "
               "`inaccurate` (finite, but an accuracy check failed: do not use the numbers), "
               "`locked` (JKO: no step moved the measure), `not_converged` (JKO: an inner "
               "solve missed its gap tolerance), `failed` (non-finite; nothing written). "
               "Tolerances: chain-rule residual 0.1^q for a scheme of balance order q "
-              "(README, section Statuses).", ""]
+              "(README, section \"Statuses and tolerances\").", ""]
     lines += ["## Key numbers: meaning, tolerance, verdict", "",
               "| quantity | value | tolerance | verdict |", "|---|---|---|---|"]
     for v in s["verdicts"]:
         verdict = f"**{v['verdict']}**" if v["verdict"] in ("FAIL", "WARN") else v["verdict"]
-        lines.append(f"| {v['quantity']} | {_num(v['value'])} | {v['tolerance']} | "
-                     f"{verdict} |")
+        lines.append(f"| {_cell(v['quantity'])} | {_num(v['value'])} | "
+                     f"{_cell(v['tolerance'])} | {verdict} |")
     lines += ["", "What each number means:", ""]
     lines += [f"* **{v['quantity']}** — {v['meaning']}" for v in s["verdicts"]]
     lines += [""]
