@@ -18,13 +18,15 @@ from wflow.cli import main
 
 from .test_main_job import SCENARIO as MAIN_JOB_SCENARIO
 
-SCENARIO = MAIN_JOB_SCENARIO.replace("RENDER", "false").replace(
+# the main job's test scenario with a short horizon and an explicit JKO step (T = 2τ)
+SCENARIO = MAIN_JOB_SCENARIO.replace("T = 1.0", "T = 0.3").replace(
+    "[run]", "[jko]\ntau = 0.15\n[run]").replace("RENDER", "false").replace(
     'type = "matrices"\nA = [[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],\n'
     '     [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]]',
     'type = "file"\nfile = "heads.npz"')
 A = np.array([[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
               [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]])
-assert 'file = "heads.npz"' in SCENARIO  # the heads block was replaced
+assert 'file = "heads.npz"' in SCENARIO and "tau = 0.15" in SCENARIO
 
 
 def _scenario(tmp_path: Path, *, jko: str = "false", replace: tuple[str, str] = ("", ""),

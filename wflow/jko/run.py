@@ -108,7 +108,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     mesh_spec, opts, extras = jko_options_from_dict(
         scenario.sections.get("jko"), T=pde_sec.get("T"), mesh=pde_sec.get("mesh"))
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    tau = overrides.pop("tau", None)
+    tau = overrides.get("tau")
     if tau is None and extras["tau_auto"] and "T" in overrides:
         overrides["tau"] = overrides["T"]  # the placeholder step, resolved on the mesh
     if overrides:
