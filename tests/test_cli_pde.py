@@ -29,7 +29,7 @@ type = "vmf"
 means = [[0.0, 0.0, 1.0]]
 kappas = [4.0]
 [pde]
-mesh = "icosphere:320"
+mesh = "icosphere:1280"
 T = 0.1
 dt = 0.05
 order = 2
