@@ -103,6 +103,10 @@ class Criterion:
                 "why": self.why, "ok": self.ok}
 
 
+#: A passing verdict lists the criteria's values up to this many (then only their names).
+MAX_LISTED = 6
+
+
 def judge(criteria: Sequence[Criterion]) -> tuple[bool, str]:
     """``(passed, sentence)``: every criterion holds, or the list of those that fail.
 
@@ -113,6 +117,9 @@ def judge(criteria: Sequence[Criterion]) -> tuple[bool, str]:
         raise ValueError("judge: a verdict needs at least one criterion")
     bad = [c for c in criteria if not c.ok]
     if not bad:
+        if len(criteria) > MAX_LISTED:
+            return True, (f"All {len(criteria)} criteria hold ("
+                          + ", ".join(c.name for c in criteria) + "; values in summary.json).")
         return True, (f"All {len(criteria)} criteria hold: "
                       + "; ".join(c.text() for c in criteria) + ".")
     return False, (f"FAIL — {len(bad)} of {len(criteria)} criteria not met: "
@@ -183,11 +190,13 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
-    Refuses non-finite fitted numbers (``FloatingPointError``) so a study never reports
-    success with NaN/Inf. Under MPI only rank 0 writes. Returns the result with the
-    figure paths filled in.
+    Refuses non-finite fitted numbers in a passing result (``FloatingPointError``), so a
+    study never reports success with NaN/Inf; a failing one is written with them (as the
+    strings ``"nan"``/``"inf"``), its verdict naming the criterion they fail. Under MPI
+    only rank 0 writes. Returns the result with the figure paths filled in.
     """
-    check_finite(f"{result.name}.fits", result.summary.get("fits", {}))
+    if result.passed:
+        check_finite(f"{result.name}.fits", result.summary.get("fits", {}))
     if comm_rank_size()[1] != 0:  # under MPI only rank 0 writes
         return result
     out = Path(out)
