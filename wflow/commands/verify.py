@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -25,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help="small version that runs in seconds (used by the test suite)")
     p.add_argument("--seed", type=int, default=0, help="master seed [0]")
+    p.add_argument("--fault", default=None, metavar="NAME",
+                   help="inject one of the study's documented negative controls (its FAULTS; "
+                        "the verdict must then be FAIL)")
     p.set_defaults(func=_main)
 
 
@@ -33,7 +37,15 @@ def _main(args: argparse.Namespace) -> int:
     from ..studies.registry import load_study
 
     mod = load_study(args.study)
-    res = mod.run(out=Path(args.out), quick=args.quick, seed=args.seed)
+    kw = {}
+    if args.fault is not None:
+        faults = getattr(mod, "FAULTS", {})
+        if args.fault not in faults:
+            print(f"wflow verify: error: --fault: {args.study} has no negative control "
+                  f"{args.fault!r} (known: {sorted(faults)})", file=sys.stderr)
+            return 2
+        kw["fault"] = args.fault
+    res = mod.run(out=Path(args.out), quick=args.quick, seed=args.seed, **kw)
     if comm_rank_size()[1] == 0:
         print(f"verify {res.name}: {'PASS' if res.passed else 'FAIL'} — {res.verdict}")
         print(f"wrote {args.out}/summary.json" + "".join(f", {f}" for f in res.figures))

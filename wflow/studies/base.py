@@ -28,8 +28,8 @@ import numpy as np
 from ..io import check_finite, run_directory, write_json
 from ..parallel import comm_rank_size
 
-__all__ = ["StudyResult", "Criterion", "judge", "verdict", "check_fault", "criteria_summary",
-           "fit_loglog", "LogLogFit", "write_study"]
+__all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
+           "criteria_summary", "fit_loglog", "LogLogFit", "write_study"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,13 @@ def verdict(criteria: Sequence[Criterion], details: str = "", *, fault: str | No
         desc = (faults or {}).get(fault, "")
         note = f" Negative control {fault!r} injected" + (f": {desc}." if desc else ".")
     return passed, head + (" " + details.strip() if details.strip() else "") + note
+
+
+def conclude(criteria: Sequence[Criterion], details: str = "", *, fault: str | None,
+             faults: Mapping[str, str]) -> tuple[bool, str, dict[str, Any]]:
+    """``(passed, verdict, summary entries)``: :func:`verdict` + :func:`criteria_summary`."""
+    passed, text = verdict(criteria, details, fault=fault, faults=faults)
+    return passed, text, criteria_summary(criteria, faults, fault)
 
 
 def check_fault(study: str, fault: str | None, faults: Mapping[str, str]) -> str | None:

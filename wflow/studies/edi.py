@@ -41,15 +41,7 @@ from ..heads import Attention, Heads
 from ..parallel import parallel_map
 from ..particles import simulate
 from ..sphere import sample_vmf_mixture
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "model", "jko_refinement", "FAULTS", "PARTS", "ORDER_TOL"]
 
@@ -221,11 +213,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         notes.append(f"JKO (entropic, ε = 4τ², joint refinement h ∝ τ: cells {jt['cells']}, "
                      f"τ = {jt['tau']}): summed EDI residual "
                      f"{[float(f'{e:.3g}') for e in jt['edi']]}.")
-    passed, text = verdict(criteria, " ".join(notes), fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, " ".join(notes), fault=fault, faults=FAULTS)
     summary = {"settings": {"T": T, "n": n, "quick": quick, "seed": seed, "parts": list(parts),
                             "gradient_flow": gf, "heads": A_HEADS.tolist(),
                             "density": DENSITY, "order_tol": ORDER_TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "ok": {c.name: c.ok for c in criteria}, "table": table}
     result = StudyResult(NAME, summary, text, passed)
 

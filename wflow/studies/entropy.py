@@ -24,15 +24,7 @@ from ..heads import Attention, Heads
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
 from ..sphere import equiangular_tokens, sample_uniform
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +96,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng(seed)
     beta = 1.0
     n, d = (12, 3) if quick else (24, 3)
-    T = 0.5 if quick else 1.0
+    T = 0.25 if quick else 1.0
     dts = (0.005, 0.0025) if quick else (0.01, 0.005, 0.0025)
     x0 = sample_uniform(n, d, rng)
     general = {}
@@ -164,10 +156,10 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + f" in dt. Scalar heads, equiangular tokens: entropy {word} (min step "
                f"{eq['min_increment']:.1e}), closed form to {eq['closed_form_err']:.1e}, "
                f"|H(T) − log n| = {eq['final_gap_to_log_n']:.1e}.")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"beta": beta, "n": n, "d": d, "T": T, "dts": dts, "quick": quick,
                             "seed": seed, "tolerances": TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits,
                "general": {k: {"errors": v["errors"], "order": v["order"]}
                            for k, v in general.items()},

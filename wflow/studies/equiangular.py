@@ -29,7 +29,7 @@ from ..multihead import (
 )
 from ..particles import simulate
 from ..sphere import equiangular_tokens
-from .base import Criterion, StudyResult, check_fault, criteria_summary, verdict, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +138,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"γ̇ = F(γ): {max(r['ode_distance'] for r in rows):.1e}; early rate vs "
                f"Σφ(λ_h): max rel. err {max(r['early_rel_err'] for r in rows):.1e}; late decay "
                f"of 1 − γ vs 2Λ: max rel. err {max(r['late_rel_err'] for r in rows):.1e}.")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"quick": quick, "seed": seed, "tolerances": TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "cases": rows}
 
     def plot(stage: Path) -> list[str]:

@@ -30,15 +30,7 @@ from ..parallel import parallel_map
 from ..particles import simulate
 from ..sphere import sample_uniform
 from ..transport import w2_sphere
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "FAULTS", "RATE_TOL", "CONV_FRACTION"]
 
@@ -135,11 +127,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         + f" over ε = {epss[0]:g} … {epss[-1]:g}; sup W2 falls from "
         + ", ".join(f"{table[f]['sup_W2'][0]:.2e} to {table[f]['sup_W2'][-1]:.2e} ({f})"
                     for f in table) + ".")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "H": H, "T": T, "dt": dt, "beta": 1.5, "eps": epss,
                             "seed": seed, "quick": quick, "rate_tol": RATE_TOL,
                             "conv_fraction": CONV_FRACTION},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "table": table}
     result = StudyResult(NAME, summary, text, passed)
 

@@ -36,15 +36,7 @@ from ..gaussian import (
     psd_factor,
     simulate_particles,
 )
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
            "EXPECTED_SLOPE", "FAULTS", "extrapolated_bias"]
@@ -272,11 +264,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{res.w2[-1]:.2e} ({res.reps[-1]} seeds). Extrapolated biases (b/se): "
                + ", ".join(f"{c} {v:+.2f}" for c, v in zip(res.components, b / se_b,
                                                            strict=True)) + ".")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = res.to_dict()
     summary["expected_slope"] = EXPECTED_SLOPE
     summary["slope_tol"] = SLOPE_TOL
-    summary.update(criteria_summary(criteria, FAULTS, fault))
+    summary.update(entries)
     summary["extrapolated_bias"] = {"b": b.tolist(), "stderr": se_b.tolist(), "chi2": stat}
     if passed and not all(math.isfinite(s) for s in res.slopes.values()):
         raise FloatingPointError("gaussian_particles: non-finite fitted slope")

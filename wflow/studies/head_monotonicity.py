@@ -49,15 +49,7 @@ from ..multihead import (
 )
 from ..particles import simulate
 from ..sphere import normalize
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -205,12 +197,12 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             f"δ/(Hα)² = {k} below β*_⊥: largest per-head energy drop relative to its gain "
             + (f"{v:.1e} — the O(δ) direct cross term outweighs the own power somewhere."
                if v > DROP_TOL else f"{v:.1e} — no decrease observed."))
-    passed, text = verdict(criteria, " ".join(sentences), fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, " ".join(sentences), fault=fault, faults=FAULTS)
     summary = {"settings": {"H": H, "n": n, "d": d, "alpha": alpha, "eps": eps, "T": T,
                             "dt": dt, "factors": factors, "deltas_rel": deltas,
                             "quick": quick, "seed": seed, "drop_tol": DROP_TOL,
                             "beta_star_shared_space": float(beta_star(H, n, alpha))},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "runs": runs}
 
     def plot(stage: Path) -> list[str]:

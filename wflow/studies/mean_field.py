@@ -41,15 +41,7 @@ from ..parallel import parallel_map
 from ..particles import simulate
 from ..sphere import sample_cells
 from ..transport import w2_sphere
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "FAULTS", "EXPONENT_TOL", "EXPONENT_RANGE", "LEVEL_TOL"]
 
@@ -189,13 +181,13 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{table['rawT'][-1]:.3f} rad at n = {ns[-1]} (t = 0: {table['raw0'][-1]:.3f}), "
                f"slope {fits['rawT']['slope']:.2f} — the mesh floor "
                f"({int(chat.shape[0])} cells), reported, not judged.")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"ns": ns, "replicates": reps, "T": T, "cells": int(chat.shape[0]),
                             "quick": quick, "seed": seed, "heads": "one softmax head "
                             "A = V = diag(1.2, 0.6, −0.3), β = 1", "pde": "order 2, dt <= 0.05",
                             "level_tol": LEVEL_TOL, "exponent_tol": EXPONENT_TOL,
                             "exponent_range": list(EXPONENT_RANGE)},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": {**fits, "level": level, "amplification": amp,
                         "exponent_difference_tol": tol_d},
                "table": {"n": ns, **table, "level": level, "amplification": amp}}

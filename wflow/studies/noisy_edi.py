@@ -38,7 +38,7 @@ from ..parallel import parallel_map
 from ..particles import simulate
 from ..schedules import OrnsteinUhlenbeck, Parametrisation
 from ..sphere import sample_uniform
-from .base import Criterion, StudyResult, check_fault, criteria_summary, verdict, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 __all__ = ["run", "FAULTS", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE"]
 
@@ -189,11 +189,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{rows[dts[-1]]['stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} vs "
                f"{rows[dts[-1]]['raw_stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} raw at "
                f"dt = {dts[-1]:g}.")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "H": H, "T": T, "dts": dts, "paths": batches * per,
                             "seed": seed, "quick": quick, "sigma2": SIGMA2, "kappa": KAPPA,
                             "beta": BETA, "head_norm": A_NORM, "ito_factor": ito_factor},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": {"order": p, "order_stderr": se_p, "b": b, "b_stderr": se_b,
                         "slope": c, "z_b": z_b, "b_without_ito": b_no, "z_without_ito": z_no,
                         "extrapolation_degree": degree},

@@ -34,7 +34,7 @@ from ..multihead import (
     spread_tokens,
 )
 from ..sphere import orthonormal_tokens
-from .base import Criterion, StudyResult, check_fault, criteria_summary, verdict, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -131,10 +131,10 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{worst_e:.1e}; block heads vs β*_⊥ {worst_b:.1e}); β*_exact/β* = "
                + ", ".join(f"{v:.3f}" for v in ex) + " for H = 2, 3, 4; H = 1: smallest "
                f"normalised margin {min(curves[1][1]):.3f} over β.")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "d": n, "alpha": alpha, "head_strength": strength,
                             "quick": quick, "seed": seed, "xtol": XTOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "per_H": rows}
 
     def plot(stage: Path) -> list[str]:

@@ -40,15 +40,7 @@ from ..multihead import (
     relu_equiangular_time,
 )
 from ..sphere import equiangular_tokens, sample_uniform
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    criteria_summary,
-    fit_loglog,
-    verdict,
-    write_study,
-)
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +162,12 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + ". Random starts (reported, not judged): ReLU reached the threshold in "
                f"{100 * rand_summary['relu']['reached_fraction'].mean():.0f}% of runs "
                f"(softmax {100 * rand_summary['softmax']['reached_fraction'].mean():.0f}%).")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"beta": beta, "lambda": lam, "threshold": thr, "ns": ns, "ds": ds,
                             "seeds": seeds, "dt_equiangular": dt_eq, "dt_random": dt_rand,
                             "random_T_max": f"{t_cap} * T_equiangular + 10",
                             "quick": quick, "seed": seed, "rel_tol": REL_TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits,
                "equiangular": {k: {"T_particles": T_eq[k], "T_theory": T_th[k]} for k in kinds},
                "random": rand, "random_summary": rand_summary}

@@ -71,7 +71,7 @@ from ..heads import Attention, Heads
 from ..parallel import parallel_map
 from ..particles import simulate
 from ..sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
-from .base import Criterion, StudyResult, check_fault, criteria_summary, verdict, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
            "tangent_jacobian", "FAULTS", "LIN_TOL", "EPS_LADDER"]
@@ -368,11 +368,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"at ln(D/D0)/dt = {lnr['worst'][1] / t[1]:.4f} against the bounds "
                f"[{lo[1] / t[1]:.4f}, {up[1] / t[1]:.4f}] (Λ(0) ∈ [{lam0_lo:.4f}, "
                f"{lam0_hi:.4f}]).")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "H": 3, "T": T, "dt": dt, "beta": beta, "scale": scale,
                             "seed": seed, "quick": quick, "cases": cases,
                             "eps_ladder": list(ladder), "lin_tol": LIN_TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": {"L_eff": L_eff, "L_eff_coupling": L_eff_coupling, "L_star": L_star,
                         "eps": eps, "linearity_error": lin,
                         "state_rate_mean": float(up[-1] / T), "lambda0": [lam0_lo, lam0_hi],

@@ -25,7 +25,7 @@ from ..heads import Attention, Heads
 from ..multihead import early_rate, fit_early_rate, lambda_c, phi
 from ..particles import simulate
 from ..sphere import orthonormal_tokens
-from .base import Criterion, StudyResult, check_fault, criteria_summary, verdict, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +124,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"heads cluster {word(conv)}, gains {min(conv):+.3f}..{max(conv):+.3f}; concave "
                f"side λ̄ = λ_c/2: {word(conc)}, gains {min(conc):+.3f}..{max(conc):+.3f}; "
                f"particle early rates match Σφ(λ_h) to {worst:.1e} (rel).")
-    passed, text = verdict(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "beta": beta, "quick": quick, "seed": seed,
                             "window": "tau = min(0.1, 0.05/rate), dt = tau/10",
                             "rel_tol": REL_TOL},
-               **criteria_summary(criteria, FAULTS, fault),
+               **entries,
                "fits": fits, "rows": rows}
 
     def plot(stage: Path) -> list[str]:
