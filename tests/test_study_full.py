@@ -21,6 +21,7 @@ FULL = sorted(set(STUDIES) - {"asymptotics"})  # asymptotics: issue 13's publish
 def test_full_mode_passes(name, seed, tmp_path):
     kw = {"parts": ("particles",)} if name == "edi" and seed > 0 else {}
     res = load_study(name).run(out=tmp_path / name, quick=False, seed=seed, **kw)
+    print(f"{name} seed {seed}: {res.verdict}")  # the README's full-mode numbers (pytest -rP)
     assert res.passed, res.verdict
 
 

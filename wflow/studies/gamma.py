@@ -124,7 +124,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     details = ("Observed rates in ε: " + "; ".join(
         f"{f}: sup|E^ε−E| ~ ε^{fits[f]['E']['slope']:.2f}, "
         f"sup W2 ~ ε^{fits[f]['W2']['slope']:.2f}" for f in fits)
-        + f" over ε = {epss[0]:g} … {epss[-1]:g}; sup W2 falls from "
+        + f" over ε = {epss[0]:g} … {epss[-1]:g}; sup W2 goes from "
         + ", ".join(f"{table[f]['sup_W2'][0]:.2e} to {table[f]['sup_W2'][-1]:.2e} ({f})"
                     for f in table) + ".")
     passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)

@@ -177,10 +177,10 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + ", ".join(f"{v:.2f}" for v in level) + f" at n = {ns} ({reps} replicates; "
                f"twoT/two0 = {table['twoT'][-1] / table['two0'][-1]:.2f} and the particles' "
                f"own amplification W2(X_T, Y_T)/W2(x_0, y_0) = {amp[-1]:.2f} at n = "
-               f"{ns[-1]}). Particles vs the PDE cell masses (THEORY §5): W2 = "
+               f"{ns[-1]}). Particles vs the PDE cell masses at the centroids of "
+               f"{int(chat.shape[0])} cells (THEORY §5; reported, not judged): W2 = "
                f"{table['rawT'][-1]:.3f} rad at n = {ns[-1]} (t = 0: {table['raw0'][-1]:.3f}), "
-               f"slope {fits['rawT']['slope']:.2f} — the mesh floor "
-               f"({int(chat.shape[0])} cells), reported, not judged.")
+               f"slope {fits['rawT']['slope']:.2f}.")
     passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"ns": ns, "replicates": reps, "T": T, "cells": int(chat.shape[0]),
                             "quick": quick, "seed": seed, "heads": "one softmax head "
