@@ -30,6 +30,7 @@ def test_mean_field_full_mode_detects_a_wrong_beta(tmp_path):
     # quick mode, above that of the full mode at n = 4000
     res = load_study("mean-field").run(out=tmp_path / "mf", quick=False, seed=0,
                                        fault="pde-beta-1.5")
+    print(f"mean-field pde-beta-1.5: {res.verdict}")
     assert res.passed is False and "level_at_largest_n" in res.verdict.split(". ")[0]
 
 
@@ -40,4 +41,5 @@ def test_mean_field_full_mode_detects_a_wrong_beta(tmp_path):
 ])
 def test_full_mode_negative_controls(name, fault, criterion, tmp_path):
     res = load_study(name).run(out=tmp_path / name, quick=False, seed=0, fault=fault)
+    print(f"{name} {fault}: {res.verdict}")
     assert res.passed is False and criterion in res.verdict.split(". ")[0]
