@@ -23,8 +23,8 @@ fluctuation ``Q = Σ_k (β/4) Σ_h w_h ∫∫ e^{s}[(xᵀΔA_h y)² − E(xᵀΔ
 (``ΔA_h`` the realised noise increment of step ``k``, ``E(xᵀΔA y)² = σ²dt(1 + <x,y>²)/2``
 for symmetric noise). Its expectation is exactly zero (left-point integrand, increment
 independent of the past), so ``r − Q`` has the same mean as ``r`` with a standard deviation
-``O(dt)`` instead of ``O(dt^{1/2})`` (measured 3× smaller at ``dt = 0.04``): the bias is
-resolved at every ``dt`` with tens of paths.
+``O(dt)`` instead of ``O(dt^{1/2})`` (measured 7× smaller at ``dt = 0.015``, 17× at
+``dt = 0.005``): the bias is resolved at every ``dt`` with tens of paths.
 """
 
 from __future__ import annotations

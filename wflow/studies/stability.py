@@ -38,7 +38,7 @@ Together ``½ d/dt D² <= L* D²`` with
 
 hence ``W_2(μ_t, ν_t) <= D(t) <= e^{L* t} D(0) = e^{L* t} W_2(μ_0, ν_0)``
 (:func:`lipschitz_bound`). ``L*`` holds for every measure and is loose for a given one
-(measured: ``L*/L_eff ≈ 50–90``).
+(measured: ``L*/L_eff ≈ 50–240``).
 
 Sharp, state-dependent form
 ---------------------------
