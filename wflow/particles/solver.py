@@ -309,8 +309,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                 if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
                     balance.setdefault(key, []).append(val)
             if not schedule.jump_times:  # Simpson needs smooth integrands (no weight jumps)
-                simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps})
-                balance.setdefault("chain_simpson", []).append(simp["chain"])
+                # EDI forms: gradient-flow direction and deterministic weights (no Itô terms)
+                simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps},
+                                       sign=0 if schedule.stochastic else sign)
+                for key, val in simp.items():
+                    balance.setdefault(f"{key}_simpson", []).append(val)
             xs.append(prev.x)
             thetas.append(prev.theta)
             if opts.save_trajectory:
