@@ -90,7 +90,9 @@ def _particle_run(item: tuple) -> dict[str, float]:
                             np.array(DENSITY["weights"]), np.random.default_rng(seed))
     res = simulate(x0, heads, attn, T=T, dt=dt, integrator=integrator, flow=flow,
                    head_rates=False, clusters=False)
-    if res.status != "success":
+    # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
+    # is what the study fits); only a failed (non-finite) run stops it
+    if res.status == "failed":
         raise FloatingPointError(f"{NAME}: particle run {case} failed: {res.message}")
     b = res.balance
     # Euler: trapezoid balance (order 1 either way); RK4: Simpson quadrature, so that the
@@ -111,7 +113,9 @@ def _pde_run(item: tuple) -> dict:
     mesh = load_mesh(mesh_name)
     res = solve_pde(mesh, DENSITY, heads, attn, T=T, dt=dt, order=2, flow=flow,
                     n_saves=2, clusters=False, progress=False)
-    if res.status != "success":
+    # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
+    # is what the study fits); only a failed (non-finite) run stops it
+    if res.status == "failed":
         raise FloatingPointError(f"{NAME}: PDE on {mesh_name} failed: {res.message}")
     return {"edi": float(res.balance["edi"]), "dissipation": float(res.balance["dissipation"]),
             "h": float(np.sqrt(np.mean(res.areas))), "cells": int(res.areas.size)}
