@@ -9,6 +9,8 @@ For μ = N(m, Σ) the attention output is m + ΣBx, so Gaussians stay Gaussian w
 * Any target N(m₁, Σ₁) with rank Σ₁ = rank Σ₀ is reached exactly at time T by
   A(t) = log(G)/T − VΣ(t)B (G the SPD Bures map, GΣ₀G = Σ₁) and a drift b(t).
 * n particles from Gaussian samples track the moment ODE with error O(n^{-1/2}).
+* A = 0, V ≻ 0, B ≺ 0: Σ → 0 like 1/t (tr V⁻¹Σ is a Lyapunov function); B = diag(−1, 0):
+  the continuum {BΣ = 0} of equilibria, Σ → Q(QᵀΣ₀⁻¹Q)⁻¹Qᵀ (QᵀΣ⁻¹Q is conserved).
 
 Run: python demos/gaussian_riccati.py [--quick] [--out DIR]
 """
@@ -22,7 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from wflow.gaussian import blowup_time_isotropic, load_gaussian_scenario, reach
+from wflow.gaussian import (
+    GaussianParams,
+    blowup_time_isotropic,
+    classify,
+    load_gaussian_scenario,
+    reach,
+)
 from wflow.gaussian.run import (
     reach_scenario,
     run_gaussian_scenario,
@@ -85,6 +93,19 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
     pe = particle_errors(ns=ns, reps=8 if quick else 16, steps=4 if quick else 10)
     results["particles"] = pe.slopes
 
+    # 5. long-time regimes decided from the structure, rates checked by a tail fit
+    alg = classify(GaussianParams.make(2, V=np.diag([2.0, 1.0]), B=-1.0), Sigma0=np.eye(2),
+                   horizon=1e3)
+    S0 = np.array([[1.0, 0.5], [0.5, 1.0]])
+    ker = classify(GaussianParams.make(2, V=1.0, B=np.diag([-1.0, 0.0])), Sigma0=S0,
+                   horizon=1e4)
+    results["regimes"] = {
+        "algebraic": {"label": alg.label, "rate": alg.rate, "fitted": alg.rate_fit.rate,
+                      "t_Sigma_limit": alg.details["t_Sigma_limit"]},
+        "kernel": {"label": ker.label, "limit": ker.limit.tolist(), "rank": ker.limit_rank,
+                   "rate": ker.rate, "fitted": ker.rate_fit.rate},
+    }
+
     print(f"riccati scenario: {results['riccati']['status']}, "
           f"{results['riccati']['classification']}, |Σ(T) − Σ*|_F = "
           f"{results['riccati']['distance_to_PD_equilibrium']:.2e}, particle W2 = "
@@ -96,6 +117,9 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
           f"(W2 {res1.w2_error:.1e}); rank mismatch: {refused}")
     print(f"particle error slopes vs n (theory −0.5, {pe.reps[-1]}–{pe.reps[0]} seeds): "
           + ", ".join(f"{k} {v:.2f} ± {pe.stderrs[k]:.2f}" for k, v in pe.slopes.items()))
+    print(f"A = 0, V = diag(2, 1), B = −I: {alg.summary_line()} (fitted exponent "
+          f"{alg.rate_fit.rate:.5f}); V = I, B = diag(−1, 0): {ker.summary_line()}, limit "
+          f"{(np.round(ker.limit, 12) + 0.0).tolist()}")
     print(f"outputs in {out}")
     return results
 

@@ -315,16 +315,24 @@ def test_newton_equilibrium_general_V_matches_long_time_limit():
 
 # ----------------------------------------------------------------------------- classifier
 @pytest.mark.parametrize("a,vb,label", [
-    (0.5, -1.0, "converges"), (-0.5, -1.0, "converges"), (0.5, 1.0, "blows_up"),
+    (0.5, -1.0, "converges"), (-0.5, -1.0, "converges_to_zero"), (0.5, 1.0, "blows_up"),
     (0.0, 1.0, "blows_up"), (-0.5, 1.0, "depends_on_initial_data"),
-    (0.3, 0.0, "grows_exponentially"), (0.0, 0.0, "bounded")])
+    (0.3, 0.0, "unbounded"), (0.0, 0.0, "converges")])
 def test_exact_classifier_scalar_table(a, vb, label):
     p = GaussianParams.make(2, A=a, V=1.0, B=vb)
     cl = classify(p)
     assert cl.method == "exact" and cl.label == label, cl.reason
-    if label == "converges":
-        sig = -a / vb if a > 0 else 0.0  # σ* = −2a/c, c = 2vb
+    if label == "converges" and vb != 0:
+        sig = -a / vb  # σ* = −2a/c, c = 2vb
         np.testing.assert_allclose(cl.limit, sig * np.eye(2), atol=1e-14)
+        assert (cl.rate_kind, cl.rate) == ("exponential", pytest.approx(2 * a))
+    if label == "converges_to_zero":
+        np.testing.assert_allclose(cl.limit, np.zeros((2, 2)), atol=0)
+        assert (cl.rate_kind, cl.rate) == ("exponential", pytest.approx(2 * abs(a)))
+    if label == "unbounded":
+        assert (cl.rate_kind, cl.rate) == ("exponential", pytest.approx(2 * a))
+    if (a, vb) == (0.0, 0.0):  # Σ̇ = 0: every Σ is an equilibrium, the limit is Σ₀
+        assert cl.rate_kind == "stationary" and cl.limit is None
     if label == "depends_on_initial_data":
         assert cl.details["critical_variance"] == pytest.approx([-a / vb] * 2)
 
@@ -348,8 +356,8 @@ def test_phase_diagram_regions():
                        [-1.0, -0.5, 0.5, 1.0], [-1.0, -0.5, 0.5, 1.0], x_name="a", y_name="vb")
     for j, vb in enumerate(pd.y):
         for i, a in enumerate(pd.x):
-            want = ("converges" if vb < 0 else "blows_up" if a > 0
-                    else "depends_on_initial_data")
+            want = ("converges" if vb < 0 and a > 0 else "converges_to_zero" if vb < 0
+                    else "blows_up" if a > 0 else "depends_on_initial_data")
             assert pd.labels[j, i] == want, (a, vb)
     assert set(pd.methods.ravel()) == {"exact"}
 

@@ -66,8 +66,8 @@ def test_help_describes_all_forms(capsys):
         main(["gaussian", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for word in ("SCENARIO.toml", "reach", "pretrained", "--n-samples", "pip install wflow[models]",
-                 "blow-up", "Riccati"):
+    for word in ("SCENARIO.toml", "reach", "pretrained", "--n-samples", "make install-models",
+                 "--model", "blow-up", "Riccati"):
         assert word in out, word
 
 
@@ -80,6 +80,7 @@ def test_blowup_demo_scenario(tmp_path, capsys):
     assert s["result"]["blowup_time"] == pytest.approx(t_star, rel=1e-8)
     assert s["closed_form_blowup_time"] == pytest.approx(t_star, rel=1e-10)
     assert s["classification"]["label"] == "blows_up"
+    assert s["classification"]["blowup_time"] == pytest.approx(t_star, rel=1e-10)
     with (out / "trajectory.csv").open() as fh:
         rows = list(csv.reader(fh))
     assert rows[0][:4] == ["t", "m_0", "m_1", "m_2"] and "lambda_max" in rows[0]
@@ -155,7 +156,7 @@ def test_pretrained_calls_the_models_contract(tmp_path, monkeypatch, capsys):
 
     def fake_gaussianity(*, n_samples, seed, layers=None, pca_dim=None):
         calls.update(n_samples=n_samples, seed=seed, layers=layers, pca_dim=pca_dim)
-        return "RESULT"
+        return types.SimpleNamespace(status="success", message="", name="RESULT")
 
     def fake_write(result, out_dir):
         calls["result"] = result
@@ -168,15 +169,15 @@ def test_pretrained_calls_the_models_contract(tmp_path, monkeypatch, capsys):
     out = tmp_path / "pre"
     assert main(["gaussian", "pretrained", "--out", str(out), "--n-samples", "64", "--seed", "3",
                  "--layers", "0", "2"]) == 0
-    assert calls == {"n_samples": 64, "seed": 3, "layers": [0, 2], "pca_dim": None,
-                     "result": "RESULT"}
+    assert calls.pop("result").name == "RESULT"
+    assert calls == {"n_samples": 64, "seed": 3, "layers": [0, 2], "pca_dim": None}
     assert (out / "summary.json").is_file()
 
 
 def test_pretrained_without_models_extra(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wflow.models", None)  # import raises ImportError
     assert main(["gaussian", "pretrained", "--out", str(tmp_path / "p")]) == 2
-    assert "pip install wflow[models]" in capsys.readouterr().err
+    assert "make install-models" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
 
 
@@ -206,3 +207,86 @@ steps = 30
     # 1/σ decreases by 2vb·Δ in layer 1 (vb = 0.5) and increases by 0.5·0.25 in layer 2
     assert s["result"]["final_Sigma"][0][0] == pytest.approx(1 / (1 - 0.5 + 0.25), rel=1e-8)
     assert s["particles"]["status"] == "ok"
+
+
+def strict_json(path: Path):
+    """Parse as standard JSON: no NaN/Infinity tokens, no "inf"/"nan" strings for numbers."""
+    def refuse(token):
+        raise AssertionError(f"{path.name}: non-standard JSON constant {token}")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+
+    def walk(x, where="$"):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, f"{where}[{i}]")
+        else:
+            assert x not in ("inf", "-inf", "nan", "Infinity", "NaN"), where
+
+    walk(data)
+    return data
+
+
+def test_issue_example_algebraic_decay(tmp_path, capsys):
+    """A = 0, V = diag(2, 1), B = −I, Σ₀ = I: Σ → 0 like 1/t (was 'undetermined (probe)')."""
+    out = tmp_path / "alg"
+    assert main(["gaussian", str(DEMOS / "gaussian_algebraic.toml"), "--out", str(out)]) == 0
+    io = capsys.readouterr()
+    assert "classification: converges_to_zero (exact), ~ t^(−1)" in io.out
+    assert io.err == ""  # no raw warning line
+    s = strict_json(out / "summary.json")
+    c = s["classification"]
+    assert (c["label"], c["scope"], c["rate_kind"], c["rate"]) == (
+        "converges_to_zero", "Sigma0", "algebraic", 1.0)
+    assert c["rate_fit"]["rate"] == pytest.approx(1.0, rel=1e-3)
+    np.testing.assert_allclose(c["details"]["t_Sigma_limit"], np.diag([0.25, 0.5]), atol=1e-12)
+    # V is not scalar: no closed form, written as null (not "inf")
+    assert s["closed_form_blowup_time"] is None and s["closed_form_searched_to"] is None
+    # σᵢ(T) = 1/(1 + 2vᵢT)
+    np.testing.assert_allclose(s["result"]["final_Sigma"], np.diag([1 / 4001, 1 / 2001]),
+                               rtol=1e-7)
+
+
+def test_issue_example_rank_deficient_B(tmp_path, capsys):
+    """V = I, B = diag(−1, 0): Σ → Q(QᵀΣ₀⁻¹Q)⁻¹Qᵀ = diag(0, 0.75) (was 'bounded', limit None)."""
+    out = tmp_path / "ker"
+    assert main(["gaussian", str(DEMOS / "gaussian_kernel.toml"), "--out", str(out)]) == 0
+    io = capsys.readouterr()
+    assert "classification: converges (exact), ~ t^(−1), limit of rank 1" in io.out
+    assert io.err == ""
+    s = strict_json(out / "summary.json")
+    c = s["classification"]
+    assert c["label"] == "converges" and c["limit_rank"] == 1
+    np.testing.assert_allclose(c["limit"], np.diag([0.0, 0.75]), atol=1e-15)
+    assert any(f["source"] == "kernel" for f in c["families"])
+    # V = vI: the closed form was searched up to T and found no blow-up: null, not "inf"
+    assert s["closed_form_blowup_time"] is None and s["closed_form_searched_to"] == 1e4
+    # Σ(T)⁻¹ = Σ₀⁻¹ + diag(2T, 0): W2 to the limit ≈ |Σ₁₂(T)|-sized, O(1/√T)·small
+    P = np.linalg.inv(np.array([[1.0, 0.5], [0.5, 1.0]])) + np.diag([2e4, 0.0])
+    np.testing.assert_allclose(s["result"]["final_Sigma"], np.linalg.inv(P), atol=1e-10)
+    assert s["distance_to_limit"] < 1e-2
+
+
+def test_classify_scope_all_and_validation(tmp_path, capsys):
+    text = (DEMOS / "gaussian_kernel.toml").read_text().replace(
+        "horizon = 10000.0", 'horizon = 10000.0\nscope = "all"')
+    out = tmp_path / "all"
+    assert main(["gaussian", str(write(tmp_path, text)), "--out", str(out)]) == 0
+    c = strict_json(out / "summary.json")["classification"]
+    assert c["scope"] == "all" and c["label"] == "converges" and c["limit"] is None
+    bad = text.replace('scope = "all"', 'scope = "every"')
+    assert main(["gaussian", str(write(tmp_path, bad, "b.toml")), "--out",
+                 str(tmp_path / "b")]) == 2
+    assert "classify.scope: must be initial or all" in capsys.readouterr().err
+
+
+def test_reach_summary_is_standard_json(tmp_path):
+    scn = write(tmp_path, SMALL)
+    out = tmp_path / "reach"
+    assert main(["gaussian", "reach", str(scn), "--out", str(out)]) == 0
+    r = strict_json(out / "summary.json")["reach"]
+    assert r["status"] == "reached" and r["message"] == ""
+    assert r["w2_error"] >= r["m_error"]  # W2 ≥ |Δm| (no cancellation in the Bures term)

@@ -155,6 +155,27 @@ def test_neighbourhood_search_equals_dense_scan(ot):
     np.testing.assert_allclose(i1.W2sq, i2.W2sq, rtol=1e-12)
 
 
+@pytest.mark.parametrize("max_pairs", [50_000_000, 1])
+def test_candidate_rows_keep_their_own_cell(max_pairs):
+    """Regression: with radius 0 (a row whose gradient is the largest, exact OT) the row's
+    only candidate is its own cell, although <ĉ_i, ĉ_i> may round below cos 0 = 1; an
+    empty row used to crash the oracle (2420 cells, τ = 0.5). Both candidate paths: the
+    cached pair list and the masked row blocks (max_pairs = 1)."""
+    from wflow.jko.cost import _Geometry
+    from wflow.jko.oracle import _Oracle
+
+    x, areas = geometry(11)
+    geo = _Geometry(x, areas, JKOOptions(max_pairs=max_pairs))
+    if max_pairs > 1:
+        pairs = geo.candidates(np.arange(x.shape[0]), np.zeros(x.shape[0]))
+        assert np.all(np.diff(pairs.indptr) >= 1)
+    mu = bumps(x, areas)
+    oracle = _Oracle(geo, np.ones(x.shape[0]), 0.5, 0.0, "conformal")
+    nuS, value, transport = oracle(mu, np.zeros(x.shape[0]))  # flat g: radius 0 everywhere
+    np.testing.assert_array_equal(nuS, mu)
+    assert value == 0.0 and transport == 0.0
+
+
 def test_sinkhorn_value_converges_to_emd2():
     """OT_ε → W² as ε → 0: value gap O(ε) within [0, ε·min(H(a), H(b))], plan cost faster."""
     import ot
@@ -235,7 +256,11 @@ def test_energy_monotone_along_static_jko(case):
              "usa": Heads.scalar([1.0], 3)}[case]
     attn = Attention("usa" if case == "usa" else "softmax", 1.0)
     res = solve_jko(x, areas, mu, heads, attn, options=JKOOptions(T=0.6, tau=0.2))
-    assert res.status == "success"
+    # τ = 0.2 on 720 cells is near the locking edge (τ|v|max ≈ 1–2h): the summed EDI
+    # residual (0.04–0.18) may exceed its 0.1 tolerance ("inaccurate"); monotonicity holds
+    # for every τ, and no step is locked
+    assert res.status in ("success", "inaccurate") and res.stats["locked_steps"] == 0
+    assert (res.status == "success") == res.checks["edi"]["passed"]
     s = res.sign
     assert s == (-1 if case == "descent" else 1)
     E = res.history["E"]
@@ -300,7 +325,11 @@ def test_options_validation():
         jko_options_from_dict({"bogus": 1})
     mesh, opts, extras = jko_options_from_dict({"tau": 0.05, "ot": "sinkhorn"}, T=0.5)
     assert mesh == "default" and opts.T == 0.5 and opts.epsilon == pytest.approx(0.05 ** 2)
-    assert extras == {"compare_pde": False}
+    assert extras == {"compare_pde": False, "tau_auto": False, "eps_auto": False}
+    _, auto, extras = jko_options_from_dict({"ot": "sinkhorn"}, T=0.5)
+    assert extras["tau_auto"] and extras["eps_auto"] and auto.tau == 0.5  # placeholder
+    with pytest.raises(ValueError, match="jko.tau: expected a number > 0 or \"auto\""):
+        jko_options_from_dict({"tau": "fast"})
     x, areas = geometry(2)
     bad = Heads.bilinear(A2, V=np.stack([np.eye(3)] * 2), w=0.5)
     with pytest.raises(ValueError, match="value-aligned"):
@@ -323,8 +352,7 @@ means = [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]]
 kappas = [5.0, 4.0]
 [jko]
 mesh = "sphere_720.msh"
-T = 0.4
-tau = 0.2
+T = 0.8
 """
 
 
@@ -337,7 +365,10 @@ def test_cli_jko_writes_the_pde_outputs(tmp_path):
     assert main(["jko", str(sc), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "success" and summary["solver"] == "jko"
-    assert len(summary["steps"]["W2sq"]) == 2
+    # tau = "auto": N = round(T |v|max / 3h) = 2 steps, each crossing about 3 cells
+    rule = summary["stats"]["tau_rule"]
+    assert len(summary["steps"]["W2sq"]) == 2 and rule["steps"] == 2 and rule["tau"] == 0.4
+    assert 2.25 <= rule["cells_per_step"] <= 3.75 and summary["checks"]["locked_steps"] == 0
     header = (out / "diagnostics.csv").read_text().splitlines()[0].split(",")
     for col in ("t", "E", "W2sq", "inner_iters", "gap", "gap_rel", "edi_step", "dEdt_w"):
         assert col in header
@@ -345,7 +376,7 @@ def test_cli_jko_writes_the_pde_outputs(tmp_path):
         assert z["rho"].shape == (3, 720) and z["t"].shape == (3,)
         np.testing.assert_allclose(z["rho"] @ z["areas"], 1.0, rtol=1e-12)
     bad = tmp_path / "bad.toml"
-    bad.write_text(SCENARIO.replace("tau = 0.2", "tau = -0.2"))
+    bad.write_text(SCENARIO.replace("T = 0.8", "T = 0.8\ntau = -0.2"))
     assert main(["jko", str(bad), "--out", str(tmp_path / "o2")]) == 2
     assert not (tmp_path / "o2").exists()
 
@@ -371,7 +402,13 @@ def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
         res = solve_jko(x, areas, rho0 * areas, heads, attn,
                         options=JKOOptions(T=T, tau=tau, ot=ot, eps_scale=eps_scale,
                                            verify=False))
-        assert res.status == "success"
+        # exact steps in the resolved range: "success"; the entropic blur (ε = 4τ²) is a
+        # diffusion the EDI does not account for: Σ|edi_k|/dissipation 0.17–0.46 (one head,
+        # τ = 0.4–0.1 on 2420 cells) makes those runs "inaccurate" although their distance
+        # to the PDE is O(τ)
+        print(f"tau = {tau}: {res.status}, JKO EDI residual {res.checks['edi']['value']:.3g}")
+        assert res.status in (("success",) if ot == "emd" else ("success", "inaccurate"))
+        assert res.stats["locked_steps"] == 0
         stride = int(round(tau / tmin))
         errs.append(max(w2_sphere(x, x, res.masses[k], pres.masses[k * stride],
                                   max_points=20000) for k in range(len(res.t))))

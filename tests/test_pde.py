@@ -350,6 +350,15 @@ def test_adaptive_step_respects_user_dt_and_cfl():
 
 
 # ----------------------------------------------------------------------------- energy, EDI
+def assert_status(res, *, finest: bool) -> None:
+    """The status follows the chain-rule check (:mod:`wflow.status`): coarse refinement
+    levels (320 cells) may be ``"inaccurate"``; the finest level must succeed."""
+    expected = "success" if res.checks["chain"]["passed"] else "inaccurate"
+    assert res.status == expected, res.message
+    if finest:
+        assert res.status == "success", res.message
+
+
 def test_usa_energy_non_decreasing_and_edi_shrinks():
     """USA, static symmetric value-aligned heads: an exact gradient ascent. E grows at
     every step; the EDI residual is a discretisation error and shrinks under refinement
@@ -360,7 +369,7 @@ def test_usa_energy_non_decreasing_and_edi_shrinks():
     for c in cells:
         res = solve_pde(mesh(c), VMF2, heads, attn, T=1.0, dt=0.6 * h_of(c), order=1,
                         n_saves=3)
-        assert res.status == "success", res.message
+        assert_status(res, finest=c == cells[-1])
         assert res.sign == 1
         E = res.steps["E"]
         assert np.all(np.diff(E) > 0), f"energy decreased: min ΔE = {np.diff(E).min():.3e}"
@@ -401,7 +410,8 @@ def test_transformer_edi_defect_persists_while_surrogate_residual_vanishes():
         for flow in ("transformer", "surrogate"):
             res = solve_pde(mesh(c), "uniform", heads, attn, T=1.0, dt=0.5 * h_of(c),
                             order=2, n_saves=2, flow=flow)
-            assert res.status == "success" and res.sign == -1
+            assert_status(res, finest=c == 1280)
+            assert res.sign == -1
             out[c, flow] = res.balance
     d0, d1 = out[320, "transformer"]["edi"], out[1280, "transformer"]["edi"]
     s0, s1 = out[320, "surrogate"]["edi"], out[1280, "surrogate"]["edi"]
@@ -475,7 +485,7 @@ def test_oscillating_schedule_chain_balance():
     for c in (320, 1280):
         res = solve_pde(mesh(c), VMF2, sch, attn, T=1.0, dt=0.5 * h_of(c), order=2,
                         n_saves=2)
-        assert res.status == "success", res.message
+        assert_status(res, finest=c == 1280)
         assert abs(res.balance["work"]) > 1e-3
         chain.append(abs(res.balance["chain"]))
     assert chain[1] < 0.5 * chain[0], chain

@@ -114,7 +114,7 @@ def test_overflowing_run_reports_failure_not_success(tmp_path, capsys):
     raw = with_("heads.scale", 400.0)
     sc = _write(tmp_path, raw)
     out = tmp_path / "out"
-    assert main(["particles", str(sc), "--out", str(out)]) == 2
+    assert main(["particles", str(sc), "--out", str(out)]) == 1  # a failed run, not bad input
     assert "overflow" in capsys.readouterr().err
     assert not out.exists()
 

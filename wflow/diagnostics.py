@@ -253,11 +253,27 @@ class BalanceAccumulator:
         }
 
 
-def simpson_balance(t: np.ndarray, E: np.ndarray, integrands: dict[str, np.ndarray]) -> dict:
-    """Chain-rule residual ``ΔE − ∫(∂_tE + power) dt`` with composite Simpson in time.
+def simpson_balance(t: np.ndarray, E: np.ndarray, integrands: dict[str, np.ndarray], *,
+                    sign: float = 0.0) -> dict[str, float]:
+    """The balance residuals with composite Simpson quadrature in time.
+
+    ``chain = ΔE − ∫(∂_tE + power) dt`` for any flow, and for a gradient-flow direction
+    (``sign = ±1``, value-aligned symmetric heads, deterministic weights) the EDI forms of
+    :class:`BalanceAccumulator` with the same quadrature:
+    ``edi = ΔE − ∫∂_tE − sign ∫(½|μ'|² + ½|∂E|²) dt`` and
+    ``g2 = ΔE − ∫∂_tE − sign ∫G² dt`` (``sign = 0``: only ``chain``).
 
     Fourth-order quadrature (SciPy's Simpson with Cartwright's correction for an even
-    number of samples), for checking 4th-order integrators; needs every step recorded.
+    number of samples), for checking 4th-order integrators: with RK4 the three residuals
+    vanish at order 4 where the identity is exact (``edi`` on exact gradient flows, ``g2``
+    where ``G² = |∂E|²``, THEORY.md §3); the trapezoid forms stop at order 2. Needs every
+    step recorded.
     """
-    rhs = simpson(integrands["dEdt_w"] + integrands["power"], x=t)
-    return {"chain": float(E[-1] - E[0] - rhs)}
+    work = simpson(integrands["dEdt_w"], x=t)
+    dE = float(E[-1] - E[0])
+    out = {"chain": float(dE - work - simpson(integrands["power"], x=t))}
+    if sign:
+        diss = simpson(0.5 * (integrands["speed2"] + integrands["slope2"]), x=t)
+        out["edi"] = float(dE - work - sign * diss)
+        out["g2"] = float(dE - work - sign * simpson(integrands["G2"], x=t))
+    return out

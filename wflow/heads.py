@@ -299,16 +299,38 @@ class Heads:
         return cls.bilinear(Z + np.swapaxes(Z, 1, 2), w=1.0 / H, value_sign=-1.0)
 
     @classmethod
-    def from_npz(cls, path: str | Path) -> Heads:
-        """Load heads from an ``.npz`` with arrays ``Q, K, V`` (and optional ``w``).
+    def from_npz(cls, path: str | Path, *, value_sign: float = 1.0) -> Heads:
+        """Load heads from an ``.npz`` archive with arrays ``Q, K, V`` (and optional ``w``).
 
-        Alternatively the file may hold ``A`` (and optional ``V``, ``w``) for
-        bilinear heads.
+        Alternatively the archive may hold ``A`` (and optional ``V``, ``w``) for bilinear
+        heads; without ``V``, ``V = value_sign · A`` (``+1`` ascent, ``−1`` descent).
+        ``w`` defaults to 1 per head.
+
+        Raises
+        ------
+        FileNotFoundError
+            No such file.
+        ValueError
+            Not an ``.npz`` archive (e.g. a single-array ``.npy`` file), missing arrays,
+            wrong shapes, NaN/Inf; the message names the file and the expected format.
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"heads file not found: {path}")
-        with np.load(path) as z:
+        if value_sign not in (1, -1) or isinstance(value_sign, bool):
+            raise ValueError(f"value_sign: must be +1 or -1, got {value_sign!r}")
+        fmt = ("an .npz archive (numpy.savez) with arrays Q, K, V[, w] or A[, V, w], "
+               "each of shape (H, d, d)")
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"heads file {path}: not readable by numpy.load ({exc}); "
+                             f"expected {fmt}") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(f"heads file {path}: holds a single array of shape "
+                             f"{np.shape(z)} (.npy); expected {fmt}, e.g. "
+                             "numpy.savez('heads.npz', A=A)")
+        with z:
             keys = set(z.files)
             w = z["w"] if "w" in keys else None
             if {"Q", "K", "V"} <= keys:
@@ -317,8 +339,9 @@ class Heads:
                            else w)
             if "A" in keys:
                 return cls.bilinear(z["A"], V=z["V"] if "V" in keys else None,
-                                    w=1.0 if w is None else w)
-        raise ValueError(f"heads file {path}: needs arrays Q, K, V (or A); found {sorted(keys)}")
+                                    w=1.0 if w is None else w, value_sign=float(value_sign))
+        raise ValueError(f"heads file {path}: needs arrays Q, K, V (or A); found {sorted(keys)}; "
+                         f"expected {fmt}")
 
     def save_npz(self, path: str | Path) -> None:
         """Write ``Q, K, V, w`` to an ``.npz`` file (readable by :meth:`from_npz`)."""

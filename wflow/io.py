@@ -1,21 +1,46 @@
 """Outputs: JSON / CSV / NPZ written atomically, and run directories that are all-or-nothing.
 
-A run writes into ``DIR.partial-XXXX`` and renames it to ``DIR`` only after
-every file is complete, so a killed or failed run never leaves a directory
-that looks finished. Single files are written to a temporary sibling and
-``os.replace``-d into place.
+A run writes into a hidden staging folder ``.DIR.partial-XXXX`` beside ``DIR`` and moves
+it to ``DIR`` only after every file is complete, so a killed or failed run never leaves a
+folder that looks finished. Single files are written to a temporary sibling and
+``os.replace``-d into place. Folders and files get the modes the process's umask allows
+(``0o777 & ~umask``, ``0o666 & ~umask``), as ``mkdir`` and ``open`` would give them.
+
+wflow never deletes or replaces what it did not write:
+
+* every finished output folder carries a marker file :data:`OUTPUT_MARKER`
+  (``.wflow-output.json``: the command line, time, versions and the list of files written);
+* :func:`prepare_output` checks an output location *before* any computation: a regular
+  file, a symbolic link, the current folder (or one containing it) and an existing folder
+  that is not empty and carries no marker are refused; a previous wflow output is replaced
+  only with ``overwrite`` (``--overwrite``), and only if it holds nothing but the files
+  its marker lists; the parent must be a folder wflow can write in (probed by creating
+  and removing a folder there);
+* :func:`run_directory` repeats these checks when it moves the results into place (the
+  location may have changed during the run), swaps a replaced output atomically
+  (``renameat2(RENAME_EXCHANGE)`` on Linux, so either the old or the new output is at
+  ``DIR`` at every instant) and deletes only the files the old marker lists. If the move
+  is refused at the end, the results stay in the staging folder and the error names it.
+
+Errors about the output location are :class:`OutputError` (a ``ValueError``: bad input,
+exit status 2 on the command line).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
+import errno
 import io
 import json
+import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +54,13 @@ __all__ = [
     "write_csv",
     "save_npz",
     "run_directory",
+    "prepare_output",
+    "check_parent",
+    "read_output_marker",
+    "OutputError",
+    "OUTPUT_MARKER",
+    "current_umask",
+    "set_command_line",
     "to_jsonable",
     "check_finite",
     "finish_history",
@@ -37,12 +69,47 @@ __all__ = [
 ]
 
 
+logger = logging.getLogger(__name__)
+
+#: Marker file of a finished wflow output folder (JSON: command, time, versions, files).
+OUTPUT_MARKER = ".wflow-output.json"
+
+#: The ``wflow`` command line being run (recorded in the output marker).
+_COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "wflow_command_line", default=None)
+
+
+class OutputError(ValueError):
+    """An output location that wflow refuses to use (exit status 2 on the command line)."""
+
+
+def set_command_line(argv: Sequence[str]) -> None:
+    """Record the ``wflow`` command line for the markers of the outputs written next."""
+    _COMMAND_LINE.set(["wflow", *map(str, argv)])
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask (read from ``/proc`` where possible)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    old = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, fine for a CLI)
+    os.umask(old)
+    return old
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + ``os.replace``)."""
+    """Write ``data`` to ``path`` atomically (temp file + ``os.replace``).
+
+    The file gets mode ``0o666 & ~umask`` (``mkstemp`` alone would give ``0o600``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -150,37 +217,255 @@ def finish_history(rows: Mapping[str, Sequence[Any]], status: str,
     return history, t, status, message
 
 
+def read_output_marker(path: str | Path) -> dict[str, Any] | None:
+    """The marker of a wflow output folder (see :data:`OUTPUT_MARKER`), or ``None``."""
+    try:
+        data = json.loads((Path(path) / OUTPUT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("wflow_output") != 1 \
+            or not isinstance(data.get("files"), list):
+        return None
+    return data
+
+
+def _listing(root: Path) -> list[str]:
+    """Every file (and link) below ``root`` as a POSIX path relative to it, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath).relative_to(root)
+        links = [d for d in dirnames if (Path(dirpath) / d).is_symlink()]
+        out.extend((base / f).as_posix() for f in (*filenames, *links))
+    return sorted(f for f in out if f != OUTPUT_MARKER)
+
+
+def _foreign_entries(root: Path, marker: Mapping[str, Any]) -> list[str]:
+    """Entries below ``root`` that its marker does not list (files wflow did not write)."""
+    files = set(map(str, marker.get("files", [])))
+    dirs = {p.as_posix() for f in files for p in Path(f).parents if p != Path(".")}
+    extra = [f for f in _listing(root) if f not in files]
+    for dirpath, dirnames, _ in os.walk(root):
+        base = Path(dirpath).relative_to(root)
+        extra += [(base / d).as_posix() for d in dirnames
+                  if (base / d).as_posix() not in dirs and not (Path(dirpath) / d).is_symlink()]
+    return sorted(set(extra))
+
+
+def _check_location(out: str | Path, *, overwrite: bool, probe: bool) -> Path:
+    """Absolute output path after the checks of :func:`prepare_output` (raises OutputError)."""
+    raw = str(out)
+    if not raw.strip():
+        raise OutputError("--out: empty path")
+    path = Path(os.path.abspath(Path(raw).expanduser()))
+    cwd = Path(os.path.realpath(os.getcwd()))
+    real = Path(os.path.realpath(path.parent)) / path.name
+    if real == cwd or real in cwd.parents or path.parent == path:
+        raise OutputError(f"--out {raw}: is the current folder or contains it; wflow writes "
+                          "its results as a new folder: give a new path, e.g. "
+                          f"--out {Path(raw) / 'run1'}")
+    if path.is_symlink():
+        raise OutputError(f"--out {raw}: is a symbolic link; wflow does not replace links: "
+                          "give a new path")
+    if path.exists():
+        if not path.is_dir():
+            raise OutputError(f"--out {raw}: exists and is a file, not a folder; wflow never "
+                              "replaces files it did not write: give a new path")
+        try:
+            names = sorted(e.name for e in path.iterdir())
+        except OSError as exc:
+            raise OutputError(f"--out {raw}: cannot read the folder ({exc.strerror})") from None
+        if names:
+            marker = read_output_marker(path)
+            if marker is None:
+                raise OutputError(
+                    f"--out {raw}: folder exists, is not empty and is not a wflow output "
+                    f"({len(names)} entries, e.g. {names[0]!r}); wflow never deletes what it "
+                    "did not write: give a new or empty folder")
+            if not overwrite:
+                raise OutputError(f"--out {raw}: holds a previous wflow output (written "
+                                  f"{marker.get('created', '?')}); pass --overwrite to "
+                                  "replace it, or give a new path")
+            extra = _foreign_entries(path, marker)
+            if extra:
+                raise OutputError(
+                    f"--out {raw}: the previous wflow output there also holds "
+                    f"{len(extra)} entries wflow did not write (e.g. {extra[0]!r}), which "
+                    "--overwrite would delete: move them out or give a new path")
+    check_parent(path, probe=probe, name=f"--out {raw}")
+    return path
+
+
+def check_parent(path: Path, *, probe: bool = True, name: str | None = None) -> None:
+    """Check that ``path`` can be created: its nearest existing parent is a writable folder.
+
+    ``probe``: create and remove a folder there (the only reliable test, e.g. as root or
+    on a read-only file system). Creates nothing. Raises :class:`OutputError`.
+    """
+    name = str(path) if name is None else name
+    anc = path.parent
+    while not anc.exists() and anc.parent != anc:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise OutputError(f"{name}: cannot create it, {anc} is not a folder")
+    if probe:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".wflow-probe-", dir=anc))
+        except OSError as exc:
+            raise OutputError(f"{name}: cannot write in {anc} ({exc.strerror or exc})") from None
+
+
+def prepare_output(out: str | Path, *, overwrite: bool = False) -> Path:
+    """Check an output location before computing; returns it as an absolute path.
+
+    Refuses (:class:`OutputError`, naming the reason): an empty path; the current folder
+    or one containing it (``.``, ``..``, ``~`` when run from below it); a symbolic link;
+    a regular file; an existing folder that is not empty and not a wflow output; a wflow
+    output without ``overwrite``; a wflow output holding entries its marker does not list;
+    a location whose parent cannot be created or written (probed by creating and removing
+    a folder in the nearest existing parent). ``~`` is expanded. Creates nothing.
+
+    Under MPI (when :mod:`mpi4py` is loaded) rank 0 decides and every rank gets the same
+    answer.
+    """
+    if "mpi4py.MPI" not in sys.modules:
+        return _check_location(out, overwrite=overwrite, probe=True)
+    from .parallel import comm_rank_size
+
+    comm, rank, size = comm_rank_size()
+    if size == 1:
+        return _check_location(out, overwrite=overwrite, probe=True)
+    path = err = None
+    if rank == 0:
+        try:
+            path = _check_location(out, overwrite=overwrite, probe=True)
+        except OutputError as exc:
+            err = str(exc)
+    path, err = comm.bcast((path, err), root=0)
+    if err is not None:
+        raise OutputError(err)
+    return path
+
+
+def _marker(stage: Path) -> dict[str, Any]:
+    cmd = _COMMAND_LINE.get()
+    return {"wflow_output": 1,
+            "note": "written by wflow; `--overwrite` replaces this folder only while it holds "
+                    "nothing but the files listed here",
+            "command": cmd if cmd is not None else ["python", *sys.argv],
+            "cwd": os.getcwd(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "provenance": provenance(), "files": _listing(stage)}
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _remove_output(path: Path) -> None:
+    """Delete a wflow output: the files its marker lists, then the folders left empty."""
+    marker = read_output_marker(path)
+    files = [] if marker is None else [str(f) for f in marker["files"]]
+    for f in (*files, OUTPUT_MARKER):
+        p = path / f
+        if p.is_symlink() or p.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    for dirpath, _, _ in sorted(os.walk(path, topdown=False), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)  # only succeeds on empty folders
+    if path.exists():
+        logger.warning("kept %s: it holds files wflow did not write", path)
+
+
+def _install(stage: Path, path: Path, *, overwrite: bool) -> None:
+    """Move a finished staging folder to ``path`` (checks of :func:`prepare_output` again)."""
+    _check_location(path, overwrite=overwrite, probe=False)
+    if not path.exists():
+        os.rename(stage, path)
+        return
+    if not any(path.iterdir()):
+        os.rmdir(path)  # an empty folder (fails if something appeared meanwhile)
+        os.rename(stage, path)
+        return
+    if _exchange(stage, path):  # atomic: `path` is the new output, `stage` the old one
+        _remove_output(stage)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    os.rename(path, old / path.name)
+    os.rename(stage, path)
+    _remove_output(old / path.name)
+    with contextlib.suppress(OSError):
+        os.rmdir(old)
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; returns the folders it created (outermost first)."""
+    missing = []
+    p = folder
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for q in reversed(missing):
+        q.mkdir(mode=0o777)  # the umask applies
+    return list(reversed(missing))
+
+
 @contextlib.contextmanager
 def run_directory(out: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
-    """All-or-nothing output directory.
+    """All-or-nothing output folder that never replaces what wflow did not write.
 
-    Yields a fresh staging directory next to ``out``; on normal exit it replaces
-    ``out`` (an existing ``out`` is removed first when ``overwrite``), on an
-    exception the staging directory is deleted and ``out`` is left untouched.
+    Yields a fresh staging folder beside ``out``. On normal exit the marker
+    :data:`OUTPUT_MARKER` (command line, time, versions, list of files) is written into it
+    and it is moved to ``out``: a missing or empty ``out`` is simply replaced, a previous
+    wflow output is swapped atomically and deleted (only with ``overwrite``, and only the
+    files its marker lists); anything else raises :class:`OutputError` and the results
+    stay in the staging folder named in the message. On an exception (Ctrl-C included)
+    the staging folder and any parent folders created for it are removed and ``out`` is
+    left untouched. Call :func:`prepare_output` before computing to fail early.
     """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output directory exists: {out}")
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    path = _check_location(out, overwrite=overwrite, probe=False)
+    created = _make_parents(path.parent)
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+        os.chmod(stage, 0o777 & ~current_umask())
+    except BaseException:
+        for q in reversed(created):
+            with contextlib.suppress(OSError):
+                q.rmdir()
+        raise
     try:
         yield stage
+        write_json(stage / OUTPUT_MARKER, _marker(stage))
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        for q in reversed(created):
+            with contextlib.suppress(OSError):
+                q.rmdir()
         raise
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(stage, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)
+    try:
+        _install(stage, path, overwrite=overwrite)
+    except (OSError, OutputError) as exc:
+        raise OutputError(f"{exc}; the results are kept in {stage}") from None
 
 
 def provenance() -> dict[str, Any]:
     """Versions of wflow and its numerical dependencies, and the machine."""
     import platform
-    import time
 
     import scipy
 

@@ -40,6 +40,9 @@ import contextlib
 import io
 import logging
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -67,12 +70,20 @@ __all__ = [
     "default_mesh_path",
     "MESH_DIR",
     "RADIUS_TOL",
+    "PROJECT_TOL",
+    "project_to_sphere",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Default tolerance on ``| |x| − 1 |`` for the vertices of a sphere mesh.
 RADIUS_TOL = 1e-8
+#: Meshes read by the solvers (:func:`load_mesh`) whose vertices are off the unit sphere
+#: by more than the radius tolerance but at most this much are projected onto it (with a
+#: logged warning). 1e-6 covers single-precision files (float32 carries a relative
+#: rounding of 6e-8 per coordinate, e.g. pyvista's ``Sphere``: ``| |x| − 1 | ≈ 4e-8``),
+#: while a mesh of another radius or a wrong unit is still refused.
+PROJECT_TOL = 1e-6
 #: Directory of the meshes shipped with the repository.
 MESH_DIR = Path(__file__).resolve().parent.parent / "meshes"
 #: The default mesh of a PDE scenario (regenerated as ``icosphere:2420`` if absent).
@@ -265,8 +276,16 @@ def read_surface(path: str | Path) -> Triangulation:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"mesh: file {str(path)!r} does not exist")
-    with contextlib.redirect_stdout(io.StringIO()):  # meshio's gmsh reader prints blank lines
-        msh = meshio.read(path)
+    said = io.StringIO()
+    try:  # meshio prints (gmsh: blank lines) and, on some failures, calls sys.exit(1)
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            msh = meshio.read(path)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any reader failure is bad input
+        why = " ".join(str(exc).split()) if not isinstance(exc, SystemExit) else ""
+        why = why or " ".join(said.getvalue().split()) or type(exc).__name__
+        raise MeshValidationError("read", f"{path.name}: meshio cannot read it ({why}); "
+                                  "formats: .msh, .vtu, .vtk (legacy 4.2), .stl, .ply, .obj, "
+                                  ".xdmf, ...") from None
     tris = [b.data for b in msh.cells if b.type == "triangle"]
     other2d = sorted({b.type for b in msh.cells if b.type in
                       ("quad", "polygon", "triangle6", "quad8", "quad9", "triangle7")})
@@ -290,18 +309,47 @@ def read_surface(path: str | Path) -> Triangulation:
     return Triangulation(pts[used], inv.reshape(-1, 3).astype(np.int64))
 
 
-def write_surface(path: str | Path, tri: Triangulation) -> None:
-    """Write a triangulation with meshio (format from the suffix; ``.msh`` = gmsh 4.1 binary)."""
+def write_surface(path: str | Path, tri: Triangulation, *, overwrite: bool = True) -> list[Path]:
+    """Write a triangulation with meshio (format from the suffix; ``.msh`` = gmsh 4.1 binary).
+
+    Atomic: meshio writes into a hidden staging folder beside ``path`` (with the final
+    file names, so an ``.xdmf`` still finds its ``.h5``) and the files are then moved into
+    place; a failed write leaves nothing. ``overwrite=False`` refuses (``FileExistsError``)
+    to replace any existing file. Returns the files written (``path`` first). Modes follow
+    the umask.
+    """
     import meshio
 
+    from .io import current_umask
+
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"mesh --out {path}: is a folder, expected a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     msh = meshio.Mesh(np.asarray(tri.points, dtype=np.float64),
                       [("triangle", np.asarray(tri.cells, dtype=np.int64))])
-    if path.suffix == ".msh":
-        meshio.write(path, msh, file_format="gmsh", binary=True)
-    else:
-        meshio.write(path, msh)
+    stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        os.chmod(stage, 0o777 & ~current_umask())
+        with contextlib.redirect_stdout(io.StringIO()):
+            if path.suffix == ".msh":
+                meshio.write(stage / path.name, msh, file_format="gmsh", binary=True)
+            else:
+                meshio.write(stage / path.name, msh)
+        made = sorted(stage.iterdir(), key=lambda f: f.name != path.name)
+        targets = [path.parent / f.name for f in made]
+        clash = [t for t in targets if t.exists() or t.is_symlink()]
+        if clash and not overwrite:
+            raise FileExistsError(f"mesh --out {path}: {clash[0]} exists; pass --overwrite to "
+                                  "replace it")
+        bad = [t for t in clash if t.is_dir() and not t.is_symlink()]
+        if bad:
+            raise IsADirectoryError(f"mesh --out {path}: {bad[0]} is a folder")
+        for f, t in zip(made, targets, strict=True):
+            os.replace(f, t)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return targets
 
 
 # --------------------------------------------------------------------------- validation
@@ -396,18 +444,20 @@ def validate_sphere(points: np.ndarray, cells: np.ndarray, *,
     if pairs:
         i, j = next(iter(pairs))
         raise MeshValidationError(
-            "duplicate_vertices", f"{len(pairs)} pairs of coincident vertices (e.g. {i}, {j}); "
+            "duplicate_vertices", f"{len(pairs)} pairs of coincident vertices (e.g. {int(i)}, "
+            f"{int(j)}); "
             "merge them (unmerged seams leave holes)")
     uniq, inv, counts = np.unique(und, axis=0, return_inverse=True, return_counts=True)
     inv = inv.reshape(-1)
     if np.any(counts > 2):
         k = int(np.sum(counts > 2))
         raise MeshValidationError("manifold", f"{k} non-manifold edges (shared by more than "
-                                  f"two cells), e.g. {tuple(uniq[counts > 2][0])}")
+                                  f"two cells), e.g. {tuple(int(v) for v in uniq[counts > 2][0])}")
     if np.any(counts == 1):
         k = int(np.sum(counts == 1))
         raise MeshValidationError("closed", f"the surface has holes: {k} boundary edges "
-                                  f"(edges with only one cell), e.g. {tuple(uniq[counts == 1][0])}")
+                                  "(edges with only one cell), e.g. "
+                                  f"{tuple(int(v) for v in uniq[counts == 1][0])}")
     # orientation: the two uses of each edge must run in opposite directions
     forward = directed[:, 0] < directed[:, 1]
     nfwd = np.bincount(inv, weights=forward, minlength=uniq.shape[0])
@@ -443,6 +493,21 @@ def validate_sphere(points: np.ndarray, cells: np.ndarray, *,
     return Triangulation(p, c), report
 
 
+def project_to_sphere(tri: Triangulation) -> tuple[Triangulation, float]:
+    """Project the vertices radially onto the unit sphere: ``x ↦ x/|x|``.
+
+    Returns the projected triangulation and the largest ``| |x| − 1 |`` before.
+    Raises :class:`MeshValidationError` (check ``finite``) for a vertex at the origin
+    or with NaN/Inf coordinates.
+    """
+    p = np.asarray(tri.points, dtype=np.float64)
+    r = np.linalg.norm(p, axis=1) if p.ndim == 2 else np.array([np.nan])
+    if not np.all(np.isfinite(r)) or np.any(r == 0):
+        raise MeshValidationError("finite", "cannot project onto the sphere: a vertex is at the "
+                                  "origin or has NaN/Inf coordinates")
+    return Triangulation(p / r[:, None], tri.cells), float(np.max(np.abs(r - 1.0)))
+
+
 def mesh_stats(tri: Triangulation) -> MeshReport:
     """Statistics of a valid sphere triangulation (runs :func:`validate_sphere`)."""
     return validate_sphere(tri.points, tri.cells)[1]
@@ -462,9 +527,24 @@ def default_mesh_path() -> Path:
     return MESH_DIR / DEFAULT_MESH
 
 
+def _near_sphere(tri: Triangulation, radius_tol: float, project_tol: float,
+                 name: str) -> Triangulation:
+    """``tri`` projected onto the sphere if its radius error is in ``(radius_tol, project_tol]``."""
+    p = np.asarray(tri.points, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] != 3 or not np.all(np.isfinite(p)):
+        return tri  # validate_sphere names the problem
+    err = float(np.max(np.abs(np.linalg.norm(p, axis=1) - 1.0))) if p.size else 0.0
+    if radius_tol < err <= project_tol:
+        logger.warning("mesh %s: vertices are off the unit sphere by up to %.1e (> %.0e, <= "
+                       "%.0e): projected onto the sphere", name, err, radius_tol, project_tol)
+        return project_to_sphere(tri)[0]
+    return tri
+
+
 def _triangulation_from_spec(spec: str | Path | Triangulation | None,
-                             radius_tol: float) -> Triangulation:
+                             radius_tol: float, project_tol: float = 0.0) -> Triangulation:
     if isinstance(spec, Triangulation):
+        spec = _near_sphere(spec, radius_tol, project_tol, "(triangulation)")
         return validate_sphere(spec.points, spec.cells, radius_tol=radius_tol)[0]
     if spec is None or str(spec) == "default":
         path = default_mesh_path()
@@ -483,12 +563,12 @@ def _triangulation_from_spec(spec: str | Path | Triangulation | None,
     path = Path(s)
     if not path.is_file() and not path.is_absolute() and (MESH_DIR / path).is_file():
         path = MESH_DIR / path
-    tri = read_surface(path)
+    tri = _near_sphere(read_surface(path), radius_tol, project_tol, path.name)
     return validate_sphere(tri.points, tri.cells, radius_tol=radius_tol)[0]
 
 
 def load_mesh(spec: str | Path | Triangulation | None = None, *, comm: Any = None,
-              radius_tol: float = RADIUS_TOL) -> SphereMesh:
+              radius_tol: float = RADIUS_TOL, project_tol: float = PROJECT_TOL) -> SphereMesh:
     """Read / generate, validate and distribute a sphere mesh as a DOLFINx mesh.
 
     Parameters
@@ -500,6 +580,12 @@ def load_mesh(spec: str | Path | Triangulation | None = None, *, comm: Any = Non
     comm : mpi4py communicator, optional
         Default ``MPI.COMM_WORLD``. Rank 0 reads and validates; DOLFINx
         partitions.
+    radius_tol, project_tol : float
+        Vertices must satisfy ``| |x| − 1 | <= radius_tol``; a mesh read from a file (or
+        given as a triangulation) whose error is at most ``project_tol`` (default
+        :data:`PROJECT_TOL` = 1e-6, e.g. single-precision files) is projected onto the
+        sphere first, with a logged warning. Larger errors are refused (``wflow mesh
+        --check FILE --project --out NEW`` projects any mesh explicitly).
     """
     from mpi4py import MPI
 
@@ -507,7 +593,7 @@ def load_mesh(spec: str | Path | Triangulation | None = None, *, comm: Any = Non
     tri = err = None
     if comm.rank == 0:
         try:
-            tri = _triangulation_from_spec(spec, radius_tol)
+            tri = _triangulation_from_spec(spec, radius_tol, project_tol)
         except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
             err = exc
     err = comm.bcast(err, root=0)

@@ -25,6 +25,13 @@ radial-shadow terms bounded by Cauchy–Schwarz, ``|<∇ψ_h, x>| ≤ |∇ψ_h|`
 argument gives the certificate ``margin_general_h = own_h + cross_direct_h − R_h ≥ 0``
 ⇒ ``dE_h/dt ≥ 0``.
 
+For approximately orthogonal symmetric heads the direct term has an a-priori bound from
+the head overlaps: ``∇ψ_h = A_h Y_h`` and ``f_h' = V_h' Y_h'/Z_h'`` (softmax) give
+``|cross_direct_h| ≤ D_h := Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (for
+value-aligned heads ``‖A_h V_h'‖ = ‖A_h A_h'‖ ≤ δ``). The resulting *certificate*
+``certificate_h = own_h − R_h − D_h`` is a lower bound of ``dE_h/dt`` that uses neither
+``cross_direct`` nor ``cross_radial`` themselves: ``dE_h/dt ≥ certificate_h``.
+
 **Which configuration gives** ``β*``. Take ``n ≤ d`` orthonormal tokens and ``H``
 *identical* scalar heads ``A_h = V_h = α I`` sharing the token space (``w_h`` equal;
 their common value cancels). With ``u = e^{αβ}`` every token sees
@@ -440,6 +447,8 @@ class RadialDominance:
         any heads.
     margin_pointwise : ``min_i (own_i − R_{h,i})`` (RD token by token), shape ``(H,)``.
     shadows : radial shadows ``a^h_i``, shape ``(H, n)``.
+    direct_bound : ``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (``>=
+        |cross_direct|`` for symmetric heads; NaN for non-symmetric ones).
     """
 
     own: np.ndarray
@@ -448,6 +457,7 @@ class RadialDominance:
     cross_bound: np.ndarray
     shadows: np.ndarray
     margin_pointwise: np.ndarray
+    direct_bound: np.ndarray | None = None
 
     @property
     def rate(self) -> np.ndarray:
@@ -470,6 +480,11 @@ class RadialDominance:
         return self.own + self.cross_direct - self.cross_bound
 
     @property
+    def certificate(self) -> np.ndarray:
+        """``own − R_h − D_h``: an a-priori lower bound of ``dE_h/dt`` (symmetric heads)."""
+        return self.own - self.cross_bound - self.direct_bound
+
+    @property
     def holds(self) -> np.ndarray:
         """Radial dominance (RD) per head: ``margin >= 0``."""
         return self.margin >= 0
@@ -478,7 +493,8 @@ class RadialDominance:
         """Plain per-head lists for JSON."""
         return {k: np.asarray(getattr(self, k)).tolist() for k in
                 ("own", "cross_direct", "cross_radial", "cross_bound", "rate", "margin",
-                 "margin_exact", "margin_general", "margin_pointwise", "holds")}
+                 "margin_exact", "margin_general", "margin_pointwise", "direct_bound",
+                 "certificate", "holds")}
 
 
 def radial_dominance(x: np.ndarray, heads: Heads, attn: Attention,
@@ -520,7 +536,22 @@ def radial_dominance(x: np.ndarray, heads: Heads, attn: Attention,
     Pf = fe.f - a[:, :, None] * x[None]
     own_i = heads.w[:, None] * np.einsum("hnd,hnd->hn", Pg, Pf)
     return RadialDominance(own_i @ m, hr.cross_direct, hr.cross_radial, bound_i @ m, a,
-                           np.min(own_i - bound_i, axis=1))
+                           np.min(own_i - bound_i, axis=1),
+                           _direct_bound(fe, heads, attn, m))
+
+
+def _direct_bound(fe, heads: Heads, attn: Attention, m: np.ndarray) -> np.ndarray:
+    """``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (module docstring)."""
+    H = heads.H
+    if not heads.is_symmetric():
+        return np.full(H, np.nan)
+    AV = np.array([[np.linalg.norm(heads.A[h] @ heads.V[g], 2) for g in range(H)]
+                   for h in range(H)])
+    np.fill_diagonal(AV, 0.0)
+    ynorm = np.linalg.norm(fe.Y, axis=2)  # (H, n): |Y_h(x_i)|
+    fnorm = ynorm / fe.Z if attn.kind == "softmax" else ynorm  # |f_h'| per unit ‖V_h'‖
+    pair = np.einsum("hn,gn,n->hg", ynorm, fnorm, m)  # ∫ |Y_h| |Y_g|/Z_g dμ
+    return np.einsum("hg,g,hg->h", AV, heads.w, pair)
 
 
 def dominance_root(x: np.ndarray, heads: Heads, *, bracket: tuple[float, float],

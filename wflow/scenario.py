@@ -19,7 +19,9 @@ Schema (defaults in brackets)::
     [heads]      type = "random_symmetric"|"published"|"scalar"|"matrices"|"file"
                  ["random_symmetric"];
                  H = 1; scale = 1.0; lambdas = [...]; A = [[[...]]]; V = [[[...]]];
-                 file = "heads.npz"; value_sign = 1 (+1 ascent, -1 descent);
+                 file = "heads.npz" (Q, K, V[, w] or A[, V, w]);
+                 value_sign = 1 (+1 ascent V = A, -1 descent V = -A; for files: sets V
+                 of archives with A alone, must agree with a V the archive gives);
                  w = "mean"|"sum"|[...] ["mean": w_h = 1/H]; seed (default: seed + 1;
                  published: seed + H); generator = "numpy"|"torch-cpu" ["numpy"] (published)
     [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"];
@@ -114,6 +116,14 @@ TOKENS_SPEC: Spec = {
     "file": (None, string),
     "seed": (None, number(0, integer=True)),
 }
+def _value_sign(v: Any, key: str) -> float:
+    """Checker of ``heads.value_sign``: the number +1 or −1 (``true`` is not a sign)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in (1, -1):
+        raise ScenarioError(f"{key}: must be the number 1 (ascent, V = A) or -1 (descent, "
+                            f"V = -A), got {v!r}")
+    return float(v)
+
+
 HEADS_SPEC: Spec = {
     "type": ("random_symmetric", choice("random_symmetric", "published", "scalar", "matrices",
                                         "file")),
@@ -123,7 +133,7 @@ HEADS_SPEC: Spec = {
     "A": (None, _array(3)),
     "V": (None, _array(3)),
     "file": (None, string),
-    "value_sign": (1.0, choice(1, -1, 1.0, -1.0)),
+    "value_sign": (None, lambda v, key: _value_sign(v, key)),
     "w": ("mean", None),
     "seed": (None, number(0, integer=True)),
     "generator": ("numpy", choice(*HEAD_GENERATORS)),
@@ -249,7 +259,7 @@ class Scenario:
         d = self.d
         rng = np.random.default_rng(self.seed + 1 if h["seed"] is None else h["seed"])
         typ = h["type"]
-        sign = float(h["value_sign"])
+        sign = 1.0 if h["value_sign"] is None else h["value_sign"]
         if typ == "random_symmetric":
             H = h["H"]
             heads = Heads.random_symmetric(H, d, rng, scale=h["scale"], value_sign=sign)
@@ -272,15 +282,7 @@ class Scenario:
         else:
             if h["file"] is None:
                 raise ScenarioError("heads.file: required for type = 'file'")
-            p = self.path(h["file"])
-            if not p.is_file():
-                raise ScenarioError(f"heads.file: file not found: {p}")
-            try:
-                heads = Heads.from_npz(p)
-            except ValueError as exc:
-                raise ScenarioError(f"heads.file: {exc}") from exc
-            if heads.d != d:
-                raise ScenarioError(f"heads.file: heads act on R^{heads.d}, attention.d = {d}")
+            heads = self._heads_file(h["file"], "heads.file")
         return heads.with_(w=self._weights(heads.H))
 
     def _published_heads(self) -> Heads:
@@ -298,6 +300,35 @@ class Scenario:
         H = h["H"]
         seed = self.seed + H if h["seed"] is None else h["seed"]
         return Heads.published(H, self.d, seed=seed, generator=h["generator"])
+
+    def _heads_file(self, name: Any, key: str) -> Heads:
+        """Heads from an ``.npz`` named in the scenario (``heads.file``, ``schedule.files``).
+
+        An archive with ``A`` alone gets ``V = value_sign · A`` (``heads.value_sign``,
+        default +1). An archive that gives ``V`` keeps it: an explicit ``value_sign`` must
+        then agree with it (``V = value_sign · A``), else the scenario is refused.
+        """
+        p = self.path(string(name, key))
+        if not p.is_file():
+            raise ScenarioError(f"{key}: file not found: {p}")
+        explicit = self.heads["value_sign"]
+        try:
+            heads = Heads.from_npz(p, value_sign=1.0 if explicit is None else explicit)
+        except ValueError as exc:
+            raise ScenarioError(f"{key}: {exc}") from exc
+        if heads.d != self.d:
+            raise ScenarioError(f"{key}: heads act on R^{heads.d}, attention.d = {self.d}")
+        if explicit is not None:
+            with np.load(p) as z:
+                gives_v = "V" in z.files
+            align = heads.value_alignment()
+            if gives_v and align != explicit:
+                found = {1: "V = +A", -1: "V = -A"}.get(align, "V not ±A")
+                raise ScenarioError(
+                    f"heads.value_sign = {explicit:+g} conflicts with {key} {p.name}, whose "
+                    f"heads have {found}; value_sign sets V only for archives with A alone: "
+                    "remove it or fix the file")
+        return heads
 
     def _weights(self, H: int) -> np.ndarray:
         w = self.heads["w"]
@@ -325,13 +356,7 @@ class Scenario:
                                     "for type = 'layers'")
             layers = []
             for i, f in enumerate(files):
-                p = self.path(string(f, f"schedule.files[{i}]"))
-                if not p.is_file():
-                    raise ScenarioError(f"schedule.files[{i}]: file not found: {p}")
-                hl = Heads.from_npz(p)
-                if hl.d != self.d:
-                    raise ScenarioError(f"schedule.files[{i}]: heads act on R^{hl.d}, "
-                                        f"attention.d = {self.d}")
+                hl = self._heads_file(f, f"schedule.files[{i}]")
                 layers.append(hl.with_(w=self._weights(hl.H)))
             return Layers.of(layers, delta=s["delta"])
         sign = heads.value_alignment()

@@ -1,1 +1,47 @@
-"""Subcommands of the ``wflow`` CLI: one module each, exposing ``register(subparsers)``."""
+"""Subcommands of the ``wflow`` CLI: one module each, exposing ``register(subparsers)``.
+
+Shared by the commands that write an output folder: :func:`add_output` (``--out`` and
+``--overwrite``), :func:`prepare` (checks the location before any computation, see
+:func:`wflow.io.prepare_output`) and :func:`finish` (the exit status of a run: 0 only for
+``status == "success"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_output", "prepare", "finish"]
+
+
+def add_output(p: argparse.ArgumentParser, *, required: bool = True,
+               default: str | None = None) -> None:
+    """Add ``--out DIR`` and ``--overwrite`` to a command's parser."""
+    dflt = f" [{default}]" if default is not None else ""
+    p.add_argument("--out", required=required, default=default, metavar="DIR",
+                   help="output folder, written all-or-nothing; must be new, empty or a "
+                   f"previous wflow output (with --overwrite){dflt}")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a previous wflow output at --out (never a folder wflow did not "
+                   "write, nor files added to it)")
+
+
+def prepare(args: argparse.Namespace) -> Path:
+    """Check ``args.out`` before computing (exit status 2 on refusal); absolute path."""
+    from ..io import prepare_output
+
+    return prepare_output(args.out, overwrite=args.overwrite)
+
+
+def finish(command: str, status: str, message: str = "") -> int:
+    """Exit status of a run: 0 for ``"success"``, else 1 with one line naming status and reason.
+
+    Every other status (``failed``, ``inaccurate``, ``locked``, ``not_converged``,
+    ``max_steps``, ...) is a run whose numbers must not be taken at face value.
+    """
+    if status == "success":
+        return 0
+    print(f"wflow {command}: run {status}" + (f": {message}" if message else ""),
+          file=sys.stderr)
+    return 1

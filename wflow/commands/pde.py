@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+from . import add_output, finish, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`mpirun -n P wflow pde ...`.",
     )
     p.add_argument("scenario", help="scenario TOML file")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--render", action="store_true",
                    help="write PNG snapshots of the density at every output time (pyvista)")
     p.add_argument("--gif", action="store_true",
@@ -44,17 +47,22 @@ def _main(args: argparse.Namespace) -> int:
     from ..pde.run import run_pde
     from ..scenario import load_scenario
 
+    out = prepare(args)  # collective: rank 0 decides
     sc = load_scenario(args.scenario)
     if args.mesh is not None:
         sec = dict(sc.sections.get("pde", {}), mesh=args.mesh)
         sc.sections["pde"] = sec
-    res = run_pde(sc, args.out, render=args.render, progress=args.progress,
+    res = run_pde(sc, out, render=args.render, progress=args.progress,
                   overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]
-        edi = res.balance.get("edi", float("nan"))
+        edi = res.balance.get("edi", math.nan)
+        edi_s = (f"EDI residual {edi:.3e}" if math.isfinite(edi) else
+                 "EDI not applicable (heads not value-aligned)" if res.sign == 0 else
+                 "EDI not recorded")
         print(f"pde: {res.status}, {res.stats['cells']} cells, {res.stats['steps']} steps "
               f"({res.stats['rejected_steps']} rejected) in {res.stats['wall_time']:.2f} s; "
-              f"E(T) = {fin.get('E', float('nan')):.6g}, mass error "
-              f"{res.stats['mass_error_max']:.1e}, EDI residual {edi:.3e}; wrote {args.out}")
-    return 0
+              f"E(T) = {fin.get('E', math.nan):.6g}, mass error "
+              f"{res.stats['mass_error_max']:.1e}, {edi_s}; wrote {args.out}")
+        return finish("pde", res.status, res.message)
+    return 0 if res.status == "success" else 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
+
+from . import add_output, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,17 +16,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
         help="run a verification study: fit what the theory predicts, write a verdict",
-        description="Run one verification study of THEORY.md (§5, §6): it computes, fits the "
+        description="Run one verification study of THEORY.md (§5, §6, §7): it computes, fits the "
         "predicted quantities (orders, rates, slopes), compares them with the theory and "
         "writes DIR/summary.json (fits, verdict, raw series) and a plot. Independent runs "
         "are distributed over MPI ranks under `mpirun -n P wflow verify ...` with identical "
         f"numbers. Studies: {', '.join(names)}.",
     )
     p.add_argument("study", choices=names, metavar="STUDY", help=f"one of: {', '.join(names)}")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--quick", action="store_true",
                    help="small version that runs in seconds (used by the test suite)")
     p.add_argument("--seed", type=int, default=0, help="master seed [0]")
+    p.add_argument("--fault", default=None, metavar="NAME",
+                   help="inject one of the study's documented negative controls (its FAULTS; "
+                        "the verdict must then be FAIL)")
     p.set_defaults(func=_main)
 
 
@@ -32,8 +37,18 @@ def _main(args: argparse.Namespace) -> int:
     from ..parallel import comm_rank_size
     from ..studies.registry import load_study
 
+    comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location
     mod = load_study(args.study)
-    res = mod.run(out=Path(args.out), quick=args.quick, seed=args.seed)
+    kw = {}
+    if args.fault is not None:  # bad input: refused before the output location is touched
+        faults = getattr(mod, "FAULTS", {})
+        if args.fault not in faults:
+            print(f"wflow verify: error: --fault: {args.study} has no negative control "
+                  f"{args.fault!r} (known: {sorted(faults)})", file=sys.stderr)
+            return 2
+        kw["fault"] = args.fault
+    out = prepare(args)
+    res = mod.run(out=out, quick=args.quick, seed=args.seed, **kw)
     if comm_rank_size()[1] == 0:
         print(f"verify {res.name}: {'PASS' if res.passed else 'FAIL'} — {res.verdict}")
         print(f"wrote {args.out}/summary.json" + "".join(f", {f}" for f in res.figures))

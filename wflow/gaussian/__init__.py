@@ -13,7 +13,11 @@ Rooms, in data-flow order:
 * :mod:`~wflow.gaussian.options` — the ``wflow gaussian`` scenario schema;
 * :mod:`~wflow.gaussian.moments` — right-hand side, PSD factors, Jacobian;
 * :mod:`~wflow.gaussian.riccati` — closed forms, blow-up times, equilibria;
-* :mod:`~wflow.gaussian.classify` — long-time classifier and phase diagrams;
+* :mod:`~wflow.gaussian.structure` — structural long-time rules (linear flow, ``A = 0``
+  Lyapunov/kernel invariants, commuting closed form);
+* :mod:`~wflow.gaussian.asymptotics` — exponential / algebraic rates read off a tail;
+* :mod:`~wflow.gaussian.classify` — long-time classifier (:mod:`~wflow.gaussian.verdict`:
+  its result) and phase diagrams;
 * :mod:`~wflow.gaussian.bures` — Bures–Wasserstein distance and map;
 * :mod:`~wflow.gaussian.particles` — the ``n``-particle system;
 * :mod:`~wflow.gaussian.reach` — exact reachability by time-varying controls;
@@ -21,7 +25,8 @@ Rooms, in data-flow order:
 * :mod:`~wflow.gaussian.run` — scenario → files (with :mod:`~wflow.gaussian.plots`).
 """
 
-from .bures import bures_map, bures_wasserstein_distance
+from .asymptotics import RateFit, fit_tail_rate
+from .bures import bures_distance, bures_map, bures_wasserstein_distance
 from .classify import LABELS, Classification, PhaseDiagram, classify, phase_diagram
 from .moments import moment_rhs, psd_factor
 from .options import GaussianScenario, PhaseSpec, load_gaussian_scenario, parse_gaussian_scenario
@@ -37,10 +42,12 @@ from .particles import ParticleRun, empirical_moments, particle_velocity, simula
 from .reach import ReachPhase, ReachPlan, ReachResult, plan_controls, principal_rotation, reach
 from .riccati import (
     Equilibrium,
+    EquilibriumFamily,
     blowup_time_closed_form,
     blowup_time_isotropic,
     blowup_time_scalar,
     equilibria,
+    equilibrium_families,
     riccati_closed_form,
     riccati_linearisation,
     riccati_residual,
@@ -68,12 +75,17 @@ __all__ = [
     "sym_basis",
     "Equilibrium",
     "equilibria",
+    "EquilibriumFamily",
+    "equilibrium_families",
+    "RateFit",
+    "fit_tail_rate",
     "LABELS",
     "Classification",
     "PhaseDiagram",
     "classify",
     "phase_diagram",
     "bures_wasserstein_distance",
+    "bures_distance",
     "bures_map",
     "particle_velocity",
     "ParticleRun",

@@ -1,41 +1,72 @@
 """Long-time classifier of the covariance for constant parameters (THEORY.md §7).
 
-Classifier (for full-rank initial covariances) — labels:
+``classify(params)`` describes every full-rank initial covariance
+(``scope="all"``); ``classify(params, Sigma0=S)`` the trajectory from ``S``
+(``scope="Sigma0"``), with its limit, rate or blow-up time. Labels
+(:data:`LABELS`):
 
-* ``"converges"``: every ``Σ₀ ≻ 0`` converges (to the PD equilibrium or to 0);
-* ``"blows_up"``: every ``Σ₀ ≻ 0`` blows up in finite time;
-* ``"depends_on_initial_data"``: small ``Σ₀`` survive, large ones blow up;
-* ``"grows_exponentially"``: no blow-up, but unbounded growth;
-* ``"bounded"``: no blow-up, neither convergence nor growth (neutral directions);
-* ``"undetermined"``: the probe could not decide within its horizon.
+* ``"converges_to_zero"`` — ``Σ → 0``, exponentially (``‖Σ‖ ~ e^{−rt}``) or
+  algebraically (``‖Σ‖ ~ t^{−p}``), with the rate;
+* ``"converges"`` — ``Σ → Σ∞ ≠ 0`` (``limit``, ``limit_rank``; it depends on Σ₀
+  on a continuum of equilibria), with the rate of ``‖Σ − Σ∞‖``;
+* ``"blows_up"`` — finite-time blow-up (``blowup_time`` for a given Σ₀);
+* ``"depends_on_initial_data"`` — some Σ₀ blow up (or diverge), others converge;
+* ``"unbounded"`` — no blow-up but ``‖Σ‖ → ∞`` (exponential or algebraic rate);
+* ``"oscillates"`` — bounded without a limit ((quasi-)periodic);
+* ``"undetermined"`` — only from a probe (or a Lyapunov verdict awaiting its
+  confirmation), with the reason a longer horizon could settle.
 
-``method="exact"`` applies when ``V = vI`` and the symmetric part ``A_s``, the
-skew part ``A_k`` of ``A`` and ``C`` commute pairwise (scalar, isotropic,
-simultaneously diagonal cases): then ``G(t) = ∫_0^t e^{Aᵀs}Ce^{As}ds`` is
-diagonal in the common eigenbasis with entries
-``g_i(t) = c_i (e^{2a_i t} − 1)/(2a_i)`` and the per-direction scalar Bernoulli
-equations ``σ̇ = 2a_iσ + c_iσ²`` decide: blow-up for all data iff some
-``c_i > 0`` has ``a_i ≥ 0``; no blow-up iff all ``c_i ≤ 0``; otherwise it
-depends on the data (critical variance ``−2a_i/c_i``). Otherwise
-``method="probe"`` integrates the moment ODE from an ensemble of initial
-covariances (scales ``10^{-2}..10^{2}``, random orientations) up to a horizon
-and reads the outcome — a numerical verdict valid for that horizon.
+Decision order: the structural rules of :mod:`~wflow.gaussian.structure`
+(linear flow; ``A = 0`` with a Lyapunov function, frozen kernel part and
+self-similar decay; ``V = vI`` commuting closed form) decide exactly where they
+apply (``method="exact"`` or ``"lyapunov"``). Elsewhere the *probe* integrates
+from Σ₀ (``scope="all"``: an ensemble of scales ``10^{-2}..10^2`` and random
+orientations, each classified on its own) up to ``horizon`` and reads the tail
+with :func:`~wflow.gaussian.asymptotics.fit_tail_rate`:
+
+1. ``‖Σ‖`` settles on a decaying exponential or power law → ``converges_to_zero``;
+   on a growing one → ``unbounded``;
+2. else ``‖Σ̇‖ = ‖F(Σ)‖`` settles on ``e^{−rt}`` or ``t^{−q}`` with ``q > 1`` →
+   ``converges``, the limit extrapolated as ``Σ(T) + F(Σ(T))/r`` or
+   ``Σ(T) + T F(Σ(T))/(q − 1)`` and snapped to an isolated equilibrium or
+   polished by Newton's method when within the extrapolation error;
+3. else ``undetermined``, with the local rates and exponents that did not settle.
+
+For exact verdicts with a given Σ₀ the same tail fit is run as a check
+(``rate_fit``). Probe messages go to ``logging`` (never ``warnings``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
+from .asymptotics import fit_tail_rate
+from .moments import psd_factor
 from .params import GaussianParams
-from .riccati import Equilibrium, _scalar_value, equilibria, riccati_residual
-from .solver import integrate_moments
+from .riccati import (
+    Equilibrium,
+    equilibria,
+    equilibrium_families,
+    refine_equilibrium,
+    riccati_linearisation,
+    riccati_residual,
+)
+from .structure import (
+    _fit_distance,
+    commuting_rule,
+    homogeneous_rule,
+    integrate_tail,
+    linear_rule,
+    probe_tolerances,
+)
+from .verdict import LABELS, Classification
 
 __all__ = [
     "LABELS",
@@ -48,203 +79,304 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _EPS = np.finfo(np.float64).eps
-
-#: Classifier labels, in plotting order.
-LABELS = ("converges", "blows_up", "depends_on_initial_data", "grows_exponentially", "bounded",
-          "undetermined")
-
-
-@dataclass(frozen=True)
-class Classification:
-    """Long-time behaviour of the covariance for constant ``(A, V, B)``.
-
-    Attributes
-    ----------
-    label : str
-        One of :data:`LABELS` (for full-rank initial covariances).
-    method : {"exact", "probe"}
-    reason : str
-        One sentence explaining the verdict.
-    limit : (d, d) array or None
-        Limit covariance when ``label == "converges"`` (full-rank data).
-    equilibria : tuple of Equilibrium
-    details : dict
-        ``exact``: eigen-directions ``a_i``, ``c_i`` and critical variances
-        ``−2a_i/c_i``; ``probe``: per-run outcomes and the horizon.
-    """
-
-    label: str
-    method: str
-    reason: str
-    limit: np.ndarray | None
-    equilibria: tuple[Equilibrium, ...]
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary."""
-        return {
-            "label": self.label,
-            "method": self.method,
-            "reason": self.reason,
-            "limit": None if self.limit is None else self.limit.tolist(),
-            "equilibria": [e.to_dict() for e in self.equilibria],
-            "details": self.details,
-        }
+#: Smallest power-law exponent of ``‖Σ̇‖`` read as convergence: ``∫ t^{−q} dt < ∞`` needs
+#: ``q > 1``; the margin keeps a drifting ``q ≈ 1`` (logarithmic drift) out.
+_Q_MARGIN = 0.05
 
 
-def _commuting_structure(params: GaussianParams, rtol: float = 1e-10
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(a, c, U)`` if ``V = vI`` and ``A_s, A_k, C`` commute; ``U`` the common eigenbasis."""
-    v = _scalar_value(params.V)
-    if v is None:
-        return None
-    A = params.A
-    As, Ak = 0.5 * (A + A.T), 0.5 * (A - A.T)
-    C = v * (params.B + params.B.T)
-    scale = max(np.linalg.norm(As), np.linalg.norm(Ak), np.linalg.norm(C), 1e-300)
-    for X, Y in ((As, C), (Ak, C), (As, Ak)):
-        if np.linalg.norm(X @ Y - Y @ X) > rtol * scale**2:
-            return None
-    nA, nC = np.linalg.norm(As), np.linalg.norm(C)
-    # a generic combination separates the joint eigenvalues (golden-ratio weight)
-    gamma = 0.6180339887498949 * (nA / nC if nA > 0 and nC > 0 else 1.0)
-    _, U = np.linalg.eigh(As + gamma * C)
-    Da, Dc = U.T @ As @ U, U.T @ C @ U
-    off = max(np.linalg.norm(Da - np.diag(np.diag(Da))), np.linalg.norm(Dc - np.diag(np.diag(Dc))))
-    if off > 1e3 * rtol * scale:
-        return None
-    return np.diag(Da).copy(), np.diag(Dc).copy(), U
+def _structural(params: GaussianParams, Sigma0: np.ndarray | None, *, horizon: float,
+                solver: str) -> Classification | None:
+    for rule in (lambda: linear_rule(params, Sigma0),
+                 lambda: homogeneous_rule(params, Sigma0, horizon=horizon, solver=solver),
+                 lambda: commuting_rule(params, Sigma0)):
+        cl = rule()
+        if cl is not None:
+            return cl
+    return None
 
 
-def _classify_exact(params: GaussianParams, a: np.ndarray, c: np.ndarray, U: np.ndarray,
-                    eqs: tuple[Equilibrium, ...]) -> Classification:
-    scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(c), initial=0.0)),
-                1e-300)
-    tol = 1e3 * _EPS * scale  # round-off of the joint eigen-decomposition
-    pos = c > tol
-    details: dict[str, Any] = {"a": a.tolist(), "c": c.tolist(), "basis": U.tolist()}
-    if np.any(pos & (a >= -tol)):
-        i = int(np.argmax(pos & (a >= -tol)))
-        return Classification("blows_up", "exact",
-                              f"direction {i}: c = {c[i]:.4g} > 0 with a = {a[i]:.4g} >= 0 "
-                              "(G(t) is unbounded)", None, eqs, details)
-    if np.any(pos):
-        crit = np.where(pos, -2 * a / np.where(pos, c, 1.0), np.inf)
-        details["critical_variance"] = [float(x) if math.isfinite(x) else None for x in crit]
-        return Classification("depends_on_initial_data", "exact",
-                              "attention expands (c > 0) only along contracting directions "
-                              "(a < 0): covariances above the critical variance −2a/c blow up, "
-                              "small ones do not", None, eqs, details)
-    zero_c = np.abs(c) <= tol
-    if np.any(zero_c & (a > tol)):
-        return Classification("grows_exponentially", "exact",
-                              "no blow-up (c <= 0), but a direction with c = 0 and a > 0 grows "
-                              "like e^{2at}", None, eqs, details)
-    if np.any(zero_c & (np.abs(a) <= tol)):
-        return Classification("bounded", "exact",
-                              "no blow-up; a neutral direction (a = c = 0) keeps its variance",
-                              None, eqs, details)
-    sig = np.where(a > tol, -2 * a / np.where(c < -tol, c, -1.0), 0.0)
-    limit = (U * sig) @ U.T
-    return Classification("converges", "exact",
-                          "every direction contracts to its equilibrium variance "
-                          "(−2a/c for a > 0, 0 otherwise)", 0.5 * (limit + limit.T), eqs,
-                          details)
-
-
-def _probe_run_outcome(params: GaussianParams, S0: np.ndarray, horizon: float, method: str
-                       ) -> tuple[str, np.ndarray]:
-    d = params.d
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        tr = integrate_moments(params, np.zeros(d), S0, horizon, n_out=11, method=method,
-                               rtol=1e-8, atol=1e-12)
+def _with_fit(cl: Classification, params: GaussianParams, Sigma0: np.ndarray, horizon: float,
+              solver: str) -> Classification:
+    """Attach the tail fit of an integration up to ``horizon`` (a check of an exact verdict)."""
+    if cl.rate_kind == "stationary" or cl.label not in ("converges", "converges_to_zero",
+                                                         "unbounded", "blows_up"):
+        return cl
+    tr = integrate_tail(params, Sigma0, horizon, solver=solver)
+    details = dict(cl.details)
+    if cl.label == "blows_up":
+        details["blowup_time_integrated"] = tr.blowup_time
+        return replace(cl, details=details)
     if tr.status == "blowup":
-        return "blowup", tr.final_Sigma
-    if tr.status == "failed":
-        return "failed", tr.final_Sigma
-    S = tr.final_Sigma
-    nS = float(np.linalg.norm(S))
-    F = riccati_residual(params, S)
+        details["check"] = f"the check integration blew up at t = {tr.blowup_time}"
+        logger.warning("classify: exact verdict %s but the integration blew up (%s)", cl.label,
+                       tr.message)
+        return replace(cl, details=details)
+    target = cl.limit if cl.label == "converges" else None
+    fit = _fit_distance(tr, target, Sigma0)
+    return replace(cl, rate_fit=fit, details=details)
+
+
+def _certify(params: GaussianParams, t: np.ndarray, S: np.ndarray,
+             eqs: Sequence[Equilibrium]) -> tuple[np.ndarray, float, float, dict] | None:
+    """Local Lyapunov certificate that the sampled trajectory converges to a stable equilibrium.
+
+    ``F`` is quadratic: ``F(Σ* + H) = J[H] + Q(H)``, ``J = DF(Σ*)``,
+    ``‖Q(H)‖_F ≤ 2‖V‖₂‖B‖₂‖H‖_F²``. With ``JᵀP + PJ = −I`` (``J`` stable),
+    ``d/dt hᵀPh ≤ −|h|² + 4‖P‖‖V‖‖B‖|h|³ < 0`` for ``|h| < ρ = 1/(4‖P‖‖V‖‖B‖)``,
+    so the sublevel set ``{hᵀPh ≤ λ_min(P) ρ²}`` lies in that ball, is invariant and
+    is attracted to ``Σ*`` at the rate ``−max Re spec J``. Returns
+    ``(Σ*, rate, t_enter, info)`` for the first sample inside, or None.
+    """
+    from .riccati import sym_basis
+
+    cands = [e.Sigma for e in eqs if e.stable]
+    ref = refine_equilibrium(params, S[-1])
+    if ref is not None and np.linalg.eigvalsh(ref)[0] >= -1e-12 * max(
+            float(np.linalg.norm(ref)), 1.0):
+        cands.append(ref)
+    E = sym_basis(params.d)
+    nVB = float(np.linalg.norm(params.V, 2) * np.linalg.norm(params.B, 2))
+    for Sstar in cands:
+        J = riccati_linearisation(params, Sstar)
+        spec = np.linalg.eigvals(J)
+        # eigenvalues within round-off of the imaginary axis do not count as stable
+        if not np.all(spec.real < -1e3 * _EPS * max(1.0, float(np.max(np.abs(spec))))):
+            continue
+        P = scipy.linalg.solve_continuous_lyapunov(J.T, -np.eye(J.shape[0]))
+        P = 0.5 * (P + P.T)
+        lam = np.linalg.eigvalsh(P)
+        if lam[0] <= 0:
+            continue
+        rho = math.inf if nVB == 0 else 1.0 / (4.0 * float(lam[-1]) * nVB)
+        level = 0.999 * float(lam[0]) * rho**2  # margin for the integration error
+        h = np.einsum("kij,tij->tk", E, S - Sstar[None])
+        vals = np.einsum("tk,kl,tl->t", h, P, h)
+        inside = np.flatnonzero(vals <= level)
+        if inside.size and inside[-1] == t.size - 1:
+            # first sample from which the trajectory stays inside (it cannot leave: invariant)
+            k = int(inside[0])
+            rate = float(-np.max(spec.real))
+            return (0.5 * (Sstar + Sstar.T), rate, float(t[k]),
+                    {"rho": rho, "level": level, "value_at_entry": float(vals[k]),
+                     "spectrum_real_max": float(np.max(spec.real))})
+    return None
+
+
+def _probe_one(params: GaussianParams, S0: np.ndarray, horizon: float, solver: str,
+               eqs: Sequence[Equilibrium]) -> Classification:
+    """Probe verdict for the trajectory from ``S0`` (module docstring, steps 1–3)."""
+    tr = integrate_tail(params, S0, horizon, solver=solver)
+    scope = "Sigma0"
+    if tr.status == "blowup":
+        return Classification("blows_up", "probe",
+                              f"the integration blew up (Riccati signature): {tr.message}",
+                              blowup_time=tr.blowup_time, scope=scope,
+                              details={"horizon": horizon})
+    t, S = tr.t, tr.Sigma
+    if tr.status == "completed":
+        cert = _certify(params, t, S, eqs)
+        if cert is not None:
+            Sstar, rate, tc, info = cert
+            lab = "converges" if np.any(Sstar) else "converges_to_zero"
+            return Classification(lab, "lyapunov",
+                                  f"the trajectory enters at t = {tc:.6g} the certified basin of "
+                                  "the stable equilibrium (local Lyapunov function hᵀPh, "
+                                  "JᵀP + PJ = −I, with the quadratic remainder ‖Q(H)‖ ≤ "
+                                  "2‖V‖‖B‖‖H‖²); rate from the linearisation", Sstar,
+                                  "exponential", rate, scope="Sigma0",
+                                  details={"horizon": horizon, "certificate": info})
+    rtol, _, floor = probe_tolerances(S0)
+    nS = np.linalg.norm(S, axis=(1, 2))
+    fitS = fit_tail_rate(t, nS, floor=floor)
+    details: dict[str, Any] = {"horizon": horizon, "fit_norm": fitS.to_dict()}
+    if tr.status == "failed" and not (fitS.kind in ("exponential", "algebraic")
+                                      and fitS.rate is not None and fitS.rate < 0):
+        return Classification("undetermined", "probe",
+                              f"the integration failed at t = {t[-1]:.6g} ({tr.message}); a "
+                              "different solver or horizon may get through", scope=scope,
+                              details=details)
+    if fitS.kind in ("exponential", "algebraic") and fitS.rate is not None:
+        if fitS.rate > 0:
+            return Classification("converges_to_zero", "probe",
+                                  f"‖Σ(t)‖: {fitS.reason}", np.zeros_like(S0), fitS.kind,
+                                  fitS.rate, scope=scope, rate_fit=fitS, details=details)
+        # growth is read as 'unbounded' only once ‖Σ‖ is far beyond the scale
+        # ‖A‖/(‖V‖‖B‖) where the quadratic term catches up with the linear one: below it,
+        # an exponential phase may still end in a blow-up (σ̇ = 2aσ + cσ²)
+        nVB = float(np.linalg.norm(params.V, 2) * np.linalg.norm(params.B, 2))
+        bal = float(np.linalg.norm(params.A, 2)) / nVB if nVB > 0 else 0.0
+        if nVB > 0 and float(nS[-1]) < 1e3 * max(bal, float(nS[0])):
+            return Classification("undetermined", "probe",
+                                  f"‖Σ‖ grows ({fitS.reason}) but by t = {t[-1]:.6g} it is "
+                                  f"{float(nS[-1]):.3g}, not yet ≫ ‖A‖/(‖V‖‖B‖) = {bal:.3g} "
+                                  "where the attention term catches up: a longer horizon "
+                                  "decides between blow-up and unbounded growth", scope=scope,
+                              rate_fit=fitS, details=details)
+        return Classification("unbounded", "probe", f"‖Σ(t)‖ grows: {fitS.reason}", None,
+                              fitS.kind, -fitS.rate, scope=scope, rate_fit=fitS, details=details)
+    dS = np.array([np.linalg.norm(riccati_residual(params, Sk)) for Sk in S])
     kappa = (np.linalg.norm(params.A, 2)
-             + np.linalg.norm(params.V, 2) * np.linalg.norm(params.B, 2) * np.linalg.norm(S, 2))
-    if nS <= 1e-8 * np.linalg.norm(S0):
-        return "to_zero", S
-    if np.linalg.norm(F) <= 1e-6 * max(kappa, 1e-300) * nS:
-        return "converged", S
-    if np.trace(S) >= 1e3 * max(float(np.trace(S0)), 1.0):
-        return "grows", S
-    return "undecided", S
+             + 2 * np.linalg.norm(params.V, 2) * np.linalg.norm(params.B, 2) * nS)
+    # F(Σ) inherits the integration error of Σ (~1e3 rtol ‖Σ‖) times its Lipschitz constant
+    floor_d = float(np.max(1e3 * rtol * kappa * nS)) + floor
+    if dS[0] <= floor_d:
+        return Classification("converges" if np.any(S0) else "converges_to_zero", "probe",
+                              "Σ₀ is an equilibrium (F(Σ₀) = 0 to round-off)", S0.copy(),
+                              "stationary", None, scope=scope, details=details)
+    fitD = fit_tail_rate(t, dS, floor=floor_d)
+    details["fit_increments"] = fitD.to_dict()
+    ST, FT, T = S[-1], riccati_residual(params, S[-1]), float(t[-1])
+    if fitD.kind == "exponential" and fitD.rate is not None and fitD.rate > 0:
+        corr = FT / fitD.rate
+        kind, rate = "exponential", fitD.rate
+    elif (fitD.kind == "algebraic" and fitD.rate is not None
+          and fitD.rate > 1 + _Q_MARGIN):
+        corr = T * FT / (fitD.rate - 1)
+        kind, rate = "algebraic", fitD.rate - 1
+    else:
+        bounded = float(np.max(nS[t >= 0.5 * T])) <= 10 * max(float(np.max(nS[t < 0.5 * T])),
+                                                               1e-300)
+        hint = (" (bounded and not settling: an oscillation or a slow drift)" if bounded else "")
+        return Classification("undetermined", "probe",
+                              f"by t = {T:.6g} neither ‖Σ‖ ({fitS.reason}) nor ‖Σ̇‖ "
+                              f"({fitD.reason}) settled on a law{hint}; a longer horizon can "
+                              "settle it", scope=scope, details=details)
+    lim = 0.5 * (ST + corr + (ST + corr).T)
+    err = max(10 * float(np.linalg.norm(corr)), 1e3 * rtol * float(np.linalg.norm(ST)))
+    snapped = "extrapolated"
+    for e in eqs:
+        if float(np.linalg.norm(e.Sigma - lim)) <= err:
+            lim, snapped = e.Sigma.copy(), f"snapped to the isolated equilibrium ({e.source})"
+            break
+    else:
+        ref = refine_equilibrium(params, lim)
+        if ref is not None and float(np.linalg.norm(ref - lim)) <= err:
+            spec = np.abs(np.linalg.eigvals(riccati_linearisation(params, ref)))
+            # a (numerically) singular linearisation: ref is one point of a continuum of
+            # equilibria, no better than the extrapolation; otherwise the isolated root
+            if float(np.min(spec)) > 1e-8 * max(float(np.max(spec)), 1e-300):
+                lim, snapped = ref, "polished by Newton's method (isolated equilibrium)"
+            else:
+                snapped = "extrapolated (on a continuum of equilibria)"
+    details["limit_error_estimate"] = err
+    if float(np.linalg.norm(lim)) <= err:
+        return Classification("converges_to_zero", "probe",
+                              f"‖Σ̇‖: {fitD.reason}; the extrapolated limit is 0 to its error",
+                              np.zeros_like(S0), kind, rate, scope=scope, rate_fit=fitD,
+                              details=details)
+    return Classification("converges", "probe",
+                          f"‖Σ̇‖: {fitD.reason}; limit {snapped} (error ≲ {err:.2g})", lim, kind,
+                          rate, scope=scope, rate_fit=fitD, details=details)
 
 
-def _classify_probe(params: GaussianParams, eqs: tuple[Equilibrium, ...], *, horizon: float,
-                    n_scales: int, n_orient: int, seed: int, method: str) -> Classification:
-    d = params.d
+def _ensemble(d: int, *, n_scales: int, n_orient: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    outcomes: list[dict[str, Any]] = []
-    finals = []
+    out = []
     for s in np.geomspace(1e-2, 1e2, n_scales):
         for _ in range(n_orient):
             Qm, _ = np.linalg.qr(rng.standard_normal((d, d)))
             lam = s * np.exp(0.5 * rng.standard_normal(d))
             S0 = (Qm * lam) @ Qm.T
-            S0 = 0.5 * (S0 + S0.T)
-            kind, S = _probe_run_outcome(params, S0, horizon, method)
-            outcomes.append({"scale": float(s), "outcome": kind})
-            finals.append((kind, S))
-    kinds = [o["outcome"] for o in outcomes]
-    details = {"horizon": horizon, "runs": outcomes}
-    n_blow = kinds.count("blowup")
-    if n_blow == len(kinds):
-        return Classification("blows_up", "probe",
-                              f"all {len(kinds)} probe runs blew up before t = {horizon}", None,
-                              eqs, details)
-    if n_blow > 0:
-        return Classification("depends_on_initial_data", "probe",
-                              f"{n_blow} of {len(kinds)} probe runs blew up before t = {horizon}",
-                              None, eqs, details)
-    if all(k in ("converged", "to_zero") for k in kinds):
-        lims = [S for _, S in finals]
-        ref = lims[0] if kinds[0] == "converged" else np.zeros((d, d))
-        same = all(np.linalg.norm((S if k == "converged" else 0 * S) - ref)
-                   <= 1e-4 * max(1.0, np.linalg.norm(ref)) for k, S in finals)
-        if same:
-            return Classification("converges", "probe",
-                                  f"all {len(kinds)} probe runs converged to the same limit "
-                                  f"by t = {horizon}", ref, eqs, details)
-        return Classification("converges", "probe",
-                              "probe runs converged, to limits that depend on the initial data",
-                              None, eqs, details)
-    if all(k == "grows" for k in kinds):
-        return Classification("grows_exponentially", "probe",
-                              f"no blow-up but every probe run grew by >= 1e3 by t = {horizon}",
-                              None, eqs, details)
-    msg = (f"probe runs did not agree within the horizon {horizon} "
-           f"(outcomes: {sorted(set(kinds))}); increase `horizon`")
-    warnings.warn(f"classify: {msg}", RuntimeWarning, stacklevel=3)
-    return Classification("undetermined", "probe", msg, None, eqs, details)
+            out.append(0.5 * (S0 + S0.T))
+    return out
 
 
-def classify(params: GaussianParams, *, method: str = "auto", horizon: float = 50.0,
-             n_scales: int = 5, n_orient: int = 2, seed: int = 0,
-             solver: str = "LSODA") -> Classification:
+_METHOD_ORDER = {"exact": 0, "lyapunov": 1, "probe": 2}
+
+
+def _aggregate(runs: list[tuple[np.ndarray, Classification]], horizon: float) -> Classification:
+    """Combine per-Σ₀ verdicts of an ensemble into one ``scope="all"`` verdict."""
+    cls = [c for _, c in runs]
+    labels = [c.label for c in cls]
+    n = len(cls)
+    method = max((c.method for c in cls), key=_METHOD_ORDER.__getitem__)
+    details: dict[str, Any] = {
+        "horizon": horizon,
+        "runs": [{"scale": float(np.trace(S)) / S.shape[0], "label": c.label, "method": c.method,
+                  "rate_kind": c.rate_kind, "rate": c.rate, "blowup_time": c.blowup_time}
+                 for S, c in runs]}
+    counts = {lab: labels.count(lab) for lab in LABELS if lab in labels}
+    conv = ("converges", "converges_to_zero")
+    if all(lab == "blows_up" for lab in labels):
+        return Classification("blows_up", method, f"all {n} initial covariances blew up",
+                              details=details)
+    if "undetermined" in labels:
+        first = cls[labels.index("undetermined")]
+        return Classification("undetermined", method,
+                              f"{counts['undetermined']} of {n} runs undetermined (outcomes "
+                              f"{counts}); first: {first.reason}", details=details)
+    if "blows_up" in labels:
+        if all(lab in (*conv, "blows_up") for lab in labels):
+            return Classification("depends_on_initial_data", method,
+                                  f"{counts['blows_up']} of {n} initial covariances blew up, the "
+                                  "others converge", details=details)
+        return Classification("undetermined", method,
+                              f"{counts['blows_up']} of {n} blew up and the others did not "
+                              f"settle on a limit ({counts}); a longer horizon decides whether "
+                              "they blow up later", details=details)
+    if len(counts) > 1 and not all(lab in conv for lab in labels):
+        return Classification("depends_on_initial_data", method,
+                              f"the long-time behaviour depends on Σ₀: {counts}", details=details)
+    kinds = {c.rate_kind for c in cls}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    rates = [c.rate for c in cls if c.rate is not None]
+    lab = labels[0]
+    if lab == "unbounded":
+        return Classification("unbounded", method, f"all {n} runs grow without blowing up",
+                              None, kind, max(rates) if rates and kind else None,
+                              details=details)
+    if lab == "oscillates":
+        return Classification("oscillates", method, f"all {n} runs oscillate", details=details)
+    # all converge (possibly to 0)
+    rate = min(rates) if rates and kind else None
+    if all(lab == "converges_to_zero" for lab in labels):
+        d = runs[0][0].shape[0]
+        return Classification("converges_to_zero", method,
+                              f"all {n} initial covariances converge to 0", np.zeros((d, d)),
+                              kind, rate, details=details)
+    lims = [c.limit for c in cls]
+    ref = lims[0]
+    same = ref is not None and all(
+        L is not None and float(np.linalg.norm(L - ref)) <= 1e-6 * max(1.0, float(
+            np.linalg.norm(ref))) for L in lims)
+    if same:
+        return Classification("converges", method,
+                              f"all {n} initial covariances converge to the same limit", ref,
+                              kind, rate, details=details)
+    return Classification("converges", method,
+                          f"all {n} initial covariances converge, to limits that depend on Σ₀",
+                          None, kind, rate, details=details)
+
+
+def classify(params: GaussianParams, *, Sigma0: np.ndarray | None = None, method: str = "auto",
+             horizon: float = 50.0, n_scales: int = 5, n_orient: int = 2, seed: int = 0,
+             solver: str = "LSODA", check: bool = True) -> Classification:
     """Classify the long-time behaviour of Σ for constant ``(A, V, B)`` (module docstring).
 
     Parameters
     ----------
     params : GaussianParams
         ``b`` only enters the mean equilibria.
+
+    Other Parameters
+    ----------------
+    Sigma0 : (d, d) array, optional
+        Classify the trajectory from this PSD covariance (any rank): its limit,
+        rate or blow-up time. Default: every full-rank Σ₀ (``scope="all"``).
     method : {"auto", "exact", "probe"}
-        ``auto``: exact when the commuting structure holds, else probe.
+        ``auto``: a structural rule where one applies, else the probe; ``exact``:
+        structural rules only (``ValueError`` if none applies); ``probe``: probe only.
     horizon : float
-        Probe integration time.
+        Integration time of the probe and of the rate check.
     n_scales, n_orient : int
-        Probe ensemble: ``n_scales`` scales in ``[10^{-2}, 10^2]`` times
-        ``n_orient`` random orientations.
+        Probe ensemble (``scope="all"``): ``n_scales`` scales in ``[10^{-2}, 10^2]``
+        times ``n_orient`` random orientations.
     seed : int
         Seed of the probe ensemble and of the Newton starts.
     solver : str
-        ``solve_ivp`` method of the probe runs.
+        ``solve_ivp`` method of the integrations.
+    check : bool
+        With ``Sigma0``: fit the rate of an exact verdict on an integration (``rate_fit``).
 
     Returns
     -------
@@ -254,15 +386,53 @@ def classify(params: GaussianParams, *, method: str = "auto", horizon: float = 5
         raise ValueError(f"method: must be 'auto', 'exact' or 'probe', got {method!r}")
     if not (math.isfinite(horizon) and horizon > 0):
         raise ValueError(f"horizon: must be finite and > 0, got {horizon}")
+    d = params.d
     eqs = equilibria(params, seed=seed)
-    struct = _commuting_structure(params) if method != "probe" else None
-    if method == "exact" and struct is None:
-        raise ValueError("method='exact' needs V = vI and pairwise commuting A_s, A_k, "
-                         "V(B + Bᵀ)")
-    if struct is not None:
-        return _classify_exact(params, *struct, eqs)
-    return _classify_probe(params, eqs, horizon=horizon, n_scales=int(n_scales),
-                           n_orient=int(n_orient), seed=seed, method=solver)
+    fams = equilibrium_families(params)
+
+    def attach(cl: Classification) -> Classification:
+        extra = tuple(f for f in cl.families if f not in fams)
+        return replace(cl, equilibria=eqs, families=tuple(fams) + extra)
+
+    S0 = None
+    if Sigma0 is not None:
+        S0 = np.asarray(Sigma0, dtype=np.float64)
+        if S0.shape != (d, d):
+            raise ValueError(f"Sigma0: expected shape ({d}, {d}), got {S0.shape}")
+        psd_factor(S0, name="Sigma0")
+        S0 = 0.5 * (S0 + S0.T)
+        if psd_factor(S0, name="Sigma0").shape[1] == 0:
+            return attach(Classification("converges_to_zero", "exact",
+                                         "Σ₀ = 0 is an equilibrium (the rank of Σ is invariant)",
+                                         np.zeros((d, d)), "stationary", None, scope="Sigma0"))
+    if method != "probe":
+        cl = _structural(params, S0, horizon=horizon, solver=solver)
+        if cl is not None:
+            if check and S0 is not None and cl.rate_fit is None:
+                cl = _with_fit(cl, params, S0, horizon, solver)
+            return attach(cl)
+        if method == "exact" and S0 is not None:
+            raise ValueError("method='exact': no structural rule applies (needs a linear flow, "
+                             "A = 0 with symmetric definite V and symmetric B, or V = vI with "
+                             "A_s, A_k, V(B + Bᵀ) commuting)")
+    if S0 is not None:
+        cl = _probe_one(params, S0, horizon, solver, eqs)
+        logger.info("classify: %s", cl.summary_line())
+        return attach(cl)
+    runs = []
+    for S in _ensemble(d, n_scales=int(n_scales), n_orient=int(n_orient), seed=seed):
+        c = _structural(params, S, horizon=horizon, solver=solver) if method != "probe" else None
+        if c is None:
+            if method == "exact":
+                raise ValueError("method='exact': no structural rule applies (needs a linear "
+                                 "flow, A = 0 with symmetric definite V and symmetric B, or "
+                                 "V = vI with A_s, A_k, V(B + Bᵀ) commuting)")
+            c = _probe_one(params, S, horizon, solver, eqs)
+        runs.append((S, c))
+    cl = _aggregate(runs, horizon)
+    if cl.label == "undetermined":
+        logger.info("classify: %s", cl.reason)
+    return attach(cl)
 
 
 @dataclass(frozen=True)
@@ -272,9 +442,9 @@ class PhaseDiagram:
     Attributes
     ----------
     x, y : 1-d arrays
-        Parameter values (``labels[j, i]`` is at ``(x[i], y[j])``).
-    labels : (ny, nx) array of str
-    methods : (ny, nx) array of str
+        Grid values.
+    labels : (len(y), len(x)) array of str
+    methods : (len(y), len(x)) array of str
     x_name, y_name : str
     """
 
@@ -304,12 +474,11 @@ def phase_diagram(family: Callable[[float, float], GaussianParams], x: Sequence[
     y = np.asarray(y, dtype=np.float64)
     labels = np.empty((y.size, x.size), dtype=object)
     methods = np.empty((y.size, x.size), dtype=object)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # 'undetermined' is a label here
-        for j, yy in enumerate(y):
-            for i, xx in enumerate(x):
-                cl = classify(family(float(xx), float(yy)), **classify_kw)
-                labels[j, i] = cl.label
-                methods[j, i] = cl.method
+    for j, yy in enumerate(y):
+        for i, xx in enumerate(x):
+            cl = classify(family(float(xx), float(yy)), **classify_kw)
+            labels[j, i] = cl.label
+            methods[j, i] = cl.method
     return PhaseDiagram(x=x, y=y, labels=labels.astype(str), methods=methods.astype(str),
                         x_name=x_name, y_name=y_name)
+

@@ -28,7 +28,9 @@ or a ``d × d`` matrix; ``b`` a length-``d`` vector or ``0``)::
 
     [classify]                              # constant parameters only
     method = "auto"                         # auto | exact | probe
-    horizon = 50.0
+    horizon = 50.0                          # probe / rate-check integration time
+    scope = "initial"                       # initial: the trajectory from [initial].Sigma
+                                            # all: every full-rank initial covariance
 
     [target]                                # for `wflow gaussian reach`
     m = [...]   Sigma = [[...]]   T = 1.0   # all required
@@ -76,7 +78,7 @@ _SECTIONS: dict[str, set[str]] = {
     "layer": _PARAM_KEYS | {"duration"},
     "initial": {"m", "Sigma"},
     "run": {"T", "n_out", "method", "rtol", "atol", "blowup_factor"},
-    "classify": {"method", "horizon"},
+    "classify": {"method", "horizon", "scope"},
     "target": {"m", "Sigma", "T", "keep_attention"},
     "particles": {"n", "seed", "steps"},
     "phase": {"x_name", "x", "y_name", "y", "n", "method", "horizon",
@@ -270,6 +272,10 @@ def parse_gaussian_scenario(data: Mapping[str, Any], *, source: str = "<dict>"
         if classify["method"] not in ("auto", "exact", "probe"):
             raise ValueError(f"classify.method: must be auto, exact or probe, got "
                              f"{classify['method']!r}")
+        classify["scope"] = ct.get("scope", "initial")
+        if classify["scope"] not in ("initial", "all"):
+            raise ValueError(f"classify.scope: must be initial or all, got "
+                             f"{classify['scope']!r}")
 
     target = None
     if "target" in data:

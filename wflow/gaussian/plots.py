@@ -100,8 +100,9 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
     return path
 
 
-_COLORS = {"converges": "#4c9f70", "blows_up": "#d1495b", "depends_on_initial_data": "#edae49",
-           "grows_exponentially": "#8e6c8a", "bounded": "#66a0d9", "undetermined": "#bbbbbb"}
+_COLORS = {"converges_to_zero": "#2e6f95", "converges": "#4c9f70", "blows_up": "#d1495b",
+           "depends_on_initial_data": "#edae49", "unbounded": "#8e6c8a", "oscillates": "#66a0d9",
+           "undetermined": "#bbbbbb"}
 
 
 def plot_phase_diagram(pd: PhaseDiagram, path: str | Path, *, title: str = "") -> Path:

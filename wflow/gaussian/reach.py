@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +211,8 @@ def plan_controls(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np
     Raises
     ------
     ValueError
-        If ``rank Σ₁ != rank Σ₀`` (the rank of Σ is invariant), or on bad shapes.
+        If ``rank Σ₁ != rank Σ₀`` (the rank of Σ is invariant), if ``Σ₀`` or ``Σ₁`` is not
+        symmetric (beyond round-off) or not PSD, or on bad shapes.
     """
     m0 = np.asarray(m0, dtype=np.float64)
     m1 = np.asarray(m1, dtype=np.float64)
@@ -228,6 +228,10 @@ def plan_controls(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np
     if not (math.isfinite(T) and T > 0):
         raise ValueError(f"T: must be finite and > 0, got {T}")
     base = GaussianParams.make(d, V=V, B=B)
+    # a covariance must be symmetric: beyond round-off (1e3 ε relative, psd_factor) it is an
+    # error naming the argument, never silently symmetrised
+    for name, S in (("Sigma0", S0), ("Sigma1 (target covariance)", S1)):
+        psd_factor(S, name=name)
     S0 = 0.5 * (S0 + S0.T)
     S1 = 0.5 * (S1 + S1.T)
     U0 = _range_basis(S0, "Sigma0")
@@ -296,6 +300,8 @@ class ReachResult:
         ``W2(N(m(T), Σ(T)), N(m₁, Σ₁))``.
     status : {"reached", "missed"}
     tol : float
+    message : str
+        Why the target was missed (empty when reached).
     target_m : (d,) array
     target_Sigma : (d, d) array
     """
@@ -309,11 +315,13 @@ class ReachResult:
     w2_error: float
     status: str
     tol: float
+    message: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary (controls at phase starts, errors, final moments)."""
         return {
             "status": self.status,
+            "message": self.message,
             "tol": self.tol,
             "m_error": self.m_error,
             "Sigma_error": self.Sigma_error,
@@ -334,8 +342,12 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
 
     ``status="reached"`` when ``m_error``, ``Sigma_error`` and ``w2_error`` are
     all ``<= tol`` (relative to ``max(|m₁|, ‖Σ₁‖_F, 1)``); otherwise
-    ``"missed"`` with a warning. The default integrator is explicit
-    (``DOP853``, order 8): the controlled system is not stiff.
+    ``"missed"`` with the reason in ``message`` (also logged as a warning).
+    ``w2_error`` is computed without cancellation
+    (:func:`~wflow.gaussian.bures.bures_wasserstein_distance`), so it resolves
+    ``|Δm|`` far below ``√ε``. A non-symmetric ``Sigma1`` raises ``ValueError``.
+    The default integrator is explicit (``DOP853``, order 8): the controlled system is
+    not stiff.
     """
     plan = plan_controls(m0, Sigma0, m1, Sigma1, T, V=V, B=B)
     traj = integrate_moments(plan.schedule(), np.asarray(m0, dtype=np.float64),
@@ -350,10 +362,10 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
     scale = max(float(np.linalg.norm(m1)), float(np.linalg.norm(S1)), 1.0)
     ok = traj.status == "completed" and max(m_err / scale, s_err, w2 / scale) <= tol
     status = "reached" if ok else "missed"
+    message = "" if ok else (f"target missed (integration {traj.status}, |Δm| = {m_err:.3g}, "
+                             f"relative ‖ΔΣ‖ = {s_err:.3g}, W2 = {w2:.3g}, tol = {tol:g})")
     if not ok:
-        warnings.warn(f"reach: target missed (status {traj.status}, |Δm| = {m_err:.3g}, "
-                      f"relative ‖ΔΣ‖ = {s_err:.3g}, W2 = {w2:.3g}, tol = {tol:g})",
-                      RuntimeWarning, stacklevel=2)
+        logger.warning("reach: %s", message)
     logger.info("reach: %s, |Δm| = %.3g, ‖ΔΣ‖ = %.3g, W2 = %.3g", status, m_err, s_err, w2)
     return ReachResult(plan=plan, trajectory=traj, target_m=m1, target_Sigma=S1, m_error=m_err,
-                       Sigma_error=s_err, w2_error=w2, status=status, tol=tol)
+                       Sigma_error=s_err, w2_error=w2, status=status, tol=tol, message=message)

@@ -49,10 +49,14 @@ __all__ = [
     "blowup_time_scalar",
     "blowup_time_isotropic",
     "Equilibrium",
+    "EquilibriumFamily",
+    "equilibrium_families",
+    "quadratic_term_vanishes",
     "riccati_residual",
     "riccati_linearisation",
     "sym_basis",
     "equilibria",
+    "refine_equilibrium",
 ]
 
 logger = logging.getLogger(__name__)
@@ -278,6 +282,128 @@ class Equilibrium:
         }
 
 
+@dataclass(frozen=True)
+class EquilibriumFamily:
+    """A continuum of equilibria: ``Σ = offset + Σ_k s_k E_k ⪰ 0`` over a linear span.
+
+    Attributes
+    ----------
+    offset : (d, d) array
+        A fixed part (the isolated equilibrium variances of other directions).
+    basis : (n, d, d) array
+        Frobenius-orthonormal symmetric directions ``E_k`` spanning the family.
+    description : str
+        The family in words, e.g. ``{Σ ⪰ 0 : BΣ = 0}``.
+    source : str
+        The rule that produced it.
+    """
+
+    offset: np.ndarray
+    basis: np.ndarray
+    description: str
+    source: str
+
+    @property
+    def dimension(self) -> int:
+        """Dimension of the span (the PSD members form a cone of this dimension)."""
+        return int(self.basis.shape[0])
+
+    def contains(self, Sigma: np.ndarray, *, rtol: float = 1e-8) -> bool:
+        """Whether ``Σ − offset`` lies in the span (to ``rtol`` relative to ``‖Σ‖_F``)."""
+        X = np.asarray(Sigma, dtype=np.float64) - self.offset
+        coef = np.einsum("kij,ij->k", self.basis, X)
+        R = X - np.einsum("k,kij->ij", coef, self.basis)
+        return bool(np.linalg.norm(R) <= rtol * max(np.linalg.norm(Sigma), 1e-300))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary."""
+        return {"description": self.description, "dimension": self.dimension,
+                "offset": self.offset.tolist(), "basis": self.basis.tolist(),
+                "source": self.source}
+
+
+def quadratic_term_vanishes(params: GaussianParams) -> bool:
+    """Whether ``Q(Σ) = VΣBΣ + ΣBᵀΣVᵀ`` vanishes for every symmetric Σ (a linear flow).
+
+    ``Q`` is a quadratic form on the symmetric matrices; it vanishes iff it does on
+    a basis ``E_i`` and its polarisation ``Q(E_i + E_j) − Q(E_i) − Q(E_j)`` does
+    on all pairs. Holds for ``V = 0``, ``B = 0``, or ``V = vI`` with ``B`` skew.
+    """
+    V, B = params.V, params.B
+    if not np.any(V) or not np.any(B):
+        return True
+    E = sym_basis(params.d)
+
+    def Q(S: np.ndarray) -> np.ndarray:
+        X = V @ S @ B @ S
+        return X + X.T
+
+    # each entry is a sum of O(d²) products of size ≤ ‖V‖‖B‖: round-off ~ d² ε ‖V‖‖B‖
+    tol = 1e2 * params.d**2 * _EPS * float(np.linalg.norm(V) * np.linalg.norm(B))
+    QE = [Q(Ei) for Ei in E]
+    if max(float(np.max(np.abs(q))) for q in QE) > tol:
+        return False
+    for i in range(len(E)):
+        for j in range(i + 1, len(E)):
+            if float(np.max(np.abs(Q(E[i] + E[j]) - QE[i] - QE[j]))) > tol:
+                return False
+    return True
+
+
+def _null_space_sym(op: np.ndarray, E: np.ndarray, *, rtol: float) -> np.ndarray:
+    """Symmetric matrices spanning the null space of ``op`` (a matrix in the basis ``E``)."""
+    if op.size == 0:
+        return E.copy()
+    _, s, vt = np.linalg.svd(op)
+    top = float(s[0]) if s.size else 0.0
+    rank = int(np.sum(s > rtol * max(top, 1e-300))) if top > 0 else 0
+    N = vt[rank:]
+    return np.einsum("nk,kij->nij", N, E)
+
+
+def equilibrium_families(params: GaussianParams) -> tuple[EquilibriumFamily, ...]:
+    """Continua of equilibria that are known in closed form.
+
+    * Linear flow (``Q ≡ 0``, e.g. ``V = 0`` or ``B = 0``): the PSD solutions of
+      the Lyapunov equation ``AΣ + ΣAᵀ = 0`` (every Σ when ``A = 0``).
+    * ``A = 0`` and ``B`` singular: every ``Σ = Q S Qᵀ`` with ``S ⪰ 0`` and the
+      columns of ``Q`` a basis of ``ker B`` is an equilibrium (``BΣ = 0`` makes
+      both quadratic terms vanish); the family has dimension ``k(k+1)/2``.
+
+    Neutral directions of the commuting case are reported by
+    :func:`wflow.gaussian.classify.classify`.
+    """
+    d = params.d
+    A, B = params.A, params.B
+    out: list[EquilibriumFamily] = []
+    E = sym_basis(d)
+    if quadratic_term_vanishes(params):
+        if not np.any(A):
+            out.append(EquilibriumFamily(np.zeros((d, d)), E.copy(),
+                                         "every Σ ⪰ 0 (A = 0 and no attention: Σ̇ = 0)",
+                                         "linear"))
+        else:
+            op = np.asarray([np.einsum("kij,ij->k", E, A @ H + H @ A.T) for H in E]).T
+            # null space of the Lyapunov operator, to the SVD's round-off (ε times its norm)
+            N = _null_space_sym(op, E, rtol=1e3 * d * _EPS)
+            if N.shape[0]:
+                out.append(EquilibriumFamily(np.zeros((d, d)), N,
+                                             "PSD solutions of AΣ + ΣAᵀ = 0 (linear flow)",
+                                             "linear"))
+        return tuple(out)
+    if not np.any(A):
+        _, s, vt = np.linalg.svd(B)
+        # singular values below the SVD's round-off (d ε ‖B‖) count as 0
+        k = int(np.sum(s <= 1e3 * d * _EPS * float(s[0])))
+        if k:
+            Qb = vt[d - k:].T
+            basis = np.einsum("ia,kab,jb->kij", Qb, sym_basis(k), Qb)
+            out.append(EquilibriumFamily(np.zeros((d, d)), basis,
+                                         f"{{Σ = QSQᵀ : S ⪰ 0}}, Q a basis of ker B "
+                                         f"(dim {k}): BΣ = 0 (A = 0)", "kernel"))
+    return tuple(out)
+
+
 def _make_equilibrium(params: GaussianParams, Sigma: np.ndarray, source: str) -> Equilibrium:
     Sigma = 0.5 * (Sigma + Sigma.T)
     J = riccati_linearisation(params, Sigma)
@@ -317,7 +443,8 @@ def equilibria(params: GaussianParams, *, n_starts: int = 12, seed: int = 0,
     invertible, ``λ_i(A) + λ_j(A) ≠ 0``). Otherwise Newton's method from
     ``n_starts`` random PD starts (scales ``10^{-2}..10^2``) and
     ``extra_starts``; solutions that are not PSD or not of full rank are
-    dropped (rank-deficient equilibria can form continua and are not listed).
+    dropped (rank-deficient equilibria can form continua: see
+    :func:`equilibrium_families`).
 
     Returns
     -------
@@ -378,3 +505,28 @@ def equilibria(params: GaussianParams, *, n_starts: int = 12, seed: int = 0,
     found.sort(key=lambda fs: float(np.trace(fs[0])))
     out.extend(_make_equilibrium(params, S, src) for S, src in found)
     return tuple(out)
+
+
+def refine_equilibrium(params: GaussianParams, Sigma: np.ndarray, *, xtol: float = 1e-13
+                       ) -> np.ndarray | None:
+    """Newton's method on ``F(Σ) = 0`` (symmetric matrices) from ``Σ``; None if it fails.
+
+    Converges to a nearby equilibrium; on a continuum of equilibria (singular
+    linearisation) the point it lands on is only one of many, so callers check
+    the distance to their estimate.
+    """
+    E = sym_basis(params.d)
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        return _vech(riccati_residual(params, _unvech(x, E)), E)
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        return riccati_linearisation(params, _unvech(x, E))
+
+    with np.errstate(all="ignore"):
+        sol = scipy.optimize.root(fun, _vech(0.5 * (Sigma + Sigma.T), E), jac=jac, method="hybr",
+                                  options={"xtol": xtol})
+    if not (sol.success and np.all(np.isfinite(sol.x))):
+        return None
+    S = _unvech(sol.x, E)
+    return 0.5 * (S + S.T)

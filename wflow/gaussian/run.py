@@ -26,6 +26,7 @@ from .plots import plot_phase_diagram, plot_reach, plot_trajectory
 from .reach import ReachResult, reach
 from .riccati import _scalar_value, blowup_time_closed_form
 from .solver import GaussianTrajectory, integrate_moments
+from .verdict import json_safe
 
 __all__ = [
     "GaussianRun",
@@ -50,7 +51,9 @@ class GaussianRun:
     trajectory : GaussianTrajectory
     closed_form_blowup_time : float or None
         ``t*`` from the ``V = vI`` closed form (constant parameters only; ``inf``: none
-        before ``T``).
+        before ``closed_form_searched_to``; written to JSON as ``null``).
+    closed_form_searched_to : float or None
+        The end of the closed-form search (None: no closed form, ``V`` not scalar).
     classification : Classification or None
         Constant parameters only.
     particles : dict or None
@@ -64,9 +67,10 @@ class GaussianRun:
     classification: Classification | None
     particles: dict[str, Any] | None
     phase: PhaseDiagram | None
+    closed_form_searched_to: float | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The content of ``summary.json``."""
+        """The content of ``summary.json`` (standard JSON: non-finite numbers are ``null``)."""
         scn = self.scenario
         out: dict[str, Any] = {
             "title": scn.title,
@@ -79,6 +83,7 @@ class GaussianRun:
             "run": scn.run,
             "result": self.trajectory.to_dict(),
             "closed_form_blowup_time": self.closed_form_blowup_time,
+            "closed_form_searched_to": self.closed_form_searched_to,
         }
         if self.classification is not None:
             cl = self.classification
@@ -88,13 +93,18 @@ class GaussianRun:
                      for e in cl.equilibria]
             k = int(np.argmin(dists))
             out["nearest_equilibrium"] = {"index": k, "bures_distance": float(dists[k]),
-                                          "stable": cl.equilibria[k].stable}
+                                          "stable": cl.equilibria[k].stable,
+                                          "note": "isolated equilibria only (continua: "
+                                                  "classification.families)"}
+            if cl.limit is not None:
+                out["distance_to_limit"] = bures_wasserstein_distance(
+                    np.zeros(scn.d), cl.limit, np.zeros(scn.d), final)
         if self.particles is not None:
             out["particles"] = self.particles
         if self.phase is not None:
             out["phase_diagram"] = {"x_name": self.phase.x_name, "y_name": self.phase.y_name,
                                     "counts": self.phase.counts()}
-        return out
+        return json_safe(out)
 
 
 def particle_check(schedule: Any, m0: np.ndarray, Sigma0: np.ndarray, T: float, *, n: int,
@@ -133,13 +143,15 @@ def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
     """Integrate the moment ODE of a scenario, classify, check particles, phase diagram."""
     traj = integrate_moments(scn.schedule, scn.m0, scn.Sigma0, scn.T, **scn.run)
     p = scn.constant_params
-    t_closed = None
+    t_closed = searched = None
     if p is not None and _scalar_value(p.V) is not None:
-        horizon = traj.blowup_time * 1.01 if traj.blowup_time is not None else scn.T
-        t_closed = blowup_time_closed_form(p, scn.Sigma0, t_max=horizon)
+        searched = traj.blowup_time * 1.01 if traj.blowup_time is not None else scn.T
+        t_closed = blowup_time_closed_form(p, scn.Sigma0, t_max=searched)
     cl = None
     if p is not None and scn.classify is not None:
-        cl = classify(p, method=scn.classify["method"], horizon=scn.classify["horizon"])
+        ck = scn.classify
+        cl = classify(p, Sigma0=scn.Sigma0 if ck["scope"] == "initial" else None,
+                      method=ck["method"], horizon=ck["horizon"])
     parts = None
     if scn.particles is not None:
         parts = particle_check(scn.schedule, scn.m0, scn.Sigma0, scn.T, traj=traj,
@@ -150,7 +162,8 @@ def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
         ph = phase_diagram(spec.family, spec.x, spec.y, x_name=spec.x_name, y_name=spec.y_name,
                            method=spec.method, horizon=spec.horizon)
     return GaussianRun(scenario=scn, trajectory=traj, closed_form_blowup_time=t_closed,
-                       classification=cl, particles=parts, phase=ph)
+                       classification=cl, particles=parts, phase=ph,
+                       closed_form_searched_to=searched)
 
 
 def trajectory_columns(traj: GaussianTrajectory) -> dict[str, np.ndarray]:
@@ -181,6 +194,8 @@ def write_gaussian_run(run: GaussianRun, out_dir: str | Path) -> list[Path]:
         stable_pd = [e for e in run.classification.equilibria if e.stable and e.rank > 0]
         if stable_pd:
             eq = (stable_pd[0].m, stable_pd[0].Sigma)
+        elif run.classification.label == "converges" and run.classification.limit is not None:
+            eq = (None, run.classification.limit)  # a point of a continuum of equilibria
     files.append(plot_trajectory(run.trajectory, out / "trajectory.png", title=run.scenario.title,
                                  closed_form_blowup=run.closed_form_blowup_time, equilibrium=eq))
     if run.phase is not None:
@@ -217,7 +232,7 @@ def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path)
                "target": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                           for k, v in (scn.target or {}).items()},
                "reach": result.to_dict()}
-    write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", json_safe(summary))
     cols = trajectory_columns(result.trajectory)
     d = scn.d
     ctrl = [result.plan.controls(float(t)) for t in result.trajectory.t]

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +155,7 @@ def integrate_moments(
     atol: float = 1e-12,
     blowup_factor: float = 1e8,
     max_step: float = np.inf,
+    quiet: bool = False,
 ) -> GaussianTrajectory:
     """Integrate the moment ODE from ``N(m₀, Σ₀)`` over ``[0, T]``.
 
@@ -182,11 +182,14 @@ def integrate_moments(
         Stop (``status="blowup"``) when ``tr Σ >= blowup_factor · max(tr Σ₀, 1)``.
     max_step : float
         Largest step of the integrator.
+    quiet : bool
+        Do not log a failure (for callers that read ``status`` themselves).
 
     Returns
     -------
     GaussianTrajectory
-        ``status="failed"`` (with a warning) when the integrator fails. A threshold
+        ``status="failed"`` (with ``message``, logged as a warning unless ``quiet``) when
+        the integrator fails. A threshold
         crossing counts as a blow-up only with the Riccati signature
         ``λ̇/λ > RICCATI_SIGNATURE · 2‖A‖₂``; otherwise (exponential growth) the threshold
         is raised by ``blowup_factor`` and the integration continues (up to
@@ -334,8 +337,8 @@ def integrate_moments(
     L_arr = Y[:, d:].reshape(len(ts), d, r)
     S_arr = np.einsum("tik,tjk->tij", L_arr, L_arr)
     S_arr = 0.5 * (S_arr + np.swapaxes(S_arr, 1, 2))
-    if status == "failed":
-        warnings.warn(f"integrate_moments: {message}", RuntimeWarning, stacklevel=2)
+    if status == "failed" and not quiet:
+        logger.warning("integrate_moments: %s", message)
     if t_arr.size == 0:
         raise ValueError("integrate_moments: no output time was reached")
     if not (np.all(np.isfinite(m_arr)) and np.all(np.isfinite(S_arr))):

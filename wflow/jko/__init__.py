@@ -30,7 +30,7 @@ from .options import (
     jko_options_from_dict,
 )
 from .run import run_jko, run_jko_scenario
-from .solver import JKOResult, JKOState, iterate_jko, solve_jko
+from .solver import JKOResult, JKOState, auto_step, iterate_jko, solve_jko
 from .step import JKOStepInfo, jko_step
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "cost_matrix",
     "energy_gradient",
     "jko_step",
+    "auto_step",
     "iterate_jko",
     "solve_jko",
     "jko_options_from_dict",

@@ -35,7 +35,20 @@ from .options import MOBILITY_MEANS, JKOOptions
 __all__ = [
     "pair_mobility",
     "cost_matrix",
+    "candidate_block",
+    "CANDIDATE_SLACK",
 ]
+
+#: Slack on the inner-product test ``<ĉ_i, ĉ_j> >= cos r_i - CANDIDATE_SLACK`` of the
+#: candidate balls. The centroids are normalised in floating point, so ``|ĉ_i|² = 1 ± 2u``
+#: (``u = 2^-53``), and a BLAS dot product of two such 3-vectors carries a rounding error
+#: below ``3u`` (Higham, Thm 3.1: ``γ_3 Σ|x_k y_k| <= 3u/(1 − 3u) · |x||y|``): the computed
+#: ``<ĉ_i, ĉ_i>`` can be ``1 − 5u`` while ``cos 0 = 1`` exactly, and a row whose proved
+#: radius is 0 (the row with the largest ``g`` under exact OT) then had no candidate at all,
+#: not even its own cell. ``16 eps = 32u`` covers these errors with a margin; it enlarges
+#: every ball by an angle of at most ``sqrt(2 · 16 eps) ≈ 8e-8`` rad (harmless: a ball that
+#: contains the minimiser stays one), and every row also gets its own cell explicitly.
+CANDIDATE_SLACK = 16.0 * float(np.finfo(np.float64).eps)
 
 
 def pair_mobility(bi: np.ndarray, bj: np.ndarray, mean: str = "conformal") -> np.ndarray:
@@ -77,6 +90,39 @@ def cost_matrix(points: np.ndarray, bhat: np.ndarray | None = None, *,
     if bhat is not None:
         C /= pair_mobility(bhat[ri][:, None], bhat[ci][None, :], mean)
     return C
+
+
+def candidate_block(x: np.ndarray, rows: np.ndarray, radii: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate pairs of a block of rows: ``j`` with ``d_S(ĉ_i, ĉ_j) <= r_i`` (and ``j = i``).
+
+    Parameters
+    ----------
+    x : (M, 3) array
+        Unit vectors (normalised centroids).
+    rows : (B,) int array
+        Row indices ``i``.
+    radii : (B,) array
+        Ball radii ``r_i`` in radians (``>= π``: every cell).
+
+    Returns
+    -------
+    rr, J, d2 : arrays of equal length
+        Local row index (into ``rows``, sorted), column ``j`` and ``d_S(ĉ_i, ĉ_j)²``.
+        Every row has at least one pair, ``(i, i)``: the inner products are compared
+        with ``cos r_i − CANDIDATE_SLACK`` (see :data:`CANDIDATE_SLACK`) and the diagonal
+        is added explicitly, so a rounding error never leaves a row without its own cell.
+    """
+    rows = np.asarray(rows)
+    radii = np.asarray(radii, dtype=np.float64)
+    cosr = np.where(radii >= math.pi, -2.0, np.cos(radii))  # r = π: every cell
+    mask = x[rows] @ x.T >= (cosr - CANDIDATE_SLACK)[:, None]
+    mask[np.arange(rows.size), rows] = True
+    rr, J = np.nonzero(mask)
+    diff = x[rows[rr]] - x[J]
+    chord = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    d = 2.0 * np.arcsin(np.minimum(0.5 * chord, 1.0))
+    return rr, J, d * d
 
 
 class _Pairs(NamedTuple):
@@ -121,18 +167,14 @@ class _Geometry:
         frac = 0.5 * (1.0 - np.cos(r[rows]))  # area fractions of the caps
         if float(frac.sum()) * self.M > self.opts.max_pairs:
             return None
-        cosr = np.where(r >= math.pi, -2.0, np.cos(r))  # r = π: every cell, despite round-off
         B = max(1, (1 << 22) // self.M)
         I_l, J_l, D_l = [], [], []
         for b0 in range(0, rows.size, B):
             blk = rows[b0:b0 + B]
-            rr, J = np.nonzero(self.x[blk] @ self.x.T >= cosr[blk][:, None])
-            diff = self.x[blk[rr]] - self.x[J]
-            chord = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-            d = 2.0 * np.arcsin(np.minimum(0.5 * chord, 1.0))
+            rr, J, d2 = candidate_block(self.x, blk, r[blk])
             I_l.append(blk[rr])
             J_l.append(J)
-            D_l.append(d * d)
+            D_l.append(d2)
         I = np.concatenate(I_l)
         indptr = np.concatenate([[0], np.cumsum(np.bincount(I, minlength=self.M))])
         pairs = _Pairs(indptr, np.concatenate(J_l), np.concatenate(D_l), r)

@@ -30,7 +30,9 @@ energy monotonicity holds by construction. Candidate targets of row ``i`` are li
 to a geodesic ball whose radius is *proved* to contain the minimiser,
 ``r_i² = b̂_max (2τ (g_max − g_i) + ε(40 + log α_max/α_min))`` (entropic: Gibbs weights
 below ``e^{-40}`` of the row maximum are dropped); the pairs are found from row blocks
-of inner products ``<ĉ_i, ĉ_j> >= cos r_i`` (BLAS) and cached across iterations and,
+of inner products ``<ĉ_i, ĉ_j> >= cos r_i − 16 eps`` (BLAS; the slack absorbs the rounding
+of ``<ĉ_i, ĉ_i>``, and every row contains its own cell, see
+:func:`~wflow.jko.cost.candidate_block`) and cached across iterations and,
 with ``warm_start``, steps (rebuilt with a 30 % margin when a radius grows); beyond
 ``max_pairs`` the row blocks are rescanned at every call. Memory is ``O(pairs)`` plus
 ``O(block · M)``, never an ``M × M`` array (except the dense POT cross-checks).
@@ -42,7 +44,7 @@ import math
 
 import numpy as np
 
-from .cost import _Geometry, pair_mobility
+from .cost import _Geometry, candidate_block, pair_mobility
 
 __all__ = [
     "TRUNC",
@@ -98,17 +100,12 @@ class _Oracle:
             self._rows(rows, pairs.indptr, pairs.J, pairs.d2, mu, g, nuS, acc)
             return nuS, acc[0], acc[1]
         # too many candidates to keep: masked row blocks, recomputed at every call
-        x = self.geo.x
         B = max(1, (1 << 22) // mu.size)
-        cosr = np.where(radii >= math.pi, -2.0, np.cos(radii))
         for b0 in range(0, rows.size, B):
             blk = rows[b0:b0 + B]
-            rr, J = np.nonzero(x[blk] @ x.T >= cosr[blk][:, None])  # sorted by row
-            diff = x[blk[rr]] - x[J]
-            chord = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-            d = 2.0 * np.arcsin(np.minimum(0.5 * chord, 1.0))
+            rr, J, d2 = candidate_block(self.geo.x, blk, radii[blk])  # sorted by row
             indptr = np.searchsorted(rr, np.arange(blk.size + 1))
-            self._rows_local(blk, indptr, J, d * d, mu, g, nuS, acc)
+            self._rows_local(blk, indptr, J, d2, mu, g, nuS, acc)
         return nuS, acc[0], acc[1]
 
     def _rows(self, rows, indptr, J, d2, mu, g, nuS, acc) -> None:

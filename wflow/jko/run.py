@@ -18,7 +18,7 @@ import numpy as np
 
 from ..heads import Attention
 from .options import jko_options_from_dict
-from .solver import JKOResult, solve_jko
+from .solver import JKOResult, auto_step, solve_jko
 
 __all__ = [
     "run_jko_scenario",
@@ -29,23 +29,48 @@ logger = logging.getLogger(__name__)
 
 
 def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention,
-                     sc: Any, *, T: float | None = None, progress: bool | None = None
-                     ) -> JKOResult:
+                     sc: Any, *, T: float | None = None, progress: bool | None = None,
+                     tau: float | None = None) -> JKOResult:
     """JKO on a loaded :class:`~wflow.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` defaults to the
-    ``[jko]`` value (then ``[pde] T``, then 1). Used by the main job (``wflow run``).
+    ``[jko]`` value (then ``[pde] T``, then 1); ``tau`` overrides ``[jko] tau``, whose
+    default ``"auto"`` is resolved on this mesh (:func:`~wflow.jko.auto_step`; the
+    choice is in ``stats["tau_rule"]``). Used by the main job (``wflow run``).
     """
     pde_sec = sc.sections.get("pde", {}) or {}
-    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"),
-                                       T=T if T is not None else pde_sec.get("T"))
+    _, opts, extras = jko_options_from_dict(sc.sections.get("jko"),
+                                            T=T if T is not None else pde_sec.get("T"))
     if T is not None and "T" not in (sc.sections.get("jko") or {}):
         opts = replace(opts, T=float(T))
     if progress is not None:
         opts = replace(opts, progress=progress)
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
-    return solve_jko(cen, areas, np.asarray(rho0) * areas, schedule, attn, options=opts)
+    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau)
+
+
+def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
+           attn: Attention, opts: Any, extras: dict, tau: float | None) -> JKOResult:
+    """Resolve ``tau = "auto"`` (or apply ``tau``) on this mesh, then solve.
+
+    ``stats["tau_rule"]`` records the step against the mesh (``h``, ``|v|_max``,
+    ``τ|v|_max/h``) whether it was chosen (:func:`~wflow.jko.auto_step`) or given.
+    """
+    if tau is not None:
+        opts = replace(opts, tau=float(tau))
+    auto, info = auto_step(cen, areas, mass0, schedule, attn, options=opts,
+                           eps=extras["eps_auto"])
+    if tau is None and extras["tau_auto"]:
+        opts = auto
+    else:  # the given step, and where it sits against the mesh
+        info = {**info, "rule": "given", "tau": opts.tau, "steps": opts.steps,
+                "cells_per_step": opts.tau * info["vmax"] / info["h"]}
+    if opts.ot == "sinkhorn" and extras["eps_auto"]:
+        opts = replace(opts, eps=auto.eps)
+    info["eps"] = opts.epsilon
+    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts)
+    return replace(res, stats={**res.stats, "tau_rule": info})
 
 
 def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
@@ -58,10 +83,14 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     …; with ``compare_pde`` also ``w2_vs_pde``) and ``density.npz`` (``t`` ``(K+1,)``,
     ``rho`` ``(K+1, M)``, ``centroids``, ``areas``; cells in the mesh file's order).
 
+    ``summary.json`` carries the status and its reason (``"locked"``, ``"inaccurate"``,
+    ``"not_converged"`` runs are written, so that they can be inspected) and the checks
+    (summed EDI residual against its tolerance, locked steps).
+
     Raises
     ------
     FloatingPointError
-        If the run failed (nothing is written).
+        If the run failed (non-finite values; nothing is written).
     """
     from ..density import density_spec_from_scenario, initial_density
     from ..io import (
@@ -78,10 +107,16 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     pde_sec = scenario.sections.get("pde", {}) or {}
     mesh_spec, opts, extras = jko_options_from_dict(
         scenario.sections.get("jko"), T=pde_sec.get("T"), mesh=pde_sec.get("mesh"))
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    tau = overrides.get("tau")
+    if tau is None and extras["tau_auto"] and "T" in overrides:
+        overrides["tau"] = overrides["T"]  # the placeholder step, resolved on the mesh
     if overrides:
-        opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})
+        opts = replace(opts, **overrides)
     if progress is not None:
         opts = replace(opts, progress=progress)
+    if tau is None and not extras["tau_auto"]:
+        tau = opts.tau
     if mesh_spec != "default" and ":" not in mesh_spec:
         p = scenario.path(mesh_spec)
         if p.is_file() or not (MESH_DIR / mesh_spec).is_file():
@@ -95,7 +130,8 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
     cen = sm.gather_owned(sm.centroids)
     areas = sm.gather_owned(sm.areas)
-    res = solve_jko(cen, areas, rho0 * areas, schedule, attn, options=opts)
+    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau)
+    opts = res.options
     if res.status == "failed":
         raise FloatingPointError(f"jko run failed: {res.message}")
     cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
@@ -122,6 +158,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         "steps": {"W2sq": res.history["W2sq"][1:].tolist(),
                   "inner_iters": res.history["inner_iters"][1:].tolist(),
                   "gap_rel": res.history["gap_rel"][1:].tolist(),
+                  "locked": res.history["locked"][1:].tolist(),
                   "edi_step": res.history["edi_step"][1:].tolist()},
         "edi_sum": float(np.sum(res.history["edi_step"][1:])),
         "outputs": {"density.npz": "t (K+1,), rho (K+1, M), centroids (M, 3), areas (M,)",

@@ -51,14 +51,16 @@ from ..heads import Attention, Heads
 from ..io import finish_history
 from ..progress import progress_bar
 from ..schedules import as_schedule
+from ..status import JKO_EDI_RTOL, relative_check, worst_status
 from .cost import _Geometry
 from .energy import _check_heads, energy_gradient
-from .options import JKOOptions, JKOWarning
+from .options import TAU_CELLS, JKOOptions, JKOWarning, auto_tau
 from .step import JKOStepInfo, jko_step
 
 __all__ = [
     "JKOState",
     "JKOResult",
+    "auto_step",
     "iterate_jko",
     "solve_jko",
 ]
@@ -127,6 +129,41 @@ def _prepare(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray
     if not np.all(np.isfinite(m)) or np.any(m < 0) or not m.sum() > 0:
         raise ValueError("mass0: cell masses must be finite, >= 0, with positive total")
     return x, a, m / m.sum()
+
+
+def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
+              heads_or_schedule: Any, attn: Attention, *, options: JKOOptions,
+              eps: bool = False) -> tuple[JKOOptions, dict[str, Any]]:
+    """Choose ``τ`` (and, with ``eps`` and ``ot = "sinkhorn"``, ``ε``) from the mesh.
+
+    ``τ`` = :func:`~wflow.jko.options.auto_tau` ``(T, h, |v|_max)`` with ``h = √(mean |K|)``
+    and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
+    mass, so that ``τ|v|_max ≈ 3h``: off the locking plateau. ``ε = h²/min b̂`` (the
+    Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
+
+    Returns
+    -------
+    (JKOOptions, dict)
+        The options with ``tau`` (and ``eps``) set, and the record of the choice
+        (``rule``, ``h``, ``vmax``, ``tau``, ``cells_per_step = τ|v|_max/h``, ``eps``).
+    """
+    x, a, m = _prepare(points, areas, mass0)
+    schedule = as_schedule(heads_or_schedule, deterministic=True)
+    fe = evaluate(x, schedule.heads_at(schedule.initial_theta()), attn, m=m)
+    speed = np.linalg.norm(fe.vhat, axis=1)
+    vmax = float(np.max(speed[m > 0]))
+    h = float(np.sqrt(np.mean(a)))
+    tau = auto_tau(options.T, h, vmax)
+    changes: dict[str, Any] = {"tau": tau}
+    if eps and options.ot == "sinkhorn":
+        changes["eps"] = h * h / float(np.min(fe.bhat))
+    opts = replace(options, **changes)
+    info = {"rule": f"tau = T/N, N = max(1, round(T |v|max / ({TAU_CELLS:g} h))), "
+                    "h = sqrt(mean cell area), |v|max = max |v̂| at t = 0"
+                    + ("; eps = h²/min b̂" if "eps" in changes else ""),
+            "h": h, "vmax": vmax, "tau": tau, "steps": opts.steps,
+            "cells_per_step": tau * vmax / h, "eps": opts.epsilon}
+    return opts, info
 
 
 def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
@@ -210,8 +247,11 @@ class JKOResult:
     Attributes
     ----------
     status : str
-        ``"success"``, ``"not_converged"`` (some inner solve missed its tolerance; the
-        sequence is complete and reported) or ``"failed"``.
+        ``"success"``; ``"not_converged"`` (some inner solve missed its tolerance; the
+        sequence is complete and reported); ``"inaccurate"`` (the summed EDI residual
+        exceeds :data:`wflow.status.JKO_EDI_RTOL` of the dissipation); ``"locked"``
+        (every step left the measure unchanged although the slope was not zero); or
+        ``"failed"``. ``message`` gives every reason (also partial locking).
     message : str
     options : JKOOptions
     t : (K+1,) array
@@ -224,7 +264,8 @@ class JKOResult:
         Per level ``k`` (first axis ``K+1``; step quantities of the step *into* ``t_k``,
         0 at ``t_0``): ``E``, ``E_h`` (K+1, H), ``dEdt_w``, ``slope2``, ``G2``,
         ``speed2 = W²/τ²``, ``W2sq``, ``W2``, ``ot_value``, ``inner_iters``, ``gap``,
-        ``gap_rel``, ``converged``, ``edi_step``, ``jko_ineq`` (``s[E(μ_{k+1}, t_{k+1})
+        ``gap_rel``, ``converged``, ``locked`` (1: the step left ``μ`` unchanged although
+        the slope was not zero), ``edi_step``, ``jko_ineq`` (``s[E(μ_{k+1}, t_{k+1})
         − E(μ_k, t_{k+1})] − W²/(2τ)``, ``>= 0`` up to the gap), ``balance_edi``,
         ``mass``, ``support``, ``rho_max``, ``bhat_mean``, ``step_time``.
     balance : dict
@@ -233,9 +274,12 @@ class JKOResult:
     centroids, areas : arrays
         Projected centroids ``(M, 3)`` and areas ``(M,)``.
     stats : dict
-        Steps, inner iterations, timings, candidate pairs, ``ε``.
+        Steps, inner iterations, locked steps, timings, candidate pairs, ``ε``.
     sign : int
         ``+1`` ascent / ``−1`` descent.
+    checks : dict
+        ``"edi"``: the relative summed EDI residual against its tolerance;
+        ``"locked_steps"``: how many steps were locked (history column ``locked``).
     """
 
     status: str
@@ -250,15 +294,16 @@ class JKOResult:
     areas: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
     sign: int = 0
+    checks: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (final diagnostics, balance, stats, options)."""
+        """JSON-ready summary (final diagnostics, balance, checks, stats, options)."""
         final = {k: np.asarray(v[-1]).tolist() for k, v in self.history.items() if len(v)}
         return {"status": self.status, "message": self.message,
                 "options": {k: getattr(self.options, k)
                             for k in self.options.__dataclass_fields__},
                 "t_final": float(self.t[-1]), "final": final, "balance": self.balance,
-                "stats": self.stats, "sign": self.sign}
+                "checks": self.checks, "stats": self.stats, "sign": self.sign}
 
 
 def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
@@ -327,6 +372,8 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             put("W2sq", W2sq)
             put("W2", math.sqrt(max(W2sq, 0.0)))
             put("ot_value", ot_value)
+            locked = info is not None and _is_locked(info, prev, opts.tau)
+            put("locked", float(locked))
             put("inner_iters", 0 if info is None else info.inner_iters)
             put("gap", 0.0 if info is None else info.gap)
             put("gap_rel", 0.0 if info is None else info.gap_rel)
@@ -355,6 +402,11 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             bar.close()
     wall = time.perf_counter() - t_start
     history, tt, status, message = finish_history(rows, status, message)
+    n_locked = int(np.sum(history["locked"][1:])) if "locked" in history else 0
+    checks: dict[str, Any] = {}
+    if status != "failed" and acc is not None and len(tt) > 1:
+        status, message, checks = _judge(acc.residuals(), history, n_locked, status, message,
+                                         opts)
     x = np.asarray(points, dtype=np.float64)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
     a = np.asarray(areas, dtype=np.float64)
@@ -368,7 +420,59 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
              "gap_rel_max": float(history["gap_rel"][1:].max()) if nsteps else 0.0,
              "wall_time": wall, "time_per_step": float(st_time.mean()) if st_time.size else 0.0,
              "time_per_inner_iter": float(st_time.sum() / max(it.sum(), 1)),
+             "locked_steps": n_locked,
              "mass_error_max": float(np.max(np.abs(mm.sum(axis=1) - 1.0))) if mm.size else 0.0}
     bal = acc.residuals() if acc is not None else {}
     return JKOResult(status, message, opts, tt, mm, mm / a[None, :], history, bal, x, a,
-                     stats, sign)
+                     stats, sign, checks)
+
+
+def _is_locked(info: JKOStepInfo, prev: JKOState | None, tau: float) -> bool:
+    """Whether a step is *locked*: the inner solver left ``μ_k`` where it was.
+
+    Locked: no inner iteration, or ``W² = 0``, although the slope is not negligible — the
+    energy the step should release, ``τ|∂E|²(μ_k)``, exceeds ``1e-12 |E|`` (the floor of
+    the gap scale).
+    """
+    if prev is None:
+        return False
+    moving = tau * prev.terms["slope2"] > 1e-12 * abs(prev.terms["E"])
+    return moving and (info.inner_iters == 0 or info.W2sq == 0.0)
+
+
+def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
+           opts: JKOOptions) -> tuple[str, str, dict]:
+    """Locking and EDI status of a finished JKO run (see :mod:`wflow.status`).
+
+    * every step locked: ``"locked"``; some: a warning, and the count in the message;
+    * ``Σ_k |edi_k| / dissipation > JKO_EDI_RTOL``: ``"inaccurate"``. The per-step
+      residuals are summed in absolute value: the time error and the error of snapping
+      the transported mass to the cells have opposite signs and would otherwise cancel
+      by chance. First order in ``τ`` (hence ``0.1^1``); measured on the main job's
+      default: 0.009 at ``τ|v|_max ≈ 3h``, 0.12 at ``1.2h`` (near the locking plateau),
+      1 when every step is locked.
+    """
+    steps = len(history["E"]) - 1
+    reasons = [message] if message else []
+    checks: dict[str, Any] = {}
+    if n_locked:
+        what = (f"{n_locked} of {steps} JKO steps locked: the measure did not move although "
+                f"the slope |∂E|² > 0 (τ|v| below about half a cell; raise jko.tau to "
+                f">~ 3h/|v|_max or refine the mesh)")
+        warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
+        logger.warning("jko: %s", what)
+        if n_locked == steps:
+            status = worst_status(status, "locked")
+        reasons.append(what)
+    check = relative_check(
+        "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],
+        float(np.max(np.abs(history["E"]))), tolerance=JKO_EDI_RTOL,
+        rule=f"Σ_k |edi_k| / Σ_k (W²/2τ + τ/4(|∂E|²_k + |∂E|²_k+1)); tolerance "
+             f"{JKO_EDI_RTOL:g} for the first-order scheme (τ = {opts.tau:g}, "
+             f"ε = {opts.epsilon:g})")
+    checks["edi"] = check.as_dict()
+    checks["locked_steps"] = n_locked
+    if not check.passed:
+        status = worst_status(status, "inaccurate")
+        reasons.append(check.failure())
+    return status, "; ".join(reasons), checks

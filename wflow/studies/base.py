@@ -1,13 +1,24 @@
-"""Shared pieces of the verification studies: result type, fits, output writing.
+"""Shared pieces of the verification studies: result type, criteria, fits, output writing.
 
 A study is a module ``wflow.studies.<name>`` exposing
-``run(*, out: Path, quick: bool, seed: int) -> StudyResult``; it computes, fits the
-quantities the theory predicts, compares them with the prediction (a *verdict*), and
-writes ``summary.json`` and a plot into ``out`` (atomically).
+``run(*, out: Path, quick: bool, seed: int, fault: str | None = None) -> StudyResult``;
+it computes, fits the quantities the theory predicts, compares them with the prediction
+through named :class:`Criterion` objects (the *verdict*), and writes ``summary.json`` and
+a plot into ``out`` (atomically).
+
+Negative controls
+-----------------
+Every study declares ``FAULTS: dict[str, str]`` — the known faults it can inject through
+its public ``run(fault=NAME)`` (a frozen solver, a wrong ``β``, a flipped value sign, a
+biased integrator, a missing Itô term, doubled time, ...), each with what it does. A
+faulted run must FAIL, naming the criterion that catches it; the test suite asserts it.
+``summary.json`` records the criteria (value, accepted range, verdict), the fault
+injected (``null`` for a plain run) and the descriptions of all negative controls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +28,8 @@ import numpy as np
 from ..io import check_finite, run_directory, write_json
 from ..parallel import comm_rank_size
 
-__all__ = ["StudyResult", "fit_loglog", "LogLogFit", "write_study"]
+__all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
+           "criteria_summary", "fit_loglog", "LogLogFit", "write_study"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,109 @@ class StudyResult:
     verdict: str
     passed: bool
     figures: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One pass criterion of a verdict: a measured ``value`` and its accepted range.
+
+    The criterion holds iff ``value`` is finite and ``lo <= value <= hi`` (a missing bound
+    is open). ``what`` says what the number is; ``why`` where the range comes from.
+    """
+
+    name: str
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+    what: str = ""
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the value lies in the accepted range (NaN never does)."""
+        v = float(self.value)
+        if not np.isfinite(v):
+            return False
+        return (self.lo is None or v >= self.lo) and (self.hi is None or v <= self.hi)
+
+    def accepted(self) -> str:
+        """The accepted range in words (``≤ 0.1``, ``≥ 3``, ``in [0.6, 1.4]``)."""
+        if self.lo is not None and self.hi is not None:
+            return f"in [{self.lo:.3g}, {self.hi:.3g}]"
+        if self.hi is not None:
+            return f"≤ {self.hi:.3g}"
+        if self.lo is not None:
+            return f"≥ {self.lo:.3g}"
+        return "finite"
+
+    def text(self) -> str:
+        """``name: what = value (accept ...)``."""
+        what = f"{self.what} = " if self.what else ""
+        return f"{self.name}: {what}{float(self.value):.3g} (accept {self.accepted()})"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON (``value`` NaN/Inf written as a string)."""
+        v = float(self.value)
+        return {"name": self.name, "value": v if np.isfinite(v) else str(v), "lo": self.lo,
+                "hi": self.hi, "accepted": self.accepted(), "what": self.what,
+                "why": self.why, "ok": self.ok}
+
+
+#: A passing verdict lists the criteria's values up to this many (then only their names).
+MAX_LISTED = 6
+
+
+def judge(criteria: Sequence[Criterion]) -> tuple[bool, str]:
+    """``(passed, sentence)``: every criterion holds, or the list of those that fail.
+
+    The sentence is computed from the criteria: ``"All 3 criteria hold: ..."`` or
+    ``"FAIL — 1 of 3 criteria not met: name: what = value (accept ...)."``.
+    """
+    if not criteria:
+        raise ValueError("judge: a verdict needs at least one criterion")
+    bad = [c for c in criteria if not c.ok]
+    if not bad:
+        if len(criteria) > MAX_LISTED:
+            return True, (f"All {len(criteria)} criteria hold ("
+                          + ", ".join(c.name for c in criteria) + "; values in summary.json).")
+        return True, (f"All {len(criteria)} criteria hold: "
+                      + "; ".join(c.text() for c in criteria) + ".")
+    return False, (f"FAIL — {len(bad)} of {len(criteria)} criteria not met: "
+                   + "; ".join(c.text() for c in bad) + ".")
+
+
+def verdict(criteria: Sequence[Criterion], details: str = "", *, fault: str | None = None,
+            faults: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """:func:`judge` followed by the study's computed ``details`` and the fault injected."""
+    passed, head = judge(criteria)
+    note = ""
+    if fault is not None:
+        desc = (faults or {}).get(fault, "")
+        note = f" Negative control {fault!r} injected" + (f": {desc}." if desc else ".")
+    return passed, head + (" " + details.strip() if details.strip() else "") + note
+
+
+def conclude(criteria: Sequence[Criterion], details: str = "", *, fault: str | None,
+             faults: Mapping[str, str]) -> tuple[bool, str, dict[str, Any]]:
+    """``(passed, verdict, summary entries)``: :func:`verdict` + :func:`criteria_summary`."""
+    passed, text = verdict(criteria, details, fault=fault, faults=faults)
+    return passed, text, criteria_summary(criteria, faults, fault)
+
+
+def check_fault(study: str, fault: str | None, faults: Mapping[str, str]) -> str | None:
+    """Validate ``fault`` against a study's ``FAULTS`` (``ValueError`` naming the known ones)."""
+    if fault is not None and fault not in faults:
+        raise ValueError(f"{study}: unknown fault {fault!r} (negative controls: "
+                         f"{sorted(faults)})")
+    return fault
+
+
+def criteria_summary(criteria: Sequence[Criterion], faults: Mapping[str, str],
+                     fault: str | None) -> dict[str, Any]:
+    """The ``summary.json`` entries every study writes: criteria, fault, negative controls."""
+    return {"criteria": [c.as_dict() for c in criteria], "fault": fault,
+            "fault_description": faults.get(fault) if fault else None,
+            "negative_controls": dict(faults)}
 
 
 @dataclass(frozen=True)
@@ -82,11 +197,13 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
-    Refuses non-finite fitted numbers (``FloatingPointError``) so a study never reports
-    success with NaN/Inf. Under MPI only rank 0 writes. Returns the result with the
-    figure paths filled in.
+    Refuses non-finite fitted numbers in a passing result (``FloatingPointError``), so a
+    study never reports success with NaN/Inf; a failing one is written with them (as the
+    strings ``"nan"``/``"inf"``), its verdict naming the criterion they fail. Under MPI
+    only rank 0 writes. Returns the result with the figure paths filled in.
     """
-    check_finite(f"{result.name}.fits", result.summary.get("fits", {}))
+    if result.passed:
+        check_finite(f"{result.name}.fits", result.summary.get("fits", {}))
     if comm_rank_size()[1] != 0:  # under MPI only rank 0 writes
         return result
     out = Path(out)

@@ -1,11 +1,22 @@
 """Study ``gamma``: stability under weight perturbation (Γ-convergence, THEORY.md §5).
 
-If the weight law ``Θ^ε → Θ`` then ``E^ε → E`` and the flows converge,
+Claim (THEORY §5): if the weight law ``Θ^ε → Θ`` then ``E^ε → E`` and the flows converge,
 ``sup_t W_2(μ^ε_t, μ_t) → 0``. Two families: perturbed initialisation
 ``A^ε_h = A_h + ε Δ_h`` (``Δ_h`` symmetric, ``|Δ_h|_F = 1``) and weight decay
-``A^ε_h = (1 − ε) A_h`` (values tied, ``V = A``). For ``ε`` down to ``3e-3`` the study
-measures ``sup_t |E^ε − E|`` and ``sup_t W_2(μ^ε_t, μ_t)`` (exact OT) from the same
-initial tokens and fits the rates in ``ε`` (theory for smooth dependence: 1).
+``A^ε_h = (1 − ε) A_h`` (values tied, ``V = A``). From the same initial tokens the study
+measures ``sup_t |E^ε − E|`` and ``sup_t W_2(μ^ε_t, μ_t)`` (exact OT) for ``ε`` over (at
+least) a decade and judges *convergence*: both decrease monotonically as ``ε``
+decreases, and the value at the smallest ``ε`` is at most :data:`CONV_FRACTION` of the
+value at the largest.
+
+Rate. THEORY states convergence, not a rate; the study reports the observed one and
+requires the rate that smooth dependence on the weights implies: the softmax field is
+smooth in ``A``, so ``|v^ε[μ] − v[μ]| <= C ε`` uniformly on the sphere, and the Grönwall
+argument of the ``stability`` study with this forcing gives
+``sup_{t<=T} W_2(μ^ε_t, μ_t) <= C ε (e^{LT} − 1)/L``; ``E`` is Lipschitz in ``A`` and in
+``μ`` (``W_2``), so ``sup_t |E^ε − E| = O(ε)`` as well. Hence the log–log slope in ``ε`` is
+at least 1 asymptotically (exactly 1 when the first-order response is non-zero); the
+criterion accepts slopes ``>= 1 − RATE_TOL`` (pre-asymptotic curvature over the sweep).
 """
 
 from __future__ import annotations
@@ -19,11 +30,27 @@ from ..parallel import parallel_map
 from ..particles import simulate
 from ..sphere import sample_uniform
 from ..transport import w2_sphere
-from .base import StudyResult, fit_loglog, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
-__all__ = ["run"]
+__all__ = ["run", "FAULTS", "RATE_TOL", "CONV_FRACTION"]
 
+NAME = "gamma"
+
+#: Accepted shortfall of the observed rate below 1 (measured slopes 0.93–1.03).
 RATE_TOL = 0.25
+#: Convergence: value at the smallest ε <= this fraction of the value at the largest
+#: (a decade of ε; rate 1 gives 0.1).
+CONV_FRACTION = 0.3
+#: Offset of the ``non-vanishing`` fault.
+OFFSET = 0.05
+
+#: Negative controls: ``run(fault=NAME)``.
+FAULTS = {
+    "non-vanishing": f"the perturbation does not vanish: A^ε = A + (ε + {OFFSET})Δ and "
+                     f"(1 − ε − {OFFSET})A, so Θ^ε does not converge to Θ",
+    "time-doubled": "the perturbed flows run with every value matrix doubled (time runs "
+                    "twice as fast) against the unperturbed reference",
+}
 
 
 def _setup(n: int, H: int, seed: int):
@@ -37,15 +64,18 @@ def _setup(n: int, H: int, seed: int):
 
 
 def _traj(item: tuple) -> dict:
-    family, eps, n, H, T, dt, seed = item
+    family, eps, n, H, T, dt, seed, fault = item
     x0, heads, D = _setup(n, H, seed)
+    e = eps + (OFFSET if fault == "non-vanishing" else 0.0)
     if family == "init":
-        A = heads.A + eps * D
+        A = heads.A + e * D
     elif family == "decay":
-        A = (1.0 - eps) * heads.A
+        A = (1.0 - e) * heads.A
     else:
         A = heads.A
     h = Heads.bilinear(A, w=heads.w)
+    if family != "base" and fault == "time-doubled":
+        h = h.with_(V=2.0 * h.V)
     res = simulate(x0, h, Attention("softmax", 1.5), T=T, dt=dt, integrator="rk4",
                    save_trajectory=True, head_rates=False, clusters=False,
                    record_every=max(1, int(round(0.2 / dt))))
@@ -54,15 +84,18 @@ def _traj(item: tuple) -> dict:
     return {"t": res.t, "E": res.history["E"][0], "x": res.trajectory[0]}
 
 
-def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
-    """Sweep ε for both families; fit the rates; write summary and plot."""
+def run(*, out: Path, quick: bool = False, seed: int = 0,
+        fault: str | None = None) -> StudyResult:
+    """Sweep ε for both families; judge convergence and the rate; write summary and plot."""
+    check_fault(NAME, fault, FAULTS)
     n, H, T, dt = (100, 3, 1.5, 0.05) if quick else (300, 3, 4.0, 0.025)
     epss = [0.1, 0.03, 0.01] if quick else [0.1, 0.03, 0.01, 0.003]
-    items = [("base", 0.0, n, H, T, dt, seed)] + [(f, e, n, H, T, dt, seed)
-                                                   for f in ("init", "decay") for e in epss]
+    items = [("base", 0.0, n, H, T, dt, seed, fault)] + [
+        (f, e, n, H, T, dt, seed, fault) for f in ("init", "decay") for e in epss]
     runs = parallel_map(_traj, items)
     base = runs[0]
     table, fits = {}, {}
+    criteria: list[Criterion] = []
     for fam in ("init", "decay"):
         dE, dW = [], []
         for item, r in zip(items[1:], runs[1:], strict=True):
@@ -73,17 +106,34 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
                                                                  strict=True))))
         table[fam] = {"eps": epss, "sup_dE": dE, "sup_W2": dW}
         fits[fam] = {"E": fit_loglog(epss, dE).as_dict(), "W2": fit_loglog(epss, dW).as_dict()}
-    slopes = [fits[f][q]["slope"] for f in fits for q in ("E", "W2")]
-    passed = all(abs(s - 1.0) < RATE_TOL for s in slopes)
-    verdict = ("Rates in ε: " + "; ".join(
-        f"{f}: sup|E^ε−E| ~ ε^{fits[f]['E']['slope']:.2f}, sup W2 ~ ε^{fits[f]['W2']['slope']:.2f}"
-        for f in fits) + f" (theory 1 ± {RATE_TOL}): "
-        + ("flows converge linearly in the weight perturbation." if passed else
-           "NOT as predicted."))
+        for q, vals in (("E", dE), ("W2", dW)):
+            label = "sup|E^ε − E|" if q == "E" else "sup_t W2(μ^ε_t, μ_t)"
+            v = np.asarray(vals)
+            criteria.append(Criterion(
+                f"{fam}_{q}_monotone", float(np.max(v[1:] / v[:-1])), hi=1.0,
+                what=f"{fam}: largest ratio of {label} between successive ε (decreasing)",
+                why="convergence as Θ^ε → Θ"))
+            criteria.append(Criterion(
+                f"{fam}_{q}_converges", float(v[-1] / v[0]), hi=CONV_FRACTION,
+                what=f"{fam}: {label} at ε = {epss[-1]:g} over that at ε = {epss[0]:g}",
+                why="convergence over the decade of ε"))
+            criteria.append(Criterion(
+                f"{fam}_{q}_rate", fits[fam][q]["slope"], lo=1.0 - RATE_TOL,
+                what=f"{fam}: observed rate of {label} in ε",
+                why="smooth dependence on the weights: O(ε) (module docstring)"))
+    details = ("Observed rates in ε: " + "; ".join(
+        f"{f}: sup|E^ε−E| ~ ε^{fits[f]['E']['slope']:.2f}, "
+        f"sup W2 ~ ε^{fits[f]['W2']['slope']:.2f}" for f in fits)
+        + f" over ε = {epss[0]:g} … {epss[-1]:g}; sup W2 goes from "
+        + ", ".join(f"{table[f]['sup_W2'][0]:.2e} to {table[f]['sup_W2'][-1]:.2e} ({f})"
+                    for f in table) + ".")
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "H": H, "T": T, "dt": dt, "beta": 1.5, "eps": epss,
-                            "seed": seed, "quick": quick},
+                            "seed": seed, "quick": quick, "rate_tol": RATE_TOL,
+                            "conv_fraction": CONV_FRACTION},
+               **entries,
                "fits": fits, "table": table}
-    result = StudyResult("gamma", summary, verdict, bool(passed))
+    result = StudyResult(NAME, summary, text, passed)
 
     def plot(stage: Path) -> list[str]:
         import matplotlib

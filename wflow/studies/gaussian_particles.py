@@ -10,6 +10,14 @@ Bures–Wasserstein distance ``W2(N(m̂, Σ̂), N(m, Σ))`` (POT's
 ``ot.gaussian.bures_wasserstein_distance``) for several ``n``, fit the log–log
 slopes and compare with ``−1/2``. Particles use RK4 (time error ``O(Δt⁴)``,
 negligible here); the attention sums are :func:`wflow.kernels.kernel_sums`.
+
+Criteria: each fitted slope within :data:`SLOPE_TOL` of ``−1/2``; and the *bias*: the mean
+signed error of every moment component, extrapolated to ``n → ∞`` by weighted least
+squares ``e_n = b + c/n`` (the self-normalised attention has an ``O(1/n)`` bias), must be
+0 — the statistic ``Σ (b/se_b)²`` (≈ χ² with one degree of freedom per component) below
+its 99.9 % quantile. A particle system that does not follow the moment ODE has an error
+floor: the slopes flatten towards 0 for a large offset, the bias test sees a small one
+(negative controls :data:`FAULTS`).
 """
 
 from __future__ import annotations
@@ -28,10 +36,12 @@ from ..gaussian import (
     psd_factor,
     simulate_particles,
 )
-from .base import StudyResult, fit_loglog, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
-           "EXPECTED_SLOPE"]
+           "EXPECTED_SLOPE", "FAULTS", "extrapolated_bias"]
+
+NAME = "gaussian-particles"
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +51,15 @@ EXPECTED_SLOPE = -0.5
 #: (more at smaller ones) on a doubling ladder of 5 sizes the slopes spread by about
 #: ±0.05 over seeds (measured: −0.46 … −0.59 for seeds 0–3), so 0.15 is ~3 σ.
 SLOPE_TOL = 0.15
+
+#: Negative controls: ``run(fault=NAME)``.
+FAULTS = {
+    "time-doubled": "the particles run to 2T and are compared with the moment ODE at T",
+    "score-doubled": "the particles use the score matrix 2B (β doubled) while the ODE uses "
+                     "B",
+}
+#: Quantile of the χ² bias test (false-alarm rate 1e-3 per run).
+BIAS_QUANTILE = 0.999
 
 
 def default_problem() -> tuple[GaussianParams, np.ndarray, np.ndarray, float]:
@@ -72,6 +91,11 @@ class ParticleErrors:
         Seeds used per size.
     steps : int
     T : float
+    bias, bias_se : (k, p) arrays
+        Mean over the seeds of the signed errors of the ``p`` moment components
+        (``components``: the entries of ``m̂ − m`` and the upper triangle of ``Σ̂ − Σ``)
+        and its standard error.
+    components : tuple of str
     """
 
     ns: np.ndarray
@@ -83,6 +107,9 @@ class ParticleErrors:
     reps: tuple[int, ...]
     steps: int
     T: float
+    bias: np.ndarray | None = None
+    bias_se: np.ndarray | None = None
+    components: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
@@ -90,18 +117,24 @@ class ParticleErrors:
                 "Sigma_error": self.Sigma_error.tolist(), "w2": self.w2.tolist(),
                 "fits": {k: {"slope": self.slopes[k], "stderr": self.stderrs[k]}
                          for k in self.slopes},
-                "reps": list(self.reps), "steps": self.steps, "T": self.T}
+                "reps": list(self.reps), "steps": self.steps, "T": self.T,
+                "bias": None if self.bias is None else self.bias.tolist(),
+                "bias_stderr": None if self.bias_se is None else self.bias_se.tolist(),
+                "components": list(self.components)}
 
 
 def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: int = 8,
                     seed: int = 0, steps: int = 10, scale_reps: bool = True,
-                    problem: tuple[GaussianParams, np.ndarray, np.ndarray, float] | None = None
-                    ) -> ParticleErrors:
+                    problem: tuple[GaussianParams, np.ndarray, np.ndarray, float] | None = None,
+                    particle_params: GaussianParams | None = None,
+                    particle_time_scale: float = 1.0) -> ParticleErrors:
     """Measure the particle errors for each ``n`` and fit the slopes (module docstring).
 
     ``reps`` seeds are used at the largest ``n``; with ``scale_reps`` a size ``n``
     gets ``reps · max(ns)/n`` seeds (at most ``16 reps``): the cost per seed is
     ``O(n²)``, so small sizes are nearly free and their RMS becomes much less noisy.
+    ``particle_params`` and ``particle_time_scale`` (particles run to
+    ``particle_time_scale · T``) differ from the problem's only in negative controls.
     """
     import ot
 
@@ -115,19 +148,30 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
     ss = np.random.SeedSequence(seed)
     n_max = max(ns)
     rms = np.zeros((len(ns), 3))
+    d = m0.size
+    iu = np.triu_indices(d)
+    comps = tuple(f"m[{i}]" for i in range(d)) + tuple(f"Sigma[{i},{j}]" for i, j in zip(*iu,
+                                                                                        strict=True))
+    bias, bias_se = np.zeros((len(ns), len(comps))), np.zeros((len(ns), len(comps)))
     n_reps = []
     for i, (n, child_ss) in enumerate(zip(ns, ss.spawn(len(ns)), strict=True)):
         r_n = min(reps * max(n_max // int(n), 1), 16 * reps) if scale_reps else reps
         n_reps.append(r_n)
         errs = np.zeros((r_n, 3))
+        signed = np.zeros((r_n, len(comps)))
         for k, child in enumerate(child_ss.spawn(r_n)):
             rng = np.random.default_rng(child)
             x0 = m0 + rng.standard_normal((int(n), L.shape[1])) @ L.T
-            run_ = simulate_particles(params, x0, T, steps=steps)
+            run_ = simulate_particles(params if particle_params is None else particle_params,
+                                      x0, particle_time_scale * T,
+                                      steps=int(round(particle_time_scale * steps)))
             mh, Sh = run_.m[-1], run_.Sigma[-1]
             w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
             errs[k] = (np.linalg.norm(mh - m_ref), np.linalg.norm(Sh - S_ref), w2)
+            signed[k] = np.concatenate([mh - m_ref, (Sh - S_ref)[iu]])
         rms[i] = np.sqrt(np.mean(errs**2, axis=0))
+        bias[i] = signed.mean(axis=0)
+        bias_se[i] = signed.std(axis=0, ddof=1) / np.sqrt(r_n)
         logger.info("n = %d (%d seeds): RMS errors %s", n, r_n, rms[i])
     ns_arr = np.asarray(ns, dtype=int)
     slopes, stderrs = {}, {}
@@ -135,7 +179,26 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
         fit = fit_loglog(ns_arr, rms[:, j])
         slopes[name], stderrs[name] = fit.slope, fit.stderr
     return ParticleErrors(ns=ns_arr, m_error=rms[:, 0], Sigma_error=rms[:, 1], w2=rms[:, 2],
-                          slopes=slopes, stderrs=stderrs, reps=tuple(n_reps), steps=steps, T=T)
+                          slopes=slopes, stderrs=stderrs, reps=tuple(n_reps), steps=steps, T=T,
+                          bias=bias, bias_se=bias_se, components=comps)
+
+
+def extrapolated_bias(res: ParticleErrors) -> tuple[np.ndarray, np.ndarray]:
+    """Bias of each moment component extrapolated to ``n → ∞``: ``(b, se_b)``.
+
+    Weighted least squares of the mean signed errors ``e_n = b + c/n`` (the self-normalised
+    attention has an ``O(1/n)`` bias; a particle system that follows the moment ODE has
+    ``b = 0``).
+    """
+    x = 1.0 / res.ns.astype(float)
+    b, se = np.zeros(res.bias.shape[1]), np.zeros(res.bias.shape[1])
+    A = np.vstack([np.ones_like(x), x]).T
+    for j in range(res.bias.shape[1]):
+        W = 1.0 / res.bias_se[:, j] ** 2
+        cov = np.linalg.inv(A.T @ (W[:, None] * A))
+        b[j] = (cov @ (A.T @ (W * res.bias[:, j])))[0]
+        se[j] = np.sqrt(cov[0, 0])
+    return b, se
 
 
 def _plot(res: ParticleErrors, stage: Path) -> list[str]:
@@ -165,21 +228,49 @@ def _plot(res: ParticleErrors, stage: Path) -> list[str]:
     return ["gaussian_particles.png"]
 
 
-def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
+def run(*, out: Path, quick: bool = False, seed: int = 0,
+        fault: str | None = None) -> StudyResult:
     """Run the study (``quick``: fewer sizes and seeds), fit, judge and write ``out``."""
+    check_fault(NAME, fault, FAULTS)
+    kw: dict[str, Any] = {}
+    if fault == "time-doubled":
+        kw["particle_time_scale"] = 2.0
+    elif fault == "score-doubled":
+        p = default_problem()[0]
+        kw["particle_params"] = GaussianParams.make(p.d, A=p.A, b=p.b, V=p.V, B=2.0 * p.B)
     if quick:
-        res = particle_errors(ns=(32, 64, 128, 256, 512), reps=8, seed=seed, steps=4)
+        res = particle_errors(ns=(32, 64, 128, 256, 512), reps=8, seed=seed, steps=4, **kw)
     else:
-        res = particle_errors(ns=(64, 128, 256, 512, 1024, 2048), reps=16, seed=seed, steps=8)
-    dev = {k: abs(s - EXPECTED_SLOPE) for k, s in res.slopes.items()}
-    passed = all(v <= SLOPE_TOL for v in dev.values())
-    verdict = ("fitted slopes " + ", ".join(f"{k} {s:.3f}" for k, s in res.slopes.items())
-               + f" vs theory {EXPECTED_SLOPE} (tolerance {SLOPE_TOL}): "
-               + ("consistent with O(n^{-1/2})" if passed else "NOT consistent with O(n^{-1/2})"))
+        res = particle_errors(ns=(64, 128, 256, 512, 1024, 2048), reps=16, seed=seed, steps=8,
+                              **kw)
+    names = {"m_error": "|m̂ − m|", "Sigma_error": "‖Σ̂ − Σ‖_F", "w2": "Bures–Wasserstein W2"}
+    criteria = [Criterion(f"slope_{k}", s, EXPECTED_SLOPE - SLOPE_TOL,
+                          EXPECTED_SLOPE + SLOPE_TOL,
+                          what=f"fitted log–log slope in n of the RMS {names[k]}",
+                          why="sampling fluctuations carried by a Lipschitz flow: n^(-1/2)")
+                for k, s in res.slopes.items()]
+    from scipy.stats import chi2
+
+    b, se_b = extrapolated_bias(res)
+    stat = float(np.sum((b / se_b) ** 2))
+    criteria.append(Criterion(
+        "bias_at_n_inf", stat, hi=float(chi2.ppf(BIAS_QUANTILE, b.size)),
+        what=f"Σ (b/se_b)² over the {b.size} moment components, b the bias extrapolated to "
+             "n → ∞", why=f"no bias in the limit; χ²({b.size}) {BIAS_QUANTILE} quantile"))
+    details = ("Fitted slopes " + ", ".join(f"{k} {s:.3f} ± {res.stderrs[k]:.3f}"
+                                           for k, s in res.slopes.items())
+               + f" vs theory {EXPECTED_SLOPE}; RMS errors at n = {int(res.ns[-1])}: mean "
+               f"{res.m_error[-1]:.2e}, covariance {res.Sigma_error[-1]:.2e}, W2 "
+               f"{res.w2[-1]:.2e} ({res.reps[-1]} seeds). Extrapolated biases (b/se): "
+               + ", ".join(f"{c} {v:+.2f}" for c, v in zip(res.components, b / se_b,
+                                                           strict=True)) + ".")
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = res.to_dict()
     summary["expected_slope"] = EXPECTED_SLOPE
     summary["slope_tol"] = SLOPE_TOL
-    if not all(math.isfinite(s) for s in res.slopes.values()):
+    summary.update(entries)
+    summary["extrapolated_bias"] = {"b": b.tolist(), "stderr": se_b.tolist(), "chi2": stat}
+    if passed and not all(math.isfinite(s) for s in res.slopes.values()):
         raise FloatingPointError("gaussian_particles: non-finite fitted slope")
-    result = StudyResult("gaussian_particles", summary, verdict, passed)
+    result = StudyResult("gaussian_particles", summary, text, passed)
     return write_study(out, result, make_plot=lambda stage: _plot(res, stage))

@@ -1,7 +1,9 @@
 """The one registry of ``wflow verify`` studies: name → module, and the THEORY.md section.
 
-Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict).
-A new study is one module in :mod:`wflow.studies` and one line here.
+Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict);
+a study with negative controls also takes ``fault=NAME`` for a name of its ``FAULTS``
+(see :mod:`wflow.studies.base`). A new study is one module in :mod:`wflow.studies` and one
+line here.
 """
 
 from __future__ import annotations

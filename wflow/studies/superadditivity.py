@@ -9,6 +9,9 @@ as equal heads ``λ̄`` cluster strictly faster when all strengths lie in the co
 
 The study measures the early rate ``γ̇(0)`` from particle runs (RK4, polynomial fit of the
 mean inner product on ``[0, τ]``) for both sides of ``λ_c`` and compares with the formula.
+Criteria per configuration: the sign of the gain ``rate(het)/rate(equal) − 1`` (predicted
+``+`` on the convex side, ``−`` on the concave side, measured by the particles) and the
+particle rates equal to ``Σ_h φ(λ_h)`` to :data:`REL_TOL`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..heads import Attention, Heads
 from ..multihead import early_rate, fit_early_rate, lambda_c, phi
 from ..particles import simulate
 from ..sphere import orthonormal_tokens
-from .base import StudyResult, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +35,21 @@ NAME = "superadditivity"
 #: integrator error ~1e-10 amplified ~1/τ (see the equiangular study); allow 1e-6.
 REL_TOL = 1e-6
 
+#: Negative controls: ``run(fault=NAME)``.
+FAULTS = {
+    "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
+                    "fast) while the formula uses the nominal strengths",
+    "equal-heads": "the 'heterogeneous' particle runs use the equal strengths (no "
+                   "heterogeneity), so the measured gain vanishes",
+}
 
-def _measure(x0: np.ndarray, lambdas: list[float], beta: float) -> float:
+
+def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 1.0) -> float:
     # window: γ(τ) <~ 0.05 (early phase), 11 samples for the degree-6 fit
     tau = min(0.1, 0.05 / early_rate(lambdas, beta, x0.shape[0]))
     dt = tau / 10
     heads = Heads.scalar(lambdas, x0.shape[1])
+    heads = heads.with_(V=vscale * heads.V)
     res = simulate(x0, heads, Attention("softmax", beta), T=tau, dt=dt, clusters=False,
                    head_rates=False)
     if res.status != "success":
@@ -45,8 +57,11 @@ def _measure(x0: np.ndarray, lambdas: list[float], beta: float) -> float:
     return fit_early_rate(res.t, res.history["mean_inner"][0], tau=tau)
 
 
-def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
+def run(*, out: Path, quick: bool = False, seed: int = 0,
+        fault: str | None = None) -> StudyResult:
     """Early rates of heterogeneous vs equal heads on both sides of ``λ_c``."""
+    check_fault(NAME, fault, FAULTS)
+    vscale = 2.0 if fault == "time-doubled" else 1.0
     n, beta = 8, 1.0
     lc = float(lambda_c(n, beta))
     rng = np.random.default_rng(seed)
@@ -55,16 +70,16 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
     spreads = (0.4,) if quick else (0.2, 0.4)
     Hs = (2,) if quick else (2, 3)
     rows = []
-    ok = True
+    criteria: list[Criterion] = []
     for side, fac in sides.items():
         lbar = fac * lc
         for H in Hs:
             equal = [lbar] * H
-            r_eq = _measure(x0, equal, beta)
+            r_eq = _measure(x0, equal, beta, vscale)
             f_eq = early_rate(equal, beta, n)
             for eps in spreads:
                 het = list(lbar * (1 + eps * np.linspace(-1, 1, H)))
-                r_het = _measure(x0, het, beta)
+                r_het = _measure(x0, equal if fault == "equal-heads" else het, beta, vscale)
                 f_het = early_rate(het, beta, n)
                 pred_sign = 1 if side == "convex" else -1
                 row = {"side": side, "lambda_bar": lbar, "H": H, "eps": eps,
@@ -78,7 +93,19 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
                 row["sign_ok"] = bool(np.sign(r_het - r_eq) == pred_sign
                                       and np.sign(f_het - f_eq) == pred_sign)
                 row["match_ok"] = bool(max(row["rel_err_equal"], row["rel_err_het"]) <= REL_TOL)
-                ok &= row["sign_ok"] and row["match_ok"]
+                tag = f"{side}_H{H}_eps{eps}"
+                # the measured gain in the predicted direction, relative to the predicted
+                # gain: 1 when particles and formula agree, <= 0 for the wrong sign
+                criteria.append(Criterion(
+                    f"{tag}_gain_sign", row["gain_particles"] / row["gain_formula"], lo=0.5,
+                    what=f"{side} side, H = {H}, ε = {eps}: measured gain / predicted gain",
+                    why=f"Jensen: heterogeneity {'speeds up' if pred_sign > 0 else 'slows'} "
+                        "clustering on this side"))
+                criteria.append(Criterion(
+                    f"{tag}_rates_match", max(row["rel_err_equal"], row["rel_err_het"]),
+                    hi=REL_TOL, what=f"{side} side, H = {H}, ε = {eps}: relative error of the "
+                                     "particle early rates vs Σφ(λ_h)",
+                    why="degree-6 fit on [0, τ] with RK4 samples"))
                 rows.append(row)
                 logger.info("%s H=%d eps=%.2f: gain %.3e (formula %.3e)", side, H, eps,
                             row["gain_particles"], row["gain_formula"])
@@ -89,15 +116,19 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
     worst = max(max(r["rel_err_equal"], r["rel_err_het"]) for r in rows)
     conv = [r["gain_particles"] for r in rows if r["side"] == "convex"]
     conc = [r["gain_particles"] for r in rows if r["side"] == "concave"]
-    verdict = (f"λ_c = {lc:.4f} (n = {n}, β = {beta}). Convex side λ̄ = 2λ_c: heterogeneous "
-               f"heads cluster faster, gains {min(conv):+.3f}..{max(conv):+.3f}; concave side "
-               f"λ̄ = λ_c/2: slower, gains {min(conc):+.3f}..{max(conc):+.3f}; particle early "
-               f"rates match Σφ(λ_h) to {worst:.1e} (rel).")
-    if not ok:
-        verdict = "MISMATCH: " + verdict
+
+    def word(g: list[float]) -> str:
+        return "faster" if min(g) > 0 else "slower" if max(g) < 0 else "mixed"
+
+    details = (f"λ_c = {lc:.4f} (n = {n}, β = {beta}). Convex side λ̄ = 2λ_c: heterogeneous "
+               f"heads cluster {word(conv)}, gains {min(conv):+.3f}..{max(conv):+.3f}; concave "
+               f"side λ̄ = λ_c/2: {word(conc)}, gains {min(conc):+.3f}..{max(conc):+.3f}; "
+               f"particle early rates match Σφ(λ_h) to {worst:.1e} (rel).")
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
     summary = {"settings": {"n": n, "beta": beta, "quick": quick, "seed": seed,
                             "window": "tau = min(0.1, 0.05/rate), dt = tau/10",
                             "rel_tol": REL_TOL},
+               **entries,
                "fits": fits, "rows": rows}
 
     def plot(stage: Path) -> list[str]:
@@ -130,4 +161,4 @@ def run(*, out: Path, quick: bool = False, seed: int = 0) -> StudyResult:
         plt.close(fig)
         return ["superadditivity.png"]
 
-    return write_study(out, StudyResult(NAME, summary, verdict, bool(ok)), plot)
+    return write_study(out, StudyResult(NAME, summary, text, passed), plot)

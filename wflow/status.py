@@ -1,0 +1,226 @@
+"""Run statuses and the a-posteriori accuracy checks behind them (every solver).
+
+A run's ``status`` says whether its numbers can be used, its ``message`` why not:
+
+``"success"``
+    Every number finite and every accuracy check within its tolerance.
+``"inaccurate"``
+    Finite numbers, but an accuracy check failed: they do not approximate the flow
+    (the message names the residual, its value and the tolerance). The file jobs still
+    write the outputs, so that they can be inspected.
+``"locked"``
+    JKO: every step left the measure where it was although the slope was not zero (the
+    step is too small for the mesh, see :mod:`wflow.jko.solver`).
+``"not_converged"``
+    JKO: an inner solve missed its optimality-gap tolerance (the sequence is complete).
+``"max_steps"``
+    PDE: the step budget ran out before ``T``.
+``"failed"``
+    Non-finite values or a breakdown; the file jobs write nothing.
+
+The accuracy check of a time-dependent run is the **chain-rule residual**
+``chain = ΔE − ∫∂_tE − ∫power − Itô − M`` (:class:`~wflow.diagnostics.BalanceAccumulator`).
+The chain rule ``dE/dt = ∂_tE + ∫<∇ψ, v> dμ`` holds along every exact solution of every
+flow (gradient or not), so the residual measures the discretisation error alone. It is
+judged relative to the energy budget of the run,
+
+    rel_chain = |chain| / max(∫(|power| + |∂_tE| + |Itô|) dt, √eps · max_t |E|)
+
+(``∫|power| dt`` for static heads; the floor keeps a run that does not move at round-off
+level), against the tolerance :func:`chain_tolerance` ``= 0.1^q`` of the scheme's
+*balance order* ``q = min(time order, space order, 2)`` — the balance is summed with
+the trapezoidal rule, second order whatever the integrator. Where it comes from: with a
+step ``Δt`` against the fastest rate ``L`` of the flow (``|Dv|``), one explicit Euler
+step leaves ``½Δt²<∇ψ, Dv·v>`` of the energy unaccounted, summed ``≈ ½ Δt L ∫|power|``;
+the trapezoidal quadrature of a higher-order solution leaves ``(Δt L)²/12``. ``0.1^q``
+is therefore the residual of a run that resolves its fastest rate to ``Δt L ≈ 0.2``
+(order 1) resp. ``≈ 0.35`` (order ≥ 2); beyond it the numbers describe the step, not the
+flow. Measured margins are in the README (section "Statuses").
+
+The JKO scheme has its own residual (:data:`JKO_EDI_RTOL`): the summed discrete EDI
+residual relative to the dissipation, first order in ``τ``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "STATUSES",
+    "CHAIN_THETA",
+    "JKO_EDI_RTOL",
+    "Check",
+    "balance_order",
+    "budget_integral",
+    "chain_tolerance",
+    "chain_check",
+    "judge_steps",
+    "relative_check",
+    "worst_status",
+    "edi_kind",
+]
+
+#: Every status, least to most severe (:func:`worst_status` combines them).
+STATUSES = ("success", "inaccurate", "not_converged", "locked", "max_steps", "failed")
+
+#: Resolved-step parameter of the chain-rule tolerance ``CHAIN_THETA ** q``.
+CHAIN_THETA = 0.1
+
+#: Tolerance of the JKO scheme's summed EDI residual relative to its dissipation
+#: (first order in τ: ``CHAIN_THETA ** 1``).
+JKO_EDI_RTOL = CHAIN_THETA
+
+
+class Check(NamedTuple):
+    """One accuracy check: a relative residual against its tolerance.
+
+    Attributes
+    ----------
+    name : str
+        What is checked (``"chain"``, ``"jko_edi"``, ...).
+    value : float
+        The relative residual (worst path for several Monte-Carlo paths).
+    tolerance : float
+    passed : bool
+        ``value <= tolerance``.
+    rule : str
+        How the value and the tolerance are defined (one line, for reports).
+    order : int or None
+        Balance order ``q`` behind the tolerance (chain-rule checks).
+    scheme : str
+        The scheme and step the check judged (e.g. ``"rk4, dt = 0.1"``).
+    """
+
+    name: str
+    value: float
+    tolerance: float
+    passed: bool
+    rule: str
+    order: int | None = None
+    scheme: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"value": self.value, "tolerance": self.tolerance, "passed": self.passed,
+                "rule": self.rule, "order": self.order, "scheme": self.scheme}
+
+    def failure(self) -> str:
+        """The sentence an ``"inaccurate"`` status carries."""
+        return (f"{self.name} residual {self.value:.3g} exceeds its tolerance "
+                f"{self.tolerance:.3g} ({self.rule})")
+
+
+def balance_order(time_order: int, space_order: int | None = None) -> int:
+    """Order ``q`` of the chain-rule residual: ``min(time order, space order, 2)``.
+
+    The balance integrals are trapezoid sums (second order), so a fourth-order
+    integrator still shows a second-order residual.
+    """
+    q = min(int(time_order), 2)
+    return q if space_order is None else min(q, int(space_order))
+
+
+def chain_tolerance(order: int) -> float:
+    """Tolerance ``CHAIN_THETA ** order`` of the relative chain-rule residual."""
+    return float(f"{CHAIN_THETA ** max(1, int(order)):.12g}")
+
+
+def relative_check(name: str, residual: np.ndarray | float, scale: np.ndarray | float,
+                   energy_scale: np.ndarray | float, *, tolerance: float, rule: str) -> Check:
+    """``|residual| / max(scale, √eps · energy_scale)`` against ``tolerance`` (worst path).
+
+    The floor at ``√eps · max_t |E|`` keeps a run whose budget vanishes (nothing moves)
+    at round-off level instead of dividing by zero.
+    """
+    res = np.atleast_1d(np.asarray(residual, dtype=np.float64))
+    floor = math.sqrt(np.finfo(float).eps) * np.abs(
+        np.atleast_1d(np.asarray(energy_scale, dtype=np.float64)))
+    sc = np.maximum(np.atleast_1d(np.asarray(scale, dtype=np.float64)), floor)
+    rel = np.abs(res) / np.where(sc > 0, sc, np.finfo(float).tiny)
+    worst = float(np.max(rel))
+    if rel.size > 1:
+        rule = f"{rule}; worst of {rel.size} paths"
+    return Check(name, worst, float(tolerance), bool(worst <= tolerance), rule)
+
+
+def chain_check(chain: np.ndarray | float, budget: np.ndarray | float,
+                energy_scale: np.ndarray | float, *, order: int, scheme: str) -> Check:
+    """Judge the chain-rule residual of one run (per path for several paths).
+
+    Parameters
+    ----------
+    chain : float or (P,) array
+        Chain-rule residuals ``ΔE − ∫∂_tE − ∫power − Itô − M`` (per path).
+    budget : float or (P,) array
+        ``∫(|power| + |∂_tE| + |Itô|) dt`` of the same paths (:func:`budget_integral`).
+    energy_scale : float or (P,) array
+        ``max_t |E|`` (floor of the budget at ``√eps`` of it).
+    order : int
+        Balance order :func:`balance_order` of the scheme.
+    scheme : str
+        Named in the rule (e.g. ``"rk4, dt = 0.1"``).
+
+    Returns
+    -------
+    Check
+        ``value`` is the worst path's relative residual.
+    """
+    rule = (f"|chain| / ∫(|power| + |∂_tE| + |Itô|) dt; tolerance 0.1^{order} for balance "
+            f"order {order} ({scheme})")
+    return relative_check("chain-rule", chain, budget, energy_scale,
+                          tolerance=chain_tolerance(order), rule=rule)._replace(
+                              order=int(order), scheme=scheme)
+
+
+def judge_steps(t: np.ndarray, steps: Mapping[str, np.ndarray], chain: np.ndarray | float, *,
+                order: int, scheme: str) -> Check:
+    """:func:`chain_check` from a run's per-step integrands (the last axis is time).
+
+    ``steps`` holds ``power``, ``dEdt_w``, ``ito`` and ``E`` at the times ``t`` (shape
+    ``(S+1,)`` or ``(P, S+1)`` for ``P`` paths); the budget is their trapezoid integral.
+    """
+    budget = budget_integral(t, steps["power"], steps["dEdt_w"], steps["ito"])
+    scale = np.max(np.abs(np.asarray(steps["E"], dtype=np.float64)), axis=-1)
+    return chain_check(chain, budget, scale, order=order, scheme=scheme)
+
+
+def budget_integral(t: np.ndarray, *integrands: np.ndarray) -> np.ndarray:
+    """``∫ Σ|f| dt`` by the trapezoidal rule along the last axis (the budget of a run)."""
+    t = np.asarray(t, dtype=np.float64)
+    f = sum(np.abs(np.asarray(g, dtype=np.float64)) for g in integrands)
+    if t.size < 2:
+        return np.zeros(np.shape(f)[:-1])
+    return np.sum(0.5 * np.diff(t) * (f[..., 1:] + f[..., :-1]), axis=-1)
+
+
+def worst_status(*statuses: str) -> str:
+    """The most severe of ``statuses`` (order :data:`STATUSES`)."""
+    rank = {s: i for i, s in enumerate(STATUSES)}
+    return max(statuses, key=lambda s: rank.get(s, len(STATUSES)), default="success")
+
+
+def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:
+    """What the EDI residual of a run means (THEORY §3), from the heads at ``t = 0``.
+
+    * ``"identity"`` — an exact (weighted) gradient flow: ``flow = "surrogate"``, or the
+      transformer flow with USA/ReLU heads, one softmax head, or softmax heads with equal
+      ``A_h`` (one normaliser). The EDI holds with equality; its residual is a
+      discretisation error.
+    * ``"defect"`` — the transformer flow with several *different* softmax heads: not a
+      gradient flow of ``E``; the residual is the model's EDI defect (it does not vanish
+      under refinement), and the accuracy check is the chain-rule residual.
+    * ``"undefined"`` — heads that are not symmetric and value-aligned (``V_h = ±A_h``)
+      define no gradient-flow direction.
+    """
+    sign = heads.value_alignment() if heads.is_symmetric() else 0
+    if sign == 0:
+        return "undefined"
+    A = np.asarray(heads.A)
+    one_normaliser = heads.H == 1 or bool(np.allclose(A, A[:1], rtol=1e-12, atol=0.0))
+    if flow == "surrogate" or attn_kind != "softmax" or one_normaliser:
+        return "identity"
+    return "defect"
