@@ -51,6 +51,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .heads import HEAD_GENERATORS, Attention, Heads
+from .io import prepare_output
 from .parallel import parallel_map
 from .particles import ParticleResult, simulate
 from .schedules import OrnsteinUhlenbeck, Relaxed, Schedule
@@ -405,7 +406,8 @@ def run_experiments(experiments: list[str] | tuple[str, ...] | str,
 
 def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path,
               options: ReproduceOptions | None = None,
-              runs: dict[str, list[dict[str, Any]]] | None = None) -> ReproduceResult:
+              runs: dict[str, list[dict[str, Any]]] | None = None,
+              overwrite: bool = True) -> ReproduceResult:
     """Run published experiments, fit ``G²`` vs ``H``, judge the claims, write ``out/``.
 
     Parameters
@@ -424,6 +426,9 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
     runs : dict, optional
         Results of :func:`run_experiments` with the same options (to fit and write again
         without recomputing).
+    overwrite : bool
+        Replace a previous wflow output at ``out`` (never a folder wflow did not write);
+        the location is checked before computing (:func:`wflow.io.prepare_output`).
 
     Returns
     -------
@@ -432,9 +437,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
     """
     opts = options or ReproduceOptions()
     names = _expand(experiments)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"reproduce: output {out} exists and is not a directory")
+    out = prepare_output(out, overwrite=overwrite)  # before computing: never after an hour
     t_start = time.perf_counter()
     if runs is None:
         runs = run_experiments(names, opts)

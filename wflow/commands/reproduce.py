@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_output, prepare
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
@@ -31,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("experiments", nargs="+", choices=names, metavar="EXPERIMENT",
                    help=f"one or more of: {', '.join(names)}")
-    p.add_argument("--out", required=True, help="output directory (written atomically)")
+    add_output(p)
     p.add_argument("--quick", action="store_true",
                    help="small version that runs in seconds (n = 48, H = 1 4 16, T = 6, "
                         "dt = 0.02, 4 OU paths)")
@@ -66,8 +68,10 @@ def _main(args: argparse.Namespace) -> int:
              "heads_generator": args.heads_generator, "sigma2": args.sigma2, "tol": args.tol}
     changes = {k: v for k, v in given.items() if v is not None}
     changes.update(gif=args.gif, progress=args.progress)
+    comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location
     opts = ReproduceOptions.quick(**changes) if args.quick else ReproduceOptions(**changes)
-    res = reproduce(args.experiments, out=args.out, options=opts)
+    out = prepare(args)  # bad options are refused above, before the location is checked
+    res = reproduce(args.experiments, out=out, options=opts)
     if comm_rank_size()[1] == 0:
         for name, f in res.fits.items():
             print(f"reproduce {name}: G² ~ H^{f.b:.3f} ± {f.u:.3f} (log–log {f.loglog:.3f}) — "
