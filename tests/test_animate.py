@@ -143,10 +143,10 @@ type = "vmf"
 means = [[0.0, 0.0, 1.0]]
 kappas = [2.0]
 [pde]
-mesh = "icosphere:320"
+mesh = "icosphere:720"
 T = 0.2
 n_saves = 5
-order = 1
+order = 2
 """)
     out = tmp_path / "pde"
     assert main(["pde", str(f), "--out", str(out), "--gif"]) == 0
