@@ -234,7 +234,7 @@ def _one_run(item: tuple[str, int, ReproduceOptions]) -> dict[str, Any]:
     res = _simulate(x0, schedule, opts, n_paths=P, seed=exp.noise_seed + H,
                     save_trajectory=exp.d == 3)
     wall = time.perf_counter() - t0
-    if res.status != "success":
+    if res.status == "failed":
         raise FloatingPointError(f"reproduce {name}, H = {H}: {res.message}")
     series = running_balance(res.steps, res.t, res.history["balance_chain"],
                              stochastic=schedule.stochastic)
@@ -248,7 +248,8 @@ def _one_run(item: tuple[str, int, ReproduceOptions]) -> dict[str, Any]:
             "balance": {k: np.asarray(v) for k, v in res.balance.items()},
             "published_form": pub,
             "traj": None if res.trajectory is None else res.trajectory[0],
-            "wall_s": wall, "paths": P, "sign": res.sign}
+            "wall_s": wall, "paths": P, "sign": res.sign, "status": res.status,
+            "message": res.message}
 
 
 # ----------------------------------------------------------------------------- fits, verdict
@@ -376,11 +377,15 @@ def _expand(names: list[str] | tuple[str, ...] | str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _sentence(exp: Experiment, fit: SlopeFit, tol: float) -> str:
+def _sentence(exp: Experiment, fit: SlopeFit, tol: float, runs: list[dict[str, Any]]) -> str:
     claim = "≈ −1" if exp.regime == "ou" else "≈ 0"
     s = (f"{exp.name}: G² ~ H^{fit.b:.2f} ± {fit.u:.2f} (published fit a·H^b; log–log "
          f"least squares {fit.loglog:.2f}); published claim b {claim}: {fit.verdict.upper()} "
          f"(tolerance ±{tol:g}, 2u)")
+    bad = [r for r in runs if r.get("status", "success") != "success"]
+    if bad:
+        s += "; runs not judged accurate: " + ", ".join(
+            f"H = {r['H']} {r['status']} ({r['message']})" for r in bad)
     if fit.control != "not reproduced":
         s += (f"; negative control FAILED — the slope is also '{fit.control}' against the "
               "other regime's claim, so this run cannot tell the two claims apart")
@@ -454,13 +459,17 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
         late = [late_mean(r["G2"]) for r in rs]
         fits[nm] = fit_experiment(exp, Hs, late, [r["G2"] for r in rs], opts.tol,
                                   n_boot=opts.n_boot)
+        if any(r.get("status", "success") != "success" for r in rs):
+            # a run whose accuracy check failed (e.g. "inaccurate") cannot carry a verdict
+            fits[nm] = replace(fits[nm], verdict="inconclusive")
         table[nm] = {
             "d": exp.d, "regime": exp.regime, "claim": exp.claim_text,
             "claim_slope": exp.claim, "paths": rs[0]["paths"],
             "fit": asdict(fits[nm]),
             "runs": [_run_summary(r) for r in rs],
         }
-    verdict = " ".join(_sentence(EXPERIMENTS[nm], fits[nm], opts.tol) for nm in names)
+    verdict = " ".join(_sentence(EXPERIMENTS[nm], fits[nm], opts.tol, runs[nm])
+                       for nm in names)
     passed = all(f.verdict == "reproduced" for f in fits.values())
     summary = {
         "settings": {**asdict(replace(opts, progress=None)), "experiments": list(names),
@@ -502,6 +511,7 @@ def _run_summary(r: dict[str, Any]) -> dict[str, Any]:
     late = late_mean(r["G2"])
     return {
         "H": r["H"], "paths": r["paths"], "wall_time_s": r["wall_s"],
+        "status": r.get("status", "success"), "message": r.get("message", ""),
         "G2_late_mean": _stats(late), "G2_late_per_path": late.tolist(),
         "E_0": float(r["E"][0, 0]), "E_T": _stats(r["E"][:, -1]), "G2_T": _stats(r["G2"][:, -1]),
         # decay in time: mean G² over [3T/4, T] against [T/4, T/2] (Monte-Carlo mean)
