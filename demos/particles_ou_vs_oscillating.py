@@ -1,10 +1,12 @@
 """OU (integrable) vs oscillating (non-integrable) head weights on S².
 
-Maths (THEORY.md §5, published experiment): H heads D_h(t), score <x, D_h y>, value −D_h,
-w_h = 1/H, tokens around the octahedron vertices. With OU weights
-dD = (I − D) dt + σ dW_sym the path is integrable in the mean-field sense and
-G²(μ_t, t) → 0 (clustering); with weights relaxing to an oscillating target
-dD_h/dt = F_h(t) − D_h the slope G² does not decay and tokens do not cluster.
+Maths (THEORY.md §5; a variant of the published experiment, see the two scenario files):
+H heads D_h(t), score <x, D_h y>, value −D_h, w_h = 1/H, tokens around the octahedron
+vertices. With OU weights dD = (I − D) dt + σ dW_sym the path is integrable in the
+mean-field sense and G²(μ_t, t) → 0 (clustering); with weights relaxing to wflow's
+rotating target F_h(t) = 2I + 1.5 P(½(t + 2πh/H)) (phases over half a period, so the head
+average keeps oscillating) the slope G² does not decay and tokens do not cluster. The
+published experiments, exactly: `wflow reproduce` and demos/published_experiments.py.
 
 Run: python demos/particles_ou_vs_oscillating.py [--quick] [--out DIR]
 """

@@ -25,11 +25,10 @@ def test_study_quick(name, tmp_path, capsys):
     assert summary["study"] == name and summary["verdict"]
     assert all((out / f).is_file() for f in summary["figures"]) and summary["figures"]
     assert rc == 0 and summary["passed"], f"{name} did not pass: {text}"
-    if name != "asymptotics":  # issue 13's published experiments keep their own summary
-        # the verdict's criteria (with their accepted ranges) and the negative controls
-        assert summary["criteria"] and all(c["ok"] for c in summary["criteria"])
-        assert all({"name", "value", "accepted", "what"} <= set(c) for c in summary["criteria"])
-        assert summary["fault"] is None and summary["negative_controls"]
+    # the verdict's criteria (with their accepted ranges) and the negative controls
+    assert summary["criteria"] and all(c["ok"] for c in summary["criteria"])
+    assert all({"name", "value", "accepted", "what"} <= set(c) for c in summary["criteria"])
+    assert summary["fault"] is None and summary["negative_controls"]
 
 
 def test_registry_lists_core_studies():

@@ -41,6 +41,9 @@ CONTROLS = [
     ("entropy", "value-sign", "equiangular_monotone"),
     ("gaussian-particles", "time-doubled", "slope_w2"),
     ("gaussian-particles", "score-doubled", "bias_at_n_inf"),
+    ("asymptotics", "ou-constant-noise", "ou_decay_ratio"),
+    ("asymptotics", "frozen-oscillation", "oscillating_no_decay"),
+    ("asymptotics", "shared-noise", "ou_slope"),
 ]
 #: Controls that need full mode (the bias is below the quick mode's sampling error).
 FULL_ONLY = {("mean-field", "pde-beta-1.5")}
@@ -56,8 +59,8 @@ def test_every_documented_fault_is_tested():
     documented = {(name, f) for name in STUDIES if hasattr(load_study(name), "FAULTS")
                   for f in load_study(name).FAULTS}
     assert documented == {(s, f) for s, f, _ in CONTROLS} | FULL_ONLY
-    # every study but the published experiments (issue 13) declares negative controls
-    assert {s for s, _ in documented} == set(STUDIES) - {"asymptotics"}
+    # every study declares negative controls
+    assert {s for s, _ in documented} == set(STUDIES)
 
 
 @pytest.mark.parametrize("name, fault, criterion", CONTROLS,
@@ -77,7 +80,7 @@ def test_fault_flips_verdict(name, fault, criterion, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("name", sorted(set(STUDIES) - {"asymptotics"}))
+@pytest.mark.parametrize("name", sorted(STUDIES))
 def test_quick_passes_at_other_seeds(name, seed, tmp_path):
     res = _run(name, tmp_path, seed=seed)
     assert res.passed, res.verdict

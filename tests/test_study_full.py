@@ -13,7 +13,7 @@ from wflow.studies.registry import STUDIES, load_study
 
 pytestmark = pytest.mark.slow
 
-FULL = sorted(set(STUDIES) - {"asymptotics"})  # asymptotics: issue 13's published runs
+FULL = sorted(STUDIES)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

@@ -9,23 +9,28 @@ Schema (defaults in brackets)::
 
     seed = 0                                 # master seed [0]
     [attention]  kind = "softmax"|"usa"|"relu" ["softmax"]; beta = 1.0; d = 3
-    [tokens]     n = 200; sampler = "uniform"|"vmf"|"polytope"|"equiangular"|
+    [tokens]     n = 200; sampler = "uniform"|"vmf"|"polytope"|"published"|"equiangular"|
                  "orthonormal"|"file" ["uniform"];
                  means = [[...]], kappas = [...], weights = [...]     (vmf)
                  polytope = "octahedron", noise = 0.05                 (polytope)
+                 noise = 0.05; layout = "octahedral"|"cross" [by d]    (published)
                  gamma = 0.0                                           (equiangular)
                  file = "tokens.npy"                                   (file)
-    [heads]      type = "random_symmetric"|"scalar"|"matrices"|"file" ["random_symmetric"];
+    [heads]      type = "random_symmetric"|"published"|"scalar"|"matrices"|"file"
+                 ["random_symmetric"];
                  H = 1; scale = 1.0; lambdas = [...]; A = [[[...]]]; V = [[[...]]];
                  file = "heads.npz" (Q, K, V[, w] or A[, V, w]);
                  value_sign = 1 (+1 ascent V = A, -1 descent V = -A; for files: sets V
                  of archives with A alone, must agree with a V the archive gives);
-                 w = "mean"|"sum"|[...] ["mean": w_h = 1/H]; seed (default: seed)
+                 w = "mean"|"sum"|[...] ["mean": w_h = 1/H]; seed (default: seed + 1;
+                 published: seed + H); generator = "numpy"|"torch-cpu" ["numpy"] (published)
     [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"];
-                 kappa = 1.0; sigma = 0.0; gamma = 0.0; symmetric_noise = false;
+                 kappa = 1.0; sigma = 0.0 (or sigma2 = σ², e.g. 2.0); gamma = 0.0;
+                 symmetric_noise = false;
                  target = "identity"|"initial"|"zero"|<number c: c·I> ["identity"]  (ou)
                  amplitude = 0.5; omega = 1.0 (default)               (oscillating)
-                 c = 2.0; alpha = 1.5; omega = 0.5 (default)           (relaxed)
+                 target = "published"|"rotating" ["published"]         (relaxed)
+                 c = 2.0; alpha = 1.5; omega = 0.5 (defaults)          (relaxed, rotating)
                  files = ["layer0.npz", ...]; delta = 1.0                (layers)
                  function = "package.module:function"                   (callable)
     [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
@@ -37,6 +42,7 @@ through :func:`register_section`.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .heads import KINDS, Attention, Heads
+from .heads import HEAD_GENERATORS, KINDS, Attention, Heads
 from .particles.options import PARTICLES_SPEC, ParticleOptions
 from .schedules import (
     CallableSchedule,
@@ -65,6 +71,7 @@ from .sphere import (
     equiangular_tokens,
     orthonormal_tokens,
     sample_polytope_clusters,
+    sample_published_clusters,
     sample_uniform,
     sample_vmf_mixture,
 )
@@ -97,13 +104,14 @@ ATTENTION_SPEC: Spec = {
 }
 TOKENS_SPEC: Spec = {
     "n": (200, number(1, integer=True)),
-    "sampler": ("uniform", choice("uniform", "vmf", "polytope", "equiangular", "orthonormal",
-                                   "file")),
+    "sampler": ("uniform", choice("uniform", "vmf", "polytope", "published", "equiangular",
+                                   "orthonormal", "file")),
     "means": (None, _array(2)),
     "kappas": (None, _array((0, 1))),
     "weights": (None, _array(1)),
     "polytope": ("octahedron", string),
     "noise": (0.05, number(0)),
+    "layout": (None, choice("octahedral", "cross")),
     "gamma": (0.0, number(-1, 1)),
     "file": (None, string),
     "seed": (None, number(0, integer=True)),
@@ -117,7 +125,8 @@ def _value_sign(v: Any, key: str) -> float:
 
 
 HEADS_SPEC: Spec = {
-    "type": ("random_symmetric", choice("random_symmetric", "scalar", "matrices", "file")),
+    "type": ("random_symmetric", choice("random_symmetric", "published", "scalar", "matrices",
+                                        "file")),
     "H": (1, number(1, integer=True)),
     "scale": (1.0, number(0)),
     "lambdas": (None, _array(1)),
@@ -127,18 +136,20 @@ HEADS_SPEC: Spec = {
     "value_sign": (None, lambda v, key: _value_sign(v, key)),
     "w": ("mean", None),
     "seed": (None, number(0, integer=True)),
+    "generator": ("numpy", choice(*HEAD_GENERATORS)),
 }
 SCHEDULE_SPEC: Spec = {
     "type": ("static", choice("static", "ou", "oscillating", "relaxed", "layers", "callable")),
     "kappa": (1.0, number(0)),
-    "sigma": (0.0, number(0)),
+    "sigma": (None, number(0)),
+    "sigma2": (None, number(0)),
     "gamma": (0.0, number(0)),
     "symmetric_noise": (False, boolean),
-    "target": ("identity", None),
+    "target": (None, None),
     "amplitude": (0.5, number()),
     "omega": (None, number()),
-    "c": (2.0, number()),
-    "alpha": (1.5, number()),
+    "c": (None, number()),
+    "alpha": (None, number()),
     "files": (None, None),
     "delta": (1.0, number(0, strict_lo=True)),
     "function": (None, string),
@@ -212,6 +223,11 @@ class Scenario:
                 x = sample_polytope_clusters(n, d, rng, polytope=t["polytope"], noise=t["noise"])
             except ValueError as exc:
                 raise ScenarioError(f"tokens.polytope: {exc}") from exc
+        elif s == "published":
+            try:
+                x = sample_published_clusters(n, d, rng, noise=t["noise"], layout=t["layout"])
+            except ValueError as exc:
+                raise ScenarioError(f"tokens.layout: {exc}") from exc
         elif s == "equiangular":
             try:
                 x = equiangular_tokens(n, t["gamma"], d, rng)
@@ -247,6 +263,8 @@ class Scenario:
         if typ == "random_symmetric":
             H = h["H"]
             heads = Heads.random_symmetric(H, d, rng, scale=h["scale"], value_sign=sign)
+        elif typ == "published":
+            return self._published_heads()
         elif typ == "scalar":
             if h["lambdas"] is None:
                 raise ScenarioError("heads.lambdas: required for type = 'scalar'")
@@ -266,6 +284,22 @@ class Scenario:
                 raise ScenarioError("heads.file: required for type = 'file'")
             heads = self._heads_file(h["file"], "heads.file")
         return heads.with_(w=self._weights(heads.H))
+
+    def _published_heads(self) -> Heads:
+        """``heads.type = "published"``: :meth:`Heads.published`, seed ``seed + H``.
+
+        The published conventions (``D = Z + Zᵀ``, value ``−D``, ``w_h = 1/H``) are fixed:
+        a key that would change them is refused.
+        """
+        h, given = self.heads, self.raw.get("heads", {})
+        for key, ok in (("value_sign", (-1, -1.0)), ("scale", (1, 1.0)), ("w", ("mean",))):
+            if key in given and given[key] not in ok:
+                raise ScenarioError(f"heads.{key}: type = 'published' fixes {key} = {ok[0]!r} "
+                                    f"(D = Z + Zᵀ, value −D, w_h = 1/H); got {given[key]!r}. "
+                                    "Use type = 'random_symmetric' for other choices")
+        H = h["H"]
+        seed = self.seed + H if h["seed"] is None else h["seed"]
+        return Heads.published(H, self.d, seed=seed, generator=h["generator"])
 
     def _heads_file(self, name: Any, key: str) -> Heads:
         """Heads from an ``.npz`` named in the scenario (``heads.file``, ``schedule.files``).
@@ -328,8 +362,14 @@ class Scenario:
         sign = heads.value_alignment()
         kind = "bilinear" if sign != 0 else "qkv"
         param, theta0 = Parametrisation.from_heads(heads, kind=kind)
+        sigma = self._sigma()
+        if typ != "relaxed":
+            for key in ("c", "alpha"):
+                if s[key] is not None:
+                    raise ScenarioError(f"schedule.{key}: only for type = 'relaxed' with "
+                                        "target = 'rotating'")
         if typ == "ou":
-            tgt = s["target"]
+            tgt = "identity" if s["target"] is None else s["target"]
             if tgt == "identity":
                 tinf = np.broadcast_to(np.eye(self.d), theta0.shape) if kind == "bilinear" \
                     else None
@@ -347,7 +387,7 @@ class Scenario:
                 raise ScenarioError("schedule.target: a multiple of the identity needs "
                                     "value-aligned heads (V = ±A)")
             try:
-                return OrnsteinUhlenbeck(param, theta0, tinf, kappa=s["kappa"], sigma0=s["sigma"],
+                return OrnsteinUhlenbeck(param, theta0, tinf, kappa=s["kappa"], sigma0=sigma,
                                          gamma=s["gamma"], symmetric_noise=s["symmetric_noise"])
             except ValueError as exc:
                 raise ScenarioError(f"schedule: {exc}") from exc
@@ -355,21 +395,52 @@ class Scenario:
             omega = 1.0 if s["omega"] is None else s["omega"]
             return Oscillating(param, theta0, amplitude=s["amplitude"], omega=omega)
         if typ == "relaxed":
-            if kind != "bilinear":
-                raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
-            return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign, c=s["c"],
-                                    alpha=s["alpha"], kappa=s["kappa"],
-                                    omega=0.5 if s["omega"] is None else s["omega"])
+            return self._relaxed(heads, param, theta0, kind)
         # callable
         if s["function"] is None:
             raise ScenarioError("schedule.function: required for type = 'callable' "
                                 "('package.module:function' computing dθ/dt = f(θ, t))")
         fn = load_callable(s["function"], name="schedule.function")
         try:
-            return CallableSchedule(param, theta0, fn, sigma0=s["sigma"], gamma=s["gamma"],
+            return CallableSchedule(param, theta0, fn, sigma0=sigma, gamma=s["gamma"],
                                     symmetric_noise=s["symmetric_noise"])
         except ValueError as exc:
             raise ScenarioError(f"schedule: {exc}") from exc
+
+    def _sigma(self) -> float:
+        """``σ₀`` from ``schedule.sigma`` or ``schedule.sigma2`` (``σ = √σ²`` exactly)."""
+        s = self.schedule
+        if s["sigma"] is not None and s["sigma2"] is not None:
+            raise ScenarioError("schedule.sigma2: give either sigma or sigma2 (= σ²), not both")
+        if s["sigma2"] is not None:
+            return math.sqrt(s["sigma2"])
+        return 0.0 if s["sigma"] is None else s["sigma"]
+
+    def _relaxed(self, heads: Heads, param: Parametrisation, theta0: np.ndarray,
+                 kind: str) -> Relaxed:
+        """``type = "relaxed"``: the published frames (default) or wflow's rotating variant."""
+        s = self.schedule
+        if kind != "bilinear":
+            raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
+        target = "published" if s["target"] is None else s["target"]
+        if target not in ("published", "rotating"):
+            raise ScenarioError("schedule.target: for type = 'relaxed' must be 'published' (the "
+                                "frames of THEORY §5) or 'rotating' (wflow's variant), got "
+                                f"{target!r}")
+        if self._sigma() != 0.0:
+            raise ScenarioError("schedule.sigma: type = 'relaxed' is deterministic")
+        if target == "published":
+            for key in ("c", "alpha", "omega"):
+                if s[key] is not None:
+                    raise ScenarioError(f"schedule.{key}: the published frames have no {key}; "
+                                        "it belongs to target = 'rotating' (wflow's variant)")
+            return Relaxed.published(theta0, w=heads.w, value_sign=param.value_sign,
+                                     kappa=s["kappa"])
+        return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign,
+                                c=2.0 if s["c"] is None else s["c"],
+                                alpha=1.5 if s["alpha"] is None else s["alpha"],
+                                omega=0.5 if s["omega"] is None else s["omega"],
+                                kappa=s["kappa"])
 
     def particle_options(self, **overrides: Any) -> ParticleOptions:
         """:class:`~wflow.particles.ParticleOptions` from ``[particles]`` (+ overrides)."""

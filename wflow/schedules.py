@@ -14,7 +14,8 @@ Schedules:
 * :class:`Static` — ``θ̇ = 0``;
 * :class:`OrnsteinUhlenbeck` — ``dθ = −κ(θ − θ_∞) dt + σ(t) dW``, ``σ(t) = σ₀ e^{−γt}``,
   optional symmetric noise ``dW_sym = √dt (Z + Zᵀ)/2``; Euler–Maruyama with a seeded
-  generator (closed form when ``σ₀ = 0``);
+  generator (closed form when ``σ₀ = 0``); :meth:`OrnsteinUhlenbeck.published` is the
+  published OU experiment (``σ² = 2``);
 * :class:`Oscillating` — ``θ(t) = θ_∞ + a ⊙ sin(ωt + φ_h)``, ``φ_h = 2πh/H``;
 * :class:`Relaxed` — ``dθ/dt = κ(F_h(t) − θ)`` towards an oscillating target
   (built-in: the published frames :func:`published_frames`, THEORY §5, and wflow's
@@ -308,6 +309,40 @@ class OrnsteinUhlenbeck(Schedule):
             raise ValueError("ou.sigma: noisy weights are supported for the 'bilinear' "
                              "parametrisation (θ = A), where the Itô term of the energy "
                              "balance has a closed form")
+
+    @classmethod
+    def published(cls, theta0: np.ndarray, *, sigma2: float = 2.0,
+                  w: np.ndarray | float | None = None, value_sign: float = -1.0
+                  ) -> OrnsteinUhlenbeck:
+        """The published OU experiment: ``dD_h = (I − D_h) dt + σ dW_sym``, ``σ² = 2``.
+
+        ``dW_sym = √dt (Z + Zᵀ)/2`` with ``Z`` standard normal per head (diagonal
+        increments of variance ``σ² dt``, off-diagonal ``σ² dt/2``); ``σ = √sigma2``
+        exactly (:func:`math.sqrt`), ``κ = 1``, ``θ_∞ = I``; bilinear heads with value
+        ``V_h = −D_h`` and ``w_h = 1/H`` (the defaults).
+
+        Parameters
+        ----------
+        theta0 : (H, d, d) array
+            ``D_h(0)`` (published: ``Z + Zᵀ``, :meth:`~wflow.heads.Heads.published`).
+        sigma2 : float
+            Noise variance ``σ²`` (published: 2).
+        w : (H,) array or float, optional
+            Mixing weights (default ``1/H``).
+        value_sign : float
+            ``V_h = value_sign · D_h`` (published: −1).
+        """
+        theta0 = np.asarray(theta0, float)
+        if theta0.ndim != 3:
+            raise ValueError(f"theta0: expected shape (H, d, d), got {theta0.shape}")
+        if not (np.isfinite(sigma2) and sigma2 >= 0):
+            raise ValueError(f"ou.sigma2: must be a finite number >= 0, got {sigma2!r}")
+        H, d, _ = theta0.shape
+        w = 1.0 / H if w is None else w
+        param = Parametrisation("bilinear", np.broadcast_to(np.asarray(w, float), (H,)).copy(),
+                                value_sign=value_sign)
+        return cls(param, theta0, np.broadcast_to(np.eye(d), theta0.shape), kappa=1.0,
+                   sigma0=math.sqrt(sigma2), symmetric_noise=True)
 
     @property
     def stochastic(self) -> bool:  # noqa: D102

@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_output(p)
     p.add_argument("--save-trajectory", action="store_true",
                    help="also write trajectory.npz with t and x of shape (steps, n, d)")
+    p.add_argument("--gif", action="store_true",
+                   help="also write tokens.gif (tokens on S², 60 frames) and run.png (E, G², "
+                        "energy balance)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     p.set_defaults(func=_main)
@@ -33,7 +36,7 @@ def _main(args: argparse.Namespace) -> int:
     out = prepare(args)
     sc = load_scenario(args.scenario)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
-                        progress=args.progress)
+                        progress=args.progress, gif=args.gif)
     fin = res.final()
     print(f"particles: {res.status} in {res.wall_time:.2f} s; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, balance chain residual = "

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_output(p)
     p.add_argument("--render", action="store_true",
                    help="write PNG snapshots of the density at every output time (pyvista)")
+    p.add_argument("--gif", action="store_true",
+                   help="also write density.gif (the density on the mesh at the output times) "
+                        "and run.png (E, G², energy balance)")
     p.add_argument("--mesh", default=None, help="override [pde] mesh")
     p.add_argument("--order", type=int, choices=(1, 2), default=None, help="override [pde] order")
     p.add_argument("--T", type=float, default=None, help="override [pde] T")
@@ -50,7 +53,7 @@ def _main(args: argparse.Namespace) -> int:
         sec = dict(sc.sections.get("pde", {}), mesh=args.mesh)
         sc.sections["pde"] = sec
     res = run_pde(sc, out, render=args.render, progress=args.progress,
-                  overrides={"order": args.order, "T": args.T, "dt": args.dt})
+                  overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]
         edi = res.balance.get("edi", math.nan)

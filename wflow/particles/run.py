@@ -34,14 +34,16 @@ logger = logging.getLogger(__name__)
 
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,
-                  progress: bool | None = None) -> ParticleResult:
+                  progress: bool | None = None, gif: bool = False) -> ParticleResult:
     """Run the particle system of ``scenario`` and write ``out/``.
 
     Writes ``summary.json`` (status and its reason, the accuracy checks, scenario echo,
     versions, seed, wall time, final diagnostics with Monte-Carlo mean/std,
     energy-balance residuals), ``diagnostics.csv`` (one row per recorded time) and, with
     ``save_trajectory``, ``trajectory.npz`` (``t``; ``x`` of shape ``(steps, n, d)`` —
-    ``(paths, steps, n, d)`` for several paths; ``theta`` when the weights move).
+    ``(paths, steps, n, d)`` for several paths; ``theta`` when the weights move); with
+    ``gif``, ``tokens.gif`` (the tokens on S² of path 0, d = 3) and ``run.png`` (``E``,
+    ``G²`` and the energy balance, :mod:`wflow.animate`).
     Returns the result; ``res.status`` may be ``"inaccurate"`` (written all the same).
 
     Raises
@@ -49,10 +51,13 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     FloatingPointError
         If the run produced NaN/Inf (status ``"failed"``; nothing is written).
     """
+    if gif and scenario.d != 3:
+        raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
+                         f"{scenario.d}")
     attn = scenario.attention_obj()
     schedule = scenario.build_schedule()
     x0 = scenario.build_tokens()
-    opts = scenario.particle_options(save_trajectory=save_trajectory, progress=progress)
+    opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)
     res = simulate(x0, schedule, attn, options=opts)
     if res.status == "failed":
         raise FloatingPointError(f"particle run failed: {res.message}")
@@ -91,6 +96,11 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     with run_directory(out) as stage:
         write_json(stage / "summary.json", summary)
         write_csv(stage / "diagnostics.csv", cols)
+        if gif:
+            from ..animate import particle_pictures
+
+            particle_pictures(res, stage, stochastic=schedule.stochastic,
+                              title=f"particles, H = {summary['n_heads']}")
         if save_trajectory:
             assert res.trajectory is not None
             arrays = {"t": res.t, "x": res.trajectory[0] if res.n_paths == 1 else res.trajectory}

@@ -131,7 +131,7 @@ def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Pat
 
 def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
             progress: bool | None = None, overrides: Mapping[str, Any] | None = None,
-            comm: Any = None) -> PDEResult:
+            comm: Any = None, gif: bool = False) -> PDEResult:
     """Run the PDE of a scenario and write ``out/`` (collective under MPI).
 
     Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
@@ -139,7 +139,9 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     ``(S,)``, ``rho`` ``(S, M)``, ``centroids`` ``(M, 3)``, ``areas`` ``(M,)``, cells in the
     mesh file's order), ``density.xdmf`` + ``density.h5`` (ParaView: DG0 cell data
     ``rho`` per output time, cells in the same mesh-file order as ``density.npz``) and,
-    with ``render``, ``render/rho_XXXX.png``.
+    with ``render``, ``render/rho_XXXX.png``; with ``gif``, ``density.gif`` (one frame per
+    output time, up to 60) and ``run.png`` (``E``, ``G²``, the energy balance;
+    :mod:`wflow.animate`).
 
     ``summary.json`` carries the status, its reason and the accuracy checks; a run that is
     ``"inaccurate"`` (finite, conservative, positive, but the chain-rule residual exceeds
@@ -214,6 +216,12 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
         write_xdmf(sm, res.t, res.rho, stage / "density.xdmf")
         if render:
             render_snapshots(sm, res.t, res.rho, stage / "render")
+        if gif:
+            verts = sm.gather_owned(sm.cell_vertices)  # collective
+            if comm.rank == 0:
+                from ..animate import pde_pictures
+
+                pde_pictures(verts, res, stage, stochastic=schedule.stochastic)
         if comm.rank == 0:
             write_json(stage / "summary.json", summary)
             write_csv(stage / "diagnostics.csv", cols)
