@@ -229,6 +229,10 @@ def test_failures_match_the_python_loop(rng):
     rc, rp = both(x0, big, attn, T=0.05, dt=0.01)
     assert rc.status == rp.status == "failed" and rc.message == rp.message
     assert "overflow" in rc.message
+    Q, K = 30.0 * rng.standard_normal((2, 2, 2, 3))  # general Q, K: the guard uses them
+    rc, rp = both(x0, Heads(Q, K, rng.standard_normal((2, 3, 3)), np.full(2, 0.5)), attn,
+                  T=0.05, dt=0.01)
+    assert rc.status == rp.status == "failed" and rc.message == rp.message
     # a layer with huge weights: the guard trips at the jump in both loops
     param = Parametrisation("bilinear", np.full(2, 0.5), value_sign=-1.0)
     layers = Layers(param, np.stack([big.A / 500.0, big.A]), delta=0.03)
@@ -265,3 +269,101 @@ def test_one_big_draw_equals_consecutive_draws():
     steps = np.stack([b.standard_normal((4, 3, 3)) for _ in range(7)])
     np.testing.assert_array_equal(big, steps)
     np.testing.assert_array_equal(a.standard_normal(5), b.standard_normal(5))
+
+
+# ----------------------------------------------------------------- numba's on-disk cache
+_CACHE_PROBE = """
+import json, sys
+import numpy as np
+from wflow import _kernels_numba as kn
+s = np.linspace(-3.0, 3.0, 64)
+kn.fexp_array(s, np.empty_like(s))
+x = np.ones((2, 5, 3)) / np.sqrt(3.0)
+kn.direct3(x, np.ones((2, 3, 5)), np.ones((3, 5)), np.full(5, 0.2), 0, False, np.empty((2, 5)),
+           np.empty((2, 5, 3)), np.empty((2, 5)), np.empty((2, 5)))
+stats = [kn.fexp_array.stats, kn.direct3.stats]
+if len(sys.argv) > 1:  # also the compiled particle loop (cached by the calling test)
+    from wflow.heads import Attention, Heads
+    from wflow.particles import _path_numba as pn, simulate
+    from wflow.sphere import sample_uniform
+    rng = np.random.default_rng(0)
+    simulate(sample_uniform(12, 3, rng), Heads.random_symmetric(2, 3, rng), Attention("softmax"),
+             T=0.02, dt=0.01, engine="compiled", head_rates=False, clusters=False)
+    stats.append(pn.path_block.stats)
+print(json.dumps([[sum(st.cache_hits.values()), sum(st.cache_misses.values())] for st in stats]))
+"""
+
+
+def _probe(env, *args):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE, *args], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_kernels_are_loaded_from_the_disk_cache(tmp_path):
+    """A second process loads serial and parallel kernels from numba's on-disk cache instead of
+    compiling them; with an empty cache directory (the negative control) it compiles."""
+    import os
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = _probe(env)
+    assert all(miss >= 1 and hit == 0 for hit, miss in first), first  # compiled and stored
+    second = _probe(env)
+    assert all(hit >= 1 and miss == 0 for hit, miss in second), second
+    cold = _probe({**env, "NUMBA_CACHE_DIR": str(tmp_path / "empty")})
+    assert all(hit == 0 and miss >= 1 for hit, miss in cold), cold
+
+
+def test_compiled_loop_is_loaded_from_the_disk_cache(rng):
+    """The compiled particle loop (parallel evaluations inside) is cached too: a fresh process
+    finds it on disk (this process compiled it, or loaded it, into the default cache)."""
+    simulate(sample_uniform(12, 3, rng), Heads.random_symmetric(2, 3, rng), Attention("softmax"),
+             T=0.02, dt=0.01, engine="compiled", head_rates=False, clusters=False)
+    import os
+
+    hits, misses = _probe(dict(os.environ), "loop")[-1]
+    assert hits >= 1 and misses == 0, (hits, misses)
+
+
+@pytest.mark.slow
+def test_loop_compiled_after_cached_state_kernels_is_cached_sound(tmp_path):
+    """Regression: a loop compiled in a process that loaded the state kernels from the cache,
+    then loaded from the cache by a third process, runs (it crashed when the parallel state
+    evaluation was cached on its own). Three processes, one empty cache directory."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    state = """
+import numpy as np
+from wflow.particles import _path_numba as pn
+H, n = 2, 20
+x = np.random.default_rng(0).standard_normal((3, n)); x /= np.linalg.norm(x, axis=0)
+A = np.eye(3)[None].repeat(H, 0)
+BUF, PE, PG, PI, PT = pn._workspace(H, 3, n)
+args = (2, True, False, 1.0, x, np.ones(n), A, A, np.zeros((H, 0, 3)), np.zeros((H, 0, 3)),
+        np.full(H, 0.5), np.full(H, 0.5), np.full(n, 1 / n), 1.0, 0, True, True, False,
+        np.zeros((3, n)), PE, PG, PI, PT, BUF)
+pn.state_ser(*args)
+pn.state_par(*args)
+"""
+    run = """
+import numpy as np
+from wflow.heads import Attention, Heads
+from wflow.particles import simulate
+from wflow.sphere import sample_uniform
+rng = np.random.default_rng(1)
+r = simulate(sample_uniform(20, 3, rng), Heads.random_symmetric(2, 3, rng), Attention("softmax"),
+             T=0.05, dt=0.01, engine="compiled", head_rates=False, clusters=False)
+print(r.status)
+"""
+    subprocess.run([sys.executable, "-c", state], env=env, check=True)
+    for _ in range(2):  # compile the loop (state kernels from the cache), then load it
+        out = subprocess.run([sys.executable, "-c", run], env=env, check=True,
+                             capture_output=True, text=True)
+        assert out.stdout.strip().endswith("success")

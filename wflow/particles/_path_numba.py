@@ -19,9 +19,13 @@ optimises each compiled function together with everything it calls, so every cal
 re-optimises the kernels below it. The thin levels are inlined (``inline="always"``),
 calls never pass literal constants (each literal would compile the callee once more),
 and Monte-Carlo paths run in threads instead of a parallel loop over paths.
-Everything the loop compiles lives in this file (but :func:`wflow._kernels_numba.fexp`):
-numba's cache checks only the file of each function, so a kernel edited in another file
-would leave a stale cached loop behind.
+Everything the loop compiles lives in this file (but :func:`wflow._kernels_numba.fexp` and
+``_row3``): numba's cache checks only the file of each function, so a kernel edited in
+another file would leave a stale cached loop behind. :func:`state_par` is not cached on its
+own: a loop compiled against a parallel function loaded from numba's cache was cached
+broken (it crashed the next process; reproduced with numba 0.68, tested in
+``tests/test_compiled.py``), so the parallel evaluation is always compiled together with
+the loop, and cached inside it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .._kernels_numba import _FM, CHUNK, fexp
+from .._kernels_numba import _FM, CHUNK, _row3, fexp
 from ..kernels import EXP_OVERFLOW
 
 __all__ = ["path_block", "published_frames_into"]
@@ -80,6 +84,24 @@ PROWS = 16
 NPART = 10
 
 
+#: Initial partials of a block (see :data:`NPART`): sums 0, min b̂ +∞, max b̂ −∞, maxima 0.
+_START = (0.0, 0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0.0, 0.0)
+
+
+@njit(cache=True, inline="always")
+def _zero_block(b, PE, PG, PI):
+    PE[b] = 0.0
+    PG[b] = 0.0
+    PI[b] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _put(PT, b, vals):
+    """The block's partials (see :data:`NPART`) into ``PT[b]``."""
+    for r in range(NPART):
+        PT[b, r] = vals[r]
+
+
 @njit(fastmath=_FM, cache=True, error_model="numpy")
 def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
             surrogate, vel, PE, PG, PI, PT):
@@ -96,22 +118,8 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     i0 = b * PROWS
     i1 = min(N, i0 + PROWS)
     if full:
-        for h in range(H):
-            PE[b, h] = 0.0
-            PI[b, h] = 0.0
-            for a in range(3):
-                for c in range(3):
-                    PG[b, h, a, c] = 0.0
-    pw = 0.0
-    sl = 0.0
-    sp = 0.0
-    gg = 0.0
-    bs = 0.0
-    blo = np.inf
-    bhi = -np.inf
-    qmax = 0.0
-    kmax = 0.0
-    zbad = 0.0
+        _zero_block(b, PE, PG, PI)
+    pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         xi0 = x0[i]
         xi1 = x1[i]
@@ -134,20 +142,12 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
-            z = 0.0
-            y0 = 0.0
-            y1 = 0.0
-            y2 = 0.0
-            ph = 0.0
             tt = 0.0
-            if kind == 0 and not ito:
-                for j in range(N):
-                    e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
-                    z += e
-                    y0 += e * x0[j]
-                    y1 += e * x1[j]
-                    y2 += e * x2[j]
-            elif kind == 0:
+            if kind == 0 and ito:  # the Itô sum in the same pass
+                z = 0.0
+                y0 = 0.0
+                y1 = 0.0
+                y2 = 0.0
                 for j in range(N):
                     e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
                     z += e
@@ -156,22 +156,14 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     y2 += e * x2[j]
                     gij = xi0 * x0[j] + xi1 * x1[j] + xi2 * x2[j]
                     tt += e * (nxi * nx[j] + gsq * gij * gij)
+                ph = z
             else:
-                for j in range(N):
-                    k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j], 0.0)
-                    e = k * m[j]
-                    z += e
-                    ph += 0.5 * k * e
-                    y0 += e * x0[j]
-                    y1 += e * x1[j]
-                    y2 += e * x2[j]
-                if ito:
+                z, y0, y1, y2, ph = _row3(a0, a1, a2, x0, x1, x2, m, kind)
+                if ito:  # ReLU: Φ'' = 1_{s > 0}
                     for j in range(N):
                         sc = a0 * x0[j] + a1 * x1[j] + a2 * x2[j]
                         gij = xi0 * x0[j] + xi1 * x1[j] + xi2 * x2[j]
                         tt += (m[j] if sc > 0.0 else 0.0) * (nxi * nx[j] + gsq * gij * gij)
-            if kind == 0:
-                ph = z
             # ∇ψ_h = A Y (symmetric) or ½ (A Y + Aᵀ Y'), Y' with the roles of Q and K swapped
             q0 = A[h, 0, 0] * y0 + A[h, 0, 1] * y1 + A[h, 0, 2] * y2
             q1 = A[h, 1, 0] * y0 + A[h, 1, 1] * y1 + A[h, 1, 2] * y2
@@ -180,21 +172,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                t0 = 0.0
-                t1 = 0.0
-                t2 = 0.0
-                if kind == 0:
-                    for j in range(N):
-                        e = fexp(b0 * x0[j] + b1 * x1[j] + b2 * x2[j]) * m[j]
-                        t0 += e * x0[j]
-                        t1 += e * x1[j]
-                        t2 += e * x2[j]
-                else:
-                    for j in range(N):
-                        e = max(b0 * x0[j] + b1 * x1[j] + b2 * x2[j], 0.0) * m[j]
-                        t0 += e * x0[j]
-                        t1 += e * x1[j]
-                        t2 += e * x2[j]
+                _, t0, t1, t2, _ = _row3(b0, b1, b2, x0, x1, x2, m, kind)
                 q0 = 0.5 * (q0 + A[h, 0, 0] * t0 + A[h, 1, 0] * t1 + A[h, 2, 0] * t2)
                 q1 = 0.5 * (q1 + A[h, 0, 1] * t0 + A[h, 1, 1] * t1 + A[h, 2, 1] * t2)
                 q2 = 0.5 * (q2 + A[h, 0, 2] * t0 + A[h, 1, 2] * t1 + A[h, 2, 2] * t2)
@@ -236,14 +214,21 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 PG[b, h, 2, 0] += hx2 * y0
                 PG[b, h, 2, 1] += hx2 * y1
                 PG[b, h, 2, 2] += hx2 * y2
-            # the overflow guard's norms |Q_h x_i|², |K_h x_i|²
-            nq = 0.0
-            nk = 0.0
-            for r in range(kq):
-                tq = Qm[h, r, 0] * xi0 + Qm[h, r, 1] * xi1 + Qm[h, r, 2] * xi2
-                tk = Km[h, r, 0] * xi0 + Km[h, r, 1] * xi1 + Km[h, r, 2] * xi2
-                nq += tq * tq
-                nk += tk * tk
+            # the overflow guard's norms |Q_h x_i|², |K_h x_i|² (no rows in Qm: Q = I, K = A)
+            if kq == 0:
+                t0 = A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2
+                t1 = A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2
+                t2 = A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2
+                nq = nxi
+                nk = t0 * t0 + t1 * t1 + t2 * t2
+            else:
+                nq = 0.0
+                nk = 0.0
+                for r in range(kq):
+                    tq = Qm[h, r, 0] * xi0 + Qm[h, r, 1] * xi1 + Qm[h, r, 2] * xi2
+                    tk = Km[h, r, 0] * xi0 + Km[h, r, 1] * xi1 + Km[h, r, 2] * xi2
+                    nq += tq * tq
+                    nk += tk * tk
             qmax = max(qmax, nq)
             kmax = max(kmax, nk)
         if soft:
@@ -278,16 +263,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             bs += mi * bh
             blo = min(blo, bh)
             bhi = max(bhi, bh)
-    PT[b, 0] = pw
-    PT[b, 1] = sl
-    PT[b, 2] = sp
-    PT[b, 3] = gg
-    PT[b, 4] = bs
-    PT[b, 5] = blo
-    PT[b, 6] = bhi
-    PT[b, 7] = qmax
-    PT[b, 8] = kmax
-    PT[b, 9] = zbad
+    _put(PT, b, (pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad))
 
 
 @njit(fastmath=_FM, cache=True, inline="always", error_model="numpy")
@@ -303,6 +279,75 @@ def _scores_chunk(a, xT, j0, n, sc):
         ac = a[c]
         for j in range(n):
             sc[j] += ac * r[j]
+
+
+@njit(fastmath=_FM, cache=True, inline="always", error_model="numpy")
+def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
+    """One target row and head in ``d = 5``, fused in registers (as ``_row3`` for ``d ≤ 3``).
+
+    The published high-dimensional experiments run in ``d = 5``.
+
+    Returns ``(Z, Y_0..Y_4, Φ, Itô row sum)`` for ``s_j = a·x_j``; the Itô sum only with
+    ``ito`` (exponential kernels; ReLU: :func:`_stateg`'s chunked pass).
+    """
+    N = m.shape[0]
+    x0 = xT[0]
+    x1 = xT[1]
+    x2 = xT[2]
+    x3 = xT[3]
+    x4 = xT[4]
+    a0 = a[0]
+    a1 = a[1]
+    a2 = a[2]
+    a3 = a[3]
+    a4 = a[4]
+    z = 0.0
+    y0 = 0.0
+    y1 = 0.0
+    y2 = 0.0
+    y3 = 0.0
+    y4 = 0.0
+    ph = 0.0
+    tt = 0.0
+    if kind == 0 and not ito:
+        for j in range(N):
+            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]) * m[j]
+            z += e
+            y0 += e * x0[j]
+            y1 += e * x1[j]
+            y2 += e * x2[j]
+            y3 += e * x3[j]
+            y4 += e * x4[j]
+        ph = z
+    elif kind == 0:
+        b0 = xi[0]
+        b1 = xi[1]
+        b2 = xi[2]
+        b3 = xi[3]
+        b4 = xi[4]
+        for j in range(N):
+            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]) * m[j]
+            z += e
+            y0 += e * x0[j]
+            y1 += e * x1[j]
+            y2 += e * x2[j]
+            y3 += e * x3[j]
+            y4 += e * x4[j]
+            g = b0 * x0[j] + b1 * x1[j] + b2 * x2[j] + b3 * x3[j] + b4 * x4[j]
+            tt += e * (nxi * nx[j] + gsq * g * g)
+        ph = z
+    else:
+        for j in range(N):
+            k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j], 0.0)
+            e = k * m[j]
+            z += e
+            ph += 0.5 * k * e
+            y0 += e * x0[j]
+            y1 += e * x1[j]
+            y2 += e * x2[j]
+            y3 += e * x3[j]
+            y4 += e * x4[j]
+    return z, y0, y1, y2, y3, y4, ph, tt
 
 
 @njit(fastmath=_FM, cache=True, error_model="numpy")
@@ -330,22 +375,8 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     i0 = b * PROWS
     i1 = min(N, i0 + PROWS)
     if full:
-        for h in range(H):
-            PE[b, h] = 0.0
-            PI[b, h] = 0.0
-            for r in range(D):
-                for c in range(D):
-                    PG[b, h, r, c] = 0.0
-    pw = 0.0
-    sl = 0.0
-    sp = 0.0
-    gsum = 0.0
-    bs = 0.0
-    blo = np.inf
-    bhi = -np.inf
-    qmax = 0.0
-    kmax = 0.0
-    zbad = 0.0
+        _zero_block(b, PE, PG, PI)
+    pw, sl, sp, gsum, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         for c in range(D):
             xi[c] = xT[c, i]
@@ -372,6 +403,18 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     else:
                         yp[c] = 0.0
                 want_ito = ito and rep == 0
+                if D == 5 and (kind == 0 or not want_ito):  # fused in registers
+                    r5 = _row5(a, xi, xT, nx, nxi, m, kind, want_ito, gsq)
+                    if rep == 0:
+                        z = r5[0]
+                        ph = r5[6]
+                        tt = r5[7]
+                        for c in range(5):
+                            y[c] = r5[1 + c]
+                    else:
+                        for c in range(5):
+                            yp[c] = r5[1 + c]
+                    continue
                 for j0 in range(0, N, CHUNK):
                     n = min(N, j0 + CHUNK) - j0
                     mm = m[j0:j0 + n]
@@ -447,8 +490,13 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     hx = 0.5 * mi * xi[r]
                     for c in range(D):
                         PG[b, h, r, c] += hx * y[c]
-            nq = 0.0
+            # the guard's norms; no rows in Qm: Q = I, K = A, and a = β A xᵢ after the last rep
+            nq = nxi if kq == 0 else 0.0
             nk = 0.0
+            if kq == 0:
+                for c in range(D):
+                    nk += a[c] * a[c]
+                nk /= beta * beta
             for r in range(kq):
                 tq = 0.0
                 tk = 0.0
@@ -486,30 +534,28 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             bs += mi * bh
             blo = min(blo, bh)
             bhi = max(bhi, bh)
-    PT[b, 0] = pw
-    PT[b, 1] = sl
-    PT[b, 2] = sp
-    PT[b, 3] = gsum
-    PT[b, 4] = bs
-    PT[b, 5] = blo
-    PT[b, 6] = bhi
-    PT[b, 7] = qmax
-    PT[b, 8] = kmax
-    PT[b, 9] = zbad
+    _put(PT, b, (pw, sl, sp, gsum, bs, blo, bhi, qmax, kmax, zbad))
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
+def _block(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
+           surrogate, vel, PE, PG, PI, PT, BUF):
+    if xT.shape[0] == 3:
+        _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
+                surrogate, vel, PE, PG, PI, PT)
+    else:
+        _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
+                surrogate, vel, PE, PG, PI, PT, BUF[b])
+
+
+@njit(parallel=True, error_model="numpy")  # not cached on its own: see the module docstring
 def state_par(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
               surrogate, vel, PE, PG, PI, PT, BUF):
     """A particle-state evaluation, blocks of rows in parallel (one region)."""
     for t in prange(nblk):
-        b = np.int64(t)  # the prange index is unsigned: one signature of the kernels
-        if xT.shape[0] == 3:
-            _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
-                    surrogate, vel, PE, PG, PI, PT)
-        else:
-            _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
-                    surrogate, vel, PE, PG, PI, PT, BUF[b])
+        # the prange index is unsigned: as int64, the kernels keep one signature
+        _block(np.int64(t), full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft,
+               sym, surrogate, vel, PE, PG, PI, PT, BUF)
 
 
 @njit(cache=True, error_model="numpy")
@@ -517,12 +563,8 @@ def state_ser(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind
               surrogate, vel, PE, PG, PI, PT, BUF):
     """A particle-state evaluation on the calling thread (same results)."""
     for b in range(nblk):
-        if xT.shape[0] == 3:
-            _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
-                    surrogate, vel, PE, PG, PI, PT)
-        else:
-            _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
-                    surrogate, vel, PE, PG, PI, PT, BUF[b])
+        _block(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
+               surrogate, vel, PE, PG, PI, PT, BUF)
 
 
 # --------------------------------------------------------------------------- weights
@@ -664,11 +706,10 @@ def _heads_of(pkind, usevfix, vsign, th, Vfix, A, V, Qm, Km):
     H, R, d = th.shape
     kq = Qm.shape[1]
     for h in range(H):
-        if pkind == 0:  # bilinear: Q = I, K = A = θ, V = ±A or fixed
+        if pkind == 0:  # bilinear: Q = I, K = A = θ (Qm, Km without rows), V = ±A or fixed
             for a in range(d):
                 for b in range(d):
                     A[h, a, b] = th[h, a, b]
-                    Km[h, a, b] = th[h, a, b]
                     V[h, a, b] = Vfix[h, a, b] if usevfix else vsign * th[h, a, b]
         else:  # qkv: rows Q (k), K (k), V (d)
             for a in range(d):

@@ -66,6 +66,10 @@ _EXTRA_KEYS = ("n_clusters", "dEh_dt", "dEh_own", "dEh_cross_direct", "dEh_cross
 _BLOCK_BUDGET = 1 << 22
 #: Longest block of steps between two returns to Python (progress, recorded extras).
 _BLOCK_MAX = 500
+#: One path evaluates its states on all threads (one parallel region per evaluation) from
+#: this many kernel evaluations ``n² H`` per state, unless the machine is oversubscribed
+#: (then below ``wflow.kernels.BUSY_SERIAL_TRIPLES``); the results are the same bits.
+PAR_MIN_EVALS = 1 << 15
 
 
 def _published_target_code() -> types.CodeType:
@@ -137,7 +141,12 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     D = 3 if d <= 3 else d
     param = schedule.param
     heads0 = schedule.heads_at(theta0)
-    kq = heads0.Q.shape[1]
+    # the overflow guard needs Q and K; none (zero rows) means Q = I, K = A (bilinear heads)
+    eye = np.broadcast_to(np.eye(d), (H, d, d))
+    bilinear = param.kind == "bilinear" or (
+        heads0.Q.shape == eye.shape and np.array_equal(heads0.Q, eye)
+        and np.array_equal(heads0.K, heads0.A))
+    kq = 0 if bilinear else heads0.Q.shape[1]
     A0, V0 = np.zeros((H, D, D)), np.zeros((H, D, D))
     Q0, K0 = np.zeros((H, kq, D)), np.zeros((H, kq, D))
     Vfix = np.zeros((H, d, d))
@@ -149,13 +158,12 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
         wkind = pn.W_STATIC
         A0[:, :d, :d] = heads0.A
         V0[:, :d, :d] = heads0.V
-        Q0[:, :, :d] = heads0.Q
-        K0[:, :, :d] = heads0.K
+        if kq:
+            Q0[:, :, :d] = heads0.Q
+            K0[:, :, :d] = heads0.K
     else:
-        if param.kind == "bilinear":
-            Q0[:, :d, :d] = np.eye(d)
-            if param.V is not None:
-                Vfix[:] = param.V
+        if param.kind == "bilinear" and param.V is not None:
+            Vfix[:] = param.V
         if isinstance(schedule, OrnsteinUhlenbeck):
             wkind, kappa = pn.W_OU, float(schedule.kappa)
             wa[:], wb[:] = schedule.theta_inf, schedule.theta0
@@ -260,7 +268,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     ``engine="compiled"`` or ``"auto"`` (see :func:`compiled_support`); the arguments are
     validated there.
     """
-    from ..kernels import _serial
+    from ..kernels import SERIAL_TRIPLES, _serial
     from . import _path_numba as pn
     from .solver import ParticleResult
 
@@ -319,7 +327,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     trajs: list[list[np.ndarray]] = [[] for _ in range(P)]
     ttrajs: list[list[np.ndarray]] = [[] for _ in range(P)]
     work = n * n * H
-    par = not _serial(work)
+    par = work >= PAR_MIN_EVALS and not _serial(max(work, SERIAL_TRIPLES))
     evals = 0
     bar = progress_bar(P * S, opts.progress, desc="particles")
     pool = ThreadPoolExecutor(max_workers=max(1, min(P, _threads()))) if P > 1 else None
