@@ -63,6 +63,9 @@ def make_schedule(kind: str, rng: np.random.Generator, *, H: int, d: int, symmet
     if kind == "layers":
         thetas = np.stack([A0, -0.7 * A0, 0.5 * A0 + 0.1])
         return Layers(param, thetas, delta=0.105)
+    if kind == "qkv_layers":  # Layers.of: qkv parameters, Q = I in every layer
+        layers = [Heads.random_symmetric(H, d, rng, scale=0.5, value_sign=-1.0) for _ in range(3)]
+        return Layers.of(layers, delta=0.105)
     if kind == "qkv_oscillating":
         Q, K = 0.5 * rng.standard_normal((2, H, 2, d))
         theta = np.concatenate([Q, K, -0.5 * np.eye(d)[None].repeat(H, 0)], axis=1)
@@ -108,15 +111,15 @@ def both(x0, sched, attn, **kw):
 
 
 KINDS = ["static", "ou_sym", "ou_plain", "ou_det", "oscillating", "relaxed_published",
-         "relaxed_rotating", "layers"]
+         "relaxed_rotating", "layers", "qkv_layers", "qkv_oscillating"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("integrator", ["euler", "rk4"])
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_compiled_equals_python_every_schedule(rng, kind, integrator, symmetric):
-    if kind.startswith("relaxed") and not symmetric:
-        pytest.skip("relaxed targets are symmetric frames")
+    if (kind.startswith("relaxed") or kind.startswith("qkv")) and not symmetric:
+        pytest.skip("relaxed targets are symmetric frames; qkv heads are general already")
     d = 3 if symmetric else 2
     sched = make_schedule(kind, rng, H=3, d=d, symmetric=symmetric)
     x0 = sample_uniform(37, d, rng)

@@ -702,9 +702,13 @@ def _advance(wkind, stoch, rk4w, symn, th, t, h, kk, sigk, xi, kappa, omega, wa,
 
 @njit(cache=True, error_model="numpy")
 def _heads_of(pkind, usevfix, vsign, th, Vfix, A, V, Qm, Km):
-    """Heads of ``θ`` (``Parametrisation.heads``): ``A = QᵀK``, ``V``, and ``Q, K``."""
+    """Heads of ``θ`` (``Parametrisation.heads``): ``A = QᵀK``, ``V``; ``Q, K`` into ``Qm, Km``.
+
+    ``Qm, Km`` without rows: the guard needs no ``Q, K`` (bilinear parameters).
+    """
     H, R, d = th.shape
-    kq = Qm.shape[1]
+    kq = (R - d) // 2  # qkv: θ stacks Q (k rows), K (k rows), V (d rows)
+    guard = Qm.shape[1] > 0
     for h in range(H):
         if pkind == 0:  # bilinear: Q = I, K = A = θ (Qm, Km without rows), V = ±A or fixed
             for a in range(d):
@@ -719,10 +723,11 @@ def _heads_of(pkind, usevfix, vsign, th, Vfix, A, V, Qm, Km):
                         t += th[h, r, a] * th[h, kq + r, b]
                     A[h, a, b] = t
                     V[h, a, b] = th[h, 2 * kq + a, b]
-            for r in range(kq):
-                for b in range(d):
-                    Qm[h, r, b] = th[h, r, b]
-                    Km[h, r, b] = th[h, kq + r, b]
+            if guard:
+                for r in range(kq):
+                    for b in range(d):
+                        Qm[h, r, b] = th[h, r, b]
+                        Km[h, r, b] = th[h, kq + r, b]
 
 
 @njit(cache=True, error_model="numpy")

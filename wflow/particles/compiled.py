@@ -141,11 +141,12 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     D = 3 if d <= 3 else d
     param = schedule.param
     heads0 = schedule.heads_at(theta0)
-    # the overflow guard needs Q and K; none (zero rows) means Q = I, K = A (bilinear heads)
+    # the overflow guard needs Q and K; none (zero rows) means Q = I, K = A at every step:
+    # bilinear parameters, or static heads of that form
     eye = np.broadcast_to(np.eye(d), (H, d, d))
     bilinear = param.kind == "bilinear" or (
-        heads0.Q.shape == eye.shape and np.array_equal(heads0.Q, eye)
-        and np.array_equal(heads0.K, heads0.A))
+        isinstance(schedule, Static) and heads0.Q.shape == eye.shape
+        and np.array_equal(heads0.Q, eye) and np.array_equal(heads0.K, heads0.A))
     kq = 0 if bilinear else heads0.Q.shape[1]
     A0, V0 = np.zeros((H, D, D)), np.zeros((H, D, D))
     Q0, K0 = np.zeros((H, kq, D)), np.zeros((H, kq, D))
