@@ -370,3 +370,37 @@ print(r.status)
         out = subprocess.run([sys.executable, "-c", run], env=env, check=True,
                              capture_output=True, text=True)
         assert out.stdout.strip().endswith("success")
+
+
+def test_measured_thread_choice_does_not_change_bits(rng, monkeypatch):
+    """A single path switches between serial and parallel evaluations whenever its probe
+    says so (``compiled._Probe``); forced to probe every two steps, the run is bitwise the
+    one of the default choice."""
+    from wflow.particles import compiled
+
+    sched = make_schedule("ou_sym", rng, H=5, d=3, symmetric=True)
+    x0 = sample_uniform(150, 3, rng)
+    attn = Attention("softmax", 1.0)
+    kw = dict(T=0.3, dt=0.01, integrator="euler", head_rates=False, clusters=False, seed=4,
+              engine="compiled", n_paths=1)
+    ref = simulate(x0, sched, attn, **kw)
+    modes: list[bool] = []
+    init, nxt = compiled._Probe.__init__, compiled._Probe.next
+
+    def small_init(self, work, rk4):
+        init(self, work, rk4)
+        self.steps = 2
+
+    def record_next(self, k0, k1):
+        par, end = nxt(self, k0, k1)
+        modes.append(par)
+        return par, end
+
+    monkeypatch.setattr(compiled, "REPROBE_S", 0.0)
+    monkeypatch.setattr(compiled._Probe, "__init__", small_init)
+    monkeypatch.setattr(compiled._Probe, "next", record_next)
+    probed = simulate(x0, sched, attn, **kw)
+    assert True in modes and False in modes, modes  # both modes ran
+    for key in ref.history:
+        np.testing.assert_array_equal(probed.history[key], ref.history[key], err_msg=key)
+    np.testing.assert_array_equal(probed.x, ref.x)

@@ -66,10 +66,55 @@ _EXTRA_KEYS = ("n_clusters", "dEh_dt", "dEh_own", "dEh_cross_direct", "dEh_cross
 _BLOCK_BUDGET = 1 << 22
 #: Longest block of steps between two returns to Python (progress, recorded extras).
 _BLOCK_MAX = 500
-#: One path evaluates its states on all threads (one parallel region per evaluation) from
-#: this many kernel evaluations ``n² H`` per state, unless the machine is oversubscribed
-#: (then below ``wflow.kernels.BUSY_SERIAL_TRIPLES``); the results are the same bits.
+#: One path may evaluate its states on all threads (one parallel region per evaluation)
+#: from this many kernel evaluations ``n² H`` per state; whether it does is measured
+#: (:class:`_Probe`). The results are the same bits either way.
 PAR_MIN_EVALS = 1 << 15
+#: Seconds between two measurements of serial against parallel evaluations.
+REPROBE_S = 5.0
+
+
+class _Probe:
+    """Chooses serial or parallel evaluations for one path by timing both, now and then.
+
+    Every :data:`REPROBE_S` seconds the next two short blocks (~20 ms of work each) run
+    serially and in parallel, and the faster mode runs until the next probe. A load-average
+    rule guessed wrong in both directions on a shared machine: it kept runs serial after
+    other jobs had stopped (the average lags by a minute and counts this process's own
+    work), and a thread team whose second thread the OS parks waits a whole time slice
+    per region.
+    """
+
+    def __init__(self, work: int, rk4: bool):
+        est = work * (4 if rk4 else 1) * 0.7e-9  # s per step at ~0.7 ns per evaluation
+        self.steps = int(min(500, max(8, 0.02 / max(est, 1e-9))))
+        self.next_at = 0.0
+        self.pending: list[bool] = []
+        self.rate = {False: 0.0, True: 0.0}
+        self.par = True
+
+    def next(self, k0: int, k1: int) -> tuple[bool, int]:
+        """The mode and end of the block starting at ``k0`` (proposed end ``k1``)."""
+        if k0 == 0:  # the first state alone, then the first probe
+            return False, min(k1, 1)
+        if not self.pending and time.perf_counter() >= self.next_at and k1 - k0 >= self.steps:
+            self.pending = [False, True]
+        if self.pending:
+            return self.pending[0], min(k1, k0 + self.steps)
+        return self.par, k1
+
+    def done(self, par: bool, steps: int, seconds: float) -> None:
+        """Record a block's wall time; after a probe pair, choose the faster mode."""
+        if not self.pending:
+            return
+        self.rate[par] = seconds / max(steps, 1)
+        self.pending.pop(0)
+        if not self.pending:
+            self.par = self.rate[True] < self.rate[False]
+            self.next_at = time.perf_counter() + REPROBE_S
+            logger.debug("particles: %s evaluations (%.3g vs %.3g s per step)",
+                         "parallel" if self.par else "serial", self.rate[True],
+                         self.rate[False])
 
 
 def _published_target_code() -> types.CodeType:
@@ -269,7 +314,6 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     ``engine="compiled"`` or ``"auto"`` (see :func:`compiled_support`); the arguments are
     validated there.
     """
-    from ..kernels import SERIAL_TRIPLES, _serial
     from . import _path_numba as pn
     from .solver import ParticleResult
 
@@ -328,7 +372,10 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     trajs: list[list[np.ndarray]] = [[] for _ in range(P)]
     ttrajs: list[list[np.ndarray]] = [[] for _ in range(P)]
     work = n * n * H
-    par = work >= PAR_MIN_EVALS and not _serial(max(work, SERIAL_TRIPLES))
+    # one path: parallel evaluations where they pay; the results are the same bits either
+    # way, so the choice is measured (_Probe), not guessed from the load average
+    probe = _Probe(work, rk4) if P == 1 and work >= PAR_MIN_EVALS and _threads() > 1 else None
+    par = probe is not None
     evals = 0
     bar = progress_bar(P * S, opts.progress, desc="particles")
     pool = ThreadPoolExecutor(max_workers=max(1, min(P, _threads()))) if P > 1 else None
@@ -337,6 +384,8 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
         k0 = 0
         while True:
             k1 = min(S, k0 + block)
+            if probe is not None:
+                par, k1 = probe.next(k0, k1)
             snappos = np.full(S + 1, -1, dtype=np.int64)
             in_block = rec_idx[(rec_idx >= k0) & (rec_idx <= k1)] if snap else rec_idx[:0]
             if k0 > 0:
@@ -355,8 +404,11 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
                     prog.wc, tab, prog.thetas, noise, X, TH, VEL, GM, CUR, ACC, STAT, STEPS, REC,
                     REH, SX, STH)
             if P == 1:
+                t_block = time.perf_counter()
                 if STAT[0, 0] == pn.FAIL_NONE:
                     pn.path_block(0, par, *args)
+                if probe is not None:
+                    probe.done(par, k1 - k0, time.perf_counter() - t_block)
             else:  # Monte-Carlo: paths from a pool of threads (the loop releases the GIL)
                 todo = [p for p in range(P) if STAT[p, 0] == pn.FAIL_NONE]
                 list(pool.map(partial(_run_path, args), todo))
