@@ -316,11 +316,43 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
 # so the pair-once column updates are contiguous); Z, P, PH (H, n); G (H, n, 3).
 
 
+@njit(fastmath=_FM, cache=True, inline="always")
+def _row3(a0, a1, a2, x0, x1, x2, m, kind):
+    """One target row, ``d ≤ 3``: ``(Z, Y_0, Y_1, Y_2, Φ) = Σ_j m_j (k, k x_j, Φ)(s_j)``.
+
+    ``s_j = a·x_j``; ``kind`` 0: ``k = Φ = e^s``, 1: ReLU, ``Φ = k²/2``. Inlined: one
+    vectorised source loop in the caller (also :mod:`wflow.particles._path_numba`).
+    """
+    N = m.shape[0]
+    z = 0.0
+    y0 = 0.0
+    y1 = 0.0
+    y2 = 0.0
+    ph = 0.0
+    if kind == 0:
+        for j in range(N):
+            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
+            z += e
+            y0 += e * x0[j]
+            y1 += e * x1[j]
+            y2 += e * x2[j]
+        ph = z
+    else:
+        for j in range(N):
+            k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j], 0.0)
+            e = k * m[j]
+            z += e
+            ph += 0.5 * k * e
+            y0 += e * x0[j]
+            y1 += e * x1[j]
+            y2 += e * x2[j]
+    return z, y0, y1, y2, ph
+
+
 @njit(fastmath=_FM, cache=True)
 def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
     """Targets ``i0 ≤ i < i1``, every head: ``Z, Y, Φ`` (and ``Y'`` with ``Aᵀ`` if not ``sym``)."""
     H = A.shape[0]
-    N = m.shape[0]
     x0 = xT[0]
     x1 = xT[1]
     x2 = xT[2]
@@ -333,28 +365,7 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
             a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
-            z = 0.0
-            y0 = 0.0
-            y1 = 0.0
-            y2 = 0.0
-            ph = 0.0
-            if kind == 0:
-                for j in range(N):
-                    e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
-                    z += e
-                    y0 += e * x0[j]
-                    y1 += e * x1[j]
-                    y2 += e * x2[j]
-                ph = z
-            else:
-                for j in range(N):
-                    k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j], 0.0)
-                    e = k * m[j]
-                    z += e
-                    ph += 0.5 * k * e
-                    y0 += e * x0[j]
-                    y1 += e * x1[j]
-                    y2 += e * x2[j]
+            z, y0, y1, y2, ph = _row3(a0, a1, a2, x0, x1, x2, m, kind)
             Z[h, i] = z
             P[h, i] = ph
             Y[h, 0, i] = y0
@@ -364,21 +375,7 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                t0 = 0.0
-                t1 = 0.0
-                t2 = 0.0
-                if kind == 0:
-                    for j in range(N):
-                        e = fexp(b0 * x0[j] + b1 * x1[j] + b2 * x2[j]) * m[j]
-                        t0 += e * x0[j]
-                        t1 += e * x1[j]
-                        t2 += e * x2[j]
-                else:
-                    for j in range(N):
-                        e = max(b0 * x0[j] + b1 * x1[j] + b2 * x2[j], 0.0) * m[j]
-                        t0 += e * x0[j]
-                        t1 += e * x1[j]
-                        t2 += e * x2[j]
+                _, t0, t1, t2, _ = _row3(b0, b1, b2, x0, x1, x2, m, kind)
                 Yp[h, 0, i] = t0
                 Yp[h, 1, i] = t1
                 Yp[h, 2, i] = t2

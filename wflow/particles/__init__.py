@@ -7,23 +7,27 @@ Rooms (the same in every solver package):
 
 * :mod:`~wflow.particles.options` — :class:`ParticleOptions` and the ``[particles]`` schema;
 * :mod:`~wflow.particles.integrators` — time grid, state terms, Euler / RK4 steps;
-* :mod:`~wflow.particles.compiled` — the whole Euler loop compiled (:func:`euler_path`);
+* :mod:`~wflow.particles.compiled` — the whole time loop compiled (``simulate(engine=...)``,
+  :func:`simulate_compiled`; :func:`euler_path` for static heads);
 * :mod:`~wflow.particles.solver` — :func:`iterate` (generator), :func:`simulate` and
   :class:`ParticleResult`;
 * :mod:`~wflow.particles.run` — scenario → files (:func:`run_particles`).
 """
 
-from .compiled import EulerPath, euler_path
+from .compiled import EulerPath, compiled_support, euler_path, simulate_compiled
 from .integrators import time_grid
-from .options import INTEGRATOR_ORDER, PARTICLES_SPEC, ParticleOptions
+from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SPEC, ParticleOptions
 from .run import run_particles
 from .solver import ParticleResult, ParticleState, iterate, simulate
 
 __all__ = [
+    "ENGINES",
     "INTEGRATOR_ORDER",
     "PARTICLES_SPEC",
     "EulerPath",
     "euler_path",
+    "simulate_compiled",
+    "compiled_support",
     "ParticleOptions",
     "ParticleState",
     "ParticleResult",

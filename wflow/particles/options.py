@@ -16,6 +16,7 @@ from ..kernels import BACKENDS
 from ..schema import Spec, boolean, choice, number
 
 __all__ = [
+    "ENGINES",
     "INTEGRATOR_ORDER",
     "ParticleOptions",
     "PARTICLES_SPEC",
@@ -23,6 +24,8 @@ __all__ = [
 
 #: Declared order of each particle integrator (checked by a fitted-order test).
 INTEGRATOR_ORDER = {"euler": 1, "rk4": 4}
+#: Time loops of :func:`wflow.particles.simulate` (see :class:`ParticleOptions`).
+ENGINES = ("auto", "compiled", "python")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,12 @@ class ParticleOptions:
         where it pays off); the choice and its error estimate land in ``summary.json``.
     kernel_tol : float
         Relative tolerance of the fast summation.
+    engine : {"auto", "compiled", "python"}
+        ``"compiled"``: the whole time loop compiled
+        (:func:`wflow.particles.compiled.simulate_compiled`, equal to the Python loop to
+        round-off; an error where it does not apply); ``"python"``: the step-by-step loop
+        of :func:`wflow.particles.iterate`; ``"auto"``: compiled wherever it applies (every
+        schedule but callables, direct sums), else Python.
     """
 
     T: float = 1.0
@@ -78,6 +87,7 @@ class ParticleOptions:
     progress: bool | None = None
     kernel_backend: str = "auto"
     kernel_tol: float = 1e-10
+    engine: Literal["auto", "compiled", "python"] = "auto"
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.T) and self.T > 0):
@@ -101,6 +111,9 @@ class ParticleOptions:
                              f"got {self.kernel_backend!r}")
         if not self.kernel_tol > 0:
             raise ValueError(f"particles.kernel_tol: must be > 0, got {self.kernel_tol}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"particles.engine: must be one of {list(ENGINES)}, "
+                             f"got {self.engine!r}")
 
 
 #: The ``[particles]`` table: ``key -> (default, checker)`` (defaults of :class:`ParticleOptions`).
@@ -117,4 +130,5 @@ PARTICLES_SPEC: Spec = {
     "cluster_cos": (0.99, number(-1, 1)),
     "kernel_backend": ("auto", choice("auto", "numpy", "direct", "fastsum")),
     "kernel_tol": (1e-10, number(0, strict_lo=True)),
+    "engine": ("auto", choice(*ENGINES)),
 }

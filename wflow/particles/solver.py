@@ -249,6 +249,15 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
+    if opts.engine != "python":  # the compiled time loop (wflow.particles.compiled)
+        from .compiled import compiled_support, simulate_compiled
+
+        why = compiled_support(x0, schedule, attn, opts)
+        if why is None:
+            return simulate_compiled(x0, schedule, attn, opts)
+        if opts.engine == "compiled":
+            raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
+        logger.info("particles: Python loop (%s)", why)
     P = int(opts.n_paths) if schedule.stochastic else 1
     if opts.n_paths > 1 and not schedule.stochastic:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
