@@ -97,6 +97,17 @@ def assert_same_run(rc, rp, *, rtol: float = RTOL) -> None:
         close(rc.balance[key], rp.balance[key], f"balance[{key}]")
     close(rc.x, rp.x, "x")
     close(rc.theta, rp.theta, "theta")
+    # the accuracy checks behind the status: same verdict, same numbers. The value is the
+    # chain residual (a difference of O(1) sums that agree to rtol) over its budget
+    # ∫(|power| + |∂_tE| + |Itô|) dt, so it agrees to rtol / budget: 1e3·rtol allows budgets ≥ 1e-3
+    assert set(rc.checks) == set(rp.checks) == {"chain"}
+    for key, val in rp.checks["chain"].items():
+        if key == "value":
+            np.testing.assert_allclose(rc.checks["chain"][key], val, rtol=0, atol=1e3 * rtol)
+        elif isinstance(val, float):
+            close(rc.checks["chain"][key], val, f"checks[chain][{key}]")
+        else:
+            assert rc.checks["chain"][key] == val, key
     for a, b, what in ((rc.trajectory, rp.trajectory, "trajectory"),
                        (rc.theta_trajectory, rp.theta_trajectory, "theta_trajectory")):
         assert (a is None) == (b is None), what

@@ -57,3 +57,16 @@ def test_public_names_importable_from_their_old_paths(module):
     mod = importlib.import_module(module)
     missing = [n for n in OLD_PATHS[module] if not hasattr(mod, n)]
     assert not missing, f"{module} lost {missing}"
+
+
+@pytest.mark.parametrize("pkg", ["wflow", *(f"wflow.{p}" for p in SOLVERS), "wflow.reproduce",
+                                 "wflow.status"])
+def test_every_public_name_resolves(pkg):
+    """Each name of ``__all__`` exists (the top level's lazy ones included) and is not
+    shadowed by a submodule of the same name."""
+    import types
+
+    mod = importlib.import_module(pkg)
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        assert not isinstance(obj, types.ModuleType), f"{pkg}.{name} is a module"

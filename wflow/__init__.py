@@ -49,6 +49,7 @@ from .schedules import (
     Schedule,
     Static,
 )
+from .status import Check, chain_check
 from .transport import w2_sphere
 
 __all__ = [
@@ -96,17 +97,29 @@ __all__ = [
     "solve_pde",
     "PDEOptions",
     "PDEResult",
+    "solve_jko",
+    "JKOOptions",
+    "JKOResult",
+    "run_experiments",
+    "ReproduceOptions",
+    "ReproduceResult",
+    "Check",
+    "chain_check",
 ]
+
+_LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
+    "load_mesh": ".mesh",
+    "solve_pde": ".pde", "PDEOptions": ".pde", "PDEResult": ".pde",
+    "solve_jko": ".jko", "JKOOptions": ".jko", "JKOResult": ".jko",
+    "run_experiments": ".reproduce", "ReproduceOptions": ".reproduce",
+    "ReproduceResult": ".reproduce",
+}
 
 
 def __getattr__(name: str):
-    """Lazy access to the DOLFINx-based mesh and PDE API (imports MPI/DOLFINx on first use)."""
-    if name == "load_mesh":
-        from .mesh import load_mesh
+    """Lazy access to the DOLFINx-, POT- and plotting-based API (imported on first use)."""
+    if name in _LAZY:
+        import importlib
 
-        return load_mesh
-    if name in ("solve_pde", "PDEOptions", "PDEResult"):
-        from . import pde
-
-        return getattr(pde, name)
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'wflow' has no attribute {name!r}")

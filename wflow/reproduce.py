@@ -63,6 +63,7 @@ __all__ = [
     "GROUPS",
     "Experiment",
     "ReproduceOptions",
+    "ReproduceResult",
     "published_setup",
     "late_mean",
     "published_slope",

@@ -39,7 +39,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from ..diagnostics import BalanceAccumulator, simpson_balance
+from ..diagnostics import BalanceAccumulator
 from ..heads import Attention, Heads
 from ..kernels import KernelInfo, KernelLog, _raise_bound, aligned, aligned_empty, plan_kernel
 from ..progress import progress_bar
@@ -315,7 +315,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     validated there.
     """
     from . import _path_numba as pn
-    from .solver import ParticleResult
+    from .solver import STEP_KEYS, ParticleResult, add_simpson, judge_run
 
     why = compiled_support(x0, schedule, attn, opts)
     if why is not None:
@@ -461,7 +461,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     if "entropy" in history and t_rec.size >= 3:
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     steps = {"t": grid}
-    for j, key in enumerate(("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito")):
+    for j, key in enumerate(STEP_KEYS):
         steps[key] = STEPS[:, j].copy()
     balance: dict[str, list[float]] = {}
     for p in range(P):
@@ -471,15 +471,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
         for key, val in acc.residuals().items():
             if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
                 balance.setdefault(key, []).append(val)
-        if not schedule.jump_times:
-            simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps
-                                                          if k != "t"})
-            balance.setdefault("chain_simpson", []).append(simp["chain"])
+        add_simpson(balance, grid, steps, p, sign=sign, schedule=schedule)
     bal = {k: np.asarray(v) for k, v in balance.items()}
-    status, message = "success", ""
-    for name, arr in list(history.items()) + list(steps.items()):
-        if not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+    status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     klog = KernelLog()
     klog.add(KernelInfo("direct", opts.kernel_backend,
                         "compiled particle path: fused direct sums, pairs once for symmetric "
@@ -493,8 +487,10 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
         np.array([np.stack(tr) for tr in trajs]) if opts.save_trajectory else None,
         np.array([np.stack(tr) for tr in ttrajs])
         if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary(), "engine": "compiled"})
-    if status != "success":
+        wall, sign, {"kernel": klog.summary(), "engine": "compiled"}, checks)
+    if status == "inaccurate":
+        logger.warning("particle run inaccurate: %s", message)
+    elif status != "success":
         logger.error("particle run: %s", message)
     return res
 

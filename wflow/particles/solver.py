@@ -70,6 +70,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The per-step integrands every run keeps (``ParticleResult.steps``, besides ``"t"``).
+STEP_KEYS = ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito")
+
 
 class ParticleState(NamedTuple):
     """One point of a trajectory (yielded by :func:`iterate`)."""
@@ -271,8 +274,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     m = np.full(n, 1.0 / n)
 
     hist: dict[str, list] = {}
-    steps = {k: np.empty((P, S + 1)) for k in
-             ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito")}
+    steps = {k: np.empty((P, S + 1)) for k in STEP_KEYS}
     balance: dict[str, list[float]] = {}
     xs, thetas, trajs, ttrajs = [], [], [], []
     klog = KernelLog()
@@ -317,12 +319,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             for key, val in acc.residuals().items():
                 if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
                     balance.setdefault(key, []).append(val)
-            if not schedule.jump_times:  # Simpson needs smooth integrands (no weight jumps)
-                # EDI forms: gradient-flow direction and deterministic weights (no Itô terms)
-                simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in steps},
-                                       sign=0 if schedule.stochastic else sign)
-                for key, val in simp.items():
-                    balance.setdefault(f"{key}_simpson", []).append(val)
+            add_simpson(balance, grid, steps, p, sign=sign, schedule=schedule)
             xs.append(prev.x)
             thetas.append(prev.theta)
             if opts.save_trajectory:
@@ -346,15 +343,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         # recorded entropies, next to the right side −β² Cov_p(s, ṡ) ("entropy_rate")
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
-    for name, arr in list(history.items()) + list(steps.items()):
-        if not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
-    checks = {}
-    if status == "success":
-        check = _accuracy(grid, steps, bal["chain"], opts, schedule.stochastic)
-        checks["chain"] = check.as_dict()
-        if not check.passed:
-            status, message = "inaccurate", check.failure()
+    status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     res = ParticleResult(
         status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
         {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
@@ -366,6 +355,44 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     elif status != "success":
         logger.error("particle run: %s", message)
     return res
+
+
+def add_simpson(balance: dict[str, list[float]], grid: np.ndarray,
+                steps: dict[str, np.ndarray], p: int, *, sign: int, schedule: Schedule) -> None:
+    """Append path ``p``'s Simpson residuals to ``balance``.
+
+    ``chain_simpson`` always; ``edi_simpson`` and ``g2_simpson`` for a gradient-flow
+    direction with deterministic weights. Nothing with weight jumps: Simpson needs smooth
+    integrands.
+    """
+    if schedule.jump_times:
+        return
+    # EDI forms: gradient-flow direction and deterministic weights (no Itô terms)
+    simp = simpson_balance(grid, steps["E"][p], {k: steps[k][p] for k in STEP_KEYS},
+                           sign=0 if schedule.stochastic else sign)
+    for key, val in simp.items():
+        balance.setdefault(f"{key}_simpson", []).append(val)
+
+
+def judge_run(history: dict[str, np.ndarray], steps: dict[str, np.ndarray],
+              balance: dict[str, np.ndarray], grid: np.ndarray, opts: ParticleOptions,
+              stochastic: bool) -> tuple[str, str, dict]:
+    """Status, message and checks of a finished run (both engines).
+
+    ``"failed"`` on any non-finite recorded number; otherwise the chain-rule check
+    (:func:`_accuracy`) decides between ``"success"`` and ``"inaccurate"``.
+    """
+    status, message = "success", ""
+    for name, arr in list(history.items()) + [(k, steps[k]) for k in STEP_KEYS]:
+        if not np.all(np.isfinite(arr)):
+            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+    checks: dict = {}
+    if status == "success":
+        check = _accuracy(grid, steps, balance["chain"], opts, stochastic)
+        checks["chain"] = check.as_dict()
+        if not check.passed:
+            status, message = "inaccurate", check.failure()
+    return status, message, checks
 
 
 def _accuracy(t: np.ndarray, steps: dict[str, np.ndarray], chain: np.ndarray,
