@@ -14,7 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMOS = sorted((ROOT / "demos").glob("*.py"))
 TOMLS = sorted((ROOT / "demos").glob("*.toml"))
 #: The command of a shipped scenario, from its name.
-COMMAND = {"particles": ["particles"], "pde": ["pde"], "jko": ["jko"], "gaussian": ["gaussian"]}
+COMMAND = {"particles": ["particles"], "pde": ["pde"], "jko": ["jko"], "gaussian": ["gaussian"],
+           "published": ["particles"]}  # one H of a published experiment (reproduce: all H)
+
+
+def test_every_shipped_scenario_has_a_command():
+    assert {t.stem.split("_")[0] for t in TOMLS} <= set(COMMAND)
 
 
 def _run(args: list, timeout: float) -> subprocess.CompletedProcess:
