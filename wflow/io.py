@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -126,19 +126,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def to_jsonable(obj: Any) -> Any:
+def to_jsonable(obj: Any, *, nonfinite: Literal["string", "null"] = "string") -> Any:
     """Convert NumPy scalars/arrays, paths and dataclass-like objects for ``json``.
 
-    Non-finite floats become the strings ``"nan"``, ``"inf"``, ``"-inf"`` so the
-    JSON stays standard; :func:`check_finite` is the guard that refuses them
-    where a result must be finite.
+    Objects with a ``to_dict()`` method are converted through it. Non-finite floats
+    become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (``nonfinite="string"``, wflow's
+    convention) or ``None``, i.e. JSON ``null`` (``"null"``, the Gaussian outputs'), so
+    the JSON stays standard either way; :func:`check_finite` is the guard that refuses
+    them where a result must be finite.
     """
     if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, nonfinite=nonfinite) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, nonfinite=nonfinite) for v in obj]
     if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
+        return to_jsonable(obj.tolist(), nonfinite=nonfinite)
     if isinstance(obj, (np.bool_, bool)):
         return bool(obj)
     if isinstance(obj, (np.integer, int)):
@@ -147,13 +149,18 @@ def to_jsonable(obj: Any) -> Any:
         f = float(obj)
         if math.isfinite(f):
             return f
+        if nonfinite == "null":
+            return None
         return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
     if isinstance(obj, Path):
         return str(obj)
+    if hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict(), nonfinite=nonfinite)
     if hasattr(obj, "_asdict"):
-        return to_jsonable(obj._asdict())
+        return to_jsonable(obj._asdict(), nonfinite=nonfinite)
     if hasattr(obj, "__dataclass_fields__"):
-        return to_jsonable({k: getattr(obj, k) for k in obj.__dataclass_fields__})
+        return to_jsonable({k: getattr(obj, k) for k in obj.__dataclass_fields__},
+                           nonfinite=nonfinite)
     return obj
 
 

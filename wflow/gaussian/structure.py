@@ -515,6 +515,27 @@ def frozen_kernel_part(B: np.ndarray, Sigma0: np.ndarray) -> np.ndarray:
     return _sym(SK)
 
 
+def _kernel_split(B: np.ndarray, Sigma0: np.ndarray, base: str, scope: str,
+                  details: dict[str, Any]
+                  ) -> tuple[np.ndarray, np.ndarray, Classification | None]:
+    """``Σ₀ = Σ_K + Σ_W`` and the verdict when ``Σ_W`` vanishes (``Σ₀`` an equilibrium).
+
+    ``Σ_K`` is :func:`frozen_kernel_part` of ``B_s`` (``V = vI``: only ``B_s`` acts); it is
+    recorded in ``details["Sigma_K"]``.
+    """
+    SK = frozen_kernel_part(_sym(B), Sigma0)
+    SW = Sigma0 - SK
+    details["Sigma_K"] = SK.tolist()
+    d = Sigma0.shape[0]
+    # Σ_W below the round-off of the SVD that split Σ₀ (~ d ε ‖Σ₀‖) counts as 0
+    if float(np.linalg.norm(SW)) > 1e3 * d * _EPS * max(float(np.linalg.norm(Sigma0)), 1e-300):
+        return SK, SW, None
+    lab = "converges" if np.any(Sigma0) else "converges_to_zero"
+    return SK, SW, Classification(lab, "exact", f"{base}: range Σ₀ ⊂ ker B, Σ₀ is an "
+                                  "equilibrium", Sigma0.copy(), "stationary", None,
+                                  scope=scope, details=details)
+
+
 def self_similar_profile(params: GaussianParams) -> np.ndarray | None:
     """``X* = lim tΣ(t)`` for ``A = 0`` (None if not found).
 
@@ -635,15 +656,9 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
                                   "with B: Σ → Σ_K = Q(QᵀΣ₀⁻¹Q)⁻¹Qᵀ (QᵀΣ⁻¹Q is conserved), a "
                                   "point of the equilibrium continuum {BΣ = 0} that depends on Σ₀",
                                   None, "algebraic", p, scope=scope, details=details)
-        SK = frozen_kernel_part(_sym(params.B), Sigma0)  # V = vI: only B_s acts
-        SW = Sigma0 - SK
-        details["Sigma_K"] = SK.tolist()
-        if float(np.linalg.norm(SW)) <= 1e3 * d * _EPS * max(float(np.linalg.norm(Sigma0)),
-                                                              1e-300):
-            lab = "converges" if np.any(Sigma0) else "converges_to_zero"
-            return Classification(lab, "exact", f"{base}: range Σ₀ ⊂ ker B, Σ₀ is an "
-                                  "equilibrium", Sigma0.copy(), "stationary", None,
-                                  scope=scope, details=details)
+        SK, SW, fixed = _kernel_split(params.B, Sigma0, base, scope, details)
+        if fixed is not None:
+            return fixed
         lab = "converges" if np.any(SK) else "converges_to_zero"
         what = ("Σ → Σ_K = L₀ΠL₀ᵀ, Π the projector onto ker(BL₀) (frozen kernel part; for "
                 "full-rank Σ₀ Σ_K = Q(QᵀΣ₀⁻¹Q)⁻¹Qᵀ with QᵀΣ⁻¹Q conserved)")
@@ -698,14 +713,9 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
                                   f"{same}; B' ⪰ 0 with a {k}-dimensional kernel and V commuting "
                                   "with B: the range-of-B block is a definite problem, so every "
                                   "full-rank Σ₀ blows up", None, scope=scope, details=details)
-        SK = frozen_kernel_part(_sym(params.B), Sigma0)  # V = vI: only B_s acts
-        SW = Sigma0 - SK
-        if float(np.linalg.norm(SW)) <= 1e3 * d * _EPS * max(float(np.linalg.norm(Sigma0)),
-                                                              1e-300):
-            lab = "converges" if np.any(Sigma0) else "converges_to_zero"
-            return Classification(lab, "exact", f"{base}: range Σ₀ ⊂ ker B, Σ₀ is an "
-                                  "equilibrium", Sigma0.copy(), "stationary", None,
-                                  scope=scope, details=details)
+        SK, SW, fixed = _kernel_split(params.B, Sigma0, base, scope, details)
+        if fixed is not None:
+            return fixed
         VR, BR = _sym(Rk.T @ Vp @ Rk), _sym(Rk.T @ Bp @ Rk)
         SR = _sym(Rk.T @ SW @ Rk)
         bound = _blowup_bound(VR, BR, SR)

@@ -8,12 +8,12 @@ nor the non-standard tokens ``Infinity``/``NaN`` (:func:`json_safe`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..io import to_jsonable
 from .asymptotics import RateFit
 from .riccati import Equilibrium, EquilibriumFamily
 
@@ -28,22 +28,7 @@ _EPS = np.finfo(np.float64).eps
 
 def json_safe(obj: Any) -> Any:
     """``obj`` with arrays as lists and every non-finite float replaced by ``None`` (JSON null)."""
-    if isinstance(obj, Mapping):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer, int)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if hasattr(obj, "to_dict"):
-        return json_safe(obj.to_dict())
-    return obj
+    return to_jsonable(obj, nonfinite="null")
 
 
 def _rank(S: np.ndarray) -> int:
