@@ -86,6 +86,10 @@ def generate(outdir: Path) -> list[str]:
             if target != f"{m}.{n}":
                 reexports.append((n, target, kind))
                 continue
+            if kind == "autodata" and (isinstance(obj, types.GenericAlias)
+                                       or typing.get_origin(obj) is not None):
+                lines += [f".. py:data:: {m}.{n}", "", f"   Type alias ``{obj!r}``.", ""]
+                continue
             opts = ["   :members:", "   :show-inheritance:"] if kind == "autoclass" else []
             lines += [f".. {kind}:: {m}.{n}", *opts, ""]
         if reexports:
