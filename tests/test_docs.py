@@ -66,7 +66,7 @@ def test_a_broken_reference_fails_the_build(tmp_path):
         "def setup(app):\n"
         "    app.connect('missing-reference', wflow_api.resolve_missing)\n",
         encoding="utf-8")
-    good = "# t\n\n{py:func}`wflow.particles.simulate` and {py:class}`wflow.heads.Heads`\n"
+    good = "# t\n\n{py:func}`wflow.particles.simulate` and {py:class}`wflow.attention.heads.Heads` and {py:func}`simulate`\n"
     (src / "index.md").write_text(good, encoding="utf-8")
     r = _sphinx(src, tmp_path / "ok", timeout=300)
     assert r.returncode == 0, r.stderr

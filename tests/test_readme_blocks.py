@@ -36,7 +36,7 @@ def test_the_readme_has_its_blocks():
 @pytest.mark.parametrize("path,body", TOMLS,
                          ids=[f"{p.relative_to(ROOT)}:{i}" for i, (p, _) in enumerate(TOMLS)])
 def test_toml_block_is_a_valid_scenario(path, body, tmp_path):
-    from wflow.scenario import parse_scenario
+    from wflow.apps.scenario import parse_scenario
 
     raw = tomllib.loads(body)  # raises on invalid TOML, naming line and column
     sc = parse_scenario(raw, base_dir=tmp_path)
@@ -46,7 +46,7 @@ def test_toml_block_is_a_valid_scenario(path, body, tmp_path):
     if "particles" in raw:
         sc.particle_options()
     if "density" in raw:
-        from wflow.density import density_spec_from_scenario
+        from wflow.geometry.density import density_spec_from_scenario
 
         density_spec_from_scenario(sc)
     if "pde" in raw:

@@ -151,14 +151,38 @@ def _documented(path: str) -> str | None:
     return None
 
 
+_NAMES: dict[str, dict[int, str]] = {}
+
+
+def _unique_path(name: str) -> str | None:
+    """The dotted path of the one wflow object called ``name``, or None (none, or several)."""
+    if not _NAMES:
+        import wflow
+
+        mods = ["wflow"] + [i.name for i in pkgutil.walk_packages(wflow.__path__, "wflow.")]
+        for m in mods:
+            try:
+                mod = importlib.import_module(m)
+            except Exception:  # noqa: BLE001, S112 - optional dependencies
+                continue
+            for n, obj in vars(mod).items():
+                if n.startswith("__") or inspect.ismodule(obj):
+                    continue
+                _NAMES.setdefault(n, {}).setdefault(id(obj), f"{m}.{n}")
+    found = _NAMES.get(name, {})
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 def resolve_missing(app, env, node, contnode):
     """``missing-reference`` handler: a reference to a wflow object by any of its names.
 
     Docstrings name objects as users import them (``simulate``, ``wflow.particles.simulate``,
     ``wflow.particles.solver.simulate``); the API pages document each once. A target that
     names an importable object is resolved to its documented name (or, for an object
-    without a page, a private module or another library, rendered as plain text); a target
-    that names nothing importable stays unresolved, which ``-n -W`` turns into an error.
+    without a page, a private module or another library, rendered as plain text); a bare
+    name that is not importable from the docstring's module is looked up among the names
+    of every wflow module and resolved when exactly one object has it. A target that names
+    nothing stays unresolved, which ``-n -W`` turns into an error.
     """
     if node.get("refdomain") != "py":
         return None
@@ -171,6 +195,10 @@ def resolve_missing(app, env, node, contnode):
         mod = ctx[0].split(".")
         candidates += [".".join(mod[:i] + [target]) for i in range(len(mod), 0, -1)]
     candidates.append(target)
+    head, _, tail = target.partition(".")
+    unique = _unique_path(head)
+    if unique is not None:  # a bare name defined in exactly one wflow module
+        candidates.append(".".join([unique, tail]) if tail else unique)
     domain = env.get_domain("py")
     for cand in candidates:
         try:

@@ -3,14 +3,14 @@
 The four multi-head experiments of the published code (THEORY.md §5), with its
 conventions term by term:
 
-=================  =====  ==============  ======  ============================
-experiment         d      weights         paths   published claim
-=================  =====  ==============  ======  ============================
-``s2_oscillating``  3     relaxed frames  1       ``G²`` ~ ``H^0`` (no decay)
-``s2_ou``           3     OU, ``σ² = 2``  10      ``G²`` ~ ``H^-1``
-``hd_oscillating``  5     relaxed frames  1       ``G²`` ~ ``H^0``
-``hd_ou``           5     OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
-=================  =====  ==============  ======  ============================
+==================  =====  ==============  ======  ============================
+experiment          d      weights         paths   published claim
+==================  =====  ==============  ======  ============================
+``s2_oscillating``  3      relaxed frames  1       ``G²`` ~ ``H^0`` (no decay)
+``s2_ou``           3      OU, ``σ² = 2``  10      ``G²`` ~ ``H^-1``
+``hd_oscillating``  5      relaxed frames  1       ``G²`` ~ ``H^0``
+``hd_ou``           5      OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
+==================  =====  ==============  ======  ============================
 
 Common: ``n = 200`` tokens (:func:`~wflow.published.td.sample_published_clusters`, seed 42),
 ``H ∈ {1, 10, 100}`` heads (:func:`~wflow.published.td.published_heads`, seed ``42 + H``, score

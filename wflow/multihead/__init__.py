@@ -16,7 +16,7 @@ For static heads the per-head energy rate splits (see :mod:`wflow.diagnostics`) 
 * ``cross_radial_i = −<∇ψ_h, x> Σ_{h'≠h} w_h' a^{h'}``, radial shadows ``a^h = <f_h, x>``.
 
 The *radial-dominance condition* of [MH] compares the own power with the cross-head
-radial-shadow terms bounded by Cauchy–Schwarz, ``|<∇ψ_h, x>| ≤ |∇ψ_h|``:
+radial-shadow terms bounded by Cauchy–Schwarz, ``|<∇ψ_h, x>| ≤ |∇ψ_h|``::
 
     own_h  ≥  R_h := ∫ |∇ψ_h(x)| Σ_{h'≠h} w_h' |a^{h'}(x)| dμ(x).          (RD)
 
@@ -35,7 +35,7 @@ value-aligned heads ``‖A_h V_h'‖ = ‖A_h A_h'‖ ≤ δ``). The resulting *
 **Which configuration gives** ``β*``. Take ``n ≤ d`` orthonormal tokens and ``H``
 *identical* scalar heads ``A_h = V_h = α I`` sharing the token space (``w_h`` equal;
 their common value cancels). With ``u = e^{αβ}`` every token sees
-``f = α(u x_i + Σ_{j≠i} x_j)/(u + n − 1)``, so ``a = |f| c`` with the cosine
+``f = α(u x_i + Σ_{j≠i} x_j)/(u + n − 1)``, so ``a = |f| c`` with the cosine::
 
     c(β) = <f, x_i>/|f| = u / sqrt(u² + n − 1),
 
