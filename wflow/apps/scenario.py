@@ -70,7 +70,7 @@ from ..geometry.sphere import (
     sample_uniform,
     sample_vmf_mixture,
 )
-from ..infra.callables import load_callable
+from ..infra.callables import load_callable, resolve_callable
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from ..infra.schema import array as _array
 from ..particles.options import PARTICLES_SPEC, ParticleOptions
@@ -405,7 +405,8 @@ class Scenario:
         if s["function"] is None:
             raise ScenarioError("schedule.function: required for type = 'callable' "
                                 "('package.module:function' computing dθ/dt = f(θ, t))")
-        fn = load_callable(s["function"], name="schedule.function")
+        fn = load_callable(resolve_callable(s["function"], self.base_dir),
+                           name="schedule.function")
         try:
             return CallableSchedule(param, theta0, fn, sigma0=sigma, gamma=s["gamma"],
                                     symmetric_noise=s["symmetric_noise"])
