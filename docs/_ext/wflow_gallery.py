@@ -66,7 +66,16 @@ def prepare(demos: Path, target: Path) -> list[Path]:
             rest = "\n".join(text.splitlines()[first.end_lineno:])
         else:
             rest = text
-        new = '"""\n' + _gallery_docstring(doc).replace('"""', "'''") + '"""\n' + rest + "\n"
+        # sphinx-gallery runs the code without ``__file__``; the demos find their scenarios
+        # beside themselves and print their docstring, so both are set (hidden from the page)
+        hidden = (f"# sphinx_gallery_start_ignore\n__file__ = {str(src)!r}\n"
+                  f"__doc__ = {doc!r}\n# sphinx_gallery_end_ignore\n")
+        future = "from __future__ import annotations\n"
+        if future in rest:  # it must stay the first statement
+            rest = rest.replace(future, "", 1)
+            hidden = future + hidden
+        new = ('"""\n' + _gallery_docstring(doc).replace('"""', "'''") + '"""\n' + hidden
+               + rest + "\n")
         (target / src.name).write_text(new, encoding="utf-8")
         written.append(target / src.name)
     for src in sorted(demos.glob("*.toml")):
