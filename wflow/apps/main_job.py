@@ -525,9 +525,12 @@ W2_GROWTH_TOL = 3.0
 
 
 def _order(x: list[float], y: list[float]) -> float | None:
-    """Log–log slope of ``y`` against ``x`` (``None`` for fewer than two positive points)."""
+    """Log–log slope of ``y`` against ``x`` (``None`` below two distinct positive ``x``).
+
+    Refinement rows that share ``τ`` (short runs) give no slope.
+    """
     pts = [(a, b) for a, b in zip(x, y, strict=True) if a > 0 and b is not None and b > 0]
-    if len(pts) < 2:
+    if len({a for a, _ in pts}) < 2:
         return None
     lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     return float(np.polyfit(lx, ly, 1)[0])
