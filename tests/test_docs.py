@@ -46,6 +46,17 @@ def test_site_builds_without_warnings(tmp_path):
     api = (html / "api" / "wflow.html").read_text(encoding="utf-8")
     missing = [n for n in wflow.__all__ if n != "__version__" and n not in api]
     assert not missing, f"not in the API reference: {missing}"
+    # the generated references list every scenario key, study and output key
+    from wflow.infra.output_keys import SUMMARY_KEYS
+    from wflow.pde.options import PDE_SCHEMA
+    from wflow.studies.registry import STUDIES
+
+    keys = (html / "reference" / "scenario_keys.html").read_text(encoding="utf-8")
+    assert all(f">{k}<" in keys for k in PDE_SCHEMA), "a [pde] key is missing"
+    studies = (html / "reference" / "studies.html").read_text(encoding="utf-8")
+    assert all(name in studies for name in STUDIES)
+    out_keys = (html / "reference" / "output_keys.html").read_text(encoding="utf-8")
+    assert all(e.pattern.replace("*", "").split(".")[-1] in out_keys for e in SUMMARY_KEYS)
     # theory sections numbered as cited by the docstrings: "docs/theory.md §N"
     theory = (html / "theory.html").read_text(encoding="utf-8")
     for n in range(1, 8):

@@ -76,7 +76,27 @@ RUN_SPEC = {
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Validated ``[run]`` section (see :data:`RUN_SPEC` for keys and defaults)."""
+    """Validated ``[run]`` section (see :data:`RUN_SPEC` for keys and defaults).
+
+    Attributes
+    ----------
+    n_particles : int
+        Tokens sampled i.i.d. from the PDE's initial cell masses for the particle phase.
+    particle_integrator : {"euler", "rk4"}
+        Integrator of the particle phase.
+    particle_steps_per_save : int
+        Particle steps between two PDE output times (the particle step is the output
+        interval divided by this).
+    jko : bool
+        Run the JKO phase (and its reference PDE, the refinement table).
+    render : bool
+        Write the density snapshots (PNG) of the report.
+    max_ot_points : int
+        Largest support of an exact ``W_2`` comparison (POT); larger clouds are
+        subsampled.
+    jko_refinement : int
+        Coarser icospheres of the ``τ/h`` table (``h ∝ τ``); 0: no table.
+    """
 
     n_particles: int = 2000
     particle_integrator: str = "rk4"
