@@ -56,7 +56,8 @@ def test_site_builds_without_warnings(tmp_path):
     studies = (html / "reference" / "studies.html").read_text(encoding="utf-8")
     assert all(name in studies for name in STUDIES)
     out_keys = (html / "reference" / "output_keys.html").read_text(encoding="utf-8")
-    assert all(e.pattern.replace("*", "").split(".")[-1] in out_keys for e in SUMMARY_KEYS)
+    tails = [e.pattern.replace("*", "").split(".")[-1] for e in SUMMARY_KEYS]
+    assert all(t in out_keys for t in tails)
     # theory sections numbered as cited by the docstrings: "docs/theory.md §N"
     theory = (html / "theory.html").read_text(encoding="utf-8")
     for n in range(1, 8):
@@ -77,7 +78,8 @@ def test_a_broken_reference_fails_the_build(tmp_path):
         "def setup(app):\n"
         "    app.connect('missing-reference', wflow_api.resolve_missing)\n",
         encoding="utf-8")
-    good = "# t\n\n{py:func}`wflow.particles.simulate` and {py:class}`wflow.attention.heads.Heads` and {py:func}`simulate`\n"
+    good = ("# t\n\n{py:func}`wflow.particles.simulate` and "
+            "{py:class}`wflow.attention.heads.Heads` and {py:func}`simulate`\n")
     (src / "index.md").write_text(good, encoding="utf-8")
     r = _sphinx(src, tmp_path / "ok", timeout=300)
     assert r.returncode == 0, r.stderr
