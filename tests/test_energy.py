@@ -1,4 +1,4 @@
-"""Energies, first variations, mobilities and slopes (docs/theory.md §3) against their definitions."""
+"""Energies, first variations, mobilities and slopes (docs/theory.md §3) against definitions."""
 
 from __future__ import annotations
 
