@@ -600,7 +600,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
     for name, res, label in (("pde", pde, "PDE"), ("particles", pres, "particles")):
         ch = res.checks.get("chain")
         if ch is not None:
-            add(f"{label}: chain-rule residual", ch["value"], f"<= {ch['tolerance']:.3g}",
+            add(f"{label}: chain-rule residual (relative)", ch["value"],
+                f"<= {ch['tolerance']:.3g}",
                 _verdict(ch["passed"]),
                 f"|ΔE − ∫∂_tE − ∫<∇ψ, v>dμ dt| relative to the energy budget "
                 f"∫(|power| + |∂_tE|) dt, along {flow_what}. The chain rule dE/dt = ∂_tE + "
@@ -610,14 +611,14 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         e = s["edi"][name]
         if e["meaning"] == "identity":
             tol = ch["tolerance"] if ch is not None else float("nan")
-            add(f"{label}: EDI residual", e["relative"], f"<= {tol:.3g}",
+            add(f"{label}: EDI residual (relative)", e["relative"], f"<= {tol:.3g}",
                 _verdict(e["relative"] <= tol),
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation. This flow is an "
                 "exact (weighted) gradient flow, so the energy–dissipation identity holds "
                 "with equality: the residual is a discretisation error, judged like the "
                 "chain-rule residual.")
         elif e["meaning"] == "defect":
-            add(f"{label}: EDI defect", e["relative"], "none (a property of the model)",
+            add(f"{label}: EDI defect (relative)", e["relative"], "none (a property of the model)",
                 "defect (expected)",
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation along the "
                 "transformer flow with several different softmax heads. This flow is NOT a "
@@ -625,7 +626,7 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
                 "from one; it does not shrink under refinement and says nothing about the "
                 "solver's accuracy (that is the chain-rule residual above).")
         else:
-            add(f"{label}: EDI residual", None, "—", "n/a",
+            add(f"{label}: EDI residual (relative)", None, "—", "n/a",
                 "undefined: the heads are not symmetric and value-aligned (V = ±A), so "
                 "there is no gradient-flow direction.")
     add("PDE: relative mass error", s["mass_error"], "<= 1e-10",
@@ -646,7 +647,7 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         f"× the t = 0 level).")
     if jko is not None:
         ch = jko.checks["edi"]
-        add("JKO: EDI residual", ch["value"], f"<= {ch['tolerance']:.3g}",
+        add("JKO: Σ|EDI_k| (relative)", ch["value"], f"<= {ch['tolerance']:.3g}",
             _verdict(ch["passed"]),
             "Σ_k |s(E_k+1 − E_k) − sτ∂_tE − W²/2τ − τ/4(|∂E|²_k + |∂E|²_k+1)| / dissipation: "
             "the discrete EDI of the JKO steps (first order in τ; on a mesh it also carries "

@@ -128,11 +128,11 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
             ax.loglog(tau, [r["w2_max"] for r in tab["rows"]], "s-",
                       label=f"max W₂(JKO, PDE) (order {_fmt_order(tab['order_w2'])})")
             ax.loglog(tau, [r["edi_abs_relative"] for r in tab["rows"]], "o-",
-                      label=f"JKO EDI residual (order {_fmt_order(tab['order_edi'])})")
+                      label=f"JKO Σ|EDI_k| relative (order {_fmt_order(tab['order_edi'])})")
             ax.loglog(tau, [tau_ / tau[0] * tab["rows"][0]["w2_max"] for tau_ in tau], "k:",
                       lw=0.8, label="slope 1")
             ax.axhline(summary["checks"]["jko"]["edi"]["tolerance"], color="C1", ls="--",
-                       lw=0.8, label="JKO EDI tolerance")
+                       lw=0.8, label="JKO Σ|EDI_k| tolerance")
             ax.set(xlabel="τ (h ∝ τ)", title="JKO under joint refinement")
             ax.legend(fontsize=8)
             return fig
@@ -220,17 +220,18 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     if "jko_tau" in s:
         lines += ["## JKO step and refinement", "", f"JKO step: {s['jko_tau']['what']}.", ""]
     if tab is not None:
-        lines += [f"Joint refinement ({tab['rule']}): the JKO EDI residual and W₂(JKO, PDE) "
+        lines += [f"Joint refinement ({tab['rule']}): the JKO Σ|EDI_k| (relative) and W₂(JKO, PDE) "
                   "must shrink; W₂ at first order in τ.", "",
                   "| cells | h | τ | steps | τ\\|v\\|max/h | status | locked | "
-                  "JKO EDI residual | max W₂(JKO, PDE) |", "|---|---|---|---|---|---|---|---|---|"]
+                  "JKO Σ\\|EDI_k\\| (relative) | max W₂(JKO, PDE) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in tab["rows"]:
             lines.append(f"| {r['cells']} | {r['h']:.4f} | {r['tau']:.4g} | {r['steps']} | "
                          f"{_num(r['cells_per_step'])} | {r['status']} | {r['locked_steps']} | "
                          f"{_num(r['edi_abs_relative'])} | {_num(r['w2_max'])} |")
-        lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, EDI residual "
+        lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, JKO Σ|EDI_k| "
                   f"{_fmt_order(tab['order_edi'])}. Shrinking under refinement: W₂ "
-                  f"{'yes' if tab['shrinks_w2'] else 'NO'}, EDI residual "
+                  f"{'yes' if tab['shrinks_w2'] else 'NO'}, JKO Σ|EDI_k| "
                   f"{'yes' if tab['shrinks_edi'] else 'NO'}.", ""]
         if len(tab["rows"]) > 1:
             lines += ["![JKO refinement](jko_refinement.png)", ""]

@@ -39,6 +39,7 @@ def _main(args: argparse.Namespace) -> int:
                         progress=args.progress, gif=args.gif)
     fin = res.final()
     print(f"particles: {res.status} in {res.wall_time:.2f} s; E(T) = {fin['E']['mean']:.6g}, "
-          f"G2(T) = {fin['G2']['mean']:.4g}, balance chain residual = "
-          f"{res.balance_summary()['chain']['mean']:.3e}; wrote {args.out}")
+          f"G2(T) = {fin['G2']['mean']:.4g}, chain-rule residual (absolute) "
+          f"{res.balance_summary()['chain']['mean']:.3e}, (relative) "
+          f"{res.checks.get('chain', {}).get('value', float('nan')):.2e}; wrote {args.out}")
     return finish("particles", res.status, res.message)

@@ -52,10 +52,13 @@ def _main(args: argparse.Namespace) -> int:
     def rel(block: dict) -> str:
         return "n/a" if block.get("relative") is None else f"{block['relative']:.2e}"
 
-    msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s — EDI residual (rel.) "
+    msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s — EDI residual (relative) "
            f"pde {rel(e['pde'])}, particles {rel(e['particles'])}")
     if "jko" in e:
         msg += f", jko {rel(e['jko'])}"
+        ch = s.get("checks", {}).get("jko", {}).get("edi")
+        if ch is not None:
+            msg += f" (JKO Σ|EDI_k| (relative) {ch['value']:.2e}, tolerance {ch['tolerance']:g})"
     msg += f"; W2 particles vs PDE {s['w2']['particles_vs_pde']:.4f}"
     if "jko_vs_pde" in s["w2"]:
         msg += f", JKO vs PDE {s['w2']['jko_vs_pde']:.4f}"
