@@ -1,6 +1,6 @@
 """The README's code blocks work as printed: every TOML block is a valid scenario and every
-Python block runs (a block after ``<!-- slow -->`` runs in the slow suite). The TOML blocks
-of the site's guide pages are valid scenarios too."""
+Python block runs (a block after ``<!-- slow -->`` runs in the slow suite). The TOML and
+Python blocks of the site's guide pages are checked the same way."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def _blocks(path: Path, lang: str) -> list[tuple[str, bool]]:
 
 
 README_PY = _blocks(ROOT / "README.md", "python")
+#: The Python blocks of the site's guide pages run too (the tutorials run in the docs build).
+GUIDE_PY = [b for p in sorted((ROOT / "docs" / "guide").glob("*.md"))
+            for b in _blocks(p, "python")]
 TOMLS = [(p, body) for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
          for body, _ in _blocks(p, "toml")]
 
@@ -62,8 +65,8 @@ def _run(body: str, tmp_path: Path) -> None:
     assert r.returncode == 0, f"README block failed:\n{body}\n---\n{r.stdout}\n{r.stderr}"
 
 
-_FAST = [b for b, slow in README_PY if not slow]
-_SLOW = [b for b, slow in README_PY if slow]
+_FAST = [b for b, slow in README_PY + GUIDE_PY if not slow]
+_SLOW = [b for b, slow in README_PY + GUIDE_PY if slow]
 
 
 @pytest.mark.parametrize("body", _FAST, ids=[f"python{i}" for i in range(len(_FAST))])
