@@ -40,13 +40,82 @@ Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..geometry.mesh import SphereMesh
 from ..geometry.sphere import normalize
-from .options import PDEOptions
+from ..infra.registry import Registry
+
+if TYPE_CHECKING:
+    from .options import PDEOptions
+
+__all__ = ["LIMITERS", "Limiter", "BarthJespersen", "Venkatakrishnan", "Positivity"]
+
+
+# ----------------------------------------------------------------------------- limiters
+#: Slope limiters of the order-2 reconstruction, by name (each followed by the
+#: Zhang–Shu positivity scaling in :meth:`_FV.slopes`).
+LIMITERS: Registry[Limiter] = Registry("limiter")
+
+
+class Limiter:
+    """A slope limiter: the factor ``φ_K ∈ [0, 1]`` of the least-squares gradient.
+
+    ``phi(delta, rK, rmax, rmin, fv)``: ``delta (no, 3q)`` are the unlimited edge values
+    minus the cell mean ``rK (no,)`` at the cell's own edge quadrature points, ``rmax``,
+    ``rmin (no,)`` the extremes over the cell and its face neighbours; ``fv`` the
+    :class:`_FV` (mesh sizes, options). Called under ``np.errstate`` (divisions by zero
+    give ``inf`` or ``nan`` and are handled by the caller's positivity scaling).
+    """
+
+    name: str = ""
+
+    def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray, rmin: np.ndarray,
+            fv: _FV) -> np.ndarray:
+        """The limiter factor of every owned cell, shape ``(no,)``."""
+        raise NotImplementedError
+
+
+@LIMITERS.register
+class BarthJespersen(Limiter):
+    """Barth–Jespersen: the largest ``φ`` keeping every edge value within ``[rmin, rmax]``."""
+
+    name = "barth_jespersen"
+
+    def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray,  # noqa: D102
+            rmin: np.ndarray, fv: _FV) -> np.ndarray:
+        bound = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
+        ratio = np.where(np.abs(delta) > 0, bound / delta, np.inf)
+        return np.minimum(1.0, ratio.min(axis=1))
+
+
+@LIMITERS.register
+class Venkatakrishnan(Limiter):
+    """Venkatakrishnan (1995), smooth, with ``ε² = (K h_K)³ ρ̄²`` (scale-free in ``ρ``)."""
+
+    name = "venkatakrishnan"
+
+    def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray,  # noqa: D102
+            rmin: np.ndarray, fv: _FV) -> np.ndarray:
+        dp = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
+        eps2 = ((fv.opts.venkat_k * fv.hK) ** 3 * fv.rho_ref**2)[:, None]
+        num = (dp * dp + eps2) + 2.0 * delta * dp
+        den = dp * dp + 2.0 * delta * delta + delta * dp + eps2
+        ph = np.where(np.abs(delta) > 0, num / den, 1.0)
+        return np.clip(ph.min(axis=1), 0.0, 1.0)
+
+
+@LIMITERS.register
+class Positivity(Limiter):
+    """No limiting (``φ = 1``): only the positivity scaling acts."""
+
+    name = "positivity"
+
+    def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray,  # noqa: D102
+            rmin: np.ndarray, fv: _FV) -> np.ndarray:
+        return np.ones(fv.no)
 
 
 class _FV:
@@ -80,6 +149,7 @@ class _FV:
         self.n_e = mesh.facet_normal
         self.vec = la.vector(mesh.mesh.topology.index_map(2), 2)
         if self.order == 2:
+            self.limiter = LIMITERS.lookup(opts.limiter, "pde.limiter")
             cen = mesh.centroids
             self.off0 = pts - cen[self.f0][:, None, :]
             self.off1 = pts - cen[self.f1][:, None, :]
@@ -121,22 +191,8 @@ class _FV:
         delta = np.einsum("kqi,ki->kq", self.cell_off, g)  # edge values minus the mean
         rmax = np.maximum(rK, rn.max(axis=1))
         rmin = np.minimum(rK, rn.min(axis=1))
-        lim = self.opts.limiter
         with np.errstate(divide="ignore", invalid="ignore"):
-            if lim == "barth_jespersen":
-                bound = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
-                ratio = np.where(np.abs(delta) > 0, bound / delta, np.inf)
-                phi = np.minimum(1.0, ratio.min(axis=1))
-            elif lim == "venkatakrishnan":
-                # Venkatakrishnan (1995) with ε² = (K h_K)³ ρ̄² (scale-free in ρ)
-                dp = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
-                eps2 = ((self.opts.venkat_k * self.hK) ** 3 * self.rho_ref**2)[:, None]
-                num = (dp * dp + eps2) + 2.0 * delta * dp
-                den = dp * dp + 2.0 * delta * delta + delta * dp + eps2
-                ph = np.where(np.abs(delta) > 0, num / den, 1.0)
-                phi = np.clip(ph.min(axis=1), 0.0, 1.0)
-            else:
-                phi = np.ones(self.no)
+            phi = self.limiter.phi(delta, rK, rmax, rmin, self)
             # Zhang–Shu positivity scaling: every edge value >= 0
             vmin = rK + phi * delta.min(axis=1)
             theta = np.where(vmin < 0, rK / (rK - phi * delta.min(axis=1)), 1.0)
