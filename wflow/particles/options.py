@@ -2,9 +2,9 @@
 
 :class:`ParticleOptions` are the keyword-only options of :func:`wflow.particles.simulate`.
 Each option is declared once, as a field with its meaning and checker
-(:mod:`wflow.infra.options`); :data:`PARTICLES_SPEC` (the TOML schema of ``[particles]``)
-and the ``Parameters`` section of the docstring are derived from them (errors
-``particles.<key>: ...``).
+(:mod:`wflow.infra.options`); :data:`PARTICLES_SCHEMA` (the TOML schema of ``[particles]``),
+:data:`PARTICLES_SPEC` (its keys) and the ``Parameters`` section of the docstring are
+derived from them (errors ``particles.<key>: ...``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..infra.options import documented, opt, schema_of, validate
+from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
 from .integrators import INTEGRATORS
@@ -23,6 +23,7 @@ __all__ = [
     "INTEGRATORS",
     "INTEGRATOR_ORDER",
     "ParticleOptions",
+    "PARTICLES_SCHEMA",
     "PARTICLES_SPEC",
 ]
 
@@ -111,4 +112,6 @@ class ParticleOptions:
 
 
 #: The ``[particles]`` table: ``key -> (default, checker)`` (derived from :class:`ParticleOptions`).
-PARTICLES_SPEC: Spec = schema_of(ParticleOptions)
+PARTICLES_SCHEMA: Spec = schema_of(ParticleOptions)
+#: Keys of the ``[particles]`` table.
+PARTICLES_SPEC: tuple[str, ...] = keys_of(ParticleOptions)
