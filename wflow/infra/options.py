@@ -203,7 +203,8 @@ def from_table(cls: type, table: Mapping[str, Any] | None, section: str | None =
 def validate(obj: Any, section: str | None = None) -> None:
     """Run every field's checker on an instance (errors ``section.key: ...``).
 
-    Values are checked as given (NumPy scalars as their Python value) and not converted.
+    Values are checked as given (NumPy scalars as their Python value) and not converted;
+    ``None`` passes where it is the default (an optional option left unset).
     """
     cls = type(obj)
     where = section or _section(cls)
@@ -212,6 +213,8 @@ def validate(obj: Any, section: str | None = None) -> None:
         if m.check is None:
             continue
         v = getattr(obj, f.name)
+        if v is None and _default(f) is None:  # an optional option left unset
+            continue
         if isinstance(v, np.generic):
             v = v.item()
         m.check(v, f"{where}.{f.name}")
