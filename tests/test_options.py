@@ -30,8 +30,8 @@ from wflow.infra.registry import Registry, UnknownName
 from wflow.infra.schema import number
 from wflow.particles import INTEGRATOR_ORDER, INTEGRATORS, simulate
 from wflow.particles.options import PARTICLES_SCHEMA, PARTICLES_SPEC, ParticleOptions
-from wflow.pde.fv import LIMITERS
 from wflow.pde.integrators import TIME_INTEGRATORS
+from wflow.pde.limiters import LIMITERS
 from wflow.pde.options import PDE_SCHEMA, PDE_SPEC, PDEOptions, pde_options_from_dict
 
 #: Every options class with a TOML table (wflow.jko.options.JKOOptions joins when converted).

@@ -6,8 +6,8 @@ its effective-mobility surrogate ``v̂`` (THEORY.md §3), or for a prescribed ve
 Rooms (the same in every solver package):
 
 * :mod:`~wflow.pde.options` — :class:`PDEOptions` and the ``[pde]`` schema;
-* :mod:`~wflow.pde.fv` — finite-volume geometry, reconstruction (the registered slope
-  limiters, :data:`LIMITERS`), fluxes, positivity;
+* :mod:`~wflow.pde.limiters` — the registered slope limiters (:data:`LIMITERS`);
+* :mod:`~wflow.pde.fv` — finite-volume geometry, reconstruction, fluxes, positivity;
 * :mod:`~wflow.pde.integrators` — the registered SSP time integrators
   (:data:`TIME_INTEGRATORS`, each declaring ``order()``);
 * :mod:`~wflow.pde.velocity` — nonlocal (transformer / surrogate) or prescribed velocity;

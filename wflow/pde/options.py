@@ -17,8 +17,8 @@ from typing import Any, Literal
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
-from .fv import LIMITERS
 from .integrators import TIME_INTEGRATORS
+from .limiters import LIMITERS
 
 __all__ = [
     "TIME_INTEGRATORS",
@@ -54,7 +54,7 @@ class PDEOptions:
         "SSP time integrator (:data:`~wflow.pde.integrators.TIME_INTEGRATORS`); ``auto``: "
         "Euler for order 1, SSP-RK2 for order 2.", check=TIME_INTEGRATORS.checker("auto")))
     limiter: str = field(default="barth_jespersen", metadata=opt(
-        "Slope limiter of order 2 (:data:`~wflow.pde.fv.LIMITERS`), each followed by the "
+        "Slope limiter of order 2 (:data:`~wflow.pde.limiters.LIMITERS`), each followed by the "
         "positivity scaling.", check=LIMITERS.checker()))
     venkat_k: float = field(default=5.0, metadata=opt(
         "Venkatakrishnan's constant ``K`` (``ε² = (K h_K)³ ρ̄²``).",
