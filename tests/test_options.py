@@ -22,6 +22,7 @@ from wflow.infra.options import (
     docs_of,
     from_table,
     keys_of,
+    markdown_of,
     opt,
     schema_of,
     validate,
@@ -83,6 +84,9 @@ def test_the_docs_list_every_key(cls):
     assert {f.name for f in dataclasses.fields(cls)} <= every
     for key in every:  # the generated numpydoc section names each of them
         assert f"    {key} : " in cls.__doc__, key
+    md = markdown_of(cls).splitlines()
+    assert len(md) == 2 + len(docs) and all(f"`{d.key}` | " in md[i + 2]
+                                            for i, d in enumerate(docs))
 
 
 def test_derived_tables_are_the_declared_ones():

@@ -27,6 +27,7 @@ Everything else is derived:
   unknown keys rejected with the known keys named);
 * :func:`validate` — the same checkers on an instance built in Python;
 * :func:`documented` — appends the numpydoc ``Parameters`` section to the docstring;
+* :func:`markdown_of` — the table's keys as a Markdown table (the scenario reference);
 * :func:`audit` — what is wrong with a class's declarations (a field without metadata,
   an API-only field without a reason, a default its own checker refuses).
 """
@@ -53,6 +54,7 @@ __all__ = [
     "from_table",
     "validate",
     "documented",
+    "markdown_of",
     "audit",
 ]
 
@@ -238,6 +240,16 @@ def documented(cls: type) -> type:
                      + ", ".join(f"``{k}``" for k in extras) + " (not options of the solver).")
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
     return cls
+
+
+def markdown_of(cls: type) -> str:
+    """The ``[section]`` keys of ``cls`` as a Markdown table: key, type, default, meaning."""
+    rows = [f"`[{_section(cls)}]` | type | default | meaning", "--- | --- | --- | ---"]
+    for d in docs_of(cls):
+        cells = (f"`{d.key}`", d.type, "required" if d.default is ... else f"`{d.default!r}`",
+                 d.doc)
+        rows.append(" | ".join(c.replace("|", "\\|") for c in cells))
+    return "\n".join(rows) + "\n"
 
 
 def audit(cls: type) -> list[str]:
