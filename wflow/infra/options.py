@@ -44,6 +44,7 @@ from .schema import ScenarioError, Spec, take
 
 __all__ = [
     "META_KEY",
+    "SAME",
     "Option",
     "Extra",
     "KeyDoc",
@@ -64,6 +65,16 @@ META_KEY = "wflow.option"
 Checker = Callable[[Any, str], Any]
 
 
+class _Same:
+    """Marker: the table's default is the field's default."""
+
+    def __repr__(self) -> str:
+        return "SAME"
+
+
+SAME = _Same()
+
+
 class Option(NamedTuple):
     """What :func:`opt` stores in a field's metadata."""
 
@@ -72,6 +83,7 @@ class Option(NamedTuple):
     toml: bool
     reason: str
     type: str | None
+    table_default: Any = SAME
 
 
 class Extra(NamedTuple):
@@ -94,7 +106,7 @@ class KeyDoc(NamedTuple):
 
 
 def opt(doc: str, *, check: Checker | None = None, toml: bool = True, reason: str = "",
-        type: str | None = None) -> dict[str, Option]:
+        type: str | None = None, table_default: Any = SAME) -> dict[str, Option]:
     """Field metadata of one option.
 
     Parameters
@@ -109,10 +121,14 @@ def opt(doc: str, *, check: Checker | None = None, toml: bool = True, reason: st
         a ``reason`` (where its value comes from instead).
     type : str, optional
         The type as documented (default: the field's annotation).
+    table_default : optional
+        The table's default where it differs on purpose from the API's, e.g. ``"auto"``
+        (resolved by the job) or ``None`` (taken from another section); the checker need
+        not accept it. Without it the two defaults are one value.
     """
     if not toml and not reason:
         raise ValueError("opt: an API-only option (toml=False) needs a reason")
-    return {META_KEY: Option(doc, check, toml, reason, type)}
+    return {META_KEY: Option(doc, check, toml, reason, type, table_default)}
 
 
 def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
@@ -147,7 +163,8 @@ def schema_of(cls: type) -> Spec:
     for f in _fields(cls):
         m = _meta(f, cls)
         if m.toml:
-            spec[f.name] = (_default(f), m.check)
+            spec[f.name] = (_default(f) if m.table_default is SAME else m.table_default,
+                            m.check)
     for key, ex in getattr(cls, "TABLE_EXTRAS", {}).items():
         spec[key] = (ex.default, ex.check)
     return spec
@@ -179,7 +196,8 @@ def docs_of(cls: type, *, api: bool = False) -> tuple[KeyDoc, ...]:
         if ch is not None and m.type is None:
             typ = "{" + ", ".join(repr(c) for c in ch) + "}"
         doc = m.doc if m.toml else f"{m.doc} (API only: {m.reason})"
-        out.append(KeyDoc(f.name, typ, _default(f), doc, m.toml))
+        default = _default(f) if m.table_default is SAME else m.table_default
+        out.append(KeyDoc(f.name, typ, default, doc, m.toml))
     for key, ex in getattr(cls, "TABLE_EXTRAS", {}).items():
         out.append(KeyDoc(key, ex.type, ex.default, ex.doc, True))
     return tuple(out)
