@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from wflow.apps.main_job import RUN_SCHEMA, RUN_SPEC, RunOptions
-from wflow.apps.scenario import ScenarioError, parse_scenario
+from wflow.apps.scenario import SCHEDULE_SCHEMA, ScenarioError, parse_scenario
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.schedules import SCHEDULE_TYPES, CallableSchedule, Parametrisation
 from wflow.gaussian.options import ClassifyOptions, GaussianParticleOptions, GaussianRunOptions
@@ -291,6 +291,12 @@ def test_every_schedule_type_builds_its_class(name):
     sch = _scenario(table).build_schedule()
     assert type(sch) is SCHEDULE_TYPES[name].schedule or isinstance(
         sch, SCHEDULE_TYPES[name].schedule)
+
+
+def test_every_schedule_type_reads_keys_of_the_schedule_table():
+    for stype in SCHEDULE_TYPES.values():
+        assert set(stype.keys) <= set(SCHEDULE_SCHEMA) - {"type"}, stype.name
+    assert SCHEDULE_SCHEMA["type"][1].choices() == SCHEDULE_TYPES.names()
 
 
 def test_an_unknown_schedule_type_names_the_known_ones():
