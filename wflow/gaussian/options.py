@@ -1,5 +1,10 @@
 """Gaussian scenarios: a small validated TOML schema for ``wflow gaussian``.
 
+The scalar tables ``[run]``, ``[classify]`` and ``[particles]`` are options dataclasses
+declared once (:class:`GaussianRunOptions`, :class:`ClassifyOptions`,
+:class:`GaussianParticleOptions`; keys, defaults, checks and docs from their fields, see
+:mod:`wflow.infra.options`); the shape-dependent tables are validated here.
+
 Schema (every key optional unless marked; unknown keys are refused with their
 name; numbers must be finite; ``A, V, B`` are a scalar ``s`` (meaning ``s I``)
 or a ``d × d`` matrix; ``b`` a length-``d`` vector or ``0``)::
