@@ -28,11 +28,11 @@ OPTIONAL_PAGES = ("jko", "reproduce_field")
 #: documents a key gives its meaning.
 SECTIONS = {
     "(top level)": ("", ["wflow.apps.scenario"]),
-    "attention": ("wflow.apps.scenario:ATTENTION_SPEC", ["wflow.apps.scenario"]),
-    "tokens": ("wflow.apps.scenario:TOKENS_SPEC", ["wflow.apps.scenario"]),
-    "heads": ("wflow.apps.scenario:HEADS_SPEC", ["wflow.apps.scenario"]),
-    "schedule": ("wflow.apps.scenario:SCHEDULE_SPEC", ["wflow.apps.scenario"]),
-    "particles": ("wflow.particles.options:PARTICLES_SPEC",
+    "attention": ("wflow.apps.scenario:ATTENTION_SCHEMA|ATTENTION_SPEC", ["wflow.apps.scenario"]),
+    "tokens": ("wflow.apps.scenario:TOKENS_SCHEMA|TOKENS_SPEC", ["wflow.apps.scenario"]),
+    "heads": ("wflow.apps.scenario:HEADS_SCHEMA|HEADS_SPEC", ["wflow.apps.scenario"]),
+    "schedule": ("wflow.apps.scenario:SCHEDULE_SCHEMA|SCHEDULE_SPEC", ["wflow.apps.scenario"]),
+    "particles": ("wflow.particles.options:PARTICLES_SCHEMA|PARTICLES_SPEC",
                   ["wflow.particles.options:ParticleOptions"]),
     "density": ("wflow.geometry.density:DENSITY_SCHEMA",
                 ["wflow.geometry.density:density_spec_from_scenario"]),
@@ -40,14 +40,20 @@ SECTIONS = {
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
                                              "wflow.jko.options:jko_options_from_dict"]),
-    "run": ("wflow.apps.main_job:RUN_SPEC", ["wflow.apps.main_job:RunOptions"]),
+    "run": ("wflow.apps.main_job:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main_job:RunOptions"]),
 }
 
 
 def _get(ref: str) -> Any:
-    mod, _, attr = ref.partition(":")
+    """``"module:attr"`` (``"module:a|b"``: the first of ``a``, ``b`` that exists)."""
+    mod, _, attrs = ref.partition(":")
     obj = importlib.import_module(mod)
-    return getattr(obj, attr) if attr else obj
+    if not attrs:
+        return obj
+    for attr in attrs.split("|"):
+        if hasattr(obj, attr):
+            return getattr(obj, attr)
+    raise AttributeError(ref)
 
 
 def _esc(text: str) -> str:
@@ -81,6 +87,8 @@ def _checker_type(default: Any, check: Any) -> str:
         if hi is not None:
             rng.append(f"≤ {hi}")
         return kind + (f" ({', '.join(rng)})" if rng else "")
+    if callable(getattr(check, "choices", None)):  # a registry's checker
+        return "one of " + ", ".join(repr(o) for o in check.choices())
     if name.startswith("choice"):
         return "one of " + ", ".join(repr(o) for o in cells.get("options", ()))
     if name.startswith("array"):
@@ -136,6 +144,12 @@ def scenario_keys() -> list[str]:
         meanings: dict[str, str] = {}
         for obj in docs:
             found = _param_docs(obj) if isinstance(obj, type) else {}
+            try:  # options declared once with field metadata (wflow.infra.options)
+                from wflow.infra.options import docs_of
+
+                found = found | {kd.key: kd.doc for kd in docs_of(obj)}
+            except Exception:  # noqa: BLE001, S110 - not such a class
+                pass
             text = obj.__doc__ or ""
             block = re.search(rf"\[{re.escape(section)}\](.*?)(?=\n\s*\[\w+\]|\n\s*\n|\Z)",
                               text, re.S) if isinstance(obj, ModuleType) else None
