@@ -84,3 +84,18 @@ def test_a_module_that_exists_nowhere_is_one_line_naming_the_key(tmp_path):
     assert "density.function" in r.stderr and "no_such_module_anywhere" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_schedule_callable_beside_the_scenario_resolves_there(tmp_path):
+    from wflow.apps.scenario import load_scenario
+
+    folder = tmp_path / "case"
+    folder.mkdir()
+    (folder / "mydrift_beside.py").write_text(
+        "def relax(theta, t):\n    return -theta\n", encoding="utf-8")
+    path = folder / "scenario.toml"
+    path.write_text('[heads]\ntype = "random_symmetric"\nH = 1\n'
+                    '[schedule]\ntype = "callable"\nfunction = "mydrift_beside:relax"\n',
+                    encoding="utf-8")
+    sched = load_scenario(path).build_schedule()
+    assert type(sched).__name__ == "CallableSchedule"
