@@ -100,12 +100,18 @@ html_static_path: list[str] = []
 html_show_sourcelink = False
 
 
+#: Top-level pages the index lists itself; every other ``docs/*.md`` (pages that other
+#: work adds, e.g. ``jko.md``) is listed in the guides' table of contents automatically.
+_LISTED = {"index", "theory"}
+
+
 def _extra_toc(app, docname, source):
-    """Fill the ``%EXTRA_PAGES%`` placeholder of the index with the optional pages present."""
+    """Fill the ``%EXTRA_PAGES%`` placeholder of the index with the other top-level pages."""
     if docname != "index":
         return
-    extra = [p for p in wflow_refs.OPTIONAL_PAGES if (DOCS / f"{p}.md").is_file()]
-    source[0] = source[0].replace("%EXTRA_PAGES%", "\n".join(extra))
+    known = [p for p in wflow_refs.OPTIONAL_PAGES if (DOCS / f"{p}.md").is_file()]
+    others = sorted(p.stem for p in DOCS.glob("*.md") if p.stem not in _LISTED | set(known))
+    source[0] = source[0].replace("%EXTRA_PAGES%", "\n".join(known + others))
 
 
 def setup(app):
