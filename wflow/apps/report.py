@@ -94,7 +94,7 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
         ax.plot(ts, sign * diss, label="±∫ (½|μ'|² + ½|∂E|²)")
         defect = summary["edi"]["pde"]["meaning"] == "defect"
         ax.plot(ts, E - E[0] - work - sign * diss, "k", lw=0.8,
-                label="EDI defect (model)" if defect else "EDI residual")
+                label="EDI defect (model, absolute)" if defect else "EDI residual (absolute)")
         ax.set(xlabel="t", title="EDI balance (PDE): defect of the transformer flow"
                if defect else "EDI balance (PDE)")
         ax.legend(fontsize=8)
