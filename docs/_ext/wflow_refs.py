@@ -169,6 +169,46 @@ def scenario_keys() -> list[str]:
             rows.append([f"``{key}``", _esc(_checker_type(default, check)),
                          f"``{default!r}``", meaning.replace("\n", " ")])
         lines += _table(["key", "type", "default", "meaning"], rows, "14 22 12 52")
+    return lines + _gaussian_keys()
+
+
+#: Options classes of other scenario kinds (``wflow gaussian``): title -> class.
+GAUSSIAN = {
+    "[run] (wflow gaussian)": "wflow.gaussian.options:GaussianRunOptions",
+    "[classify] (wflow gaussian)": "wflow.gaussian.options:ClassifyOptions",
+    "[particles] (wflow gaussian)": "wflow.gaussian.options:GaussianParticleOptions",
+}
+
+
+def _gaussian_keys() -> list[str]:
+    """The Gaussian scenario's tables: the options classes, then the documented schema."""
+    import textwrap
+
+    try:
+        from wflow.infra.options import docs_of, schema_of
+
+        mod = importlib.import_module("wflow.gaussian.options")
+    except ImportError:
+        return []
+    lines = ["Gaussian scenarios (``wflow gaussian``)",
+             "---------------------------------------", "",
+             "A Gaussian scenario has its own tables; the scalar ones are options classes.", ""]
+    for title, ref in GAUSSIAN.items():
+        try:
+            cls = _get(ref)
+            spec, docs = schema_of(cls), {kd.key: kd.doc for kd in docs_of(cls)}
+        except (AttributeError, TypeError):
+            continue
+        lines += [f"**{title}**", ""]
+        rows = [[f"``{k}``", _esc(_checker_type(d, c)), f"``{d!r}``", docs.get(k, "")]
+                for k, (d, c) in spec.items()]
+        lines += _table(["key", "type", "default", "meaning"], rows, "14 22 12 52")
+    doc = mod.__doc__ or ""
+    if "::" in doc:
+        block = textwrap.dedent(doc.split("::", 1)[1].strip("\n"))
+        lines += ["The whole schema, as documented in :mod:`wflow.gaussian.options`::", ""]
+        lines += ["    " + ln if ln.strip() else "" for ln in block.splitlines()]
+        lines.append("")
     return lines
 
 
