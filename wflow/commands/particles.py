@@ -38,8 +38,9 @@ def _main(args: argparse.Namespace) -> int:
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif)
     fin = res.final()
+    rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
     print(f"particles: {res.status} in {res.wall_time:.2f} s; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, chain-rule residual (absolute) "
           f"{res.balance_summary()['chain']['mean']:.3e}, (relative) "
-          f"{res.checks.get('chain', {}).get('value', float('nan')):.2e}; wrote {args.out}")
+          f"{rel:.2e}; wrote {args.out}")
     return finish("particles", res.status, res.message)
