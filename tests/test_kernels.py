@@ -29,7 +29,7 @@ from wflow.kernels import (
 from wflow.kernels import _fastsum as fs
 from wflow.kernels import _numba as kn
 
-KINDS = ("softmax", "usa", "relu")
+from .conftest import KINDS
 
 
 @pytest.fixture(autouse=True)
