@@ -10,8 +10,8 @@ back-ends, so that both sum in the same order and agree bit for bit:
 * :func:`fexp` — the vectorisable ``e^s`` (relative error ≤ 3e-15 on ``[-708, 709]``);
 * :func:`row3` — one target row for ``d ≤ 3``: ``(Z, Y_0, Y_1, Y_2, Φ)`` for a kernel code
   (:data:`wflow.attention.kinds.CODE_EXP`, :data:`~wflow.attention.kinds.CODE_RELU`);
-* :func:`euler_path` — the compiled explicit-Euler loop for static heads in ``d ≤ 3``
-  (wrapped by :func:`wflow.particles.euler_path`).
+* :func:`euler_path` — calls the compiled explicit-Euler loop for static heads in ``d ≤ 3``
+  (from Python; wrapped by :func:`wflow.particles.euler_path`).
 
 The thread and memory helpers (:func:`~wflow.kernels.threads`, :func:`~wflow.kernels.team`,
 :func:`~wflow.kernels.pair_once`, :func:`~wflow.kernels.raise_bound`,
@@ -23,8 +23,23 @@ function against its own file); this module only names them publicly.
 
 from __future__ import annotations
 
+from . import _numba
 from ._numba import _FM as FASTMATH
-from ._numba import CHUNK, euler_path, fexp
+from ._numba import CHUNK, fexp
 from ._numba import _row3 as row3
 
 __all__ = ["FASTMATH", "CHUNK", "fexp", "row3", "euler_path"]
+
+
+def euler_path(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate, dt,
+               save_every, out, saved) -> int:
+    """The compiled Euler loop of :mod:`wflow.kernels._numba` (see ``_numba.euler_path``).
+
+    Called from Python (looked up at call time). Arguments: tokens ``xT`` (3, n) updated in
+    place, heads ``A, V`` (H, 3, 3), weights ``w, wbar`` (H,), masses ``m`` (n,), ``beta``,
+    the kernel code ``kind`` and ``soft`` (normalised) of the attention kind, ``sym``,
+    ``pair_once``, ``surrogate``, the step ``dt``, ``save_every``, and the outputs ``out``
+    (5, S+1) and ``saved``. Returns the number of steps recorded.
+    """
+    return _numba.euler_path(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once,
+                             surrogate, dt, save_every, out, saved)

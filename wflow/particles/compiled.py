@@ -577,7 +577,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     save_every : int
         Keep the tokens every this many steps (0: only the final state).
     """
-    from ..kernels.primitives import euler_path as euler_kernel
+    from ..kernels import primitives
 
     if not isinstance(heads, Heads):
         raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
@@ -617,9 +617,9 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     once = pair_once(sym, n, H)
     t0 = time.perf_counter()
     with team(n * n * H * (1 if sym else 2)):
-        done = euler_kernel(xT, A3, V3, w, w / w.sum(), aligned(m), beta, kcode,
-                            spec.normalised, sym, once, flow == "surrogate", float(dt),
-                            save_every, out, saved)
+        done = primitives.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, kcode,
+                                     spec.normalised, sym, once, flow == "surrogate",
+                                     float(dt), save_every, out, saved)
     wall = time.perf_counter() - t0
     sign = heads.value_alignment() if heads.is_symmetric() else 0
     status, message = "success", ""
