@@ -305,3 +305,23 @@ def test_a_kernel_without_compiled_code_runs_on_the_numpy_paths(register, rng):
             call()
     res = simulate(x, hs, attn, T=0.1, dt=0.02, integrator="rk4", head_rates=False)
     assert res.status == "success", res.message
+
+
+@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+def test_equiangular_generic_formula_matches_the_closed_forms(register, kind):
+    """A registered copy of a built-in kind takes the generic ``κ = Σ w λ k(βλγ)/N``; it
+    equals the built-in closed form (``F`` is a sum of positive terms: a few ulps)."""
+    from wflow.multihead.equiangular import equiangular_rhs
+
+    ref = get_kind(kind)
+    twin = register(AttentionKind(f"{kind}_copy", "copy", ref.kernel, ref.normalised))
+    g = np.linspace(0.01, 0.95, 40)
+    lam, w = [0.5, 1.5, 3.0], [0.2, 0.3, 0.5]
+    want = equiangular_rhs(g, lam, 2.0, 12, kind=kind, w=w)
+    got = equiangular_rhs(g, lam, 2.0, 12, kind=twin.name, w=w)
+    np.testing.assert_allclose(got, want, rtol=64 * EPS, atol=0)
+    # negative control: the unnormalised twin of softmax is a different ODE
+    if ref.normalised:
+        other = register(AttentionKind(f"{kind}_unnorm", "u", ref.kernel, False))
+        assert np.max(np.abs(equiangular_rhs(g, lam, 2.0, 12, kind=other.name, w=w)
+                             / want - 1)) > 0.1

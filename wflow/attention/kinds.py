@@ -9,13 +9,13 @@ the head output is normalised (THEORY.md §1)::
 with the potential ``Φ`` of the energy ``E_h = (1/2β) ∫∫ Φ(s) dμ dμ`` chosen so that
 ``Φ' = k``; ``Φ''`` enters the Itô drift of the energy under weight noise.
 
-========== ======= =================== ============== ============ ==========
-name       label   kernel ``k = Φ'``   ``Φ``          ``Φ''``      normalised
-========== ======= =================== ============== ============ ==========
-softmax    SA      ``e^s``             ``e^s``        ``e^s``      yes
-usa        USA     ``e^s``             ``e^s``        ``e^s``      no
-relu       ReLU    ``max(0, s)``       ``max(0,s)²/2`` ``1_{s>0}``  no
-========== ======= =================== ============== ============ ==========
+=========  =====  =================  =================  ===============  ==========
+name       label  kernel ``k = Φ'``  ``Φ``              ``Φ''``          normalised
+=========  =====  =================  =================  ===============  ==========
+softmax    SA     ``e^s``            ``e^s``            ``e^s``          yes
+usa        USA    ``e^s``            ``e^s``            ``e^s``          no
+relu       ReLU   ``max(0, s)``      ``max(0, s)²/2``   ``1_{s>0}``      no
+=========  =====  =================  =================  ===============  ==========
 
 Each kind is an :class:`AttentionKind` (frozen) holding its :class:`Kernel`; a kernel
 carries ``Φ``, ``Φ'``, ``Φ''`` (NumPy, used by the reference back-end, the energies and

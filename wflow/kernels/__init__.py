@@ -9,7 +9,10 @@ heads ``(Q_h, K_h)``, with scores ``s^h_ij = β <Q_h x_i, K_h y_j>``::
     S_h(i)   = Σ_j m_j k(s^h_ij) s^h_ij       score moment (attention entropy), optional
 
 with ``k(s) = e^s`` (softmax, USA) or ``max(0, s)`` (ReLU), and the
-potential ``Φ`` with ``Φ' = k``: ``Φ = e^s`` resp. ``Φ = max(0, s)²/2``.
+potential ``Φ`` with ``Φ' = k``: ``Φ = e^s`` resp. ``Φ = max(0, s)²/2``: the kernel of the
+registered attention kind (:mod:`wflow.attention.kinds`, looked up by name; an unknown
+name raises ``ValueError`` on every back-end). Kinds without compiled code run on the
+NumPy back-end only (``"auto"`` plans it; ``"direct"``/``"fastsum"`` refuse).
 Every solver (particles, mesh velocity, energies, JKO gradients, studies)
 calls :func:`kernel_sums`; the naive reference lives in the tests.
 
@@ -43,6 +46,11 @@ choice without computing anything. Threads: numba's (``NUMBA_NUM_THREADS`` or
 ``numba.set_num_threads``).
 
 Every back-end refuses scores that could overflow ``e^s`` (``β|Qx||Ky| > 700``).
+
+The thread and memory-layout helpers the compiled particle loops share with the direct
+back-end are public here (:func:`threads`, :func:`team`, :func:`pair_once`,
+:func:`raise_bound`, :func:`aligned`, :func:`aligned_empty`, :func:`particle_heads3`);
+the compiled primitives are in :mod:`wflow.kernels.primitives`.
 """
 
 from __future__ import annotations
