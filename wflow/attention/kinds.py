@@ -53,7 +53,7 @@ new kind with no edit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -174,32 +174,33 @@ class AttentionKind:
     normalised : bool
         Head outputs divided by ``Z_h`` (softmax); then the effective mobility is
         ``b̂ = (Σ_h w̄_h Z_h)^{-1}``, else ``b̂ ≡ 1``.
+    code : int or None
+        Compiled kernel code (``kernel.code``).
+    exponential : bool
+        Kernel ``e^s`` (overflow guard; ``Φ = k``), ``kernel.exponential``.
+    fastsum : bool
+        Whether the spherical-harmonic fast summation applies (``kernel.fastsum``).
+    compiled : bool
+        Whether the compiled paths (direct sums, compiled particle loops) run this kind.
+
+    The last four are copied from the kernel at construction (plain attributes: the
+    per-call dispatch of small problems stays at a few tens of nanoseconds).
     """
 
     name: str
     label: str
     kernel: Kernel
     normalised: bool = False
+    code: int | None = field(init=False, compare=False)
+    exponential: bool = field(init=False, compare=False)
+    fastsum: bool = field(init=False, compare=False)
+    compiled: bool = field(init=False, compare=False)
 
-    @property
-    def code(self) -> int | None:
-        """Compiled kernel code (``kernel.code``)."""
-        return self.kernel.code
-
-    @property
-    def exponential(self) -> bool:
-        """Kernel ``e^s`` (overflow guard; ``Φ = k``)."""
-        return self.kernel.exponential
-
-    @property
-    def fastsum(self) -> bool:
-        """Whether the spherical-harmonic fast summation applies."""
-        return self.kernel.fastsum
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the compiled paths (direct sums, compiled particle loops) run this kind."""
-        return self.kernel.code is not None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", self.kernel.code)
+        object.__setattr__(self, "exponential", self.kernel.exponential)
+        object.__setattr__(self, "fastsum", self.kernel.fastsum)
+        object.__setattr__(self, "compiled", self.kernel.code is not None)
 
     def phi(self, s: np.ndarray) -> np.ndarray:
         """``Φ(s)``."""
@@ -215,11 +216,11 @@ class AttentionKind:
 
     def require_compiled(self, where: str) -> int:
         """The compiled code, or ``ValueError`` naming ``where`` if the kernel has none."""
-        if self.kernel.code is None:
+        if self.code is None:
             raise ValueError(f"{where}: attention kind {self.name!r} (kernel "
                              f"{self.kernel.name!r}) has no compiled kernel; use the NumPy "
                              "back-end / the Python particle loop")
-        return self.kernel.code
+        return self.code
 
 
 #: name -> kind, in registration order.
@@ -249,10 +250,10 @@ def get_kind(kind: str | AttentionKind) -> AttentionKind:
     ValueError
         Unknown name; the message lists the known kinds.
     """
-    if isinstance(kind, AttentionKind):
-        return kind
     try:
         return REGISTRY[kind]
     except (KeyError, TypeError):
+        if isinstance(kind, AttentionKind):
+            return kind
         raise ValueError(f"attention kind: must be one of {tuple(REGISTRY)}, "
                          f"got {kind!r}") from None
