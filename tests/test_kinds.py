@@ -145,6 +145,7 @@ def test_get_kind_names_the_known_kinds():
 def _entry_points(rng):
     """``name -> call(kind)`` for every public path that takes an attention kind."""
     from wflow import energy
+    from wflow.apps.scenario import parse_scenario
     from wflow.kernels import kernel_sums, particle_terms, plan_kernel
     from wflow.multihead import radial_dominance
     from wflow.multihead.equiangular import equiangular_rhs, equiangular_time, solve_equiangular
@@ -184,6 +185,7 @@ def _entry_points(rng):
         "solve_equiangular": lambda kind: solve_equiangular(0.3, [1.0], 1.0, 5, [0.0, 0.1],
                                                             kind=kind),
         "equiangular_time": lambda kind: equiangular_time(0.3, 0.5, [1.0], 1.0, 5, kind=kind),
+        "parse_scenario": lambda kind: parse_scenario({"attention": {"kind": kind}}),
     })
     return pts
 
