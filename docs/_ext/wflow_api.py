@@ -118,6 +118,13 @@ def generate(outdir: Path) -> list[str]:
 HOME: dict[int, str] = {}
 
 
+class _Field:
+    """An annotated field of a class (a dataclass field set per instance), as a target."""
+
+    def __init__(self, owner: type, name: str) -> None:
+        self.owner, self.name = owner, name
+
+
 def _lookup(path: str):
     """The object named by a dotted path (module prefix imported), or raise LookupError."""
     parts = path.split(".")
@@ -128,11 +135,14 @@ def _lookup(path: str):
             continue
         except Exception as exc:  # noqa: BLE001 - a module that fails to import is not a target
             raise LookupError(path) from exc
-        try:
-            for attr in parts[i:]:
+        for attr in parts[i:]:
+            if hasattr(obj, attr):
                 obj = getattr(obj, attr)
-        except AttributeError as exc:
-            raise LookupError(path) from exc
+            elif isinstance(obj, type) and any(attr in getattr(c, "__annotations__", {})
+                                               for c in obj.__mro__):
+                obj = _Field(obj, attr)  # a declared field without a class-level value
+            else:
+                raise LookupError(path)
         return obj, parts[:i], parts[i:]
     raise LookupError(path)
 
