@@ -87,6 +87,7 @@ __all__ = [
     "FVGraph",
     "FVStepResult",
     "fv_potential",
+    "fv_fields",
     "fv_slope2",
     "fv_step",
     "auto_substeps",
@@ -133,6 +134,23 @@ def fv_potential(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention) ->
     sums = kernel_sums(x, x, m, heads.Q, heads.K, beta=attn.beta, kind=attn.kind,
                        potential=True, backend="auto")
     return np.einsum("h,hm->m", heads.w, sums.Phi) / attn.beta
+
+
+def fv_fields(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention
+              ) -> np.ndarray:
+    """``[ψ, P∇ψ]`` at the centres, shape ``(M, 4)`` (linear in ``m``; one kernel sum).
+
+    ``ψ = Σ_h w_h Φ_h/β`` and the tangential gradient ``P_x Σ_h w_h A_h Y_h`` (symmetric
+    ``A_h``; :func:`wflow.energy.evaluate`).
+    """
+    from ..energy import evaluate
+    from ..sphere import project_tangent
+
+    fe = evaluate(x, heads, attn, m=m)
+    out = np.empty((x.shape[0], 4))
+    out[:, 0] = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
+    out[:, 1:] = project_tangent(x, np.einsum("h,hmd->md", heads.w, fe.grad_psi))
+    return out
 
 
 def fv_slope2(geo: DualGeometry, m: np.ndarray, psi: np.ndarray, bhat: np.ndarray,
@@ -185,8 +203,12 @@ def _hj(graph: FVGraph, tgt: np.ndarray, c: np.ndarray, lam0: np.ndarray, tol: f
 
 def _linear_step(graph: FVGraph, m0: np.ndarray, bhat: np.ndarray, terminal: np.ndarray,
                  substeps: int, warm: list | None, newton_rtol: float,
-                 newton_max: int) -> _LinearStep:
-    """The convex step with ``ψ`` fixed: HJ backward, continuity forward (module docstring)."""
+                 newton_max: int, ham2: np.ndarray | None = None) -> _LinearStep:
+    """The step with ``ψ`` fixed: HJ backward, continuity forward (module docstring).
+
+    ``ham2`` given (``= τ² b̂ |P∇ψ|²``): the pointwise Hamiltonian,
+    ``λ^i = τsψ + (1 − i/n_s) ham2/2`` instead of the discrete HJ solves.
+    """
     from . import _fv_numba as kn
 
     geo = graph.geo
@@ -199,6 +221,9 @@ def _linear_step(graph: FVGraph, m0: np.ndarray, bhat: np.ndarray, terminal: np.
     newton = 0
     worst = 0.0
     for i in range(substeps - 1, -1, -1):
+        if ham2 is not None:
+            lams[i] = terminal + (1.0 - i / substeps) * 0.5 * ham2
+            continue
         start = warm[i] if warm is not None and len(warm) == substeps else nxt
         lam, it, res = _hj(graph, nxt, c, start, tol, newton_max)
         newton += it
@@ -245,8 +270,8 @@ class FVStepResult(NamedTuple):
     newton_res : float
         Largest final ``max|G|/osc(τψ)`` of the HJ solves.
     substeps : int
-    psi : (M,) array
-        ``ψ(m^{k+1})`` (for the next step's diagnostics).
+    fields : (M, 4) array
+        ``[ψ, P∇ψ](m^{k+1})`` (:func:`fv_fields`).
     energy : float
         ``E(m^{k+1})``.
     min_ratio : float
@@ -265,7 +290,7 @@ class FVStepResult(NamedTuple):
     newton_iters: int
     newton_res: float
     substeps: int
-    psi: np.ndarray
+    fields: np.ndarray
     energy: float
     min_ratio: float
     time: float
@@ -273,9 +298,10 @@ class FVStepResult(NamedTuple):
 
 def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, tau: float,
             sign: int, bhat: np.ndarray, substeps: int = 1, energy: str = "implicit",
-            psi0: np.ndarray | None = None, ccp_tol: float = 1e-8, ccp_max: int = 100,
-            accelerate: bool = True, depth: int = 3, newton_rtol: float = 1e-12,
-            newton_max: int = 60) -> FVStepResult:
+            hamiltonian: str = "pointwise", fields0: np.ndarray | None = None,
+            ccp_tol: float = 1e-8, ccp_max: int = 100, accelerate: bool = True,
+            depth: int = 3, newton_rtol: float = 1e-12, newton_max: int = 60
+            ) -> FVStepResult:
     """One finite-volume JKO step ``m^k -> m^{k+1}`` (module docstring).
 
     Parameters
@@ -293,23 +319,28 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
     substeps : int
         Pseudo-time substeps ``n_s``.
     energy : {"implicit", "lagged"}
-    psi0 : (M,) array, optional
-        ``ψ(m^k)`` if known.
+    hamiltonian : {"pointwise", "discrete"}
+        ``"discrete"``: solve the discrete HJ equations (the exact KKT system of the
+        variational scheme); ``"pointwise"``: their second-order expansion in ``τ`` with
+        the exact tangential gradient of ``ψ`` (module docstring, "Hamiltonian").
+    fields0 : (M, 4) array, optional
+        :func:`fv_fields` at ``m^k`` if known.
     ccp_tol, ccp_max : float, int
         Stop the CCP when ``‖m_{j+1} − m_j‖₁ <= ccp_tol ‖m_{j+1} − m^k‖₁``.
     accelerate, depth : bool, int
-        Anderson acceleration (history ``depth``) of the CCP fixed point ``ψ -> ψ(S(ψ))``
-        (``S`` the convex step with ``ψ`` fixed). Safeguarded: when the true objective
-        increases, the history is dropped and a plain CCP step (a majorisation step, which
-        cannot increase it for ``s = +1``) is taken from the best iterate. Every returned
-        iterate is an output of ``S`` (positive, mass-conserving).
+        Anderson acceleration (history ``depth``) of the fixed point ``f -> f(S(f))``
+        on the fields ``f = [ψ, P∇ψ]`` (linear in ``m``, so a mixed input costs no kernel
+        sum; ``S`` the step with the fields fixed). Safeguarded: when the objective
+        ``W²_h/(2τ) − sE`` increases, the history is dropped and a plain step is taken
+        from the best iterate. Every returned iterate is an output of ``S`` (positive,
+        mass-conserving).
     newton_rtol, newton_max : float, int
-        Stop Newton when ``max|G| <= newton_rtol · osc(τψ)``.
+        Stop Newton when ``max|G| <= newton_rtol · osc(τψ)`` (discrete Hamiltonian).
     """
     t0 = time.perf_counter()
     x = graph.geo.centres
     m0 = np.asarray(m0, dtype=np.float64)
-    psi_in = fv_potential(x, m0, heads, attn) if psi0 is None else psi0
+    f_in = fv_fields(x, m0, heads, attn) if fields0 is None else fields0
     warm = None
     objs: list[float] = []
     newton = 0
@@ -317,63 +348,66 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
     change = math.inf
     converged = False
     it = 0
-    best = None  # (objective, m, psi(m), W2, E) of the best output of the map S
+    best = None
     prev_out = m0
-    # Anderson history of the fixed-point map x -> g(x) = S(ψ(x)): the inputs only
-    # enter through ψ(x), which is linear in x, so a mixed input costs no kernel sum
-    X: list[np.ndarray] = []  # inputs (as ψ)
-    Gm: list[np.ndarray] = []  # outputs (masses)
-    Gp: list[np.ndarray] = []  # ψ of the outputs
-    F: list[np.ndarray] = []  # residuals g(x) − x in ψ
+    X: list[np.ndarray] = []
+    Gf: list[np.ndarray] = []
+    F: list[np.ndarray] = []
+    pointwise = hamiltonian == "pointwise"
     for it in range(1, ccp_max + 1):
-        lin = _linear_step(graph, m0, bhat, tau * sign * psi_in, substeps, warm, newton_rtol,
-                           newton_max)
+        ham2 = None
+        if pointwise:
+            ham2 = tau * tau * bhat * np.einsum("md,md->m", f_in[:, 1:], f_in[:, 1:])
+        lin = _linear_step(graph, m0, bhat, tau * sign * f_in[:, 0], substeps, warm,
+                           newton_rtol, newton_max, ham2)
         warm = lin.lam
         newton += lin.newton
         nres = max(nres, lin.newton_res)
-        psi_out = fv_potential(x, lin.m, heads, attn)
-        E_out = 0.5 * float(lin.m @ psi_out)
+        f_out = fv_fields(x, lin.m, heads, attn)
+        E_out = 0.5 * float(lin.m @ f_out[:, 0])
         obj = lin.W2sq / (2.0 * tau) - sign * E_out
         objs.append(obj)
         moved = float(np.sum(np.abs(lin.m - m0)))
         change = float(np.sum(np.abs(lin.m - prev_out))) / max(moved, 1e-300)
         prev_out = lin.m
         if best is None or obj <= best[0]:
-            best = (obj, lin.m, psi_out, lin.W2sq, E_out)
+            best = (obj, lin.m, f_out, lin.W2sq, E_out)
         if energy == "lagged":
             converged = True
             break
         if moved == 0.0 or (it > 1 and change <= ccp_tol):
             converged = True
             break
-        if accelerate and len(objs) > 1 and obj > objs[-2] + 1e-12 * max(abs(obj), 1e-300):
-            # safeguard: restart the plain CCP (a majorisation step) from the best output
-            X.clear(), Gm.clear(), Gp.clear(), F.clear()
-            psi_in = best[2]
-            continue
         if not accelerate:
-            psi_in = psi_out
+            f_in = f_out
             continue
-        X.append(psi_in)
-        Gm.append(lin.m)
-        Gp.append(psi_out)
-        F.append(psi_out - psi_in)
+        # (1e-9: far above the round-off of the objective, ~1e-13 relative, and of the
+        # fast summation, 1e-10; below any increase that matters)
+        if len(objs) > 1 and obj > objs[-2] + 1e-9 * max(abs(obj), 1e-300):
+            X.clear(), Gf.clear(), F.clear()
+            f_in = best[2]
+            continue
+        X.append(f_in)
+        Gf.append(f_out)
+        F.append((f_out - f_in).ravel())
         if len(F) > depth + 1:
-            del X[0], Gm[0], Gp[0], F[0]
+            del X[0], Gf[0], F[0]
         if len(F) == 1:
-            psi_in = psi_out
+            f_in = f_out
             continue
         dF = np.stack([F[i + 1] - F[i] for i in range(len(F) - 1)], axis=1)
-        dG = np.stack([Gp[i + 1] - Gp[i] for i in range(len(Gp) - 1)], axis=1)
+        dG = np.stack([(Gf[i + 1] - Gf[i]).ravel() for i in range(len(Gf) - 1)], axis=1)
         gam, *_ = np.linalg.lstsq(dF, F[-1], rcond=None)
-        psi_in = Gp[-1] - dG @ gam
+        f_in = (Gf[-1].ravel() - dG @ gam).reshape(f_out.shape)
     assert best is not None
-    lin_m, psi_new, W2, E_new = (lin.m, psi_out, lin.W2sq, E_out) if converged \
-        else best[1:]
+    if converged:
+        m_new, f_new, W2, E_new = lin.m, f_out, lin.W2sq, E_out
+    else:
+        m_new, f_new, W2, E_new = best[1:]
     scale = max(abs(objs[0]), 1e-300)
-    monotone = all(b <= a + 1e-12 * scale for a, b in zip(objs, objs[1:], strict=False))
+    monotone = all(b <= a + 1e-9 * scale for a, b in zip(objs, objs[1:], strict=False))
     pos = m0 > 0
-    ratio = float(np.min(lin_m[pos] / m0[pos])) if np.any(pos) else 1.0
-    return FVStepResult(lin_m, W2, W2 / (2.0 * tau) - sign * E_new, objs, it, change,
-                        converged, monotone, newton, nres, substeps, psi_new, E_new, ratio,
+    ratio = float(np.min(m_new[pos] / m0[pos])) if np.any(pos) else 1.0
+    return FVStepResult(m_new, W2, W2 / (2.0 * tau) - sign * E_new, objs, it, change,
+                        converged, monotone, newton, nres, substeps, f_new, E_new, ratio,
                         time.perf_counter() - t0)
