@@ -53,8 +53,8 @@ from ..progress import progress_bar
 from ..schedules import as_schedule
 from ..status import JKO_EDI_RTOL, relative_check, worst_status
 from .cost import _Geometry
-from .energy import _check_heads, energy_gradient
 from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
+from .energy import _check_heads, energy_gradient
 from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
 from .options import TAU_CELLS, JKOOptions, JKOWarning, auto_tau
 from .step import JKOStepInfo, jko_step

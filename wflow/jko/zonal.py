@@ -26,8 +26,8 @@ over the cells of a mesh by quadrature (for L¹ comparisons), :func:`w2_marginal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy.optimize import minimize
