@@ -79,7 +79,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..heads import Attention, Heads
+from ..attention.heads import Attention, Heads
 from ..kernels import kernel_sums
 from .dual import DualGeometry
 
@@ -144,7 +144,7 @@ def fv_fields(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention
     ``A_h``; :func:`wflow.energy.evaluate`).
     """
     from ..energy import evaluate
-    from ..sphere import project_tangent
+    from ..geometry.sphere import project_tangent
 
     fe = evaluate(x, heads, attn, m=m)
     out = np.empty((x.shape[0], 4))

@@ -198,7 +198,7 @@ def as_dual(mesh: Any, M: int) -> DualGeometry:
 def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
              fe: Any, sign: int, nsub: int) -> tuple[np.ndarray, JKOStepInfo]:
     """One FV step as a :class:`JKOStepInfo` (POT referee on small meshes)."""
-    from ..sphere import project_tangent
+    from ..geometry.sphere import project_tangent
 
     fields0 = np.empty((m.size, 4))
     fields0[:, 0] = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
