@@ -356,7 +356,7 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
-                      options=replace(opts, progress=False))
+                      options=replace(opts, progress=False), mesh=mesh)
     try:
         next(gen)
     finally:

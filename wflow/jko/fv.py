@@ -331,8 +331,9 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
         Anderson acceleration (history ``depth``) of the fixed point ``f -> f(S(f))``
         on the fields ``f = [ψ, P∇ψ]`` (linear in ``m``, so a mixed input costs no kernel
         sum; ``S`` the step with the fields fixed). Safeguarded: when the objective
-        ``W²_h/(2τ) − sE`` increases, the history is dropped and a plain step is taken
-        from the best iterate. Every returned iterate is an output of ``S`` (positive,
+        ``W²_h/(2τ) − sE`` increases (discrete Hamiltonian) or the fixed-point residual
+        ``‖f(S(f)) − f‖`` grows (pointwise), the history is dropped and a plain step is
+        taken (from the best iterate, resp. the last output). Every returned iterate is an output of ``S`` (positive,
         mass-conserving).
     newton_rtol, newton_max : float, int
         Stop Newton when ``max|G| <= newton_rtol · osc(τψ)`` (discrete Hamiltonian).
@@ -354,6 +355,7 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
     Gf: list[np.ndarray] = []
     F: list[np.ndarray] = []
     pointwise = hamiltonian == "pointwise"
+    last_res = math.inf
     for it in range(1, ccp_max + 1):
         ham2 = None
         if pointwise:
@@ -383,9 +385,15 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
             continue
         # (1e-9: far above the round-off of the objective, ~1e-13 relative, and of the
         # fast summation, 1e-10; below any increase that matters)
-        if len(objs) > 1 and obj > objs[-2] + 1e-9 * max(abs(obj), 1e-300):
+        res_norm = float(np.linalg.norm(f_out - f_in))
+        # safeguard: the discrete Hamiltonian's step minimises the objective (CCP: it must
+        # not increase); the pointwise one is a fixed point, whose residual must shrink
+        bad = (obj > objs[-2] + 1e-9 * max(abs(obj), 1e-300) if not pointwise
+               else res_norm > last_res) if len(objs) > 1 else False
+        last_res = res_norm
+        if bad:
             X.clear(), Gf.clear(), F.clear()
-            f_in = best[2]
+            f_in = best[2] if not pointwise else f_out
             continue
         X.append(f_in)
         Gf.append(f_out)

@@ -47,11 +47,13 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
         opts = replace(opts, progress=progress)
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
-    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau)
+    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau,
+                  mesh=mesh)
 
 
 def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
-           attn: Attention, opts: Any, extras: dict, tau: float | None) -> JKOResult:
+           attn: Attention, opts: Any, extras: dict, tau: float | None, *,
+           mesh: Any = None) -> JKOResult:
     """Resolve ``tau = "auto"`` (or apply ``tau``) on this mesh, then solve.
 
     ``stats["tau_rule"]`` records the step against the mesh (``h``, ``|v|_max``,
@@ -69,7 +71,7 @@ def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
     if opts.ot == "sinkhorn" and extras["eps_auto"]:
         opts = replace(opts, eps=auto.eps)
     info["eps"] = opts.epsilon
-    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts)
+    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts, mesh=mesh)
     return replace(res, stats={**res.stats, "tau_rule": info})
 
 
@@ -130,7 +132,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
     cen = sm.gather_owned(sm.centroids)
     areas = sm.gather_owned(sm.areas)
-    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau)
+    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau, mesh=sm)
     opts = res.options
     if res.status == "failed":
         raise FloatingPointError(f"jko run failed: {res.message}")
@@ -165,6 +167,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
                     "diagnostics.csv": "one row per JKO time t_k = k tau"},
         "conventions": {
             "step": "μ_{k+1} = argmin (1/2τ) W²_{b̂_k}(μ_k, ν) − sE(ν, t_{k+1})",
+            "scheme": opts.scheme,
             "cost": "C_ij = d_S(ĉ_i, ĉ_j)² / b̂_ij, b̂ lagged at μ_k, mean = "
                     + opts.mobility_mean,
             "W2sq": "W²_{b̂_k}(μ_k, μ_{k+1}) of the step into t_k (0 at t_0)",

@@ -56,7 +56,7 @@ from .cost import _Geometry
 from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
 from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
-from .options import TAU_CELLS, JKOOptions, JKOWarning, auto_tau
+from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions, JKOWarning, auto_tau
 from .step import JKOStepInfo, jko_step
 
 __all__ = [
@@ -144,7 +144,8 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
 
     ``τ`` = :func:`~wflow.jko.options.auto_tau` ``(T, h, |v|_max)`` with ``h = √(mean |K|)``
     and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
-    mass, so that ``τ|v|_max ≈ 3h``: off the locking plateau. ``ε = h²/min b̂`` (the
+    mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and
+    ``≈ h`` for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV`). ``ε = h²/min b̂`` (the
     Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
 
     Returns
@@ -159,12 +160,13 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     speed = np.linalg.norm(fe.vhat, axis=1)
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
-    tau = auto_tau(options.T, h, vmax)
+    cells = TAU_CELLS if options.scheme == "ot" else TAU_CELLS_FV
+    tau = auto_tau(options.T, h, vmax, cells=cells)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
         changes["eps"] = h * h / float(np.min(fe.bhat))
     opts = replace(options, **changes)
-    info = {"rule": f"tau = T/N, N = max(1, round(T |v|max / ({TAU_CELLS:g} h))), "
+    info = {"rule": f"tau = T/N, N = max(1, round(T |v|max / ({cells:g} h))), "
                     "h = sqrt(mean cell area), |v|max = max |v̂| at t = 0"
                     + ("; eps = h²/min b̂" if "eps" in changes else ""),
             "h": h, "vmax": vmax, "tau": tau, "steps": opts.steps,
@@ -468,8 +470,10 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             put("W2sq", W2sq)
             put("W2", math.sqrt(max(W2sq, 0.0)))
             put("ot_value", ot_value)
+            # partial locking is judged on converged steps only (an unconverged inner
+            # solve is reported as such, whatever it moved)
             locked = info is not None and (_is_locked(info, prev, opts.tau) or (
-                _moving(prev, opts.tau) and frac < opts.lock_fraction))
+                info.converged and _moving(prev, opts.tau) and frac < opts.lock_fraction))
             put("locked", float(locked))
             put("moved_fraction", frac)
             put("empty", 0.0 if m_init is None else float(np.count_nonzero(
