@@ -214,7 +214,8 @@ def test_entropic_gcg_agrees_with_mirror_descent_on_sinkhorn_potentials():
     x, areas = geometry(2)
     mu = bumps(x, areas)
     heads, attn = single_head(), Attention("softmax", 1.0)
-    opts = JKOOptions(scheme="ot", T=0.3, tau=0.3, ot="sinkhorn", eps=0.5, gap_rtol=1e-9, verify=True)
+    opts = JKOOptions(scheme="ot", T=0.3, tau=0.3, ot="sinkhorn", eps=0.5, gap_rtol=1e-9,
+                      verify=True)
     nu_g, ig = jko_step(x, areas, mu, heads, attn, options=opts)
     from dataclasses import replace
 
@@ -240,7 +241,8 @@ def test_mirror_descent_on_emd_potentials_reports_non_convergence():
     heads, attn = single_head(), Attention("softmax", 1.0)
     with pytest.warns(JKOWarning, match="optimality gap"):
         res = solve_jko(x, areas, mu, heads, attn,
-                        options=JKOOptions(scheme="ot", T=0.3, tau=0.3, inner="mirror", max_inner=3))
+                        options=JKOOptions(scheme="ot", T=0.3, tau=0.3, inner="mirror",
+                                           max_inner=3))
     assert res.status == "not_converged"
     assert res.history["converged"][1] == 0.0
     assert np.all(np.isfinite(res.masses))
@@ -333,9 +335,11 @@ def test_options_validation():
     x, areas = geometry(2)
     bad = Heads.bilinear(A2, V=np.stack([np.eye(3)] * 2), w=0.5)
     with pytest.raises(ValueError, match="value-aligned"):
-        solve_jko(x, areas, np.full(80, 1 / 80), bad, Attention(), options=JKOOptions(scheme="ot", T=0.1))
+        solve_jko(x, areas, np.full(80, 1 / 80), bad, Attention(),
+                  options=JKOOptions(scheme="ot", T=0.1))
     with pytest.raises(ValueError, match="mass0"):
-        solve_jko(x, areas, -np.ones(80), single_head(), Attention(), options=JKOOptions(scheme="ot", T=0.1))
+        solve_jko(x, areas, -np.ones(80), single_head(), Attention(),
+                  options=JKOOptions(scheme="ot", T=0.1))
 
 
 SCENARIO = """

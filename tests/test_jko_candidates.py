@@ -118,7 +118,8 @@ def test_candidate_balls_hold_the_minimiser(setup, tau, ot):
     np.testing.assert_allclose(nuS.sum(), 1.0, rtol=1e-12)
     if M <= 720:
         # same LMO as the unrestricted scan (neighbourhood off): the balls lose nothing
-        geo_all = _Geometry(x, areas, JKOOptions(scheme="ot", T=tau, tau=tau, ot=ot, neighbourhood=False))
+        geo_all = _Geometry(x, areas, JKOOptions(scheme="ot", T=tau, tau=tau, ot=ot,
+                                                 neighbourhood=False))
         nu_all, val_all, _ = _Oracle(geo_all, bhat, tau, eps, "conformal")(mu, g)
         np.testing.assert_allclose(val, val_all, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(nuS, nu_all, atol=1e-12)

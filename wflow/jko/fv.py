@@ -333,8 +333,8 @@ def fv_step(graph: FVGraph, m0: np.ndarray, heads: Heads, attn: Attention, *, ta
         sum; ``S`` the step with the fields fixed). Safeguarded: when the objective
         ``W²_h/(2τ) − sE`` increases (discrete Hamiltonian) or the fixed-point residual
         ``‖f(S(f)) − f‖`` grows (pointwise), the history is dropped and a plain step is
-        taken (from the best iterate, resp. the last output). Every returned iterate is an output of ``S`` (positive,
-        mass-conserving).
+        taken (from the best iterate, resp. the last output). Every returned iterate is
+        an output of ``S`` (positive, mass-conserving).
     newton_rtol, newton_max : float, int
         Stop Newton when ``max|G| <= newton_rtol · osc(τψ)`` (discrete Hamiltonian).
     """
