@@ -127,7 +127,8 @@ def test_a_mesh_that_is_not_well_centred_is_refused_naming_the_worst_cell():
         solve_jko(geo.centres, geo.areas, m0, heads, attn,
                   options=JKOOptions(T=0.1, tau=0.1), mesh=(pts, cells))
     with pytest.raises(ValueError, match="needs the mesh connectivity"):
-        solve_jko(geo.centres, geo.areas, m0, heads, attn, options=JKOOptions(T=0.1, tau=0.1))
+        solve_jko(geo.centres, geo.areas, m0, heads, attn,
+                  options=JKOOptions(T=0.1, tau=0.1, scheme="fv"))
 
 
 # ----------------------------------------------------------------------------- the step

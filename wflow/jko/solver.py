@@ -197,6 +197,16 @@ def as_dual(mesh: Any, M: int) -> DualGeometry:
     return geo
 
 
+def _resolve_scheme(opts: JKOOptions, mesh: Any) -> JKOOptions:
+    """``scheme = "auto"``: ``"fv"`` with a mesh, ``"ot"`` without."""
+    if opts.scheme != "auto":
+        return opts
+    scheme = "fv" if mesh is not None else "ot"
+    logger.info("jko: scheme 'auto' -> %r (%s)", scheme,
+                "mesh connectivity given" if mesh is not None else "no mesh connectivity")
+    return replace(opts, scheme=scheme)
+
+
 def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
              fe: Any, sign: int, nsub: int) -> tuple[np.ndarray, JKOStepInfo]:
     """One FV step as a :class:`JKOStepInfo` (POT referee on small meshes)."""
@@ -256,7 +266,7 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     JKOState
         The initial state, then one per step (``info`` holds the step record).
     """
-    opts = options or JKOOptions()
+    opts = _resolve_scheme(options or JKOOptions(), mesh)
     x, a, m = _prepare(points, areas, mass0)
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     tau = opts.tau
@@ -405,6 +415,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     opts = options or JKOOptions()
     if kwargs:
         opts = replace(opts, **kwargs)
+    opts = _resolve_scheme(opts, mesh)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
