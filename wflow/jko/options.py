@@ -119,7 +119,8 @@ class JKOOptions:
         ``"fv"``: the finite-volume Benamou–Brenier step (:mod:`wflow.jko.fv`; needs
         the mesh connectivity; no locking, no empty cells). ``"ot"``: discrete OT
         between cell measures with POT (exact or entropic, the options below); it
-        *locks* when ``τ|v|_max <~ h/2`` and moves mass in whole-cell jumps (:mod:`wflow.jko.solver`, "Limitations").
+        *locks* when ``τ|v|_max <~ h/2`` and moves mass in whole-cell jumps
+        (:mod:`wflow.jko.solver`, "Limitations").
     substeps : int or "auto"
         FV: pseudo-time substeps ``n_s`` of the transport; ``"auto"``:
         ``⌈τ|v|_max/h⌉`` (each substep moves at most one cell).
