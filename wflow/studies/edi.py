@@ -291,7 +291,7 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
         cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)
         rho0 = initial_density(sm, density)
         res = solve_jko(cen, areas, rho0 * areas, heads, attn, options=JKOOptions(
-            T=T, tau=T / n, scheme="ot", ot=ot, eps_scale=4.0, verify=False))
+            T=T, tau=T / n, ot=ot, eps_scale=4.0, verify=False))
         out["tau"].append(T / n)
         out["edi"].append(float(np.sum(res.history["edi_step"][1:])))
         out["cells"].append(int(areas.size))
