@@ -30,13 +30,14 @@ logger = logging.getLogger(__name__)
 
 def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention,
                      sc: Any, *, T: float | None = None, progress: bool | None = None,
-                     tau: float | None = None) -> JKOResult:
+                     tau: float | None = None, scheme: str | None = None) -> JKOResult:
     """JKO on a loaded :class:`~wflow.geometry.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` defaults to the
     ``[jko]`` value (then ``[pde] T``, then 1); ``tau`` overrides ``[jko] tau``, whose
     default ``"auto"`` is resolved on this mesh (:func:`~wflow.jko.auto_step`; the
-    choice is in ``stats["tau_rule"]``). Used by the main job (``wflow run``).
+    choice is in ``stats["tau_rule"]``); ``scheme`` overrides ``[jko] scheme`` (the main
+    job's OT cross-check). Used by the main job (``wflow run``).
     """
     pde_sec = sc.sections.get("pde", {}) or {}
     _, opts, extras = jko_options_from_dict(sc.sections.get("jko"),
@@ -45,6 +46,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
         opts = replace(opts, T=float(T))
     if progress is not None:
         opts = replace(opts, progress=progress)
+    if scheme is not None:
+        opts = replace(opts, scheme=scheme)
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
     return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau,
