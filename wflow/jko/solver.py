@@ -178,7 +178,7 @@ def as_dual(mesh: Any, M: int) -> DualGeometry:
     """The FV geometry of ``mesh`` (Triangulation, SphereMesh, DualGeometry or ``(V, C)``).
 
     Cells must be in the order of the cell arrays given to the solver (for a
-    :class:`~wflow.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
+    :class:`~wflow.geometry.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
     """
     if mesh is None:
         raise ValueError("jko.scheme: 'fv' needs the mesh connectivity; pass mesh= (a "
