@@ -106,6 +106,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("checks.*.scheme", "the scheme the order belongs to", "text", where=_SOLVERS),
     K("checks.locked_steps", "JKO steps that left the measure in place although "
       "τ|∂E|² > 1e-12|E|", "count", where=_J),
+    K("checks.empty_cells_max", "most cells emptied by a JKO step (mass below 1e-9 of its "
+      "initial mass: the speckle of the static scheme)", "count", "≥ 0", _J),
     K("checks.*.*.value", "the measured value of the phase's check: chain = relative "
       "chain-rule residual |chain| / energy budget; edi (JKO) = Σ_k|edi_k| / discrete "
       "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN),
@@ -117,6 +119,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       where=_RUN),
     K("checks.*.*.scheme", "the scheme the order belongs to", "text", where=_RUN),
     K("checks.jko.locked_steps", "locked JKO steps", "count", where=_RUN),
+    K("checks.jko.empty_cells_max", "most cells emptied by a JKO step", "count", "≥ 0",
+      _RUN),
     # --- kernels ---------------------------------------------------------------------------
     K("*kernel.calls.*", "calls of the attention kernel per back-end (direct, fastsum, …)",
       "count", where=_SOLVERS),
@@ -285,6 +289,15 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "≥ 0", _RUN),
     K("jko_refinement.rows[].w2_final", "its W₂(JKO, PDE) at the last time", "rad", "≥ 0",
       _RUN),
+    K("jko_refinement.rows[].scheme", "its JKO scheme: fv (two-point fluxes, the dynamic "
+      "form) or ot (static transport cost)", "text", where=_RUN),
+    K("jko_refinement.rows[].l1_max", "its L¹ distance of the JKO cell masses to the PDE's, "
+      "Σ_K |m_K − m_K^PDE|, max over the JKO times", "1", "≥ 0", _RUN),
+    K("jko_refinement.rows[].l1_final", "the same at the last time", "1", "≥ 0", _RUN),
+    K("jko_refinement.order_l1", "fitted order of the L¹ distance in h ∝ τ", "1",
+      where=_RUN),
+    K("jko_refinement.ot_crosscheck.*", "the coarsest row run once more with the static OT "
+      "scheme (not a row of the table): the same keys as a row", "as the row", where=_RUN),
     K("jko_refinement.order_w2", "fitted order of W₂(JKO, PDE) in h ∝ τ", "1", where=_RUN),
     K("jko_refinement.order_edi", "fitted order of the JKO Σ|edi_k| relative", "1",
       where=_RUN),
@@ -365,11 +378,24 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("mass", "total mass Σ_K m_K", "1"),
     K("rho_min", "smallest cell density", "1/area", "≥ 0"),
     K("rho_max", "largest cell density", "1/area"),
-    K("W2sq", "W²_{b̂_k}(μ_k, μ_{k+1}) of the step into t_k (0 at t_0)", "rad²", "≥ 0"),
+    K("W2sq", "W²_{b̂_k}(μ_k, μ_{k+1}) of the step into t_k (0 at t_0); the FV scheme: its "
+      "one-step Benamou–Brenier cost τ² Σ_σ |σ| d_σ F_σ²/θ_σ", "rad²", "≥ 0"),
     K("W2", "√W2sq", "rad", "≥ 0"),
     K("ot_value", "the OT solver's value of the step's transport problem", "rad²", "≥ 0"),
     K("locked", "1 if the step left the measure in place although τ|∂E|² > 1e-12|E|",
       "bool"),
+    K("moved_fraction", "mass moved by the step relative to the first-order prediction "
+      "τ²½(|∂E|²_k + |∂E|²_{k+1}); locked below jko.lock_fraction", "1", "≥ 0"),
+    K("empty", "cells emptied by the step (mass below 1e-9 of their initial mass)", "count",
+      "≥ 0"),
+    K("slope2_h", "|∂E|²_h = Σ_σ w_σ θ_σ (ψ_L − ψ_K)², the slope in the FV scheme's own metric",
+      "energy/time", "≥ 0"),
+    K("newton_iters", "Newton iterations of the FV step (over substeps and CCP iterations)",
+      "count"),
+    K("min_ratio", "min_K m^{k+1}_K / m^k_K over occupied cells (> 0: no cell emptied)", "1",
+      "> 0"),
+    K("ccp_monotone", "1 if the FV step's objective never increased along its convex–concave "
+      "iterations", "bool"),
     K("inner_iters", "inner iterations of the step", "count"),
     K("gap", "the inner solve's first-order optimality gap", "energy", "≥ 0"),
     K("gap_rel", "the gap relative to the step's objective scale", "1", "≥ 0"),
