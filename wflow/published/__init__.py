@@ -1,0 +1,1 @@
+"""Published experiments of the field, re-implemented with their conventions term by term."""
