@@ -34,8 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CLOCK, machine, sphere, table, use_cpu_time, write_json  # noqa: E402
 
+from wflow.attention.heads import Attention, Heads  # noqa: E402
 from wflow.energy import evaluate, head_energies, slope_terms  # noqa: E402
-from wflow.heads import Attention, Heads  # noqa: E402
 from wflow.kernels import particle_terms  # noqa: E402
 from wflow.particles import euler_path  # noqa: E402
 

@@ -52,9 +52,10 @@ sys.path.insert(0, str(HERE))
 import published_faithful as pf  # noqa: E402
 from _common import machine, table, write_json  # noqa: E402
 
-from wflow.heads import Attention  # noqa: E402
+from wflow.attention.heads import Attention  # noqa: E402
+from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation  # noqa: E402
 from wflow.particles import simulate  # noqa: E402
-from wflow.schedules import OrnsteinUhlenbeck, Parametrisation, Relaxed  # noqa: E402
+from wflow.published.td import published_relaxed  # noqa: E402
 
 DT = 5e-3
 #: (kind, n, H, P, d, faithful steps, wflow steps, engine steps)
@@ -91,7 +92,7 @@ def time_faithful(kind, n, H, P, d, steps):
 
 def wflow_schedule(kind, H, D0):
     if kind == "osc":
-        return Relaxed.published(D0)
+        return published_relaxed(D0)
     param = Parametrisation("bilinear", np.full(H, 1.0 / H), value_sign=-1.0)
     return OrnsteinUhlenbeck(param, D0, np.eye(D0.shape[-1]), kappa=1.0,
                              sigma0=math.sqrt(2.0), symmetric_noise=True)
@@ -150,7 +151,7 @@ def floor_ns() -> dict:
     """One core: ns per kernel evaluation of the d = 3 state kernel (n = 200), per exp."""
     import numba
 
-    from wflow import _kernels_numba as kn
+    from wflow.kernels import _numba as kn
     from wflow.particles import _path_numba as pn
 
     old = numba.get_num_threads()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 from _common import machine, table, write_json  # noqa: E402
 from bench_published import DT, initial_data, wflow_schedule  # noqa: E402
 
-from wflow.heads import Attention  # noqa: E402
+from wflow.attention.heads import Attention  # noqa: E402
 from wflow.particles import simulate  # noqa: E402
 
 

@@ -9,7 +9,7 @@ from . import add_output, prepare
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
-    from ..reproduce import EXPERIMENTS, FIELD, GROUPS
+    from ..apps.reproduce import EXPERIMENTS, FIELD, GROUPS
 
     names = [*EXPERIMENTS, *GROUPS, *FIELD]
     p = sub.add_parser(
@@ -65,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..parallel import comm_rank_size
-    from ..reproduce import FIELD, ReproduceOptions, reproduce
+    from ..apps.reproduce import FIELD, ReproduceOptions, reproduce
+    from ..infra.parallel import comm_rank_size
 
     if set(args.experiments) & set(FIELD):
         return _field(args)
@@ -94,8 +94,8 @@ def _field(args: argparse.Namespace) -> int:
     """One experiment of :data:`wflow.reproduce.FIELD` (issue 25)."""
     import importlib
 
-    from ..parallel import comm_rank_size
-    from ..reproduce import FIELD
+    from ..apps.reproduce import FIELD
+    from ..infra.parallel import comm_rank_size
 
     if len(args.experiments) != 1:
         raise SystemExit(f"wflow reproduce: run {', '.join(FIELD)} one per call")

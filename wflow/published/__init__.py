@@ -1,1 +1,11 @@
-"""Published experiments of the field, re-implemented with their conventions term by term."""
+"""Reproductions of the field's published experiments, one module per paper.
+
+* :mod:`~wflow.published.td` — the time-dependent Wasserstein gradient flow experiments [TD]
+  (tokens, heads, weight schedules and frames, term by term).
+* :mod:`~wflow.published.glpr_phase`, :mod:`~wflow.published.castin_ranks`,
+  :mod:`~wflow.published.metastable_staircase` — three more papers' public experiments
+  (``wflow reproduce NAME``, docs/reproduce_field.md), imported on demand.
+
+This package imports nothing eagerly beyond :mod:`~wflow.published.td`, so the solvers
+can recognise its types without an import cycle.
+"""

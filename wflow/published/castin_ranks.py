@@ -66,7 +66,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..parallel import parallel_map
+from ..infra.parallel import parallel_map
 
 __all__ = [
     "CASES",
@@ -415,7 +415,7 @@ def write_ranks(stage: Path, opts: RankOptions, runs: dict[str, dict[int, dict[s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..io import save_npz, write_csv
+    from ..infra.io import save_npz, write_csv
 
     cols: dict[str, list[Any]] = {k: [] for k in ("case", "d", "index", "iterations",
                                                  "converged", "rank", "exact_rank",
@@ -467,7 +467,7 @@ def write_ranks(stage: Path, opts: RankOptions, runs: dict[str, dict[int, dict[s
 def reproduce(*, out: str | Path, options: RankOptions | None = None,
               overwrite: bool = True) -> Any:
     """Run both solvers, judge and write ``out/``; returns the ``StudyResult``."""
-    from ..io import atomic_write_text, prepare_output
+    from ..infra.io import atomic_write_text, prepare_output
     from ..studies.base import StudyResult, write_study
 
     opts = options or RankOptions()

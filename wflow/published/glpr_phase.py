@@ -17,7 +17,7 @@ initial tokens           ``torch.randn(batch, n, d)`` on the CPU (44), normalise
                          a fresh draw for every β from one global stream (353, 279);
                          the published file does not seed it (a seeded copy draws
                          ``torch.manual_seed(seed)``'s stream, which
-                         :func:`wflow.heads.torch_cpu_normal` reproduces bit for bit)
+                         :func:`wflow.attention.heads.torch_cpu_normal` reproduces bit for bit)
 step                     ``x ← normalise(x + η softmax_row(β X Xᵀ) X)`` (227-271),
                          ``η = 0.1`` (461, 30), softmax = ``exp(s − max)/Σ`` (243),
                          ``normalize`` = ``y / max(‖y‖, 1e-12)`` (271)
@@ -57,8 +57,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..heads import torch_cpu_normal
-from ..parallel import comm_rank_size, parallel_map
+from ..attention.heads import torch_cpu_normal
+from ..infra.parallel import comm_rank_size, parallel_map
 
 __all__ = [
     "PhaseOptions",
@@ -597,7 +597,7 @@ def summarize(res: PhaseResult, v: PhaseVerdict, control: PhaseVerdict) -> dict[
 def write_phase(stage: Path, res: PhaseResult, v: PhaseVerdict, control: PhaseVerdict,
                 *, published: dict[str, np.ndarray] | None = None) -> list[str]:
     """Write ``glpr_phase.npz``, ``glpr_phase.csv`` and the figures into ``stage``."""
-    from ..io import save_npz, write_csv
+    from ..infra.io import save_npz, write_csv
 
     save_npz(stage / "glpr_phase.npz", betas=res.betas, times=res.times, counts=res.counts,
              counts_sq=res.counts_sq, P=res.probability, stderr=res.stderr,
@@ -649,7 +649,7 @@ def reproduce(*, out: str | Path, options: PhaseOptions | None = None,
     settings; then the figure shows it beside wflow's and the summary counts the records
     that differ. Returns the :class:`~wflow.studies.base.StudyResult`.
     """
-    from ..io import atomic_write_text, prepare_output
+    from ..infra.io import atomic_write_text, prepare_output
     from ..studies.base import StudyResult, write_study
 
     opts = options or PhaseOptions()

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..parallel import parallel_map
+from ..infra.parallel import parallel_map
 
 __all__ = [
     "StaircaseOptions",
@@ -268,7 +268,7 @@ def _one(item: tuple[StaircaseOptions, float]) -> dict[str, Any]:
 
 
 def run_staircase(opts: StaircaseOptions | None = None) -> list[dict[str, Any]]:
-    """Every β, spread over MPI ranks (:func:`~wflow.parallel.parallel_map`)."""
+    """Every β, spread over MPI ranks (:func:`~wflow.infra.parallel.parallel_map`)."""
     opts = opts or StaircaseOptions()
     return parallel_map(_one, [(opts, float(b)) for b in opts.betas])
 
@@ -302,7 +302,7 @@ def write_staircase(stage: Path, opts: StaircaseOptions, runs: list[dict[str, An
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..io import save_npz, write_csv
+    from ..infra.io import save_npz, write_csv
 
     arrays: dict[str, np.ndarray] = {"betas": np.array([r["beta"] for r in runs]),
                                      "plateau_levels": plateau_levels(5)}
@@ -347,7 +347,7 @@ def write_staircase(stage: Path, opts: StaircaseOptions, runs: list[dict[str, An
 def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
               overwrite: bool = True) -> Any:
     """Run every β, judge and write ``out/``; returns the ``StudyResult``."""
-    from ..io import atomic_write_text, prepare_output
+    from ..infra.io import atomic_write_text, prepare_output
     from ..studies.base import StudyResult, write_study
 
     opts = options or StaircaseOptions()
