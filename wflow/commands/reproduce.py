@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from . import add_output, prepare
 
@@ -98,7 +99,9 @@ def _field(args: argparse.Namespace) -> int:
     from ..infra.parallel import comm_rank_size
 
     if len(args.experiments) != 1:
-        raise SystemExit(f"wflow reproduce: run {', '.join(FIELD)} one per call")
+        print(f"wflow reproduce: run {', '.join(FIELD)} one per call, without other "
+              "experiments", file=sys.stderr)
+        return 2
     name = args.experiments[0]
     mod = importlib.import_module(FIELD[name][0])
     opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
