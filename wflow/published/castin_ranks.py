@@ -228,8 +228,9 @@ def exact_limit(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
 
     ``identity=True`` (``V = I``, ``K = −Q``): closed form ``N (Nᵀ Σ₀^{-1} N)^{-1} Nᵀ``,
     rank ``dim ker Q``. Otherwise LSODA (``rtol = 1e-10``, ``atol = 1e-13``) to ``t_end``;
-    the rank counts the eigenvalues at ``t_end`` that kept more than half of their value
-    at ``t_end / 10`` (the others decay like ``1/t`` to 0), and the returned matrix is
+    the rank counts the eigenvalues at ``t_end`` above ``1e-9`` of the largest (round-off
+    of the solver) that kept more than half of their value at ``t_end / 10`` (the others
+    decay like ``1/t`` to 0), and the returned matrix is
     ``Σ(t_end)`` with the decaying part removed.
     """
     d = S0.shape[0]
@@ -255,7 +256,8 @@ def exact_limit(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
     S1, S2 = 0.5 * (S1 + S1.T), 0.5 * (S2 + S2.T)
     lam2, U2 = np.linalg.eigh(S2)
     lam1 = np.array([u @ S1 @ u for u in U2.T])  # the same directions at t_end/10
-    keep = lam2 > 0.5 * np.maximum(lam1, 1e-300)
+    # kept: not decaying (kept more than half over a decade) and above round-off
+    keep = (lam2 > 0.5 * np.maximum(lam1, 1e-300)) & (lam2 > 1e-9 * max(lam2.max(), 1e-300))
     Sinf = (U2[:, keep] * lam2[keep]) @ U2[:, keep].T
     return Sinf, int(keep.sum())
 
