@@ -279,7 +279,8 @@ def test_glpr_published_size_counts_equal_the_published_run():
 
 
 #: the published scale, measured (docs/reproduce_field.md)
-GLPR_FULL = FULL_PLACEHOLDER
+GLPR_FULL = {"verdict": "reproduced", "counts_sum": 15931071320, "final_sum": 106014396,
+             "mid_sum": 97576294}  # mid: record 100
 CASTIN_IDENTITY_FULL = {3: [3, 48, 49, 0], 4: [11, 47, 42, 0, 0], 5: [0, 5, 54, 41, 0, 0]}
 STAIRCASE_FULL = {"500": 12238, "1000": 11091, "1500": 10478, "2000": 10083, "3000": 9572,
                   "4000": 9239}  # first NaN energy (1-based step) after the full merge
@@ -293,7 +294,8 @@ def test_glpr_full_scale(tmp_path):
     assert s["verdict"] == GLPR_FULL["verdict"] and s["control_reversed_beta"] == "not reproduced"
     with np.load(out / "glpr_phase.npz") as z:
         assert int(z["counts"].sum()) == GLPR_FULL["counts_sum"]
-        np.testing.assert_array_equal(z["counts"][:, -1], GLPR_FULL["counts_final"])
+        assert int(z["counts"][:, -1].sum()) == GLPR_FULL["final_sum"]
+        assert int(z["counts"][:, 100].sum()) == GLPR_FULL["mid_sum"]
 
 
 @pytest.mark.slow
