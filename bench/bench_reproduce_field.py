@@ -7,8 +7,9 @@ Rows (issue 25), CPU time on one thread (``process_time``; robust on a shared ma
   n = 32, d = 2), against wflow's compiled loop (:func:`wflow.published.glpr_phase.
   phase_counts`, ``NUMBA_NUM_THREADS=1``) on 256 systems; both extrapolated to the
   published run, 90 β × (300 steps + 200 records).
-* ``glpr_phase_ranks``: wall time of ``wflow reproduce glpr_phase`` on a mid-size case
-  (``--n 32``, 256 systems, 12 β) serial and under ``mpirun -n 2`` (speed-up over ranks).
+* ``glpr_phase_ranks``: wall time of :func:`~wflow.published.glpr_phase.run_phase` on a
+  mid-size case (256 systems of 32 tokens, 8 β, one numba thread per rank) serial and
+  under ``mpirun -n 2`` (speed-up over ranks; the counts must be identical).
 * ``castin_ranks``: one projected-Euler iteration, the published ``utils.evolution``
   against :func:`wflow.published.castin_ranks.projected_euler` (the same NumPy calls), and
   wflow's exact solver per draw.
@@ -132,22 +133,39 @@ def bench_glpr(a: argparse.Namespace) -> dict:
     return row
 
 
+RANKS_DRIVER = r'''
+import sys, time, numpy as np
+from wflow.infra.parallel import comm_rank_size
+from wflow.published import glpr_phase as gp
+o = gp.PhaseOptions(batch=256, n_beta=8)
+gp.run_phase(gp.PhaseOptions(batch=16, n_beta=2))  # load the compiled loop, warm the stream
+t0 = time.perf_counter()
+r = gp.run_phase(o)
+dt = time.perf_counter() - t0
+if comm_rank_size()[1] == 0:
+    np.save(sys.argv[1], r.counts)
+    print(dt)
+'''
+
+
 def bench_glpr_ranks(a: argparse.Namespace) -> dict:
+    """Wall time of :func:`run_phase` (256 systems, n = 32, 8 β) on 1 and 2 MPI ranks."""
     out: dict = {}
     mpirun = Path(sys.executable).parent / "mpirun"
-    base = [sys.executable, "-m", "wflow.cli", "reproduce", "glpr_phase", "--n", "32"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
+        drv = Path(tmp) / "ranks.py"
+        drv.write_text(RANKS_DRIVER)
         for ranks in (1, 2):
-            cmd = ([str(mpirun), "-n", str(ranks)] if ranks > 1 else []) + base + [
-                "--quick", "--out", f"{tmp}/r{ranks}"]
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=ROOT)
-            out[f"wall_s_{ranks}"] = time.perf_counter() - t0
-        with np.load(f"{tmp}/r1/glpr_phase.npz") as z1, np.load(f"{tmp}/r2/glpr_phase.npz") as z2:
-            out["identical_counts"] = bool(np.array_equal(z1["counts"], z2["counts"]))
+            cmd = ([str(mpirun), "-n", str(ranks)] if ranks > 1 else []) + [
+                sys.executable, str(drv), f"{tmp}/c{ranks}.npy"]
+            r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
+                               cwd=ROOT)
+            out[f"wall_s_{ranks}"] = float(r.stdout.strip().splitlines()[-1])
+        out["identical_counts"] = bool(np.array_equal(np.load(f"{tmp}/c1.npy"),
+                                                      np.load(f"{tmp}/c2.npy")))
     out["speedup_2_ranks"] = out["wall_s_1"] / out["wall_s_2"]
-    out["case"] = "quick options with n = 32: 64 systems, 12 beta, 300 steps; NUMBA 1 thread"
+    out["case"] = "run_phase, 256 systems x 32 tokens, 8 beta, 300 steps; NUMBA 1 thread/rank"
     return out
 
 
