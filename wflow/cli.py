@@ -15,8 +15,20 @@ Exit status (the same for every command):
   (a bug) also exits 1, with its traceback;
 * 2 — bad input (scenario, arguments, files, output location): one line
   ``wflow CMD: error: ...`` on stderr, nothing computed and nothing written;
-* 130 — interrupted (Ctrl-C): one line, no traceback; the staging folder is removed
-  (``wflow run`` keeps its checkpoint and prints how to resume).
+* 1 also for a run that cannot finish writing: ``run failed: no space left on device
+  while writing FILE`` (a full disk; ``wflow run`` keeps its checkpoint), or an output
+  location that changed during the run (what appeared there is kept, the new results stay
+  in the staging folder named in the message);
+* 2 also for an output location in use by another running wflow process (the message
+  names it: PID, host, command, start time; :mod:`wflow.infra.lock`), and for a command
+  that is not MPI-aware started under ``mpirun -n P`` with ``P > 1`` (only ``pde``,
+  ``verify`` and ``reproduce`` distribute their work, rank 0 writing);
+* 128 + signal — interrupted: Ctrl-C (SIGINT, 130), SIGTERM (143) and SIGHUP (129) all
+  behave alike: one line, no traceback; the staging folder is removed (``wflow run``
+  keeps its checkpoint and prints how to resume). PETSc's own signal handler is turned
+  off for the CLI's process (``PETSC_OPTIONS=-no_signal_handler``), so no PETSc banner;
+  importing :mod:`wflow` changes no signal handler, only :func:`main` does, and
+  restores them when it returns.
 
 ``-vv`` also logs the traceback of the errors reported in one line.
 """
@@ -24,15 +36,20 @@ Exit status (the same for every command):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import logging
+import os
 import pkgutil
+import signal
 import sys
 
 from . import commands
 from .infra.version import __version__
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED"]
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED",
+           "Terminated", "MPI_AWARE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -41,6 +58,47 @@ BAD_INPUT = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirec
              IsADirectoryError, PermissionError)
 
 logger = logging.getLogger("wflow.cli")
+
+#: Commands that distribute their work under ``mpirun -n P`` (rank 0 writes); every other
+#: command refuses to start under mpirun with more than one rank.
+MPI_AWARE = frozenset({"pde", "verify", "reproduce"})
+
+#: Signals handled like Ctrl-C (exit status 128 + signal).
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received: unwinds like Ctrl-C (staging removed, checkpoint kept)."""
+
+    def __init__(self, signum: int, *args: object) -> None:
+        super().__init__(*args)
+        self.signum = int(signum)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_like_ctrl_c():
+    """SIGTERM/SIGHUP raise :class:`Terminated` while the command runs; PETSc stays quiet."""
+    old_env = os.environ.get("PETSC_OPTIONS")
+    if "-no_signal_handler" not in (old_env or ""):
+        os.environ["PETSC_OPTIONS"] = f"{old_env or ''} -no_signal_handler".strip()
+    old = {}
+    try:
+        for s in _SIGNALS:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                old[s] = signal.signal(s, _on_signal)
+        yield
+    finally:
+        for s, h in old.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(s, h)
+        if old_env is None:
+            os.environ.pop("PETSC_OPTIONS", None)
+        else:
+            os.environ["PETSC_OPTIONS"] = old_env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,22 +134,55 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     from .infra.io import set_command_line
+    from .infra.parallel import launched_rank_size
 
     set_command_line(argv)
     name = f"wflow {args.command}"
+    rank, size = launched_rank_size()
 
     def say(line: str) -> None:
         # under mpirun these errors are collective (rank 0 decides, results are reduced):
         # rank 0 prints the line once
-        if "mpi4py.MPI" not in sys.modules or sys.modules["mpi4py.MPI"].COMM_WORLD.rank == 0:
+        if "mpi4py.MPI" in sys.modules:
+            if sys.modules["mpi4py.MPI"].COMM_WORLD.rank == 0:
+                print(line, file=sys.stderr)
+        elif rank == 0:
             print(line, file=sys.stderr)
 
+    if size > 1 and args.command not in MPI_AWARE:
+        say(f"{name}: error: not MPI-aware: under mpirun -n {size} every rank would run the "
+            f"same job into one output; run it as one process (without mpirun); MPI-aware "
+            f"commands: {', '.join(sorted(MPI_AWARE))}")
+        return EXIT_BAD_INPUT
+    from .infra.io import DiskFullError, OutputChangedError, release_all_outputs
+
     try:
-        return int(args.func(args) or 0)
+        with _signals_like_ctrl_c():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         # one line, no traceback; the message (if any) says how to resume
-        say(f"{name}: interrupted" + (f"; {exc}" if str(exc) else ""))
-        return EXIT_INTERRUPTED
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else \
+            f"interrupted by {signal.Signals(signum).name}"
+        say(f"{name}: {what}" + (f"; {exc}" if str(exc) else ""))
+        return 128 + int(signum)
+    except OutputChangedError as exc:
+        # the location changed during the run: kept, the results are in staging
+        logger.debug("traceback", exc_info=True)
+        say(f"{name}: run failed: {exc}")
+        return EXIT_FAILED
+    except OSError as exc:
+        if not (isinstance(exc, DiskFullError) or exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+            if isinstance(exc, BAD_INPUT):
+                logger.debug("traceback", exc_info=True)
+                say(f"{name}: error: {exc}")
+                return EXIT_BAD_INPUT
+            raise
+        logger.debug("traceback", exc_info=True)
+        where = exc.filename if exc.filename else "the output"
+        say(f"{name}: run failed: no space left on device while writing {where}"
+            + (f"; {exc.__notes__[0]}" if getattr(exc, "__notes__", None) else ""))
+        return EXIT_FAILED
     except FloatingPointError as exc:
         # a run that produced NaN/Inf or failed: its numbers are not to be trusted
         logger.debug("traceback", exc_info=True)
@@ -103,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         say(f"{name}: error: {msg}")
         return EXIT_BAD_INPUT
+    finally:
+        release_all_outputs()
 
 
 if __name__ == "__main__":  # pragma: no cover
