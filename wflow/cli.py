@@ -63,6 +63,10 @@ logger = logging.getLogger("wflow.cli")
 #: command refuses to start under mpirun with more than one rank.
 MPI_AWARE = frozenset({"pde", "verify", "reproduce"})
 
+#: Commands that load MPI (DOLFINx meshes, PETSc): MPI is initialised before the CLI
+#: installs its signal handlers, because MPI's initialisation replaces the SIGHUP handler.
+_USES_MPI = frozenset({"pde", "verify", "reproduce", "run", "jko"})
+
 #: Signals handled like Ctrl-C (exit status 128 + signal).
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
@@ -80,13 +84,20 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
-def _signals_like_ctrl_c():
-    """SIGTERM/SIGHUP raise :class:`Terminated` while the command runs; PETSc stays quiet."""
+def _signals_like_ctrl_c(*, mpi: bool = False):
+    """SIGTERM/SIGHUP raise :class:`Terminated` while the command runs; PETSc stays quiet.
+
+    ``mpi``: initialise MPI first (:mod:`mpi4py`), whose start-up installs a SIGHUP
+    handler of its own, so that the CLI's handlers are the ones in force.
+    """
     old_env = os.environ.get("PETSC_OPTIONS")
     if "-no_signal_handler" not in (old_env or ""):
         os.environ["PETSC_OPTIONS"] = f"{old_env or ''} -no_signal_handler".strip()
     old = {}
     try:
+        if mpi:
+            with contextlib.suppress(ImportError):
+                from mpi4py import MPI  # noqa: F401
         for s in _SIGNALS:
             with contextlib.suppress(ValueError, OSError):  # not the main thread
                 old[s] = signal.signal(s, _on_signal)
@@ -157,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     from .infra.io import DiskFullError, OutputChangedError, release_all_outputs
 
     try:
-        with _signals_like_ctrl_c():
+        with _signals_like_ctrl_c(mpi=args.command in _USES_MPI):
             return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         # one line, no traceback; the message (if any) says how to resume
