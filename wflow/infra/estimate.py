@@ -47,8 +47,9 @@ PAIR_SECONDS = 3e-9
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
 STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
 
-#: Targets per block of the direct kernel sums (a block holds ``8 B n H`` bytes).
-KERNEL_BLOCK = 4096
+#: Doubles in one score block of the kernel sums (:data:`wflow.kernels.BLOCK_ELEMS`: a block
+#: of targets holds about this many, at least one row of ``n`` sources).
+KERNEL_BLOCK = 1 << 22
 
 
 class EstimateError(ValueError):
@@ -69,7 +70,7 @@ class Estimate:
     def describe(self) -> str:
         """One line: memory, steps, time and the biggest memory part."""
         big = max(self.parts.items(), key=lambda kv: kv[1]) if self.parts else None
-        s = (f"{self.what}: about {format_bytes(self.memory)} of memory, "
+        s = (f"about {format_bytes(self.memory)} of memory, "
              f"{self.steps:.3g} steps, {format_seconds(self.seconds)}")
         if big is not None:
             s += f" (largest: {big[0]}, {format_bytes(big[1])})"
@@ -149,7 +150,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the time
     grid ``8 S``, the recorded rows ``8 R (24 + 8 H)`` per path, the trajectory
-    ``8 R n d`` per path (if saved), kernel blocks ``8 n min(n, KERNEL_BLOCK) H``; time:
+    ``8 R n d`` per path (if saved), kernel score blocks ``32 max(KERNEL_BLOCK, n) H`` (a
+    block and its work arrays); time:
     ``P (S (STEP + stages n² H PAIR) + R (RECORD + 4 n² H PAIR))``.
     """
     S = _steps(T, dt)
@@ -157,7 +159,7 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     stages = 4 if integrator == "rk4" else 1
     pairs = float(n) * n * H
     parts = {"time grid": 8.0 * S, "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
-             "kernel blocks": 8.0 * n * min(n, KERNEL_BLOCK) * H}
+             "kernel blocks": 32.0 * max(KERNEL_BLOCK, n) * H}
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
     secs = paths * (S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS)
@@ -252,15 +254,15 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
         without ``confirm``.
     """
     avail = available_memory() if available is None else available
-    logger.info("estimate: %s", est.describe())
+    logger.info("estimate of %s: %s", est.what, est.describe())
     if not math.isfinite(est.memory) or est.memory > avail:
         raise EstimateError(
             f"{est.what}: would need {est.describe()}, more memory than this machine has "
             f"available ({format_bytes(avail)}); reduce the size (tokens, cells, T/dt, "
             "paths, saved trajectories)")
     if est.seconds > CONFIRM_SECONDS:
-        msg = (f"{est.describe()} — above {format_seconds(CONFIRM_SECONDS)} (order-of-"
-               "magnitude estimate)")
+        msg = (f"{est.what}: {est.describe()} — above {format_seconds(CONFIRM_SECONDS)} "
+               "(order-of-magnitude estimate)")
         if confirm:
             print(f"wflow: estimate {msg}; running (--yes)", file=sys.stderr, flush=True)
         elif _interactive() if interactive is None else interactive:
