@@ -62,6 +62,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import lock
+
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
@@ -128,8 +130,9 @@ def _is_disk_full(exc: BaseException) -> bool:
 
 
 def set_command_line(argv: Sequence[str]) -> None:
-    """Record the ``wflow`` command line for the markers of the outputs written next."""
+    """Record the ``wflow`` command line for the markers (and locks) written next."""
     _COMMAND_LINE.set(["wflow", *map(str, argv)])
+    lock.set_command(["wflow", *map(str, argv)])
 
 
 def current_umask() -> int:
@@ -486,8 +489,6 @@ def claim_output(out: str | Path, *, overwrite: bool = False) -> Path:
 
 
 def _claim(out: str | Path, *, overwrite: bool) -> Path:
-    from . import lock
-
     path = _check_location(out, overwrite=overwrite, probe=True)
     try:
         lock.acquire(path)
@@ -505,8 +506,6 @@ def _claim(out: str | Path, *, overwrite: bool) -> Path:
 
 def release_output(out: str | Path) -> None:
     """Forget the claim on ``out`` and release its lock (removes the lock file)."""
-    from . import lock
-
     path = Path(os.path.abspath(Path(str(out)).expanduser()))
     if _CLAIMS.pop(path, None) is not None:
         lock.release(path)
@@ -514,8 +513,6 @@ def release_output(out: str | Path) -> None:
 
 def release_all_outputs() -> None:
     """Forget every claim and release every lock of this process (end of a command)."""
-    from . import lock
-
     _CLAIMS.clear()
     lock.release_all()
 
@@ -526,8 +523,6 @@ def stale_staging(out: str | Path) -> list[Path]:
     ``.NAME.partial-*`` folders beside ``out`` holding :data:`STAGING_MARKER` whose PID
     no longer runs on this host. Folders without the marker are not wflow's to judge.
     """
-    from .lock import pid_alive
-
     path = Path(os.path.abspath(Path(str(out)).expanduser()))
     host = _hostname()
     found = []
@@ -539,7 +534,7 @@ def stale_staging(out: str | Path) -> list[Path]:
                 continue
             if not isinstance(info, dict) or info.get("wflow_staging") != 1:
                 continue
-            if info.get("host") == host and not pid_alive(info.get("pid", -1)):
+            if info.get("host") == host and not lock.pid_alive(info.get("pid", -1)):
                 found.append(q)
     return sorted(found)
 
@@ -673,8 +668,6 @@ def run_directory(out: str | Path, *, overwrite: bool | None = None) -> Iterator
     staging folder and any parent folders created for it are removed and ``out`` is left
     untouched; a full disk is :class:`DiskFullError` naming the file.
     """
-    from . import lock
-
     path = Path(os.path.abspath(Path(str(out)).expanduser())) if str(out).strip() else None
     claim = _CLAIMS.get(path) if path is not None else None
     if claim is not None:

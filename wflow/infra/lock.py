@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["LockedError", "OutputLock", "lock_path", "acquire", "release", "release_all",
-           "held", "LOCK_SUFFIX", "is_lock_file", "read_lock", "pid_alive"]
+           "held", "LOCK_SUFFIX", "is_lock_file", "read_lock", "pid_alive", "set_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +92,18 @@ def _describe(info: dict[str, Any] | None) -> str:
             f"{info.get('started', '?')}: {cmd}")
 
 
-def _command() -> list[str]:
-    from .io import _COMMAND_LINE
+#: The command line recorded in lock files (set by :func:`wflow.infra.io.set_command_line`).
+_COMMAND: list[str] | None = None
 
-    cmd = _COMMAND_LINE.get()
-    return list(cmd) if cmd is not None else ["python", *sys.argv]
+
+def set_command(argv: list[str] | None) -> None:
+    """Record the command line that lock files name (``None``: ``python`` + ``sys.argv``)."""
+    global _COMMAND
+    _COMMAND = None if argv is None else list(argv)
+
+
+def _command() -> list[str]:
+    return list(_COMMAND) if _COMMAND is not None else ["python", *sys.argv]
 
 
 @dataclass
@@ -189,18 +196,10 @@ def acquire(location: str | Path, *, what: str = "--out") -> OutputLock:
             "location": str(Path(os.path.abspath(location)))}
     data = (json.dumps(info) + "\n").encode()
     os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-    with contextlib.suppress(OSError):
-        os.fchmod(fd, 0o666 & ~_umask())
+    os.pwrite(fd, data, 0)  # the file's mode: 0o666 & ~umask (os.open applies the umask)
     lock = OutputLock(Path(os.path.abspath(location)), lp, fd, tuple(created))
     _HELD[lp] = lock
     return lock
-
-
-def _umask() -> int:
-    from .io import current_umask
-
-    return current_umask()
 
 
 def release(location: str | Path) -> None:
