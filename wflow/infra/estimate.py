@@ -23,6 +23,7 @@ scheme), not the interpreter and libraries already loaded (``MemAvailable`` excl
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 __all__ = ["Estimate", "EstimateError", "CONFIRM_SECONDS", "PAIR_SECONDS",
            "available_memory", "estimate_particles", "estimate_pde", "estimate_jko",
            "estimate_main_job", "check_estimate", "dt_record", "format_seconds",
-           "format_bytes"]
+           "format_bytes", "current_estimate"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +48,23 @@ PAIR_SECONDS = 3e-9
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
 STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
 
+#: Fixed cost of one stage of a PDE step (s): flux assembly and the PETSc vector updates —
+#: measured on ``wflow pde`` with 80 cells, order 1 (≈ 2.5 ms a step).
+PDE_STAGE_SECONDS = 2.5e-3
+
 #: Doubles in one score block of the kernel sums (:data:`wflow.kernels.BLOCK_ELEMS`: a block
 #: of targets holds about this many, at least one row of ``n`` sources).
 KERNEL_BLOCK = 1 << 22
+
+
+#: The estimate of the run in progress (shown by the progress bars until they have a rate).
+_CURRENT: contextvars.ContextVar[Estimate | None] = contextvars.ContextVar(
+    "wflow_estimate", default=None)
+
+
+def current_estimate() -> Estimate | None:
+    """The estimate :func:`check_estimate` accepted last in this context (or ``None``)."""
+    return _CURRENT.get()
 
 
 class EstimateError(ValueError):
@@ -174,15 +189,15 @@ def estimate_pde(*, cells: int, H: int = 1, T: float, dt: float, n_saves: int = 
 
     Steps ``min(max_steps, max(T/dt, T vmax/(cfl h)))`` with ``h = sqrt(4π/M)`` (the
     CFL bound with ``|v| ≈ vmax``); memory: the mesh and its connectivity (~400 bytes a
-    cell), the saved densities ``8 n_saves M``; time: ``stages M² H PAIR`` a step
-    (``stages`` = 1 upwind, 3 SSP-RK).
+    cell), the saved densities ``8 n_saves M``; time: ``stages (PDE_STAGE + M² H PAIR)``
+    a step (``stages`` = 1 upwind, 3 SSP-RK).
     """
     M = float(cells)
     h = math.sqrt(4 * math.pi / max(M, 1.0))
     S = min(float(max_steps), max(_steps(T, dt), math.ceil(T * vmax / (cfl * h))))
     stages = 1 if order == 1 else 3
     parts = {"mesh": 400.0 * M, "saved densities": 8.0 * n_saves * M * 2}
-    secs = S * (STEP_SECONDS + stages * M * M * H * PAIR_SECONDS)
+    secs = S * stages * (PDE_STAGE_SECONDS + M * M * H * PAIR_SECONDS)
     return Estimate(what, sum(parts.values()), S, secs, parts)
 
 
@@ -270,6 +285,7 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
         else:
             print(f"wflow: warning: estimate {msg}; running (batch mode: no terminal)",
                   file=sys.stderr, flush=True)
+    _CURRENT.set(est)
     return est
 
 
