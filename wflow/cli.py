@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import importlib
 import logging
 import os
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             f"same job into one output; run it as one process (without mpirun); MPI-aware "
             f"commands: {', '.join(sorted(MPI_AWARE))}")
         return EXIT_BAD_INPUT
-    from .infra.io import DiskFullError, OutputChangedError, release_all_outputs
+    from .infra.io import OutputChangedError, is_disk_full, release_all_outputs
 
     try:
         with _signals_like_ctrl_c(mpi=args.command in _USES_MPI):
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{name}: run failed: {exc}")
         return EXIT_FAILED
     except OSError as exc:
-        if not (isinstance(exc, DiskFullError) or exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        if not is_disk_full(exc):
             if isinstance(exc, BAD_INPUT):
                 logger.debug("traceback", exc_info=True)
                 say(f"{name}: error: {exc}")

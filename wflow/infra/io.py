@@ -77,6 +77,7 @@ __all__ = [
     "OutputError",
     "OutputChangedError",
     "DiskFullError",
+    "is_disk_full",
     "OUTPUT_MARKER",
     "STAGING_MARKER",
     "claim_output",
@@ -125,8 +126,14 @@ class DiskFullError(OSError):
         return f"no space left on device while writing {self.filename}"
 
 
-def _is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC / EDQUOT, also where a library reports it only in its message (HDF5)."""
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "errno = 28" in text
 
 
 def set_command_line(argv: Sequence[str]) -> None:
@@ -165,7 +172,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if _is_disk_full(exc) and not isinstance(exc, DiskFullError):
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise DiskFullError(path) from exc
         raise
 
@@ -707,7 +714,7 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
         for q in reversed(created):
             with contextlib.suppress(OSError):
                 q.rmdir()
-        if _is_disk_full(exc) and not isinstance(exc, DiskFullError):
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise DiskFullError(path.parent) from exc
         raise
     try:
@@ -719,7 +726,7 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
         for q in reversed(created):
             with contextlib.suppress(OSError):
                 q.rmdir()
-        if _is_disk_full(exc) and not isinstance(exc, DiskFullError):
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise DiskFullError(getattr(exc, "filename", None) or f"a file in {path}") \
                 from exc
         raise

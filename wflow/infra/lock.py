@@ -167,6 +167,15 @@ def acquire(location: str | Path, *, what: str = "--out") -> OutputLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                logger.warning("%s %s: this file system does not support locks (%s); "
+                               "running without one", what, location, exc.strerror)
+                with contextlib.suppress(OSError):
+                    os.unlink(lp)
+                lock = OutputLock(Path(os.path.abspath(location)), lp, os.open(
+                    os.devnull, os.O_RDONLY), tuple(created))
+                _HELD[lp] = lock
+                return lock
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             info = read_lock(lp)
