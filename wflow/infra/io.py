@@ -736,8 +736,8 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
         raise OutputChangedError(f"{exc}; the new results are kept in {stage}") from None
     except (OSError, OutputError) as exc:
         raise OutputChangedError(f"{exc}; the results are kept in {stage}") from None
-    if claim is not None:  # the new output is what this process claims now
-        _CLAIMS[path] = _Claim(overwrite=claim.overwrite, state=_state(path))
+    if claim is not None:  # the new output is this process's own: it may replace it again
+        _CLAIMS[path] = _Claim(overwrite=True, state=_state(path))
 
 
 def provenance() -> dict[str, Any]:
