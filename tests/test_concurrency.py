@@ -237,7 +237,8 @@ def test_checkpoint_of_another_scenario_needs_resume_or_overwrite(tmp_path, caps
     out = tmp_path / "o"
     other = run_scenario(tmp_path, replace=("n_particles = 300", "n_particles = 400"),
                          name="other.toml")
-    sc_o, raw_o = mj._load(other)
+    sc_o = mj._load(other)
+    raw_o = sc_o.raw
     ck = mj._Checkpoint(out)
     ck.start(raw_o, sc_o.base_dir, mj._fingerprint(raw_o, sc_o.base_dir))
     ck.save("pde", {"res": "theirs"})
@@ -259,7 +260,8 @@ def test_checkpoint_is_read_only_with_resume(tmp_path, capsys, monkeypatch):
     """A checkpoint of the same scenario is not loaded without --resume (it starts over)."""
     sc = run_scenario(tmp_path)
     out = tmp_path / "o"
-    s, raw = mj._load(sc)
+    s = mj._load(sc)
+    raw = s.raw
     ck = mj._Checkpoint(out)
     ck.start(raw, s.base_dir, mj._fingerprint(raw, s.base_dir))
     ck.save("pde", {"res": "stale"})
