@@ -43,6 +43,7 @@ import os
 import pkgutil
 import signal
 import sys
+from collections.abc import Callable
 
 from . import commands
 from .infra.version import __version__
@@ -76,6 +77,84 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int, *args: object) -> None:
         super().__init__(*args)
         self.signum = int(signum)
+
+
+#: Seconds a rank of an mpirun job gets to unwind normally after SIGTERM/SIGHUP.
+MPI_SIGNAL_GRACE = 2.0
+
+
+def _leave_mpi_job(code: int, rank: int, line: str) -> None:
+    """End this rank now, after its clean-up (staging removed, lock released, line printed).
+
+    A signal reaches the ranks of an ``mpirun`` job at different points: one may already
+    wait in a collective operation that another, leaving, never enters, and MPI's own
+    finalisation would then wait forever. Leaving without it lets ``mpirun`` end the job
+    (``128 + signal`` its exit status; ``mpirun`` ends the other ranks when the first one
+    ends). Rank 0 leaves at once; the others wait ``1.5 ×`` :data:`MPI_SIGNAL_GRACE`
+    first — still running then, rank 0 is stuck in MPI, and rank 1 prints the line for it.
+    """
+    import time
+
+    from .infra.io import abandon_outputs
+
+    abandon_outputs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rank != 0:
+        time.sleep(1.5 * MPI_SIGNAL_GRACE)
+        if rank == 1:
+            print(line, file=sys.stderr, flush=True)
+    time.sleep(0.5)  # mpirun forwards what was printed before it ends the job
+    os._exit(code)
+
+
+def _mpi_watchdog(name: str, rank: int) -> Callable[[], None]:
+    """A thread that ends a rank stuck in MPI after SIGTERM/SIGHUP; returns its stopper.
+
+    Python runs signal handlers between bytecodes of the main thread: a rank blocked in a
+    collective operation (that the other ranks, interrupted, never enter) would never run
+    them. The C-level handler also writes the signal number to a wake-up pipe
+    (:func:`signal.set_wakeup_fd`); this thread reads it and, if the main thread has not
+    ended the rank within :data:`MPI_SIGNAL_GRACE` seconds, removes this process's staging
+    folders, releases its locks, prints the line (rank 0) and ends the rank.
+    """
+    import threading
+    import time
+
+    from .infra.io import abandon_outputs
+
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(rfd, 1)
+            except OSError:
+                return
+            if not data:
+                return
+            signum = data[0]
+            if signum not in (*_SIGNALS, signal.SIGINT):
+                continue
+            line = f"{name}: interrupted by {signal.Signals(signum).name}"
+            if rank == 0:  # the main thread had its chance to unwind: it is stuck in MPI
+                time.sleep(MPI_SIGNAL_GRACE)
+                abandon_outputs()
+                print(line, file=sys.stderr, flush=True)
+                time.sleep(0.5)
+                os._exit(128 + signum)
+            time.sleep(MPI_SIGNAL_GRACE)
+            _leave_mpi_job(128 + signum, rank, line)  # waits, then speaks for rank 0
+
+    threading.Thread(target=watch, name="wflow-signal-watchdog", daemon=True).start()
+
+    def stop() -> None:
+        signal.set_wakeup_fd(old)
+        os.close(wfd)
+
+    return stop
 
 
 def _on_signal(signum: int, frame: object) -> None:
@@ -166,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     from .infra.io import OutputChangedError, is_disk_full, release_all_outputs
 
+    stop_watchdog = _mpi_watchdog(name, rank) if size > 1 else None
     try:
         with _signals_like_ctrl_c(mpi=args.command in _USES_MPI):
             return int(args.func(args) or 0)
@@ -174,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         what = "interrupted" if signum == signal.SIGINT else \
             f"interrupted by {signal.Signals(signum).name}"
-        say(f"{name}: {what}" + (f"; {exc}" if str(exc) else ""))
+        line = f"{name}: {what}" + (f"; {exc}" if str(exc) else "")
+        say(line)
+        if size > 1:
+            _leave_mpi_job(128 + int(signum), rank, line)
         return 128 + int(signum)
     except OutputChangedError as exc:
         # the location changed during the run: kept, the results are in staging
@@ -206,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     finally:
         release_all_outputs()
+        if stop_watchdog is not None:
+            stop_watchdog()
 
 
 if __name__ == "__main__":  # pragma: no cover

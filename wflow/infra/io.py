@@ -83,6 +83,7 @@ __all__ = [
     "claim_output",
     "release_output",
     "release_all_outputs",
+    "abandon_outputs",
     "stale_staging",
     "remove_stale_staging",
     "current_umask",
@@ -518,6 +519,22 @@ def release_output(out: str | Path) -> None:
         lock.release(path)
 
 
+#: Staging folders being written by this process (removed by :func:`abandon_outputs`).
+_STAGES: set[Path] = set()
+
+
+def abandon_outputs() -> None:
+    """Remove this process's staging folders and release its claims.
+
+    For a process that must end at once (the CLI under mpirun, when a signal found a rank
+    stuck in MPI).
+    """
+    for stage in list(_STAGES):
+        shutil.rmtree(stage, ignore_errors=True)
+    _STAGES.clear()
+    release_all_outputs()
+
+
 def release_all_outputs() -> None:
     """Forget every claim and release every lock of this process (end of a command)."""
     _CLAIMS.clear()
@@ -699,6 +716,7 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
     created = _make_parents(path.parent)
     try:
         stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+        _STAGES.add(stage)
         os.chmod(stage, 0o777 & ~current_umask())
         cmd = _COMMAND_LINE.get()
         write_json(stage / STAGING_MARKER, {
@@ -730,6 +748,8 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
             raise DiskFullError(getattr(exc, "filename", None) or f"a file in {path}") \
                 from exc
         raise
+    finally:
+        _STAGES.discard(stage)
     try:
         _install(stage, path, overwrite=overwrite, claim=claim)
     except OutputChangedError as exc:
