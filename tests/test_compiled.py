@@ -29,7 +29,6 @@ from wflow.particles.compiled import compiled_support
 from wflow.particles.options import ParticleOptions
 from wflow.published.td import published_frames, published_relaxed
 
-EPS = np.finfo(float).eps
 #: Relative agreement of the two loops (round-off of differently ordered sums, ≤ 60 steps).
 RTOL = 1e-12
 

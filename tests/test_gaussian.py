@@ -36,7 +36,7 @@ from wflow.gaussian.riccati import (
 )
 from wflow.kernels import kernel_sums
 
-EPS = np.finfo(float).eps
+from .conftest import EPS
 
 
 def spd(rng, d, scale=1.0, floor=0.1):

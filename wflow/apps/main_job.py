@@ -463,7 +463,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                 )["res"]
             if ropts.jko_refinement:
                 table = phase("jko_refinement", lambda: _jko_refinement(
-                    mesh, sc, schedule, attn, popts, jko, ropts))
+                    mesh, sc, schedule, attn, popts, jko, ropts, jref))
         cmp_ = phase("compare", lambda: _compare(pde, parts, jko, ropts, jref))
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: same type, with the hint
         exc.args = (f"completed phases are checkpointed in {ck.dir}; continue with: "
@@ -523,7 +523,7 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
-                      options=replace(opts, progress=False))
+                      options=replace(opts, progress=False), mesh=mesh)
     try:
         next(gen)
     finally:
@@ -569,11 +569,12 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
     return {"res": res, "x0": x0}
 
 
-def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None):
+def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None,
+             scheme=None):
     from ..jko.run import run_jko_scenario
 
     res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
-                           tau=tau)
+                           tau=tau, scheme=scheme)
     if res.status == "failed":  # locked / inaccurate / not converged: reported
         raise FloatingPointError(f"jko phase failed: {res.message}")
     return res
@@ -583,13 +584,16 @@ def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None
 REFINE_RATIO = 1.5
 
 
-def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOptions) -> dict:
+def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOptions,
+                    jref=None) -> dict:
     """The coarse rows of the ``τ/h`` table (``h ∝ τ``); the finest row is the main JKO.
 
     Row ``k = 1..K``: ``N_k = round(N / 1.5^k)`` steps (distinct, ``>= 1``) on the icosphere
     whose cell size is ``h·N/N_k`` (``20 n_k²`` cells, ``n_k = round(√(M/20)·N_k/N)``),
     the surrogate PDE on that mesh with an output at every JKO time, and
-    ``sup_k W_2(JKO, PDE)``.
+    ``sup_k W_2(JKO, PDE)`` and ``sup_k ‖m^JKO_k − m^PDE(t_k)‖₁`` (cell masses). The
+    coarsest level is also run once with the OT scheme (``ot_crosscheck``, not a row).
+    ``main_l1``: the L¹ of the main JKO against ``jref`` (its reference PDE).
     """
     import math
     import warnings
@@ -616,7 +620,33 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
                 _surrogate_options(popts, Nk), balance=False, clusters=False, progress=False))
             jres = _run_jko(mk, rho_k, schedule, attn, sc, popts, False, tau=tau_k)
         rows.append(_table_row(jres, pres, ropts))
-    return {"rows": rows}
+        last = (mk, rho_k, tau_k, pres, jres)
+    out: dict = {"rows": rows}
+    if jref is not None:
+        l1 = _l1_at_jko_times(jko, jref)
+        out["main_l1"] = {"l1_max": float(np.max(l1)) if l1.size else float("nan"),
+                          "l1_final": float(l1[-1]) if l1.size else float("nan")}
+    if rows and jko.options.scheme != "ot":
+        mk, rho_k, tau_k, pres, jres = last
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ores = _run_jko(mk, rho_k, schedule, attn, sc, popts, False, tau=tau_k,
+                                scheme="ot")
+                out["ot_crosscheck"] = _table_row(ores, pres, ropts)
+            except FloatingPointError as exc:
+                out["ot_crosscheck"] = {"cells": int(jres.areas.size), "status": "failed",
+                                        "message": str(exc)}
+    return out
+
+
+def _l1_at_jko_times(jko, ref) -> np.ndarray:
+    """``‖m^JKO_k − m^ref(t_k)‖₁`` (cell masses) at the JKO times that are output times."""
+    t_j = np.asarray(jko.t)
+    idx = [int(np.argmin(np.abs(ref.t - tj))) for tj in t_j]
+    ok = [i for i, k in enumerate(idx) if abs(ref.t[k] - t_j[i]) < 1e-9 * max(1, ref.t[-1])]
+    return np.array([float(np.sum(np.abs(np.asarray(jko.masses[i])
+                                         - np.asarray(ref.masses[idx[i]])))) for i in ok])
 
 
 def _table_row(jres, pres, ropts: RunOptions) -> dict:
@@ -625,7 +655,11 @@ def _table_row(jres, pres, ropts: RunOptions) -> dict:
     w2 = _w2_at_jko_times(jres, pres, chat, ropts)
     rule = jres.stats.get("tau_rule", {})
     h = float(np.sqrt(np.mean(jres.areas)))
+    l1 = _l1_at_jko_times(jres, pres)
     return {"cells": int(jres.areas.size), "h": h, "tau": float(jres.options.tau),
+            "scheme": jres.options.scheme,
+            "l1_max": float(np.max(l1)) if l1.size else float("nan"),
+            "l1_final": float(l1[-1]) if l1.size else float("nan"),
             "steps": int(jres.stats["steps"]), "eps": float(jres.options.epsilon),
             "cells_per_step": float(jres.options.tau * rule["vmax"] / h) if rule else None,
             "status": jres.status, "locked_steps": int(jres.stats.get("locked_steps", 0)),
@@ -714,7 +748,9 @@ def _refinement_block(jko, table: dict | None, cmp_: dict, ropts: RunOptions) ->
             "edi_abs_relative": float(jko.checks["edi"]["value"]),
             "edi_relative": _rel(jko.balance["edi"], jko.balance["dissipation"]),
             "w2_max": float(np.max(w)) if w.size else float("nan"),
-            "w2_final": float(w[-1]) if w.size else float("nan")}
+            "w2_final": float(w[-1]) if w.size else float("nan"),
+            "scheme": jko.options.scheme,
+            **table.get("main_l1", {"l1_max": float("nan"), "l1_final": float("nan")})}
     rows = sorted([*table["rows"], main], key=lambda r: -r["tau"])
     taus = [r["tau"] for r in rows]
     edi = [r["edi_abs_relative"] for r in rows]
@@ -724,7 +760,10 @@ def _refinement_block(jko, table: dict | None, cmp_: dict, ropts: RunOptions) ->
         else None
     shrinks_edi = all(b < a for a, b in zip(edi, edi[1:], strict=False)) if len(rows) > 1 \
         else None
+    l1 = [r.get("l1_max", float("nan")) for r in rows]
     return {"rows": rows, "order_w2": _order(taus, w2), "order_edi": _order(taus, edi),
+            "order_l1": _order(taus, l1) if all(np.isfinite(l1)) else None,
+            "ot_crosscheck": table.get("ot_crosscheck"),
             "shrinks_w2": shrinks_w2, "shrinks_edi": shrinks_edi,
             "rule": "h ∝ τ: N_k = round(N/1.5^k) steps on the icosphere with cell size "
                     "h·N/N_k; the finest row is the main JKO"}

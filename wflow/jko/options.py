@@ -17,10 +17,15 @@ from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string,
 
 __all__ = [
     "TAU_CELLS",
+    "TAU_CELLS_FV",
     "auto_tau",
     "MOBILITY_MEANS",
     "OT_METHODS",
     "INNER_SOLVERS",
+    "SCHEMES",
+    "FV_ENERGY",
+    "FV_HAMILTONIANS",
+    "LOCK_FRACTION",
     "JKOWarning",
     "JKOOptions",
     "JKO_SCHEMA",
@@ -35,10 +40,29 @@ MOBILITY_MEANS = ("conformal", "arithmetic", "geometric", "harmonic")
 OT_METHODS = ("emd", "sinkhorn")
 #: Inner solvers of the outer minimisation over ν.
 INNER_SOLVERS = ("gcg", "mirror")
+#: Discretisations of the JKO step: finite-volume Benamou–Brenier (:mod:`wflow.jko.fv`,
+#: default) or discrete optimal transport between cell measures (POT).
+SCHEMES = ("auto", "fv", "ot")
+#: Treatments of the energy in the FV step: CCP to a tolerance, or one linearisation.
+FV_ENERGY = ("implicit", "lagged")
+#: Hamiltonians of the FV step (see :mod:`wflow.jko.fv`).
+FV_HAMILTONIANS = ("pointwise", "discrete")
+#: A step that moves less than this fraction of the first-order predicted transport
+#: ``τ² ½(|∂E|²_k + |∂E|²_{k+1})`` (in ``W²_{b̂}``) counts as *locked* (partial locking of
+#: the OT scheme; the exact step moves ``1 + O(τ)`` of it). Reported in issue 20 for the
+#: OT scheme on 20 480 cells at τ = 0.1: 0.39–0.41 of the exact step's W² from step 2 on
+#: (the FV step moves 1.0–1.55 of the prediction for τ|v|max/h ∈ [0.05, 5], measured in
+#: tests/test_jko_fv.py on 20 480 cells).
+LOCK_FRACTION = 0.5
 
 
-#: Cells a step should cross: the automatic step has ``τ |v|_max ≈ 3h``.
+#: Cells a step should cross: the automatic step has ``τ |v|_max ≈ 3h`` (OT scheme, off
+#: its locking plateau).
 TAU_CELLS = 3.0
+#: ... and for the FV scheme, which does not lock and accepts any ``τ``: the same rule, so
+#: that the main job's ``τ/h`` table keeps its levels (measured: 720 cells, one softmax
+#: head ``A = 2I``, τ = 0.4: summed EDI residual 0.106 for FV, first order in ``τ``).
+TAU_CELLS_FV = 3.0
 
 
 class JKOWarning(UserWarning):
@@ -73,6 +97,14 @@ def _tau(v: Any, key: str) -> Any:
     return number(0, strict_lo=True)(v, key)
 
 
+def _substeps(v: Any, key: str) -> Any:
+    if v == "auto":
+        return v
+    if isinstance(v, str):
+        raise ScenarioError(f"{key}: expected an integer >= 1 or \"auto\", got {v!r}")
+    return number(1, integer=True)(v, key)
+
+
 @dataclass(frozen=True)
 class JKOOptions:
     """Options of the JKO scheme (keyword-only in the API).
@@ -83,6 +115,30 @@ class JKOOptions:
         Final time (a multiple of ``tau`` up to 1e-9 relative).
     tau : float
         Step size ``τ``.
+    scheme : {"auto", "fv", "ot"}
+        ``"auto"`` (default): ``"fv"`` when the mesh connectivity is given (``mesh=`` of
+        :func:`~wflow.jko.solve_jko`; the scenario jobs always give it), else ``"ot"``.
+        ``"fv"``: the finite-volume Benamou–Brenier step (:mod:`wflow.jko.fv`; needs
+        the mesh connectivity; no locking, no empty cells). ``"ot"``: discrete OT
+        between cell measures with POT (exact or entropic, the options below); it
+        *locks* when ``τ|v|_max <~ h/2`` and moves mass in whole-cell jumps
+        (:mod:`wflow.jko.solver`, "Limitations").
+    substeps : int or "auto"
+        FV: pseudo-time substeps ``n_s`` of the transport; ``"auto"``:
+        ``⌈τ|v|_max/h⌉`` (each substep moves at most one cell).
+    energy : {"implicit", "lagged"}
+        FV: the energy linearised at the new iterate and iterated (CCP, default) or
+        linearised once at ``μ_k``.
+    hamiltonian : {"pointwise", "discrete"}
+        FV: the Hamilton–Jacobi term from the exact gradient of ``ψ`` (default,
+        consistent) or from the discrete HJ equations (the exact KKT of the variational
+        scheme; its upwind Hamiltonian is inconsistent on triangles, L¹ error growing
+        like ``τ²/h``, see :mod:`wflow.jko.fv`).
+    ccp_tol, ccp_max : float, int
+        FV: stop the CCP when ``‖m_{j+1} − m_j‖₁ <= ccp_tol ‖m_{j+1} − m^k‖₁``.
+    lock_fraction : float
+        A step moving less than this fraction of the first-order predicted ``W²``
+        counts as locked (both schemes; :data:`LOCK_FRACTION`).
     ot : {"emd", "sinkhorn"}
         Exact transport or entropic (``OT_ε`` relative to ``μ_k ⊗ α``).
     inner : {"gcg", "mirror"}
@@ -104,7 +160,9 @@ class JKOOptions:
     verify : bool or None
         Cross-check each step with POT (``None``: exact steps when ``M <= verify_max_cells``;
         entropic steps only on request, the log-domain Sinkhorn is slow at small ``ε``).
+        FV: the POT referee, exact ``W²_{b̂}`` between consecutive iterates (dense cost).
     verify_max_cells : int
+        Cap of the POT cross-checks (dense ``M × M`` cost: 2 500 cells = 50 MB).
     neighbourhood : bool
         Restrict candidate targets to the proved radius (k-d tree pair list or masked
         row blocks); ``False`` scans all ``M²`` pairs (validation).
@@ -124,6 +182,13 @@ class JKOOptions:
 
     T: float = 1.0
     tau: float = 0.1
+    scheme: Literal["auto", "fv", "ot"] = "auto"
+    substeps: int | str = 1
+    energy: Literal["implicit", "lagged"] = "implicit"
+    hamiltonian: Literal["pointwise", "discrete"] = "pointwise"
+    ccp_tol: float = 1e-8
+    ccp_max: int = 100
+    lock_fraction: float = LOCK_FRACTION
     ot: Literal["emd", "sinkhorn"] = "emd"
     inner: Literal["gcg", "mirror"] = "gcg"
     eps: float | None = None
@@ -147,7 +212,21 @@ class JKOOptions:
         def bad(key: str, what: str) -> ValueError:
             return ValueError(f"jko.{key}: {what}, got {getattr(self, key)!r}")
 
-        for key in ("T", "tau", "eps_scale", "gap_rtol"):
+        if self.scheme not in SCHEMES:
+            raise bad("scheme", f"must be one of {list(SCHEMES)}")
+        if self.energy not in FV_ENERGY:
+            raise bad("energy", f"must be one of {list(FV_ENERGY)}")
+        if self.hamiltonian not in FV_HAMILTONIANS:
+            raise bad("hamiltonian", f"must be one of {list(FV_HAMILTONIANS)}")
+        if self.substeps != "auto" and (isinstance(self.substeps, bool)
+                                        or not isinstance(self.substeps, int)
+                                        or self.substeps < 1):
+            raise bad("substeps", "must be an integer >= 1 or \"auto\"")
+        if not (isinstance(self.lock_fraction, (int, float))
+                and not isinstance(self.lock_fraction, bool)
+                and 0 < self.lock_fraction < 1):
+            raise bad("lock_fraction", "must be a number in (0, 1)")
+        for key in ("T", "tau", "eps_scale", "gap_rtol", "ccp_tol"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v <= 0:
@@ -163,7 +242,7 @@ class JKOOptions:
             raise bad("inner", f"must be one of {list(INNER_SOLVERS)}")
         if self.mobility_mean not in MOBILITY_MEANS:
             raise bad("mobility_mean", f"must be one of {list(MOBILITY_MEANS)}")
-        for key in ("max_inner", "verify_max_cells", "max_pairs", "dense_ot_max_cells",
+        for key in ("ccp_max", "max_inner", "verify_max_cells", "max_pairs", "dense_ot_max_cells",
                     "sinkhorn_max_iter", "emd_max_iter"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -192,6 +271,13 @@ JKO_SCHEMA: Spec = {
     "mesh": (None, string),
     "T": (None, number(0, strict_lo=True)),
     "tau": ("auto", _tau),
+    "scheme": ("auto", choice(*SCHEMES)),
+    "substeps": (1, _substeps),
+    "energy": ("implicit", choice(*FV_ENERGY)),
+    "hamiltonian": ("pointwise", choice(*FV_HAMILTONIANS)),
+    "ccp_tol": (1e-8, number(0, strict_lo=True)),
+    "ccp_max": (100, number(1, integer=True)),
+    "lock_fraction": (LOCK_FRACTION, number(0, 1, strict_lo=True)),
     "ot": ("emd", choice(*OT_METHODS)),
     "inner": ("gcg", choice(*INNER_SOLVERS)),
     "eps": (None, number(0, strict_lo=True)),
@@ -208,7 +294,8 @@ JKO_SCHEMA: Spec = {
 }
 
 #: Keys of the ``[jko]`` scenario table (see :func:`jko_options_from_dict`).
-JKO_SPEC = ("mesh", "T", "tau", "ot", "inner", "eps", "eps_scale", "eps_power",
+JKO_SPEC = ("mesh", "T", "tau", "scheme", "substeps", "energy", "hamiltonian", "ccp_tol",
+            "ccp_max", "lock_fraction", "ot", "inner", "eps", "eps_scale", "eps_power",
             "mobility_mean", "gap_rtol", "max_inner", "warm_start", "verify",
             "verify_max_cells", "neighbourhood", "compare_pde")
 
@@ -218,7 +305,10 @@ def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None
     """Validate a ``[jko]`` table; returns ``(mesh_spec, JKOOptions, extras)``.
 
     Keys (defaults): ``mesh`` (default: ``[pde] mesh`` or the shipped default),
-    ``T`` (default: ``[pde] T`` or 1), ``tau = "auto"`` (chosen from the mesh by the
+    ``T`` (default: ``[pde] T`` or 1), ``scheme = "auto" | "fv" | "ot"``, ``substeps = 1``
+    (or ``"auto"``), ``energy = "implicit" | "lagged"``,
+    ``hamiltonian = "pointwise" | "discrete"``, ``ccp_tol = 1e-8``, ``ccp_max = 100``,
+    ``lock_fraction = 0.5``, ``tau = "auto"`` (chosen from the mesh by the
     scenario jobs, :func:`auto_tau`; ``extras["tau_auto"]``, the returned options hold
     ``tau = T`` until then) or a number, ``ot = "emd" | "sinkhorn"``,
     ``inner = "gcg" | "mirror"``, ``eps`` (default ``eps_scale · tau^eps_power``; with
