@@ -134,7 +134,7 @@ def test_refinement_table_of_one_row_is_a_warning():
     class J:  # the parts of a JKO result the refinement block reads
         stats = {"tau_rule": {"vmax": 1.0}, "steps": 1, "locked_steps": 0}
         areas = __import__("numpy").full(80, 4 * math.pi / 80)
-        options = type("O", (), {"tau": 1.0, "epsilon": 0.0})()
+        options = type("O", (), {"tau": 1.0, "epsilon": 0.0, "scheme": "exact"})()
         status = "success"
         checks = {"edi": {"value": 0.1}}
         balance = {"edi": 0.1, "dissipation": 1.0}

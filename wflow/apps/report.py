@@ -238,8 +238,8 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
         lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, EDI residual "
                   f"{_fmt_order(tab['order_edi'])}. Shrinking under refinement: W₂ "
                   f"{_yes_no(tab['shrinks_w2'])}, EDI residual "
-                  f"{_yes_no(tab['shrinks_edi'])} (a table that does not shrink is a "
-                  "WARN or FAIL verdict above).", ""]
+                  f"{_yes_no(tab['shrinks_edi'])} (a table that does not shrink is judged "
+                  "in the verdicts above).", ""]
         if len(tab["rows"]) > 1:
             lines += ["![JKO refinement](jko_refinement.png)", ""]
     if snaps:
