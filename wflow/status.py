@@ -206,7 +206,7 @@ def worst_status(*statuses: str) -> str:
 
 
 def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:
-    """What the EDI residual of a run means (THEORY §3), from the heads at ``t = 0``.
+    """What the EDI residual of a run means (docs/theory.md §3), from the heads at ``t = 0``.
 
     * ``"identity"`` — an exact (weighted) gradient flow: ``flow = "surrogate"``, or the
       transformer flow with USA/ReLU heads, one softmax head, or softmax heads with equal

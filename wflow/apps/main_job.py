@@ -10,7 +10,7 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
    ``[jko] tau = "auto"`` (default) takes ``τ`` from the mesh
    (:func:`wflow.jko.auto_step`: ``τ|v|_max ≈ 3h``, off the locking plateau);
    ``pde_surrogate`` — with ``flow = "transformer"`` the JKO scheme still discretises the
-   surrogate flow ``v̂`` (THEORY §3), so the PDE is solved once more with
+   surrogate flow ``v̂`` (docs/theory.md §3), so the PDE is solved once more with
    ``flow = "surrogate"`` as the JKO's reference;
    ``jko_refinement`` — the ``τ/h`` table: JKO and surrogate PDE on
    ``[run] jko_refinement`` coarser icospheres with ``h ∝ τ``;
@@ -720,7 +720,7 @@ def _edi_block(bal: dict, kind: str) -> dict:
 
 
 #: Particles vs PDE: ``W_2(T)`` may exceed the ``t = 0`` sampling level by the Grönwall
-#: factor ``e^{LT}`` (THEORY §5: measured ≈ 1.15–2.5 at T = 1); above 3× the particles
+#: factor ``e^{LT}`` (docs/theory.md §5: measured ≈ 1.15–2.5 at T = 1); above 3× the particles
 #: have left the PDE solution (or the flow is too unstable to compare at this ``n``).
 W2_GROWTH_TOL = 3.0
 
@@ -811,7 +811,7 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
                 "defect (expected)",
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation along the "
                 "transformer flow with several different softmax heads. This flow is NOT a "
-                "gradient flow of E (THEORY §3): the number measures how far the model is "
+                "gradient flow of E (docs/theory.md §3): the number measures how far the model is "
                 "from one; it does not shrink under refinement and says nothing about the "
                 "solver's accuracy (that is the chain-rule residual above).")
         else:
@@ -831,7 +831,7 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         f"cell masses. At t = 0 it is the sampling error of the initial draw (plus the "
         f"mesh's quantisation): {w['particles_vs_pde_initial']:.4f}, against the rate "
         f"n^(-1/2) = {w['n_inv_sqrt']:.4f} (up to logs and a constant). Mean-field theory "
-        f"keeps it at that level up to the Grönwall factor e^(Lt) (THEORY §5); at T it is "
+        f"keeps it at that level up to the Grönwall factor e^(Lt) (docs/theory.md §5); at T it is "
         f"{w['particles_vs_pde']:.4f} ({w['particles_vs_pde'] / w['particles_vs_pde_initial']:.2f}"
         f"× the t = 0 level).")
     if jko is not None:
@@ -869,7 +869,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         add(f"W₂ JKO vs {'surrogate ' if surr else ''}PDE (max over the JKO times)",
             w["jko_vs_pde"], tol, verdict,
             f"exact W₂ between the JKO measures and {ref}. The JKO scheme agrees with it at "
-            "first order in τ (THEORY §4): the number is the O(τ) error of the step the mesh "
+            "first order in τ (docs/theory.md §4): the number is the O(τ) error of the step the "
+            "mesh "
             "allows, and must shrink under joint refinement of τ and h.")
     return rows
 

@@ -165,14 +165,15 @@ def _flow_statement(s: dict) -> list[str]:
     heads = f"{s['heads']} {s['attention']} head{'s' if s['heads'] > 1 else ''}"
     if s["flow"] == "surrogate":
         out = [f"**Flow: `surrogate`** — the effective-mobility flow v̂ = b̂ P∇ψ of {heads} "
-               "(THEORY §3), an exact weighted-Wasserstein gradient flow of E. The "
+               "(docs/theory.md §3), an exact weighted-Wasserstein gradient flow of E. The "
                "energy–dissipation identity (EDI) holds with equality, so every EDI "
                "residual below is a discretisation error and must be small; the JKO scheme "
                "discretises the same flow and is compared with the same PDE."]
     elif kind == "defect":
         out = [f"**Flow: `transformer`** — the transformer velocity v = P Σ_h w_h f_h of "
                f"{heads} with different normalisers. This flow is **not** a gradient flow "
-               "of E (THEORY §3): its EDI residual is the *defect* of the model — a measured "
+               "of E (docs/theory.md §3): its EDI residual is the *defect* of the model — a "
+               "measured "
                "property that does not shrink under refinement, not an error of the "
                "solvers. The accuracy of the PDE and particle runs is judged by the "
                "chain-rule residual instead. The JKO scheme always discretises the "

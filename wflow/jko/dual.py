@@ -1,4 +1,4 @@
-"""Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (THEORY.md §4).
+"""Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (docs/theory.md §4).
 
 The finite-volume JKO step (:mod:`wflow.jko.fv`) needs, for every cell ``K`` a centre
 ``x_K`` and for every edge ``σ = K|L`` its length ``|σ|`` and the distance ``d_σ``

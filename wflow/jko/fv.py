@@ -1,4 +1,4 @@
-"""The finite-volume (dynamic, Benamou–Brenier) JKO step on a sphere mesh (THEORY.md §4).
+"""The finite-volume (dynamic, Benamou–Brenier) JKO step on a sphere mesh (docs/theory.md §4).
 
 One step of size ``τ`` of the ascent of ``E`` (``s = +1``; ``s = −1`` descent)::
 

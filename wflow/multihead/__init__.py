@@ -1,4 +1,4 @@
-"""Quantitative multi-head results of [MH] (THEORY.md §6): formulas and checks.
+"""Quantitative multi-head results of [MH] (docs/theory.md §6): formulas and checks.
 
 Conventions: softmax heads, ``w_h = 1`` (the [MH] sum over heads) unless stated, value
 aligned (``V_h = A_h``), masses ``m_j = 1/n``, so that for token ``i`` and head ``h``
@@ -48,7 +48,7 @@ and, ``c`` being increasing in ``β``, (RD) ⇔ ``β ≤ β*`` with
 
     β* = (1/2α) ln( c*² (n−1) / (1 − c*²) ).
 
-This reproduces THEORY.md exactly; the *sharp* radial term instead (``own ≥ |cross_radial|``,
+This reproduces docs/theory.md exactly; the *sharp* radial term instead (``own ≥ |cross_radial|``,
 ``|cross_radial| = Z (H−1) a²``) gives ``c² ≤ 1/H``, i.e.
 ``β ≤ β*_exact = (1/2α) ln((n−1)/(H−1))`` (:func:`beta_star_exact`), and ``β* < β*_exact``
 because (RD) is only sufficient. In this shared-space configuration ``cross_direct > 0``

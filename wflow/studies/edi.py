@@ -1,9 +1,9 @@
-"""Study ``edi``: the energy–dissipation identity under refinement (THEORY.md §3, §5).
+"""Study ``edi``: the energy–dissipation identity under refinement (docs/theory.md §3, §5).
 
 Along a solution of an exact gradient flow the EDI
 ``E(T) − E(0) − ∫∂_tE = ∫(½|μ'|²_b̂ + ½|∂E|²) dt`` holds with equality, so the discrete
 residual of a numerical solution must vanish at the scheme's order. The exact gradient
-flows of THEORY §3 (ascent, ``V_h = A_h`` symmetric):
+flows of docs/theory.md §3 (ascent, ``V_h = A_h`` symmetric):
 
 * ``usa``: unnormalised attention, two different heads (``ẋ = P∇ψ``, ``b̂ ≡ 1``);
 * ``sa1``: one softmax head (mobility ``1/Z``);
@@ -171,7 +171,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         criteria.append(Criterion(
             "transformer_defect_persists", persist, lo=DEFECT_PERSISTS,
             what="|EDI defect(finest dt)| / |defect(coarsest dt)| of the transformer flow",
-            why="THEORY §3: different softmax heads, not a gradient flow"))
+            why="docs/theory.md §3: different softmax heads, not a gradient flow"))
         fits["transformer_defect"] = {"finest": defect[-1], "ratio": persist}
         sur = table["particles_rk4_surrogate"]
         notes.append(

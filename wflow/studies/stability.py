@@ -1,4 +1,4 @@
-"""Study ``stability``: Grönwall stability under input perturbation (THEORY.md §5).
+"""Study ``stability``: Grönwall stability under input perturbation (docs/theory.md §5).
 
 Claim: ``W_2(μ_t, ν_t) <= e^{L t} W_2(μ_0, ν_0)``; measure the effective ``L``.
 
