@@ -168,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(args.out.read_text())["studies"]))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # the engines' own warnings (coarse levels of a sweep are inaccurate by design)
+    logging.getLogger("wflow").setLevel(logging.ERROR)
+    import warnings
+
+    warnings.filterwarnings("ignore")
     data: dict[str, Any] = {}
     if args.merge and args.out.is_file():
         data = json.loads(args.out.read_text())["studies"]

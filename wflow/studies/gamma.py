@@ -49,12 +49,14 @@ from .base import (
     write_study,
 )
 
-__all__ = ["run", "FAULTS", "RATE_TOL", "CONV_FRACTION"]
+__all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 
 NAME = "gamma"
 
-#: Accepted shortfall of the observed rate below 1 (measured slopes 0.93–1.03).
-RATE_TOL = 0.25
+#: Accepted shortfall of the observed rate below 1: the rate over the asymptotic range,
+#: measured 0.84–1.09 (quick) and 0.73–1.3 (full) over seeds 0–19 (seed 7 full: 0.73,
+#: still pre-asymptotic); the faults give rates near 0 (docs/studies_power.md).
+RATE_TOL = 0.4
 #: Convergence: value at the smallest ε <= this fraction of the value at the largest
 #: (a decade of ε; rate 1 gives 0.1).
 CONV_FRACTION = 0.3
