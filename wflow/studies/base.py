@@ -25,9 +25,9 @@ criterion catches (the study's *power*, docs/studies_power.md).
 
 Seed-independent studies
 ------------------------
-A study whose numbers cannot depend on the seed (deterministic inputs) declares
-``SEED_INDEPENDENT = True`` and says so in its verdict; running it at several seeds
-repeats one test (the test suite and the size script run it once).
+A study whose criteria cannot depend on the seed (deterministic inputs up to a rotation)
+declares ``SEED_INDEPENDENT = True`` and says so in its verdict; running it at several
+seeds repeats one test (the test suite and the size script run it once).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fa
            "LogLogFit", "write_study", "SEED_NOTE"]
 
 #: The sentence a seed-independent study appends to its verdict.
-SEED_NOTE = ("The study's inputs are deterministic: its numbers do not depend on the seed "
-             "(one test, whatever the seed).")
+SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs or draws "
+             "reported, unjudged samples): every seed repeats one test.")
 
 
 @dataclass(frozen=True)
