@@ -36,7 +36,15 @@ from ..gaussian import (
     psd_factor,
     simulate_particles,
 )
-from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    fit_loglog,
+    parse_fault,
+    write_study,
+)
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
            "EXPECTED_SLOPE", "FAULTS", "extrapolated_bias"]
@@ -58,6 +66,10 @@ FAULTS = {
     "score-doubled": "the particles use the score matrix 2B (β doubled) while the ODE uses "
                      "B",
 }
+#: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
+FAMILIES = {"time": "the particles run to (1 + s)T and are compared with the moment ODE at T",
+            "beta": "the particles use the score matrix (1 + s)B (β scaled) while the ODE "
+                    "uses B"}
 #: Quantile of the χ² bias test (false-alarm rate 1e-3 per run).
 BIAS_QUANTILE = 0.999
 
@@ -231,13 +243,17 @@ def _plot(res: ParticleErrors, stage: Path) -> list[str]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Run the study (``quick``: fewer sizes and seeds), fit, judge and write ``out``."""
-    check_fault(NAME, fault, FAULTS)
+    check_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = parse_fault(fault, FAMILIES)
     kw: dict[str, Any] = {}
     if fault == "time-doubled":
         kw["particle_time_scale"] = 2.0
-    elif fault == "score-doubled":
+    elif fam == "time":
+        kw["particle_time_scale"] = 1.0 + size
+    elif fault == "score-doubled" or fam == "beta":
         p = default_problem()[0]
-        kw["particle_params"] = GaussianParams.make(p.d, A=p.A, b=p.b, V=p.V, B=2.0 * p.B)
+        fac = 2.0 if fault == "score-doubled" else 1.0 + size
+        kw["particle_params"] = GaussianParams.make(p.d, A=p.A, b=p.b, V=p.V, B=fac * p.B)
     if quick:
         res = particle_errors(ns=(32, 64, 128, 256, 512), reps=8, seed=seed, steps=4, **kw)
     else:
@@ -264,7 +280,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{res.w2[-1]:.2e} ({res.reps[-1]} seeds). Extrapolated biases (b/se): "
                + ", ".join(f"{c} {v:+.2f}" for c, v in zip(res.components, b / se_b,
                                                            strict=True)) + ".")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
+                                     families=FAMILIES)
     summary = res.to_dict()
     summary["expected_slope"] = EXPECTED_SLOPE
     summary["slope_tol"] = SLOPE_TOL
