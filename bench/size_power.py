@@ -44,16 +44,21 @@ logger = logging.getLogger(__name__)
 RESULTS = Path(__file__).resolve().parent / "results" / "size_power.json"
 
 #: Fault sizes scanned for power (absolute values; families with both signs get ``±s``).
-SIZES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+#: The scan bisects this grid assuming that a larger fault of a family is caught when a
+#: smaller one is (checked at the ends: the largest size first).
+SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 #: Families whose size is one-signed (a variance factor, a fraction of T cut off, ...).
 ONE_SIDED = {"noise-var", "stop-short", "run-past", "ito-scale"}
 
 
-def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path) -> dict[str, Any]:
+def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path,
+         parts: tuple[str, ...] | None = None) -> dict[str, Any]:
     mod = load_study(name)
     kw: dict[str, Any] = {}
     if fault is not None:
         kw["fault"] = fault
+    if parts is not None:
+        kw["parts"] = parts
     t0 = time.perf_counter()
     res = mod.run(out=tmp / f"{name}-{seed}-{fault}", quick=quick, seed=seed, **kw)
     crit = {c["name"]: {"value": c["value"], "ok": c["ok"], "accepted": c["accepted"]}
@@ -66,7 +71,11 @@ def size(name: str, *, quick: bool, seeds: int, tmp: Path) -> dict[str, Any]:
     """False-fail rate of study ``name`` over ``seeds`` seeds (once if seed-independent)."""
     mod = load_study(name)
     once = bool(getattr(mod, "SEED_INDEPENDENT", False))
-    runs = {s: _run(name, quick=quick, seed=s, fault=None, tmp=tmp)
+    # a study with seed-independent parts runs them at seed 0 only
+    fixed = tuple(getattr(mod, "SEED_INDEPENDENT_PARTS", ()))
+    rest = tuple(p for p in getattr(mod, "PARTS", ()) if p not in fixed) or None
+    runs = {s: _run(name, quick=quick, seed=s, fault=None, tmp=tmp,
+                    parts=rest if (s > 0 and fixed) else None)
             for s in range(1 if once else seeds)}
     per: dict[str, Any] = {}
     for s, r in runs.items():
@@ -102,18 +111,33 @@ def power(name: str, *, quick: bool, seeds: int, tmp: Path) -> dict[str, Any]:
         for sign in signs:
             key = f"{fam}:{'+' if sign > 0 else '-'}"
             found: dict[str, Any] = {"smallest_caught": None, "tripped": [], "scanned": []}
-            for s in SIZES:
-                if fam in ("beta", "velocity", "time") and sign < 0 and s >= 1.0:
-                    continue  # a zero or negative velocity is another fault
-                fault = f"{fam}:{sign * s:g}"
-                rs = [_run(name, quick=quick, seed=k, fault=fault, tmp=tmp) for k in seed_list]
-                caught = all(not r["passed"] for r in rs)
-                found["scanned"].append({"s": sign * s, "caught": caught})
-                if caught:
-                    found["smallest_caught"] = sign * s
-                    found["tripped"] = sorted({c for r in rs for c, v in r["criteria"].items()
-                                               if not v["ok"]})
-                    break
+            # a zero or negative velocity, β or time is another fault
+            grid = [s for s in SIZES if not (sign < 0 and s >= 1.0)]
+            tried: dict[int, bool] = {}
+
+            def caught_at(i: int, fam=fam, sign=sign, grid=grid, found=found,
+                          tried=tried) -> bool:
+                if i not in tried:
+                    fault = f"{fam}:{sign * grid[i]:g}"
+                    rs = [_run(name, quick=quick, seed=k, fault=fault, tmp=tmp)
+                          for k in seed_list]
+                    tried[i] = all(not r["passed"] for r in rs)
+                    found["scanned"].append({"s": sign * grid[i], "caught": tried[i]})
+                    if tried[i]:
+                        found.setdefault("tripped_at", {})[f"{sign * grid[i]:g}"] = sorted(
+                            {c for r in rs for c, v in r["criteria"].items() if not v["ok"]})
+                return tried[i]
+
+            if caught_at(len(grid) - 1):
+                lo, hi = -1, len(grid) - 1  # grid[hi] caught; grid[lo] (if any) not
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if caught_at(mid):
+                        hi = mid
+                    else:
+                        lo = mid
+                found["smallest_caught"] = sign * grid[hi]
+                found["tripped"] = found["tripped_at"][f"{sign * grid[hi]:g}"]
             fams[key] = found
     controls = {}
     for f in getattr(mod, "FAULTS", {}):
