@@ -119,7 +119,8 @@ def power(name: str, *, quick: bool, seeds: int, tmp: Path) -> dict[str, Any]:
             key = f"{fam}:{'+' if sign > 0 else '-'}"
             found: dict[str, Any] = {"smallest_caught": None, "tripped": [], "scanned": []}
             # a zero or negative velocity, β or time (or a run stopped at 0) is another fault
-            grid = [s for s in SIZES if not ((sign < 0 or fam in ONE_SIDED) and s >= 1.0)]
+            grid = [s for s in SIZES if not ((sign < 0 or fam in ONE_SIDED
+                                              or "stop-short" in fam) and s >= 1.0)]
             tried: dict[int, bool] = {}
 
             def caught_at(i: int, fam=fam, sign=sign, grid=grid, found=found,
