@@ -180,6 +180,13 @@ def markdown(data: dict[str, Any]) -> str:
                              f"{pw_txt if first else ''} |")
                 first = False
             lines.append(f"| | | | **study** | **{len(sz['failing_seeds'])}/{sz['runs']}** | |")
+    lines += ["", "Documented controls (`FAULTS`, quick mode, seed 0):", "",
+              "| study | control | caught | criteria tripped |", "|---|---|---|---|"]
+    for name in STUDIES:
+        ctl = data.get(name, {}).get("quick", {}).get("power", {}).get("controls", {})
+        for f, v in ctl.items():
+            lines.append(f"| {name} | `{f}` | {'FAIL' if v['caught'] else '**passes**'} | "
+                         f"{', '.join(v['tripped'])} |")
     return "\n".join(lines) + "\n"
 
 
