@@ -24,7 +24,7 @@ from wflow.geometry.mesh import (
     write_surface,
 )
 
-EPS = np.finfo(np.float64).eps
+from .conftest import EPS
 
 
 @pytest.fixture(scope="module")

@@ -39,9 +39,8 @@ import json
 import logging
 import pickle
 import time
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -57,34 +56,51 @@ from ..infra.io import (
     write_csv,
     write_json,
 )
-from .scenario import Scenario, ScenarioError, boolean, choice, number, parse_scenario, take
+from ..infra.options import documented, from_table, keys_of, opt, schema_of, validate
+from ..infra.schema import Spec
+from ..particles.integrators import INTEGRATORS
+from .scenario import Scenario, ScenarioError, boolean, load_scenario, number, parse_scenario
 
-__all__ = ["RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job", "default_run_scenario"]
+__all__ = ["RUN_SCHEMA", "RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job",
+           "default_run_scenario"]
 
 logger = logging.getLogger(__name__)
 
-RUN_SPEC = {
-    "n_particles": (2000, number(10, integer=True)),
-    "particle_integrator": ("rk4", choice("euler", "rk4")),
-    "particle_steps_per_save": (4, number(1, integer=True)),
-    "jko": (True, boolean),
-    "render": (True, boolean),
-    "max_ot_points": (6000, number(100, integer=True)),
-    "jko_refinement": (2, number(0, 4, integer=True)),
-}
-
-
+@documented
 @dataclass(frozen=True)
 class RunOptions:
-    """Validated ``[run]`` section (see :data:`RUN_SPEC` for keys and defaults)."""
+    """Validated ``[run]`` section of the main job (keys, defaults: the fields below)."""
 
-    n_particles: int = 2000
-    particle_integrator: str = "rk4"
-    particle_steps_per_save: int = 4
-    jko: bool = True
-    render: bool = True
-    max_ot_points: int = 6000
-    jko_refinement: int = 2
+    SECTION = "run"
+
+    n_particles: int = field(default=2000, metadata=opt(
+        "Tokens sampled from the initial cell density for the particle phase.",
+        check=number(10, integer=True)))
+    particle_integrator: str = field(default="rk4", metadata=opt(
+        "Integrator of the particle phase (:data:`wflow.particles.integrators.INTEGRATORS`).",
+        check=INTEGRATORS.checker()))
+    particle_steps_per_save: int = field(default=4, metadata=opt(
+        "Particle steps between two PDE output times (``dt = ΔT_save / steps``).",
+        check=number(1, integer=True)))
+    jko: bool = field(default=True, metadata=opt(
+        "Run the JKO phases (``jko``, ``pde_surrogate``, ``jko_refinement``).", check=boolean))
+    render: bool = field(default=True, metadata=opt(
+        "Draw the figures of ``report.md``.", check=boolean))
+    max_ot_points: int = field(default=6000, metadata=opt(
+        "Largest number of support points of an exact ``W_2`` (POT); larger measures are "
+        "subsampled.", check=number(100, integer=True)))
+    jko_refinement: int = field(default=2, metadata=opt(
+        "Coarser icospheres of the ``τ/h`` table (JKO and surrogate PDE with ``h ∝ τ``); "
+        "0: no table.", check=number(0, 4, integer=True)))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+#: The ``[run]`` table: ``key -> (default, checker)`` (derived from :class:`RunOptions`).
+RUN_SCHEMA: Spec = schema_of(RunOptions)
+#: Keys of the ``[run]`` table.
+RUN_SPEC: tuple[str, ...] = keys_of(RunOptions)
 
 
 @dataclass(frozen=True)
@@ -101,19 +117,12 @@ def default_run_scenario():
     return resources.files("wflow") / "data" / "default_run.toml"
 
 
-def _load(path: Path | None) -> tuple[Scenario, dict]:
+def _load(path: Path | None) -> Scenario:
+    """The scenario at ``path`` (:func:`~wflow.apps.scenario.load_scenario`), else the default."""
     if path is None:
         with resources.as_file(default_run_scenario()) as p:
-            raw = tomllib.loads(Path(p).read_text(encoding="utf-8"))
-            return parse_scenario(raw, base_dir=Path(p).parent), raw
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"scenario file not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: invalid TOML ({exc})") from exc
-    return parse_scenario(raw, base_dir=path.parent), raw
+            return load_scenario(p)
+    return load_scenario(path)
 
 
 def _fingerprint(raw: dict, base_dir: Path) -> dict[str, str]:
@@ -276,7 +285,8 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         if scenario is None:
             sc, raw = parse_scenario(meta["raw"], base_dir=base), meta["raw"]
         else:
-            sc, raw = _load(Path(scenario))
+            sc = _load(Path(scenario))
+            raw = sc.raw
         fp = _fingerprint(raw, sc.base_dir)
         diff = _differences(meta["raw"], raw, fp_old, fp)
         if fp != fp_old and not diff:
@@ -287,9 +297,10 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
                 f"--resume: {scenario} differs from the scenario checkpointed in {ck.dir}: "
                 f"{'; '.join(diff[:3])}{more}; run without --resume to start over")
     else:
-        sc, raw = _load(None if scenario is None else Path(scenario))
+        sc = _load(None if scenario is None else Path(scenario))
+        raw = sc.raw
         fp = _fingerprint(raw, sc.base_dir)
-    ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
+    ropts = from_table(RunOptions, sc.sections.get("run", {}))
 
     from ..geometry.density import density_spec_from_scenario, initial_density
     from ..geometry.mesh import load_mesh
@@ -328,7 +339,7 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
                     timings)["res"]
             if ropts.jko_refinement:
                 table = _phase(ck, "jko_refinement", lambda: _jko_refinement(
-                    mesh, sc, schedule, attn, popts, jko, ropts), timings)
+                    mesh, sc, schedule, attn, popts, jko, ropts, jref), timings)
         cmp_ = _phase(ck, "compare", lambda: _compare(pde, parts, jko, ropts, jref), timings)
     except KeyboardInterrupt as exc:
         raise KeyboardInterrupt(f"completed phases are checkpointed in {ck.dir}; continue "
@@ -356,7 +367,7 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
-                      options=replace(opts, progress=False))
+                      options=replace(opts, progress=False), mesh=mesh)
     try:
         next(gen)
     finally:
@@ -402,11 +413,12 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
     return {"res": res, "x0": x0}
 
 
-def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None):
+def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None,
+             scheme=None):
     from ..jko.run import run_jko_scenario
 
     res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
-                           tau=tau)
+                           tau=tau, scheme=scheme)
     if res.status == "failed":  # locked / inaccurate / not converged: reported
         raise FloatingPointError(f"jko phase failed: {res.message}")
     return res
@@ -416,13 +428,16 @@ def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None
 REFINE_RATIO = 1.5
 
 
-def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOptions) -> dict:
+def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOptions,
+                    jref=None) -> dict:
     """The coarse rows of the ``τ/h`` table (``h ∝ τ``); the finest row is the main JKO.
 
     Row ``k = 1..K``: ``N_k = round(N / 1.5^k)`` steps (distinct, ``>= 1``) on the icosphere
     whose cell size is ``h·N/N_k`` (``20 n_k²`` cells, ``n_k = round(√(M/20)·N_k/N)``),
     the surrogate PDE on that mesh with an output at every JKO time, and
-    ``sup_k W_2(JKO, PDE)``.
+    ``sup_k W_2(JKO, PDE)`` and ``sup_k ‖m^JKO_k − m^PDE(t_k)‖₁`` (cell masses). The
+    coarsest level is also run once with the OT scheme (``ot_crosscheck``, not a row).
+    ``main_l1``: the L¹ of the main JKO against ``jref`` (its reference PDE).
     """
     import math
     import warnings
@@ -449,7 +464,33 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
                 _surrogate_options(popts, Nk), balance=False, clusters=False, progress=False))
             jres = _run_jko(mk, rho_k, schedule, attn, sc, popts, False, tau=tau_k)
         rows.append(_table_row(jres, pres, ropts))
-    return {"rows": rows}
+        last = (mk, rho_k, tau_k, pres, jres)
+    out: dict = {"rows": rows}
+    if jref is not None:
+        l1 = _l1_at_jko_times(jko, jref)
+        out["main_l1"] = {"l1_max": float(np.max(l1)) if l1.size else float("nan"),
+                          "l1_final": float(l1[-1]) if l1.size else float("nan")}
+    if rows and jko.options.scheme != "ot":
+        mk, rho_k, tau_k, pres, jres = last
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ores = _run_jko(mk, rho_k, schedule, attn, sc, popts, False, tau=tau_k,
+                                scheme="ot")
+                out["ot_crosscheck"] = _table_row(ores, pres, ropts)
+            except FloatingPointError as exc:
+                out["ot_crosscheck"] = {"cells": int(jres.areas.size), "status": "failed",
+                                        "message": str(exc)}
+    return out
+
+
+def _l1_at_jko_times(jko, ref) -> np.ndarray:
+    """``‖m^JKO_k − m^ref(t_k)‖₁`` (cell masses) at the JKO times that are output times."""
+    t_j = np.asarray(jko.t)
+    idx = [int(np.argmin(np.abs(ref.t - tj))) for tj in t_j]
+    ok = [i for i, k in enumerate(idx) if abs(ref.t[k] - t_j[i]) < 1e-9 * max(1, ref.t[-1])]
+    return np.array([float(np.sum(np.abs(np.asarray(jko.masses[i])
+                                         - np.asarray(ref.masses[idx[i]])))) for i in ok])
 
 
 def _table_row(jres, pres, ropts: RunOptions) -> dict:
@@ -458,7 +499,11 @@ def _table_row(jres, pres, ropts: RunOptions) -> dict:
     w2 = _w2_at_jko_times(jres, pres, chat, ropts)
     rule = jres.stats.get("tau_rule", {})
     h = float(np.sqrt(np.mean(jres.areas)))
+    l1 = _l1_at_jko_times(jres, pres)
     return {"cells": int(jres.areas.size), "h": h, "tau": float(jres.options.tau),
+            "scheme": jres.options.scheme,
+            "l1_max": float(np.max(l1)) if l1.size else float("nan"),
+            "l1_final": float(l1[-1]) if l1.size else float("nan"),
             "steps": int(jres.stats["steps"]), "eps": float(jres.options.epsilon),
             "cells_per_step": float(jres.options.tau * rule["vmax"] / h) if rule else None,
             "status": jres.status, "locked_steps": int(jres.stats.get("locked_steps", 0)),
@@ -547,14 +592,19 @@ def _refinement_block(jko, table: dict | None, cmp_: dict, ropts: RunOptions) ->
             "edi_abs_relative": float(jko.checks["edi"]["value"]),
             "edi_relative": _rel(jko.balance["edi"], jko.balance["dissipation"]),
             "w2_max": float(np.max(w)) if w.size else float("nan"),
-            "w2_final": float(w[-1]) if w.size else float("nan")}
+            "w2_final": float(w[-1]) if w.size else float("nan"),
+            "scheme": jko.options.scheme,
+            **table.get("main_l1", {"l1_max": float("nan"), "l1_final": float("nan")})}
     rows = sorted([*table["rows"], main], key=lambda r: -r["tau"])
     taus = [r["tau"] for r in rows]
     edi = [r["edi_abs_relative"] for r in rows]
     w2 = [r["w2_max"] for r in rows]
     shrinks_w2 = len(rows) > 1 and all(b < a for a, b in zip(w2, w2[1:], strict=False))
     shrinks_edi = len(rows) > 1 and all(b < a for a, b in zip(edi, edi[1:], strict=False))
+    l1 = [r.get("l1_max", float("nan")) for r in rows]
     return {"rows": rows, "order_w2": _order(taus, w2), "order_edi": _order(taus, edi),
+            "order_l1": _order(taus, l1) if all(np.isfinite(l1)) else None,
+            "ot_crosscheck": table.get("ot_crosscheck"),
             "shrinks_w2": shrinks_w2, "shrinks_edi": shrinks_edi,
             "rule": "h ∝ τ: N_k = round(N/1.5^k) steps on the icosphere with cell size "
                     "h·N/N_k; the finest row is the main JKO"}
