@@ -79,7 +79,7 @@ def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
 
 
 def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
-            overrides: Mapping[str, Any] | None = None) -> JKOResult:
+            overrides: Mapping[str, Any] | None = None, confirm: bool = False) -> JKOResult:
     """Run the JKO scheme of a scenario and write ``out/`` (what ``wflow jko`` calls).
 
     Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
@@ -92,13 +92,20 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     ``"not_converged"`` runs are written, so that they can be inspected) and the checks
     (summed EDI residual against its tolerance, locked steps).
 
+    Before solving, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
+    refused if it cannot fit in memory; above an hour ``confirm``, ``--yes``, is needed
+    on a terminal).
+
     Raises
     ------
     FloatingPointError
         If the run failed (non-finite values; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
     """
     from ..geometry.density import density_spec_from_scenario, initial_density
     from ..geometry.mesh import MESH_DIR, load_mesh
+    from ..infra.estimate import check_estimate, estimate_jko
     from ..infra.io import (
         check_finite,
         history_columns,
@@ -132,6 +139,12 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     attn = scenario.attention_obj()
     schedule = scenario.build_schedule()
     sm = load_mesh(mesh_spec)
+    M = int(sm.num_global)
+    k = opts.steps if not extras["tau_auto"] or tau is not None else \
+        max(1, int(np.ceil(opts.T / (3 * np.sqrt(4 * np.pi / M)))))
+    check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
+                                steps=k, max_pairs=opts.max_pairs,
+                                dense_ot_max_cells=opts.dense_ot_max_cells), confirm=confirm)
     rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
     cen = sm.gather_owned(sm.centroids)
     areas = sm.gather_owned(sm.areas)
