@@ -349,6 +349,14 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("fault_description", "what the fault changes", "text", where="wflow verify"),
     K("negative_controls.*", "every fault the study declares (FAULTS) and what it changes",
       "text", where="wflow verify"),
+    K("fault_family", "the family of a sized fault (--fault FAMILY:S), None otherwise",
+      "text", where="wflow verify"),
+    K("fault_size", "the size S of a sized fault (velocity or time scaled by 1 + S, …)", "1",
+      where="wflow verify"),
+    K("fault_families.*", "every fault family the study accepts and what it scales (size "
+      "and power: docs/studies_power.md)", "text", where="wflow verify"),
+    K("seed_independent", "the criteria cannot depend on the seed (one run stands for all "
+      "seeds)", "bool", where="wflow verify"),
     K("fits.**", "the study's fitted numbers (orders, rates, levels; see the study's module)",
       "as named", where="wflow verify, wflow reproduce"),
 )
