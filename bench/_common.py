@@ -158,18 +158,23 @@ def call_peer(func: str, *, threads: int, python: str | None = None,
 #: thread: robust when other jobs share the machine, it counts only this process's work).
 CLOCK = {"timer": time.perf_counter, "name": "wall"}
 
-_SINGLE = {"NUMBA_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
-
-
 def use_cpu_time(argv: list[str]) -> None:
-    """Switch to CPU time on one thread; re-executes the script with the thread limits set."""
-    import sys
-
-    if any(os.environ.get(k) != v for k, v in _SINGLE.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **_SINGLE})
+    """Switch to CPU time on one thread: re-executes the script in :func:`peer_env` (1)."""
+    ensure_clean(1)
     CLOCK["timer"] = time.process_time
     CLOCK["name"] = "cpu, 1 thread"
+
+
+def ensure_clean(threads: int) -> None:
+    """Re-execute this script in the clean environment :func:`peer_env` (``threads``).
+
+    For benchmarks whose only peer is the script itself (``bench_reproduce.py``,
+    ``bench_pair_once.py``): their process then has the same explicit, recorded
+    environment as every peer of :func:`run_peer`.
+    """
+    if os.environ.get("WFLOW_BENCH_CLEAN") != str(int(threads)):
+        env = peer_env(threads, {"WFLOW_BENCH_CLEAN": str(int(threads))})
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def best_time(fn, *, repeat: int = 3, min_time: float = 0.0) -> tuple[float, object]:

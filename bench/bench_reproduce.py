@@ -8,7 +8,11 @@ computed every step), through ``wflow.particles.simulate(..., engine="compiled")
 workload of ``wflow reproduce`` for S² (target: ≤ 3 minutes on 2 cores; by the published
 engine's per-step times it needs about 2 hours on the same machine).
 
-Usage: ``python bench/bench_reproduce.py [--T 20] [--heads 1 10 100]``; writes
+The script re-executes itself in the clean environment of ``_common.peer_env`` (no
+inherited ``OMP_*``/``NUMBA_*``/``OPENBLAS_*``/``MKL_*`` variables, ``--threads`` for
+every library), recorded in the JSON with the CPU and the load of every run.
+
+Usage: ``python bench/bench_reproduce.py [--T 20] [--heads 1 10 100] [--threads 2]``; writes
 ``bench/results/bench_reproduce.json`` (``_T<T>`` appended for other horizons).
 """
 
@@ -24,11 +28,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import machine, table, write_json  # noqa: E402
+from _common import default_threads, ensure_clean, machine, table, write_json  # noqa: E402
 from bench_published import DT, initial_data, wflow_schedule  # noqa: E402
-
-from wflow.heads import Attention  # noqa: E402
-from wflow.particles import simulate  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +37,12 @@ def main() -> int:
     ap.add_argument("--T", type=float, default=20.0)
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 10, 100])
     ap.add_argument("--paths", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=default_threads())
     args = ap.parse_args()
+    ensure_clean(args.threads)
+    from wflow.heads import Attention
+    from wflow.particles import simulate
+
     meta = machine()
     print(f"machine: {meta['cpu']}, {meta['cores']} cores, load {meta['loadavg']}", flush=True)
     # compile (or load the on-disk cache) outside the timed runs
