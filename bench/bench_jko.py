@@ -38,10 +38,10 @@ import warnings
 import numpy as np
 from _common import machine, table, write_json
 
-from wflow.density import initial_density
-from wflow.heads import Attention, Heads
+from wflow.attention.heads import Attention, Heads
+from wflow.geometry.density import initial_density
+from wflow.geometry.mesh import load_mesh
 from wflow.jko import JKOOptions, JKOWarning, cost_matrix, solve_jko
-from wflow.mesh import load_mesh
 
 VMF2 = {"type": "vmf", "means": [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]], "kappas": [5.0, 4.0],
         "weights": [0.6, 0.4]}

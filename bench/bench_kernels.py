@@ -181,8 +181,8 @@ def threads_numpy(x, y, m, Q, K, beta, nthreads):
 
 def generic_numba(x, y, m, Q, K, beta):
     """Candidate for wide heads: the chunked all-numba kernel (no BLAS)."""
-    from wflow import _kernels_numba as kn
     from wflow import kernels as km
+    from wflow.kernels import _numba as kn
 
     H = Q.shape[0]
     M, d = x.shape

@@ -124,7 +124,7 @@ def run(step, x0, steps):
 
 def peer(impl: str, H: int, steps: int, repeats: int, cpu_time: bool) -> dict:
     """In a fresh process: warm up and run one implementation; times and records."""
-    from wflow.heads import Attention, Heads
+    from wflow.attention.heads import Attention, Heads
 
     if cpu_time:
         CLOCK.update(timer=time.process_time, name="cpu, 1 thread")

@@ -4,7 +4,7 @@ Measures on ONE core (the script re-executes itself in the clean one-thread envi
 ``_common.peer_env``: no inherited ``OMP_*``/``NUMBA_*``/``OPENBLAS_*``/``MKL_*`` variables,
 every thread count 1, recorded in the JSON; process CPU time):
 
-* ``fexp``: the vectorised ``e^s`` of :mod:`wflow._kernels_numba` over 10⁵ values;
+* ``fexp``: the vectorised ``e^s`` of :mod:`wflow.kernels._numba` over 10⁵ values;
 * ``pair-once``: the symmetric-head kernel of ``particle_terms`` (every pair once, the
   row sums and the column sums, ``Z`` and ``Y``) at n = 200 and n = 1000, per pair.
 
@@ -30,7 +30,7 @@ def main() -> int:
     use_cpu_time(sys.argv[1:])  # one thread, process CPU time
     from numba import njit
 
-    from wflow._kernels_numba import _FM, CHUNK, _head_sums_pair_once, fexp
+    from wflow.kernels._numba import _FM, CHUNK, _head_sums_pair_once, fexp
 
     @njit(fastmath=_FM)
     def exps(s, out, reps):

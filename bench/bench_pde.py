@@ -30,14 +30,14 @@ import time
 
 import numpy as np
 
-from wflow.density import initial_density
+from wflow.attention.heads import Attention, Heads
+from wflow.attention.schedules import Static
 from wflow.energy import evaluate
-from wflow.heads import Attention, Heads
+from wflow.geometry.density import initial_density
+from wflow.geometry.mesh import load_mesh
 from wflow.kernels import kernel_sums, plan_kernel
-from wflow.mesh import load_mesh
 from wflow.pde import PDEOptions, iterate_pde
 from wflow.pde.solver import _Run
-from wflow.schedules import Static
 
 
 def timed(fn, repeat: int) -> float:

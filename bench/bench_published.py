@@ -114,10 +114,11 @@ def peer_faithful(kind: str, n: int, H: int, P: int, d: int, steps: int) -> dict
 
 def wflow_schedule(kind, H, D0):
     """The wflow schedule of a row: the published frames (``osc``) or the published OU."""
-    from wflow.schedules import OrnsteinUhlenbeck, Parametrisation, Relaxed
+    from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation
+    from wflow.published.td import published_relaxed
 
     if kind == "osc":
-        return Relaxed.published(D0)
+        return published_relaxed(D0)
     param = Parametrisation("bilinear", np.full(H, 1.0 / H), value_sign=-1.0)
     return OrnsteinUhlenbeck(param, D0, np.eye(D0.shape[-1]), kappa=1.0,
                              sigma0=math.sqrt(2.0), symmetric_noise=True)
@@ -130,7 +131,7 @@ def peer_wflow(kind: str, n: int, H: int, P: int, d: int, steps: int,
     Also times a 1-step run (the per-call overhead: setup, first evaluation, results) so
     that the per-step time can be split into the loop and the call.
     """
-    from wflow.heads import Attention
+    from wflow.attention.heads import Attention
     from wflow.particles import simulate
 
     x32, D0 = initial_data(n, H, d)
@@ -159,7 +160,7 @@ def peer_wflow(kind: str, n: int, H: int, P: int, d: int, steps: int,
 
 def peer_floor() -> dict:
     """In a fresh one-thread process: ns per kernel evaluation of the d = 3 state kernel."""
-    from wflow import _kernels_numba as kn
+    from wflow.kernels import _numba as kn
     from wflow.particles import _path_numba as pn
 
     rng = np.random.default_rng(0)

@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=default_threads())
     args = ap.parse_args()
     ensure_clean(args.threads)
-    from wflow.heads import Attention
+    from wflow.attention.heads import Attention
     from wflow.particles import simulate
 
     meta = machine()

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 
 import wflow
-from wflow.density import density_spec_from_scenario, initial_density
+from wflow.apps.scenario import load_scenario
+from wflow.geometry.density import density_spec_from_scenario, initial_density
+from wflow.geometry.mesh import load_mesh
+from wflow.geometry.transport import w2_sphere
 from wflow.jko import jko_options_from_dict, solve_jko
-from wflow.mesh import load_mesh
 from wflow.pde import pde_options_from_dict, solve_pde
-from wflow.scenario import load_scenario
-from wflow.transport import w2_sphere
 
 HERE = Path(__file__).resolve().parent
 

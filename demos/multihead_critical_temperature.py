@@ -21,18 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wflow.heads import Attention, Heads
-from wflow.multihead import (
-    beta_star,
-    beta_star_blocks,
-    block_heads,
-    c_star,
-    dominance_root,
-    radial_dominance,
-    spread_tokens,
-)
+from wflow.attention.heads import Attention, Heads
+from wflow.geometry.sphere import normalize, orthonormal_tokens
+from wflow.multihead import beta_star, beta_star_blocks, c_star, dominance_root, radial_dominance
 from wflow.particles import simulate
-from wflow.sphere import normalize, orthonormal_tokens
+from wflow.studies.helpers import block_heads, spread_tokens
 
 
 def main(quick: bool = False, out: Path | None = None) -> dict:

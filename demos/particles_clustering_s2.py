@@ -14,8 +14,8 @@ import argparse
 from pathlib import Path
 
 import wflow
+from wflow.apps.scenario import load_scenario
 from wflow.particles import simulate
-from wflow.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wflow.apps.scenario import load_scenario
 from wflow.particles import simulate
-from wflow.scenario import load_scenario
 
 HERE = Path(__file__).resolve().parent
 

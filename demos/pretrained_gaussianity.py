@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wflow.heads import Attention
+from wflow.attention.heads import Attention
 from wflow.models import (
     export_heads,
     gaussianity_study,

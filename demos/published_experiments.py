@@ -18,7 +18,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from wflow.reproduce import ReproduceOptions, reproduce
+from wflow.apps.reproduce import ReproduceOptions, reproduce
 
 
 def main(quick: bool = False, out: Path | None = None, gif: bool = False) -> dict:

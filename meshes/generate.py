@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wflow.mesh import icosphere, validate_sphere, write_surface
+from wflow.geometry.mesh import icosphere, validate_sphere, write_surface
 
 HERE = Path(__file__).resolve().parent
 FREQUENCIES = (6, 11, 16, 22, 32, 45)

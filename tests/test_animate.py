@@ -1,4 +1,4 @@
-"""Pictures of a run (wflow.animate): GIFs, snapshots, the per-run figure, `--gif` flags."""
+"""Pictures of a run (wflow.apps.animate): GIFs, snapshots, the per-run figure, `--gif` flags."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wflow.animate import (
+from wflow.apps.animate import (
     GIF_FRAME_MS,
     GIF_FRAMES,
     density_gif,
@@ -17,12 +17,16 @@ from wflow.animate import (
     token_gif,
     token_snapshots,
 )
+from wflow.attention.heads import Attention
 from wflow.cli import main
-from wflow.heads import Attention, Heads
-from wflow.mesh import icosphere
+from wflow.geometry.mesh import icosphere
 from wflow.particles import simulate
-from wflow.schedules import OrnsteinUhlenbeck, Relaxed
-from wflow.sphere import sample_published_clusters
+from wflow.published.td import (
+    published_heads,
+    published_ou,
+    published_relaxed,
+    sample_published_clusters,
+)
 
 
 def _frames(path) -> list[np.ndarray]:
@@ -79,8 +83,8 @@ def test_density_gif(tmp_path):
 def test_running_balance_is_the_accumulators(noisy):
     rng = np.random.default_rng(1)
     x0 = sample_published_clusters(40, 3, rng)
-    D0 = Heads.published(3, 3, seed=2).A
-    sch = OrnsteinUhlenbeck.published(D0) if noisy else Relaxed.published(D0)
+    D0 = published_heads(3, 3, seed=2).A
+    sch = published_ou(D0) if noisy else published_relaxed(D0)
     res = simulate(x0, sch, Attention("softmax", 1.0), T=0.5, dt=0.01, integrator="euler",
                    record_every=5, n_paths=2, seed=3, head_rates=False, clusters=False)
     bal = running_balance(res.steps, res.t, res.history["balance_chain"], stochastic=noisy)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import wflow.particles.run as prun
+from wflow.apps.scenario import ScenarioError, parse_scenario
 from wflow.cli import main
-from wflow.scenario import ScenarioError, parse_scenario
 
 A = np.array([[[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, -0.5]],
               [[0.3, 0.0, 0.1], [0.0, 0.8, 0.0], [0.1, 0.0, 0.4]]])

@@ -2,7 +2,7 @@
 
 ``wflow mesh --check F --project --out G`` projects onto the unit sphere and G passes
 ``--check``; without ``--project`` a mesh off the sphere is never written; the solvers'
-loader projects meshes within :data:`wflow.mesh.PROJECT_TOL` with a warning and refuses
+loader projects meshes within :data:`wflow.geometry.mesh.PROJECT_TOL` with a warning and refuses
 the rest; messages print plain numbers (issue 14, item 8).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from wflow.cli import main
-from wflow.mesh import (
+from wflow.geometry.mesh import (
     PROJECT_TOL,
     RADIUS_TOL,
     MeshValidationError,
@@ -79,7 +79,7 @@ def test_other_radius_needs_explicit_projection(tmp_path, capsys):
 
 
 def test_loader_projects_within_tolerance_with_a_warning(float32_sphere, caplog):
-    with caplog.at_level(logging.WARNING, logger="wflow.mesh"):
+    with caplog.at_level(logging.WARNING, logger="wflow.geometry.mesh"):
         sm = load_mesh(float32_sphere)
     assert any("projected onto the sphere" in r.getMessage() for r in caplog.records)
     verts = sm.cell_vertices.reshape(-1, 3)

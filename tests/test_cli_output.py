@@ -17,7 +17,7 @@ import pytest
 
 import wflow.particles.run as prun
 from wflow.cli import main
-from wflow.io import OUTPUT_MARKER, read_output_marker
+from wflow.infra.io import OUTPUT_MARKER, read_output_marker
 
 SCENARIO = """seed = 1
 [attention]

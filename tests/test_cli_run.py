@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wflow.main_job as mj
+import wflow.apps.main_job as mj
 from wflow.cli import main
 
 from .test_main_job import SCENARIO as MAIN_JOB_SCENARIO

@@ -13,11 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wflow.heads import Attention, Heads
-from wflow.particles import simulate
-from wflow.particles.compiled import compiled_support
-from wflow.particles.options import ParticleOptions
-from wflow.schedules import (
+from wflow.attention.heads import Attention, Heads
+from wflow.attention.schedules import (
     CallableSchedule,
     Layers,
     OrnsteinUhlenbeck,
@@ -25,9 +22,12 @@ from wflow.schedules import (
     Parametrisation,
     Relaxed,
     Static,
-    published_frames,
 )
-from wflow.sphere import sample_uniform
+from wflow.geometry.sphere import sample_uniform
+from wflow.particles import simulate
+from wflow.particles.compiled import compiled_support
+from wflow.particles.options import ParticleOptions
+from wflow.published.td import published_frames, published_relaxed
 
 EPS = np.finfo(float).eps
 #: Relative agreement of the two loops (round-off of differently ordered sums, ≤ 60 steps).
@@ -57,7 +57,7 @@ def make_schedule(kind: str, rng: np.random.Generator, *, H: int, d: int, symmet
     if kind == "oscillating":
         return Oscillating(param, A0, amplitude=0.4, omega=2.0)
     if kind == "relaxed_published":
-        return Relaxed.published(0.3 * A0, w=w)
+        return published_relaxed(0.3 * A0, w=w)
     if kind == "relaxed_rotating":
         return Relaxed.rotating(0.3 * A0, w=w, kappa=0.8)
     if kind == "layers":
@@ -187,7 +187,7 @@ def test_published_experiment_scale(rng):
     kw = dict(T=0.2, dt=5e-3, integrator="euler", record_every=5, n_paths=10, seed=2010,
               head_rates=False, clusters=False)
     assert_same_run(*both(x0, ou, Attention("softmax", 1.0), **kw))
-    osc = Relaxed.published(D0)
+    osc = published_relaxed(D0)
     assert_same_run(*both(x0, osc, Attention("softmax", 1.0), **kw))
 
 
@@ -207,7 +207,7 @@ def test_the_comparison_catches_small_faults(rng):
         assert_same_run(simulate(x0, bumped, attn, engine="compiled", **kw), rp)
     with pytest.raises(AssertionError):
         assert_same_run(simulate(x0, sched, attn, engine="compiled", **{**kw, "seed": 6}), rp)
-    pub = Relaxed.published(_sym(rng, 3, 3, 0.3))
+    pub = published_relaxed(_sym(rng, 3, 3, 0.3))
     near = Relaxed(pub.param, pub.theta0, lambda t: published_frames(t, 3, 3) + 1e-9)
     rp = simulate(x0, pub, attn, engine="python", **kw)
     assert_same_run(simulate(x0, pub, attn, engine="compiled", **kw), rp)
@@ -289,7 +289,7 @@ def test_one_big_draw_equals_consecutive_draws():
 _CACHE_PROBE = """
 import json, sys
 import numpy as np
-from wflow import _kernels_numba as kn
+from wflow.kernels import _numba as kn
 s = np.linspace(-3.0, 3.0, 64)
 kn.fexp_array(s, np.empty_like(s))
 x = np.ones((2, 5, 3)) / np.sqrt(3.0)
@@ -297,9 +297,9 @@ kn.direct3(x, np.ones((2, 3, 5)), np.ones((3, 5)), np.full(5, 0.2), 0, False, np
            np.empty((2, 5, 3)), np.empty((2, 5)), np.empty((2, 5)))
 stats = [kn.fexp_array.stats, kn.direct3.stats]
 if len(sys.argv) > 1:  # also the compiled particle loop (cached by the calling test)
-    from wflow.heads import Attention, Heads
+    from wflow.attention.heads import Attention, Heads
     from wflow.particles import _path_numba as pn, simulate
-    from wflow.sphere import sample_uniform
+    from wflow.geometry.sphere import sample_uniform
     rng = np.random.default_rng(0)
     simulate(sample_uniform(12, 3, rng), Heads.random_symmetric(2, 3, rng), Attention("softmax"),
              T=0.02, dt=0.01, engine="compiled", head_rates=False, clusters=False)
@@ -368,9 +368,9 @@ pn.state_par(*args)
 """
     run = """
 import numpy as np
-from wflow.heads import Attention, Heads
+from wflow.attention.heads import Attention, Heads
 from wflow.particles import simulate
-from wflow.sphere import sample_uniform
+from wflow.geometry.sphere import sample_uniform
 rng = np.random.default_rng(1)
 r = simulate(sample_uniform(20, 3, rng), Heads.random_symmetric(2, 3, rng), Attention("softmax"),
              T=0.05, dt=0.01, engine="compiled", head_rates=False, clusters=False)

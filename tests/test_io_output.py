@@ -1,4 +1,4 @@
-"""The output folder machinery of :mod:`wflow.io`: run_directory, prepare_output, markers.
+"""The output folder machinery of :mod:`wflow.infra.io`: run_directory, prepare_output, markers.
 
 Library-level complements of ``tests/test_cli_output.py``: the atomic swap of a previous
 output (with and without ``renameat2``), a location that changes during the run, an
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import wflow.io as wio
-from wflow.io import (
+import wflow.infra.io as wio
+from wflow.infra.io import (
     OUTPUT_MARKER,
     OutputError,
     prepare_output,

@@ -9,7 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-from wflow.heads import Attention, Heads
+from wflow.attention.heads import Attention, Heads
+from wflow.attention.schedules import Oscillating, Parametrisation
+from wflow.geometry.mesh import icosphere
+from wflow.geometry.sphere import pairwise_geodesic
 from wflow.jko import (
     JKOOptions,
     JKOWarning,
@@ -21,9 +24,6 @@ from wflow.jko import (
     pair_mobility,
     solve_jko,
 )
-from wflow.mesh import icosphere
-from wflow.schedules import Oscillating, Parametrisation
-from wflow.sphere import pairwise_geodesic
 
 EPS = np.finfo(np.float64).eps
 A2 = np.array([[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
@@ -383,9 +383,9 @@ def test_cli_jko_writes_the_pde_outputs(tmp_path):
 
 # ----------------------------------------------------------------------------- JKO vs PDE
 def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
-    from wflow.mesh import load_mesh
+    from wflow.geometry.mesh import load_mesh
+    from wflow.geometry.transport import w2_sphere
     from wflow.pde import PDEOptions, initial_density, solve_pde
-    from wflow.transport import w2_sphere
 
     sm = load_mesh(mesh_name)
     cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)

@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wflow.density import initial_density
+from wflow.attention.heads import Attention, Heads
 from wflow.energy import evaluate
-from wflow.heads import Attention, Heads
+from wflow.geometry.density import initial_density
+from wflow.geometry.mesh import load_mesh, shipped_meshes
 from wflow.jko import JKOOptions
 from wflow.jko.cost import _Geometry, candidate_block, pair_mobility
 from wflow.jko.energy import energy_gradient
 from wflow.jko.oracle import TRUNC, _Oracle
-from wflow.mesh import load_mesh, shipped_meshes
 
 MESHES = shipped_meshes()
 #: The two largest meshes (20 480 and 40 500 cells) take minutes: slow suite.

@@ -1,4 +1,4 @@
-"""The house: every solver package has the same rooms, and old import paths still work."""
+"""The house: every solver package has the same rooms, and every public name resolves."""
 
 from __future__ import annotations
 
@@ -31,35 +31,7 @@ def test_only_run_writes_files(pkg):
         assert not calls & writers, f"{path.name} writes files: {sorted(calls & writers)}"
 
 
-OLD_PATHS = {
-    "wflow": ["simulate", "euler_path", "ParticleOptions", "solve_pde", "PDEOptions",
-              "integrate_moments", "GaussianParams"],
-    "wflow.jobs": ["run_particles", "history_columns", "provenance"],
-    "wflow.particles": ["simulate", "iterate", "time_grid", "INTEGRATOR_ORDER", "EulerPath"],
-    "wflow.pde": ["solve_pde", "iterate_pde", "initial_density", "density_spec_from_scenario",
-                  "pde_options_from_dict", "rotation_velocity", "run_pde", "render_snapshots",
-                  "PDE_SPEC", "DENSITY_SPEC"],
-    "wflow.jko": ["solve_jko", "iterate_jko", "jko_step", "cost_matrix", "pair_mobility",
-                  "energy_gradient", "jko_options_from_dict", "run_jko", "run_jko_scenario",
-                  "jko_refinement", "JKOWarning", "JKO_SPEC"],
-    "wflow.gaussian": ["integrate_moments", "riccati_closed_form", "blowup_time_isotropic",
-                       "bures_map", "simulate_particles", "psd_factor", "LayerSchedule"],
-    "wflow.gaussian_riccati": ["classify", "equilibria", "phase_diagram", "LABELS"],
-    "wflow.gaussian_reach": ["reach", "plan_controls", "principal_rotation"],
-    "wflow.gaussian_scenario": ["load_gaussian_scenario", "GaussianScenario"],
-    "wflow.gaussian_report": ["run_gaussian_scenario", "write_gaussian_run", "plot_reach"],
-    "wflow.scenario": ["number", "choice", "boolean", "string", "take", "ScenarioError"],
-}
-
-
-@pytest.mark.parametrize("module", sorted(OLD_PATHS))
-def test_public_names_importable_from_their_old_paths(module):
-    mod = importlib.import_module(module)
-    missing = [n for n in OLD_PATHS[module] if not hasattr(mod, n)]
-    assert not missing, f"{module} lost {missing}"
-
-
-@pytest.mark.parametrize("pkg", ["wflow", *(f"wflow.{p}" for p in SOLVERS), "wflow.reproduce",
+@pytest.mark.parametrize("pkg", ["wflow", *(f"wflow.{p}" for p in SOLVERS), "wflow.apps.reproduce",
                                  "wflow.status"])
 def test_every_public_name_resolves(pkg):
     """Each name of ``__all__`` exists (the top level's lazy ones included) and is not

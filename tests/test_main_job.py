@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-import wflow.main_job as mj
+import wflow.apps.main_job as mj
 from wflow.cli import main
 
 SCENARIO = """
@@ -168,7 +168,7 @@ def test_failing_checks_are_reported_as_fail(tmp_path, monkeypatch):
     run's status too, and the report says FAIL; (2) particles moved by flipped heads
     (V = −A) drift away from the PDE: W₂ exceeds 3× its t = 0 sampling level → FAIL, run
     "inaccurate"."""
-    from wflow.heads import Heads
+    from wflow.attention.heads import Heads
     from wflow.jko import JKOWarning
 
     with pytest.warns(JKOWarning, match="3 of 3 JKO steps locked"):

@@ -13,7 +13,7 @@ import pytest
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from wflow.heads import Attention  # noqa: E402
+from wflow.attention.heads import Attention  # noqa: E402
 from wflow.models import (  # noqa: E402
     BertConfig,
     WordPieceTokenizer,

@@ -5,37 +5,39 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from wflow.attention.heads import Attention, Heads
 from wflow.diagnostics import attention_entropy, head_rates, radial_shadows
 from wflow.energy import evaluate, slope_terms
-from wflow.heads import Attention, Heads
+from wflow.geometry.sphere import equiangular_tokens, orthonormal_tokens, sample_uniform
 from wflow.multihead import (
-    approx_orthogonal_heads,
     beta_star,
     beta_star_blocks,
     beta_star_exact,
-    block_heads,
     c_star,
-    clustering_time,
     dominance_cosine,
     dominance_root,
     early_rate,
     equiangular_entropy,
     equiangular_rhs,
     equiangular_time,
+    lambda_c,
+    phi,
+    radial_dominance,
+    relu_equiangular_time,
+    solve_equiangular,
+)
+from wflow.particles import simulate
+from wflow.studies.helpers import (
+    approx_orthogonal_heads,
+    block_heads,
+    clustering_time,
     fit_decay_rate,
     fit_early_rate,
     head_overlap,
-    lambda_c,
     particle_clustering_time,
-    phi,
-    radial_dominance,
     reduce_to_span,
-    relu_equiangular_time,
-    solve_equiangular,
     spread_tokens,
 )
-from wflow.particles import simulate
-from wflow.sphere import equiangular_tokens, orthonormal_tokens, sample_uniform
 
 EPS = np.finfo(float).eps
 GOLDEN = (1 + np.sqrt(5)) / 2

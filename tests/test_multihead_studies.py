@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from wflow import cli
-from wflow.heads import Heads
+from wflow.attention.heads import Heads
+from wflow.geometry.sphere import orthonormal_tokens
 from wflow.multihead import beta_star
-from wflow.sphere import orthonormal_tokens
 from wflow.studies.registry import SECTION, STUDIES
 
 MH_STUDIES = sorted(k for k, v in SECTION.items() if v == "§6")

@@ -5,20 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wflow.diagnostics import attention_entropy, entropy_production, head_rates
-from wflow.energy import evaluate, head_energies, slope_terms
-from wflow.heads import Attention, Heads
-from wflow.particles import INTEGRATOR_ORDER, iterate, simulate
-from wflow.schedules import (
+from wflow.attention.heads import Attention, Heads
+from wflow.attention.schedules import (
     CallableSchedule,
     Layers,
     OrnsteinUhlenbeck,
     Oscillating,
     Parametrisation,
-    Relaxed,
     Static,
 )
-from wflow.sphere import sample_uniform
+from wflow.diagnostics import attention_entropy, entropy_production, head_rates
+from wflow.energy import evaluate, head_energies, slope_terms
+from wflow.geometry.sphere import sample_uniform
+from wflow.particles import INTEGRATOR_ORDER, iterate, simulate
+from wflow.published.td import published_relaxed
 
 EPS = np.finfo(float).eps
 
@@ -282,7 +282,7 @@ def test_oscillating_schedule_matches_closed_form_and_energy_work(rng):
 
 def test_relaxed_schedule_tracks_target(rng):
     param, theta0 = _bilinear(rng, H=2, sign=-1.0)
-    sch = Relaxed.published(theta0, w=0.5, kappa=5.0)
+    sch = published_relaxed(theta0, w=0.5, kappa=5.0)
     # after ≫ 1/κ the parameters follow F(t) up to O(|F'|/κ)
     th = sch.heads_at_time(6.0).A
     F = sch.target(6.0)
@@ -310,7 +310,7 @@ def target_identity_drift(theta, t):  # used through "module:function"
 
 
 def test_callable_schedule_from_spec(rng):
-    from wflow.schedules import load_callable
+    from wflow.infra.callables import load_callable
 
     fn = load_callable("tests.test_particles:target_identity_drift")
     param, theta0 = _bilinear(rng)
@@ -364,7 +364,7 @@ def test_non_value_aligned_heads_run_without_edi(rng):
 
 def test_head_rates_projected_form_is_accurate_at_large_beta():
     """One head αI on orthonormal tokens at large β: own power stays positive (no cancellation)."""
-    from wflow.sphere import orthonormal_tokens
+    from wflow.geometry.sphere import orthonormal_tokens
 
     x = orthonormal_tokens(12, 12)
     heads = Heads.scalar([1.0], 12)
@@ -443,7 +443,7 @@ def test_euler_path_bad_input(rng):
 @pytest.mark.parametrize("done", [0, 3])
 def test_euler_path_failure_keeps_finite_records_only(rng, monkeypatch, done):
     """A non-finite step ends the run with status "failed": records stop before it."""
-    import wflow._kernels_numba as kn
+    import wflow.kernels._numba as kn
     from wflow.particles import euler_path
 
     def fake(xT, *args):

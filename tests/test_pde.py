@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from wflow.density import vmf_density as _vmf_density
-from wflow.heads import Attention, Heads
-from wflow.mesh import icosphere, load_mesh
+from wflow.attention.heads import Attention, Heads
+from wflow.attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Parametrisation
+from wflow.geometry.density import vmf_density as _vmf_density
+from wflow.geometry.mesh import icosphere, load_mesh
+from wflow.geometry.sphere import normalize
 from wflow.pde import (
     PDEOptions,
     initial_density,
@@ -23,8 +25,6 @@ from wflow.pde import (
     solve_pde,
 )
 from wflow.pde.fv import _FV
-from wflow.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Parametrisation
-from wflow.sphere import normalize
 
 EPS = np.finfo(np.float64).eps
 ROOT = Path(__file__).resolve().parents[1]
@@ -535,9 +535,9 @@ def test_bad_solver_inputs():
 
 # ----------------------------------------------------------------------------- PDE vs particles
 def pde_vs_particles(n, cells, T, rng, *, max_points):
+    from wflow.geometry.sphere import pairwise_geodesic, sample_vmf_mixture
+    from wflow.geometry.transport import w2_sphere
     from wflow.particles import simulate
-    from wflow.sphere import pairwise_geodesic, sample_vmf_mixture
-    from wflow.transport import w2_sphere
 
     heads, attn = two_heads(), Attention("softmax", 1.0)
     sm = mesh(cells)

@@ -23,10 +23,10 @@ def case() -> dict[str, np.ndarray]:
     """Order-2 nonlocal run with time-dependent softmax heads and full diagnostics."""
     from scipy.spatial.transform import Rotation
 
-    from wflow.heads import Attention, Heads
-    from wflow.mesh import load_mesh
+    from wflow.attention.heads import Attention, Heads
+    from wflow.attention.schedules import Oscillating, Parametrisation
+    from wflow.geometry.mesh import load_mesh
     from wflow.pde import solve_pde
-    from wflow.schedules import Oscillating, Parametrisation
 
     R = Rotation.from_rotvec([0.4, 0.7, -0.2]).as_matrix()
     A = np.stack([np.diag([1.0, 0.3, -0.2]), R @ np.diag([0.8, 0.0, 0.4]) @ R.T])

@@ -16,15 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wflow.heads import Attention, Heads, torch_cpu_normal
+from wflow.apps.scenario import ScenarioError, load_scenario, parse_scenario
+from wflow.attention.heads import Attention
+from wflow.attention.schedules import OrnsteinUhlenbeck, Relaxed
+from wflow.geometry.sphere import SPHERE_TOL, sample_polytope_clusters
 from wflow.particles import simulate
-from wflow.scenario import ScenarioError, load_scenario, parse_scenario
-from wflow.schedules import OrnsteinUhlenbeck, Relaxed, published_frames
-from wflow.sphere import (
-    SPHERE_TOL,
+from wflow.published.td import (
+    published_frames,
+    published_heads,
+    published_ou,
+    published_relaxed,
     published_vertices,
-    sample_polytope_clusters,
     sample_published_clusters,
+    torch_cpu_normal,
 )
 
 DEMOS = Path(__file__).resolve().parents[1] / "demos"
@@ -121,31 +125,31 @@ def test_torch_cpu_normal_is_torchs_stream(seed, shape, digest):
 
 @pytest.mark.parametrize("H, d, digest", ENGINE_HEADS)
 def test_published_heads_torch_cpu_are_the_engines_matrices(H, d, digest):
-    heads = Heads.published(H, d, generator="torch-cpu")
+    heads = published_heads(H, d, generator="torch-cpu")
     assert sha(heads.A) == digest  # D_h(0) = Z + Zᵀ, seed 42 + H, head h gets Z[h]
     np.testing.assert_array_equal(heads.V, -heads.A)  # value −D_h
     np.testing.assert_array_equal(heads.w, np.full(H, 1.0 / H))
     np.testing.assert_array_equal(heads.Q, np.broadcast_to(np.eye(d), (H, d, d)))
     np.testing.assert_array_equal(heads.A, np.swapaxes(heads.A, 1, 2))
-    assert sha(Heads.published(H, d, generator="numpy").A) != digest  # same law, other sample
+    assert sha(published_heads(H, d, generator="numpy").A) != digest  # same law, other sample
 
 
 def test_published_heads_numpy_law():
     # the NumPy sample has the published law: diagonal N(0, 4), off-diagonal N(0, 2)
-    A = Heads.published(20000, 3, seed=5).A
+    A = published_heads(20000, 3, seed=5).A
     diag, off = A[:, [0, 1, 2], [0, 1, 2]].ravel(), A[:, 0, 1]
     for v, var in ((diag, 4.0), (off, 2.0)):
         se = var * math.sqrt(2.0 / v.size)  # standard error of a sample variance
         assert abs(v.var() - var) < 4 * se and abs(v.mean()) < 4 * math.sqrt(var / v.size)
     with pytest.raises(ValueError, match="generator"):
-        Heads.published(2, 3, generator="cuda")
+        published_heads(2, 3, generator="cuda")
 
 
 # ----------------------------------------------------------------------------- OU
 def test_published_ou_is_the_published_sde():
     H, d, dt = 3, 3, 5e-3
-    D0 = Heads.published(H, d, seed=1).A
-    sch = OrnsteinUhlenbeck.published(D0)
+    D0 = published_heads(H, d, seed=1).A
+    sch = published_ou(D0)
     assert sch.sigma0 == math.sqrt(2.0) and sch.kappa == 1.0 and sch.symmetric_noise
     np.testing.assert_array_equal(sch.theta_inf, np.broadcast_to(np.eye(d), D0.shape))
     # one step against the SDE written out: dD = (I − D) dt + σ √dt (Z + Zᵀ)/2, σ² = 2
@@ -182,8 +186,8 @@ def _published_diagnostics(x: np.ndarray, D: np.ndarray) -> tuple[float, float, 
 @pytest.mark.parametrize("H, d", [(1, 3), (4, 3), (3, 5)])
 def test_G2_and_energy_are_the_published_records(H, d):
     x = sample_published_clusters(30, d, np.random.default_rng(2))
-    D = Heads.published(H, d, seed=7).A
-    res = simulate(x, Relaxed.published(D), Attention("softmax", 1.0), T=0.01, dt=0.01,
+    D = published_heads(H, d, seed=7).A
+    res = simulate(x, published_relaxed(D), Attention("softmax", 1.0), T=0.01, dt=0.01,
                    integrator="euler", head_rates=False, clusters=False)
     E, G2, v = _published_diagnostics(x, D)
     np.testing.assert_allclose(res.history["E"][0, 0], E, rtol=1e-13)
@@ -240,7 +244,7 @@ def _scn(**sections) -> dict:
 def test_scenario_published_choices_build_the_published_objects():
     sc = parse_scenario(_scn())
     sch = sc.build_schedule()
-    np.testing.assert_array_equal(sch.initial_theta(), Heads.published(3, 3, seed=45).A)
+    np.testing.assert_array_equal(sch.initial_theta(), published_heads(3, 3, seed=45).A)
     np.testing.assert_array_equal(sch.drift(0 * sch.initial_theta(), 0.3),
                                   published_frames(0.3, 3, 3))
     assert sch.heads_at(sch.initial_theta()).value_alignment() == -1
@@ -278,7 +282,7 @@ def test_published_demo_scenarios_are_the_published_experiments(name):
     d = 3 if name.startswith("s2") else 5
     sch = sc.build_schedule()
     np.testing.assert_array_equal(sch.initial_theta(),
-                                  Heads.published(10, d, generator="torch-cpu").A)
+                                  published_heads(10, d, generator="torch-cpu").A)
     if name.endswith("ou"):
         assert isinstance(sch, OrnsteinUhlenbeck) and sch.sigma0 == math.sqrt(2.0)
         assert sc.particles["n_paths"] == (10 if d == 3 else 20)

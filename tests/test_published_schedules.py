@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from wflow.heads import Attention
+from wflow.attention.heads import Attention
+from wflow.attention.schedules import Parametrisation
+from wflow.geometry.sphere import sample_uniform
 from wflow.particles import simulate
-from wflow.schedules import Parametrisation, Relaxed, published_frames
-from wflow.sphere import sample_uniform
+from wflow.published.td import published_frames, published_relaxed
 
 
 def _theory_frame(t: float, h: int, H: int, d: int) -> np.ndarray:
@@ -55,7 +56,7 @@ def test_euler_integrator_advances_weights_with_the_same_euler_step():
     rng = np.random.default_rng(0)
     H, d, dt = 3, 3, 0.05
     Z = rng.standard_normal((H, d, d))
-    sch = Relaxed.published(Z + np.swapaxes(Z, 1, 2))
+    sch = published_relaxed(Z + np.swapaxes(Z, 1, 2))
     x0 = sample_uniform(20, d, rng)
     res = simulate(x0, sch, Attention("softmax", 1.0), T=2 * dt, dt=dt, integrator="euler",
                    head_rates=False, clusters=False)
@@ -72,7 +73,7 @@ def test_euler_integrator_advances_weights_with_the_same_euler_step():
 def test_published_relaxed_defaults_are_the_published_ones():
     H = 4
     theta0 = np.zeros((H, 3, 3))
-    sch = Relaxed.published(theta0)
+    sch = published_relaxed(theta0)
     heads = sch.heads_at(theta0 + np.eye(3))
     np.testing.assert_allclose(heads.w, 1.0 / H)
     np.testing.assert_allclose(heads.V, -heads.K)  # value −D_h: energy descent

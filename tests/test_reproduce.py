@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from wflow.cli import main
-from wflow.reproduce import (
+from wflow.apps.reproduce import (
     EXPERIMENTS,
     ReproduceOptions,
     fit_experiment,
@@ -19,6 +18,7 @@ from wflow.reproduce import (
     published_slope,
     run_experiments,
 )
+from wflow.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wflow.apps.scenario import ScenarioError, parse_scenario
 from wflow.cli import build_parser, main
-from wflow.scenario import ScenarioError, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

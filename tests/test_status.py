@@ -10,11 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
-from wflow.heads import Attention, Heads
+from wflow.attention.heads import Attention, Heads
+from wflow.geometry.sphere import sample_uniform
 from wflow.jko import JKOOptions, JKOWarning, auto_step, solve_jko
 from wflow.jko.options import auto_tau
 from wflow.particles import simulate
-from wflow.sphere import sample_uniform
 from wflow.status import (
     STATUSES,
     balance_order,
@@ -82,7 +82,7 @@ def test_particles_too_large_step_is_inaccurate(integrator, bad_dt, good_dt):
     7e-4 for RK4 at dt = 0.2)."""
     from pathlib import Path
 
-    from wflow.scenario import load_scenario
+    from wflow.apps.scenario import load_scenario
 
     sc = load_scenario(Path(__file__).parents[1] / "demos" / "particles_clustering_s2.toml")
     x0, heads, attn = sc.build_tokens(), sc.build_schedule(), sc.attention_obj()
@@ -134,8 +134,8 @@ def test_pde_large_beta_is_inaccurate_and_written(tmp_path):
     numbers finite (E ~ 1e82), but the kernel is narrower than a cell: the chain-rule
     residual is ~70 % of the budget → "inaccurate", written with the reason. Positive
     control: β = 1 → "success" (residual 2.2e-3 against 0.01)."""
+    from wflow.apps.scenario import load_scenario
     from wflow.pde.run import run_pde
-    from wflow.scenario import load_scenario
 
     for beta, status in (("200.0", "inaccurate"), ("1.0", "success")):
         p = tmp_path / f"b{beta}.toml"
@@ -156,8 +156,8 @@ def test_pde_large_beta_is_inaccurate_and_written(tmp_path):
 
 # ----------------------------------------------------------------------------- JKO
 def _jko_problem(freq: int = 6):
-    from wflow.density import initial_density
-    from wflow.mesh import load_mesh
+    from wflow.geometry.density import initial_density
+    from wflow.geometry.mesh import load_mesh
 
     sm = load_mesh(f"icosphere:{20 * freq * freq}")
     cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)

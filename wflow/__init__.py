@@ -3,7 +3,8 @@
 Tokens are points on ``S^{d-1}``, attention heads move them, depth is time. See
 ``THEORY.md`` (shipped beside the repository) for every formula. The public face:
 
-* heads and attention: :class:`Heads`, :class:`Attention`, schedules in :mod:`wflow.schedules`;
+* heads and attention: :class:`Heads`, :class:`Attention`, schedules in
+  :mod:`wflow.attention.schedules`;
 * the kernel: :func:`kernel_sums`; energies and velocities: :func:`evaluate`;
 * solvers: :func:`simulate` (particles), :func:`solve_pde` (transformer PDE on a sphere
   mesh, :func:`load_mesh`), :mod:`wflow.jko` (JKO scheme), :mod:`wflow.gaussian`
@@ -15,8 +16,17 @@ Heavy or optional pieces (DOLFINx, plotting, model readers) are imported lazily.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from .apps.scenario import Scenario, load_scenario
+from .attention.heads import Attention, Heads
+from .attention.schedules import (
+    CallableSchedule,
+    Layers,
+    OrnsteinUhlenbeck,
+    Oscillating,
+    Relaxed,
+    Schedule,
+    Static,
+)
 from .energy import (
     FieldEval,
     SlopeTerms,
@@ -26,7 +36,8 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
-from .heads import Attention, Heads
+from .geometry.transport import w2_sphere
+from .infra.version import __version__
 from .kernels import (
     KernelInfo,
     KernelLog,
@@ -39,18 +50,7 @@ from .kernels import (
 )
 from .multihead import beta_star, c_star, lambda_c, phi, radial_dominance
 from .particles import EulerPath, ParticleOptions, ParticleResult, euler_path, simulate
-from .scenario import Scenario, load_scenario
-from .schedules import (
-    CallableSchedule,
-    Layers,
-    OrnsteinUhlenbeck,
-    Oscillating,
-    Relaxed,
-    Schedule,
-    Static,
-)
 from .status import Check, chain_check
-from .transport import w2_sphere
 
 __all__ = [
     "__version__",
@@ -108,11 +108,11 @@ __all__ = [
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
-    "load_mesh": ".mesh",
+    "load_mesh": ".geometry.mesh",
     "solve_pde": ".pde", "PDEOptions": ".pde", "PDEResult": ".pde",
     "solve_jko": ".jko", "JKOOptions": ".jko", "JKOResult": ".jko",
-    "run_experiments": ".reproduce", "ReproduceOptions": ".reproduce",
-    "ReproduceResult": ".reproduce",
+    "run_experiments": ".apps.reproduce", "ReproduceOptions": ".apps.reproduce",
+    "ReproduceResult": ".apps.reproduce",
 }
 
 

@@ -30,7 +30,8 @@ import os
 import pkgutil
 import sys
 
-from . import __version__, commands
+from . import commands
+from .infra.version import __version__
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED"]
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    from .io import set_command_line
+    from .infra.io import set_command_line
 
     set_command_line(argv)
     name = f"wflow {args.command}"

@@ -32,10 +32,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from .attention.heads import Attention, Heads
 from .energy import FieldEval
-from .heads import Attention, Heads
+from .geometry.sphere import project_tangent
 from .kernels import kernel_sums
-from .sphere import project_tangent
 
 __all__ = [
     "mean_inner_product",

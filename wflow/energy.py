@@ -32,9 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .heads import Attention, Heads
+from .attention.heads import Attention, Heads
+from .geometry.sphere import project_tangent
 from .kernels import DEFAULT_TOL, KernelLog, kernel_sums
-from .sphere import project_tangent
 
 __all__ = [
     "FieldEval",

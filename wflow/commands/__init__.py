@@ -2,7 +2,7 @@
 
 Shared by the commands that write an output folder: :func:`add_output` (``--out`` and
 ``--overwrite``), :func:`prepare` (checks the location before any computation, see
-:func:`wflow.io.prepare_output`) and :func:`finish` (the exit status of a run: 0 only for
+:func:`wflow.infra.io.prepare_output`) and :func:`finish` (the exit status of a run: 0 only for
 ``status == "success"``).
 """
 
@@ -29,7 +29,7 @@ def add_output(p: argparse.ArgumentParser, *, required: bool = True,
 
 def prepare(args: argparse.Namespace) -> Path:
     """Check ``args.out`` before computing (exit status 2 on refusal); absolute path."""
-    from ..io import prepare_output
+    from ..infra.io import prepare_output
 
     return prepare_output(args.out, overwrite=args.overwrite)
 

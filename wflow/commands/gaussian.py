@@ -104,7 +104,7 @@ def handler(args: argparse.Namespace) -> int:
         write_gaussian_run,
         write_reach,
     )
-    from ..io import run_directory
+    from ..infra.io import run_directory
 
     out = prepare(args)
     scn = load_gaussian_scenario(path)
@@ -157,7 +157,7 @@ def _pretrained(args: argparse.Namespace) -> int:
                                         layers=args.layers, pca_dim=args.pca_dim, **kw)
     except ImportError as exc:
         raise FileNotFoundError(f"{exc}") from None
-    from ..io import run_directory
+    from ..infra.io import run_directory
 
     with run_directory(out) as stage:
         write_pretrained_report(result, stage)

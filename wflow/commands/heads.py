@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _beta_star(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..io import to_jsonable
+    from ..infra.io import to_jsonable
     from ..multihead import beta_star, beta_star_exact, c_star
 
     H, n, a = np.broadcast_arrays(np.asarray(args.H), np.asarray(args.n), np.asarray(args.alpha))
@@ -135,8 +135,8 @@ def _load_tokens(path: str):
 
 
 def _radial_dominance(args: argparse.Namespace) -> int:
-    from ..heads import Attention, Heads
-    from ..io import to_jsonable
+    from ..attention.heads import Attention, Heads
+    from ..infra.io import to_jsonable
     from ..multihead import radial_dominance
 
     x = _load_tokens(args.tokens)

@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.scenario import load_scenario
     from ..jko.run import run_jko
-    from ..scenario import load_scenario
 
     out = prepare(args)
     sc = load_scenario(args.scenario)

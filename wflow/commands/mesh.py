@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _check_out(args: argparse.Namespace) -> None:
     """Refuse a bad --out before reading or generating anything."""
-    from ..io import check_parent
+    from ..infra.io import check_parent
 
     out = Path(args.out).expanduser()
     if out.is_dir():
@@ -60,7 +60,7 @@ def _check_out(args: argparse.Namespace) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     """Run ``wflow mesh``."""
-    from ..mesh import (
+    from ..geometry.mesh import (
         RADIUS_TOL,
         generate_sphere,
         project_to_sphere,

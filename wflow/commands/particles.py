@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "entropies and clustering. Writes DIR/summary.json, DIR/diagnostics.csv and, with "
         "--save-trajectory, DIR/trajectory.npz.",
     )
-    p.add_argument("scenario", help="scenario TOML file (see wflow.scenario for the schema)")
+    p.add_argument("scenario", help="scenario TOML file (see wflow.apps.scenario for the schema)")
     add_output(p)
     p.add_argument("--save-trajectory", action="store_true",
                    help="also write trajectory.npz with t and x of shape (steps, n, d)")
@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.scenario import load_scenario
     from ..particles.run import run_particles
-    from ..scenario import load_scenario
 
     out = prepare(args)
     sc = load_scenario(args.scenario)

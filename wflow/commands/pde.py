@@ -44,8 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
+    from ..apps.scenario import load_scenario
     from ..pde.run import run_pde
-    from ..scenario import load_scenario
 
     out = prepare(args)  # collective: rank 0 decides
     sc = load_scenario(args.scenario)

@@ -9,7 +9,7 @@ from . import add_output, prepare
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
-    from ..reproduce import EXPERIMENTS, GROUPS
+    from ..apps.reproduce import EXPERIMENTS, GROUPS
 
     names = [*EXPERIMENTS, *GROUPS]
     p = sub.add_parser(
@@ -60,8 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..parallel import comm_rank_size
-    from ..reproduce import ReproduceOptions, reproduce
+    from ..apps.reproduce import ReproduceOptions, reproduce
+    from ..infra.parallel import comm_rank_size
 
     given = {"H": None if args.H is None else tuple(args.H), "n": args.n, "T": args.T,
              "dt": args.dt, "paths": args.paths, "seed": args.seed,

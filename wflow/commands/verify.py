@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..parallel import comm_rank_size
+    from ..infra.parallel import comm_rank_size
     from ..studies.registry import load_study
 
     comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location

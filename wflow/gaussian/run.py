@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import write_csv, write_json
+from ..infra.io import write_csv, write_json
 from .bures import bures_wasserstein_distance
 from .classify import Classification, PhaseDiagram, classify, phase_diagram
 from .moments import psd_factor

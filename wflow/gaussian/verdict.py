@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import to_jsonable
+from ..infra.io import to_jsonable
 from .asymptotics import RateFit
 from .riccati import Equilibrium, EquilibriumFamily
 

@@ -52,15 +52,6 @@ __all__ = [
     "jko_options_from_dict",
     "run_jko_scenario",
     "run_jko",
-    "jko_refinement",
     "JKO_SPEC",
 ]
 
-
-def __getattr__(name: str):
-    """``jko_refinement`` moved to the ``edi`` study (:mod:`wflow.studies.edi`)."""
-    if name == "jko_refinement":
-        from ..studies.edi import jko_refinement
-
-        return jko_refinement
-    raise AttributeError(f"module 'wflow.jko' has no attribute {name!r}")

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..sphere import pairwise_geodesic
+from ..geometry.sphere import pairwise_geodesic
 from .options import MOBILITY_MEANS, JKOOptions
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..heads import Attention, Heads
+from ..attention.heads import Attention, Heads
 from ..kernels import kernel_sums
 
 __all__ = [

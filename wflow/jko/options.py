@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..schema import ScenarioError, Spec, boolean, choice, number, string, take
+from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 
 __all__ = [
     "TAU_CELLS",

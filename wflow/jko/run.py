@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..heads import Attention
+from ..attention.heads import Attention
 from .options import jko_options_from_dict
 from .solver import JKOResult, auto_step, solve_jko
 
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention,
                      sc: Any, *, T: float | None = None, progress: bool | None = None,
                      tau: float | None = None) -> JKOResult:
-    """JKO on a loaded :class:`~wflow.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
+    """JKO on a loaded :class:`~wflow.geometry.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` defaults to the
     ``[jko]`` value (then ``[pde] T``, then 1); ``tau`` overrides ``[jko] tau``, whose
@@ -92,8 +92,9 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     FloatingPointError
         If the run failed (non-finite values; nothing is written).
     """
-    from ..density import density_spec_from_scenario, initial_density
-    from ..io import (
+    from ..geometry.density import density_spec_from_scenario, initial_density
+    from ..geometry.mesh import MESH_DIR, load_mesh
+    from ..infra.io import (
         check_finite,
         history_columns,
         provenance,
@@ -102,7 +103,6 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         write_csv,
         write_json,
     )
-    from ..mesh import MESH_DIR, load_mesh
 
     pde_sec = scenario.sections.get("pde", {}) or {}
     mesh_spec, opts, extras = jko_options_from_dict(
@@ -137,8 +137,8 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
     w2_pde = None
     if extras["compare_pde"]:
+        from ..geometry.transport import w2_sphere
         from ..pde import PDEOptions, solve_pde
-        from ..transport import w2_sphere
 
         pres = solve_pde(sm, rho0, schedule, attn, options=PDEOptions(
             T=opts.T, dt=min(opts.tau, 0.01), order=2, flow="surrogate",

@@ -45,12 +45,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..attention.heads import Attention, Heads
+from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
-from ..heads import Attention, Heads
-from ..io import finish_history
-from ..progress import progress_bar
-from ..schedules import as_schedule
+from ..infra.io import finish_history
+from ..infra.progress import progress_bar
 from ..status import JKO_EDI_RTOL, relative_check, worst_status
 from .cost import _Geometry
 from .energy import _check_heads, energy_gradient

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..attention.heads import Attention, Heads
 from ..energy import evaluate, head_energies, slope_terms
-from ..heads import Attention, Heads
 from .cost import _Geometry
 from .energy import _check_heads, energy_gradient
 from .inner import _gcg, _mirror

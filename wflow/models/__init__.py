@@ -11,7 +11,8 @@ command line's ``--model PATH``). Tiny random models need only ``safetensors``.
   and moment ODE, LayerNorm, feed-forward), Bures–Wasserstein distance;
 * :mod:`~wflow.models.gaussianity` — Mardia statistics, W2 to the moment-matched
   Gaussian, the per-layer study and its report;
-* :mod:`~wflow.models.export` — trained heads as a :class:`~wflow.schedules.Layers` schedule.
+* :mod:`~wflow.models.export` — trained heads as a
+  :class:`~wflow.attention.schedules.Layers` schedule.
 """
 
 from .bert import (

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy.special import erf
 
-from ..io import atomic_write_bytes, atomic_write_text
+from ..infra.io import atomic_write_bytes, atomic_write_text
 from ..kernels import kernel_sums
 
 __all__ = [

@@ -5,7 +5,8 @@ Layer ``ℓ`` of a BERT encoder has, for every head ``h`` (rows ``h k … (h+1)k
     Q_h = W_Q[h] ∈ R^{k×d},   K_h = W_K[h] ∈ R^{k×d},   V_h = W_O[:, h] W_V[h] ∈ R^{d×d}
 
 and its score is ``<Q_h x, K_h y>/√k``. :func:`export_heads` returns these as
-:class:`~wflow.heads.Heads` per layer and a :class:`~wflow.schedules.Layers` schedule
+:class:`~wflow.attention.heads.Heads` per layer and a
+:class:`~wflow.attention.schedules.Layers` schedule
 (layer ``ℓ`` acts on ``[ℓΔ, (ℓ+1)Δ)``) for :func:`wflow.particles.simulate`.
 
 Conventions
@@ -38,8 +39,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..heads import Heads
-from ..schedules import Layers
+from ..attention.heads import Heads
+from ..attention.schedules import Layers
 from .bert import BertEncoder
 from .gaussianity import sample_gaussian
 from .moments import Moments
@@ -134,7 +135,7 @@ def export_heads(encoder: BertEncoder, *, layers: list[int] | None = None,
                  input_kind: Literal["embedding", "standard"] = "embedding",
                  fold: Literal["query", "beta"] = "query", center: bool = False,
                  delta: float = 1.0, w: float = 1.0) -> ExportedHeads:
-    """Export the attention heads of ``encoder`` as a :class:`~wflow.schedules.Layers` schedule.
+    """Export the attention heads of ``encoder`` as a ``Layers`` schedule.
 
     Parameters
     ----------

@@ -55,7 +55,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from scipy import stats as sps
 
-from ..io import check_finite, write_csv, write_json
+from ..infra.io import check_finite, write_csv, write_json
 from .bert import MODEL_PACKAGE, BertEncoder, load_bert
 from .moments import (
     Moments,
@@ -610,7 +610,7 @@ def write_pretrained_report(result: PretrainedGaussianity, out_dir: str | Path, 
     """Write ``summary.json``, ``layer_input.csv``, ``layer{ℓ}.csv`` and ``gaussianity.png``.
 
     Every file is written atomically into ``out_dir`` (created if needed; other files in it
-    are left alone — wrap the call in :func:`wflow.io.run_directory` for an all-or-nothing
+    are left alone — wrap the call in :func:`wflow.infra.io.run_directory` for an all-or-nothing
     directory). The plot is skipped with a note in the summary when matplotlib is missing.
     CSV rows are the stages ``stage_index`` 0 = input, 1 = attn, 2 = ln1, 3 = ffn, 4 = out.
     """
@@ -631,7 +631,7 @@ def write_pretrained_report(result: PretrainedGaussianity, out_dir: str | Path, 
 
 
 def _numeric(cols: dict[str, list]) -> dict[str, np.ndarray]:
-    """Columns for :func:`wflow.io.write_csv` (the stage name becomes an index column)."""
+    """Columns for :func:`wflow.infra.io.write_csv` (the stage name becomes an index column)."""
     out: dict[str, Any] = {}
     for k, v in cols.items():
         if k == "stage":
@@ -647,7 +647,7 @@ def _plot(result: PretrainedGaussianity, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..io import atomic_write_bytes
+    from ..infra.io import atomic_write_bytes
 
     labels, idx = [], []
     rows: list[StageGaussianity] = []

@@ -17,8 +17,9 @@ Rooms (the same in every solver package):
 from .compiled import EulerPath, compiled_support, euler_path, simulate_compiled
 from .integrators import time_grid
 from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SPEC, ParticleOptions
+from .result import ParticleResult, ParticleState
 from .run import run_particles
-from .solver import ParticleResult, ParticleState, iterate, simulate
+from .solver import iterate, simulate
 
 __all__ = [
     "ENGINES",

@@ -11,7 +11,7 @@ the recorded diagnostics. It releases the GIL: the caller runs Monte-Carlo paths
 pool of threads (each path serial), or one path with parallel evaluations.
 
 Element-wise updates of weights and tokens are compiled without fast-math so that they
-round exactly as the NumPy expressions of :mod:`wflow.schedules` and
+round exactly as the NumPy expressions of :mod:`wflow.attention.schedules` and
 :mod:`wflow.particles.solver` they mirror; only the attention sums are reassociated.
 
 Compile time (first use; cached on disk afterwards, see README "Performance"): numba
@@ -19,7 +19,7 @@ optimises each compiled function together with everything it calls, so every cal
 re-optimises the kernels below it. The thin levels are inlined (``inline="always"``),
 calls never pass literal constants (each literal would compile the callee once more),
 and Monte-Carlo paths run in threads instead of a parallel loop over paths.
-Everything the loop compiles lives in this file (but :func:`wflow._kernels_numba.fexp` and
+Everything the loop compiles lives in this file (but :func:`wflow.kernels._numba.fexp` and
 ``_row3``): numba's cache checks only the file of each function, so a kernel edited in
 another file would leave a stale cached loop behind. :func:`state_par` is not cached on its
 own: a loop compiled against a parallel function loaded from numba's cache was cached
@@ -35,8 +35,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .._kernels_numba import _FM, CHUNK, _row3, fexp
 from ..kernels import EXP_OVERFLOW
+from ..kernels._numba import _FM, CHUNK, _row3, fexp
 
 __all__ = ["path_block", "published_frames_into"]
 
@@ -570,7 +570,7 @@ def state_ser(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind
 # --------------------------------------------------------------------------- weights
 @njit(cache=True, error_model="numpy")
 def published_frames_into(t, H, d, F):
-    """``F[h, :d, :d] = F_h(t)``: :func:`wflow.schedules.published_frames` in the loop."""
+    """``F[h, :d, :d] = F_h(t)``: :func:`wflow.published.td.published_frames` in the loop."""
     for h in range(H):
         s = t + 2.0 * math.pi * h / max(H, 1)
         if d == 2:
@@ -849,7 +849,7 @@ def _evaluate(par, full, ito, gsq, d, xT, nx, A, V, Qm, Km, w, wbar, m, beta, ki
 
 @njit(cache=True, error_model="numpy")
 def _normalize(y, n, out):
-    """``out = y / |y|`` column-wise (``wflow.sphere.normalize``)."""
+    """``out = y / |y|`` column-wise (``wflow.geometry.sphere.normalize``)."""
     D = y.shape[0]
     for i in range(n):
         t = 0.0

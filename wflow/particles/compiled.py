@@ -11,8 +11,8 @@ integrators, noisy weights under a fixed seed), with the whole time loop compile
 
 * the state of every step (velocity, energies, slope terms, ``∂E_h/∂A_h``, the Itô sum)
   from one fused pass per evaluation, any ``d``, pairs counted once for symmetric heads
-  (:mod:`wflow._kernels_numba`);
-* the weights in the same arithmetic as :meth:`wflow.schedules.Schedule.advance`:
+  (:mod:`wflow.kernels._numba`);
+* the weights in the same arithmetic as :meth:`wflow.attention.schedules.Schedule.advance`:
   closed forms (static, deterministic OU, oscillating), explicit Euler or RK4 half steps
   (relaxed; the published frames computed in the loop, any other target tabulated from
   the schedule), Euler–Maruyama with the normals drawn by NumPy from the same generators,
@@ -32,21 +32,22 @@ from __future__ import annotations
 
 import logging
 import time
-import types
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Literal, NamedTuple
 
 import numpy as np
 
+from ..attention.heads import Attention, Heads
+from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
 from ..diagnostics import BalanceAccumulator
-from ..heads import Attention, Heads
+from ..geometry.sphere import check_on_sphere
+from ..infra.progress import progress_bar
 from ..kernels import KernelInfo, KernelLog, _raise_bound, aligned, aligned_empty, plan_kernel
-from ..progress import progress_bar
-from ..schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
-from ..sphere import check_on_sphere
+from ..published.td import PublishedFrames
 from .integrators import _Kernel, _velocity, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
+from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
 __all__ = [
     "EulerPath",
@@ -117,23 +118,11 @@ class _Probe:
                          self.rate[False])
 
 
-def _published_target_code() -> types.CodeType:
-    consts = Relaxed.published.__func__.__code__.co_consts
-    return next(c for c in consts if isinstance(c, types.CodeType) and c.co_name == "target")
-
-
-_PUBLISHED_TARGET = _published_target_code()
-
-
 def _is_published(schedule: Relaxed) -> bool:
     """Whether a relaxed schedule's target is the published frames for its own ``(H, d)``."""
     tgt = schedule.target
-    if getattr(tgt, "__code__", None) is not _PUBLISHED_TARGET or tgt.__closure__ is None:
-        return False
-    cells = dict(zip(tgt.__code__.co_freevars, (c.cell_contents for c in tgt.__closure__),
-                     strict=True))
     H, rows, d = schedule.theta0.shape
-    return cells.get("H") == H and cells.get("d") == d and rows == d
+    return isinstance(tgt, PublishedFrames) and tgt.H == H and tgt.d == d and rows == d
 
 
 def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
@@ -255,7 +244,7 @@ def _target_table(schedule: Relaxed, grid: np.ndarray, k0: int, k1: int, rk4: bo
 
     Row ``k − k0``: stage 0 at ``t_k`` (also the ``∂_tE`` of state ``k``); with RK4 the
     stages of the two half steps ``t, t + h/4, t + h/2, t + 3h/4, t + h`` in the same
-    floating-point expressions as :func:`wflow.schedules._rk4`.
+    floating-point expressions as :func:`wflow.attention.schedules._rk4`.
     """
     tab = np.zeros((k1 - k0 + 1, 5) + shape)
     for k in range(k0, k1 + 1):
@@ -287,7 +276,6 @@ def _extras(x: np.ndarray, theta: np.ndarray, t: float, schedule: Schedule, attn
             opts: ParticleOptions, sign: int) -> dict[str, object]:
     """Cluster count, head rates, entropies of one recorded state (as ``simulate`` records)."""
     from ..diagnostics import count_clusters
-    from .solver import ParticleState, _record
 
     if not (opts.head_rates or opts.entropy):
         return {"n_clusters": float(count_clusters(x, cos_threshold=opts.cluster_cos))}
@@ -315,7 +303,6 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     validated there.
     """
     from . import _path_numba as pn
-    from .solver import STEP_KEYS, ParticleResult, add_simpson, judge_run
 
     why = compiled_support(x0, schedule, attn, opts)
     if why is not None:
@@ -579,7 +566,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     save_every : int
         Keep the tokens every this many steps (0: only the final state).
     """
-    from .. import _kernels_numba as kn
+    from ..kernels import _numba as kn
     from ..kernels import _pair_once, _team, particle_heads3
 
     if not isinstance(heads, Heads):

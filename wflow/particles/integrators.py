@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..attention.heads import Attention, Heads
+from ..attention.schedules import Schedule
 from ..energy import (
     FieldEval,
     SlopeTerms,
@@ -27,10 +29,8 @@ from ..energy import (
     particle_field,
     slope_terms,
 )
-from ..heads import Attention, Heads
+from ..geometry.sphere import normalize
 from ..kernels import KernelLog, plan_kernel
-from ..schedules import Schedule
-from ..sphere import normalize
 
 __all__ = [
     "time_grid",

@@ -2,7 +2,7 @@
 
 :class:`ParticleOptions` are the keyword-only options of :func:`wflow.particles.simulate`;
 :data:`PARTICLES_SPEC` is the TOML schema of ``[particles]`` (same keys and defaults,
-validated by :func:`wflow.schema.take`, errors ``particles.<key>: ...``).
+validated by :func:`wflow.infra.schema.take`, errors ``particles.<key>: ...``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Literal
 
 import numpy as np
 
+from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
-from ..schema import Spec, boolean, choice, number
 
 __all__ = [
     "ENGINES",

@@ -1,7 +1,7 @@
 """The particle solver's file job: scenario → ``summary.json``, ``diagnostics.csv``, trajectory.
 
 :func:`run_particles` validates first, computes, checks every number is finite, and only
-then writes its output directory atomically (:func:`wflow.io.run_directory`), so a failed
+then writes its output directory atomically (:func:`wflow.infra.io.run_directory`), so a failed
 run leaves nothing that looks complete. A run with finite but inaccurate numbers
 (status ``"inaccurate"``, :mod:`wflow.status`) is written, with its status and the reason
 in ``summary.json``, so that it can be inspected. This is the only room of
@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..io import (
+from ..infra.io import (
     check_finite,
     history_columns,
     provenance,
@@ -23,10 +23,11 @@ from ..io import (
     write_csv,
     write_json,
 )
-from .solver import ParticleResult, simulate
+from .result import ParticleResult
+from .solver import simulate
 
 if TYPE_CHECKING:
-    from ..scenario import Scenario
+    from ..apps.scenario import Scenario
 
 __all__ = ["run_particles"]
 
@@ -43,7 +44,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     ``save_trajectory``, ``trajectory.npz`` (``t``; ``x`` of shape ``(steps, n, d)`` —
     ``(paths, steps, n, d)`` for several paths; ``theta`` when the weights move); with
     ``gif``, ``tokens.gif`` (the tokens on S² of path 0, d = 3) and ``run.png`` (``E``,
-    ``G²`` and the energy balance, :mod:`wflow.animate`).
+    ``G²`` and the energy balance, :mod:`wflow.apps.animate`).
     Returns the result; ``res.status`` may be ``"inaccurate"`` (written all the same).
 
     Raises
@@ -97,7 +98,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         write_json(stage / "summary.json", summary)
         write_csv(stage / "diagnostics.csv", cols)
         if gif:
-            from ..animate import particle_pictures
+            from ..apps.animate import particle_pictures
 
             particle_pictures(res, stage, stochastic=schedule.stochastic,
                               title=f"particles, H = {summary['n_heads']}")

@@ -12,11 +12,11 @@ Rooms (the same in every solver package):
   :class:`PDEResult`;
 * :mod:`~wflow.pde.run` — scenario → files (:func:`run_pde`, XDMF, renders).
 
-Initial densities live in :mod:`wflow.density` (shared with the JKO scheme and the main
+Initial densities live in :mod:`wflow.geometry.density` (shared with the JKO scheme and the main
 job); :func:`initial_density` and :func:`density_spec_from_scenario` are re-exported here.
 """
 
-from ..density import DENSITY_SPEC, density_spec_from_scenario, initial_density
+from ..geometry.density import DENSITY_SPEC, density_spec_from_scenario, initial_density
 from .options import LIMITERS, PDE_SPEC, TIME_INTEGRATORS, PDEOptions, pde_options_from_dict
 from .run import render_snapshots, run_pde, write_xdmf
 from .solver import PDEResult, PDEState, iterate_pde, solve_pde

@@ -5,7 +5,7 @@ Discretises ``∂_t ρ + div_S(ρ v) = 0`` on S² (THEORY.md §2).
 Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
 -----------------------------------------------------------------------------
 * Unknowns: cell masses ``m_K = ρ_K |K|`` (``|K|``, centroids ``c_K`` and all
-  facet geometry from DOLFINx, see :mod:`wflow.mesh`).
+  facet geometry from DOLFINx, see :mod:`wflow.geometry.mesh`).
 * Nonlocal velocity: at every edge quadrature point ``x_q`` (Gauss–Legendre on
   the flat edge, radially projected to the sphere ``x̂_q = x_q/|x_q|``),
   ``v(x̂_q) = evaluate(x̂_q, heads, attn, y=ĉ, m=m).v`` (or ``.vhat``) with the
@@ -13,7 +13,7 @@ Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
   masses (one-point centroid rule per cell, second-order accurate). The same
   :func:`wflow.energy.evaluate` and :func:`wflow.kernels.kernel_sums` as the
   particle engine, so every kernel (SA, USA, ReLU), any number of heads and any
-  weight schedule (:mod:`wflow.schedules`) work unchanged.
+  weight schedule (:mod:`wflow.attention.schedules`) work unchanged.
 * Edge flux (edge ``e`` from ``K⁺`` to ``K⁻``, single-valued normal
   ``n_e = ½(n⁺ − n⁻)`` from the two cells' conormals)::
 
@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from ..mesh import SphereMesh
-from ..sphere import normalize
+from ..geometry.mesh import SphereMesh
+from ..geometry.sphere import normalize
 from .options import PDEOptions
 
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
-from ..schema import Spec, boolean, choice, number, string, take
 
 __all__ = [
     "TIME_INTEGRATORS",

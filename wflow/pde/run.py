@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..density import density_spec_from_scenario
-from ..mesh import SphereMesh
+from ..geometry.density import density_spec_from_scenario
+from ..geometry.mesh import SphereMesh
 from .options import pde_options_from_dict
 from .solver import PDEResult, solve_pde
 
@@ -141,7 +141,7 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     ``rho`` per output time, cells in the same mesh-file order as ``density.npz``) and,
     with ``render``, ``render/rho_XXXX.png``; with ``gif``, ``density.gif`` (one frame per
     output time, up to 60) and ``run.png`` (``E``, ``G²``, the energy balance;
-    :mod:`wflow.animate`).
+    :mod:`wflow.apps.animate`).
 
     ``summary.json`` carries the status, its reason and the accuracy checks; a run that is
     ``"inaccurate"`` (finite, conservative, positive, but the chain-rule residual exceeds
@@ -157,7 +157,8 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
 
     from mpi4py import MPI
 
-    from ..io import (
+    from ..geometry.mesh import MESH_DIR, load_mesh
+    from ..infra.io import (
         check_finite,
         history_columns,
         provenance,
@@ -166,7 +167,6 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
         write_csv,
         write_json,
     )
-    from ..mesh import MESH_DIR, load_mesh
 
     comm = MPI.COMM_WORLD if comm is None else comm
     mesh_spec, opts = pde_options_from_dict(scenario.sections.get("pde"), seed=scenario.seed)
@@ -219,7 +219,7 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
         if gif:
             verts = sm.gather_owned(sm.cell_vertices)  # collective
             if comm.rank == 0:
-                from ..animate import pde_pictures
+                from ..apps.animate import pde_pictures
 
                 pde_pictures(verts, res, stage, stochastic=schedule.stochastic)
         if comm.rank == 0:

@@ -46,7 +46,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..density import initial_density
+from ..attention.heads import Attention, Heads
+from ..attention.schedules import Schedule, as_schedule
 from ..diagnostics import BalanceAccumulator, head_rates, mean_inner_product, radial_shadows
 from ..energy import (
     FieldEval,
@@ -57,12 +58,11 @@ from ..energy import (
     ito_correction,
     slope_terms,
 )
-from ..heads import Attention, Heads
-from ..io import finish_history
+from ..geometry.density import initial_density
+from ..geometry.mesh import SphereMesh
+from ..infra.io import finish_history
+from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..mesh import SphereMesh
-from ..progress import progress_bar
-from ..schedules import Schedule, as_schedule
 from ..status import Check, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
 from .options import TIME_INTEGRATORS, PDEOptions
@@ -250,7 +250,7 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
         Initial cell densities in the mesh's original cell order (e.g. from
         :func:`initial_density`); must be ``>= 0`` with positive mass.
     heads_or_schedule, attn
-        Static heads or a :class:`~wflow.schedules.Schedule`, and the attention.
+        Static heads or a :class:`~wflow.attention.schedules.Schedule`, and the attention.
     velocity : callable, optional
         Prescribed velocity ``v(x (n, 3), t) -> (n, 3)`` instead of the nonlocal one.
     options : PDEOptions
@@ -523,7 +523,7 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     Parameters
     ----------
     mesh : SphereMesh
-        From :func:`wflow.mesh.load_mesh`.
+        From :func:`wflow.geometry.mesh.load_mesh`.
     rho0 : (M,) array or density spec
         Initial densities (original cell order) or anything :func:`initial_density`
         accepts; normalised to mass 1.

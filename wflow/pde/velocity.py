@@ -15,12 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..energy import (
-    evaluate,
-)
-from ..heads import Attention
+from ..attention.heads import Attention
+from ..attention.schedules import Schedule
+from ..energy import evaluate
 from ..kernels import KernelLog, plan_kernel
-from ..schedules import Schedule
 from .fv import _FV
 
 __all__ = [

@@ -8,7 +8,7 @@ What it checks — the two asymptotic claims of [TD], not the published experime
   ``σ(t) = √2 e^{−t/2}`` (``∫|θ̇| < ∞``). Non-integrable: weights relaxing to an
   oscillating target whose *head average keeps oscillating*, wflow's rotating variant
   ``F_h(t) = 2I + 1.5 P(ω(t + 2πh/H))``, ``ω = 1/2`` (:meth:`Relaxed.rotating`: the phases
-  span half a period). The published frames (:func:`~wflow.schedules.published_frames`)
+  span half a period). The published frames (:func:`~wflow.published.td.published_frames`)
   spread the phases over a whole period, so for ``H ≥ 3`` their head average is the
   constant ``2I``: a different question, measured by ``wflow reproduce``.
 * Part B — head count: the time average of ``G²`` over ``[T/2, T]`` against ``H``
@@ -17,9 +17,9 @@ What it checks — the two asymptotic claims of [TD], not the published experime
   and ``≈ 0`` (the driving survives the average), within ``±SLOPE_TOL``.
 
 Everything else is the published setting: tokens from the published sampler (``n``
-around the octahedron vertices, noise 0.05), heads :meth:`~wflow.heads.Heads.published`
+around the octahedron vertices, noise 0.05), heads :func:`~wflow.published.td.published_heads`
 (``D = Z + Zᵀ`` drawn with NumPy, score ``<x, D_h y>``, ``β = 1``, value ``−D_h``,
-``w_h = 1/H``), OU :meth:`~wflow.schedules.OrnsteinUhlenbeck.published`, explicit Euler
+``w_h = 1/H``), OU :func:`~wflow.published.td.published_ou`, explicit Euler
 for tokens and weights.
 
 Criteria (the verdict, :func:`~wflow.studies.base.conclude`): ``ou_decay_ratio`` — the OU
@@ -30,7 +30,7 @@ run keeps ≤ 20 % of its early ``G²`` (window ``[0.1T, 0.25T]`` → ``[0.75T, 
 controls (:data:`FAULTS`, ``run(fault=NAME)``): ``ou-constant-noise`` → ``ou_decay_ratio``,
 ``frozen-oscillation`` → ``oscillating_no_decay``, ``shared-noise`` → ``ou_slope``.
 
-Runs are independent and distributed over MPI ranks (:func:`wflow.parallel.parallel_map`).
+Runs are independent and distributed over MPI ranks (:func:`wflow.infra.parallel.parallel_map`).
 """
 
 from __future__ import annotations
@@ -43,11 +43,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention
+from ..attention.schedules import OrnsteinUhlenbeck, Relaxed, Schedule
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..schedules import OrnsteinUhlenbeck, Relaxed, Schedule
-from ..sphere import sample_published_clusters
+from ..published.td import (
+    published_heads,
+    published_ou,
+    sample_published_clusters,
+)
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL"]
@@ -81,12 +85,12 @@ class _SharedNoiseOU(OrnsteinUhlenbeck):
 
 def _schedule(regime: str, part: str, H: int, rng: np.random.Generator,
               fault: str | None) -> Schedule:
-    D0 = Heads.published(H, 3, rng=rng).A
+    D0 = published_heads(H, 3, rng=rng).A
     if regime == "oscillating":
         if fault == "frozen-oscillation":
             return Relaxed.rotating(D0, w=1.0 / H, kappa=0.0)
         return Relaxed.rotating(D0, w=1.0 / H)
-    ou = OrnsteinUhlenbeck.published(D0)
+    ou = published_ou(D0)
     if part == "A" and fault != "ou-constant-noise":
         ou = OrnsteinUhlenbeck(ou.param, D0, ou.theta_inf, sigma0=math.sqrt(2.0), gamma=0.5,
                                symmetric_noise=True)

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..io import check_finite, run_directory, write_json
-from ..parallel import comm_rank_size
+from ..infra.io import check_finite, run_directory, write_json
+from ..infra.parallel import comm_rank_size
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "criteria_summary", "fit_loglog", "LogLogFit", "write_study"]

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import sample_vmf_mixture
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..sphere import sample_vmf_mixture
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "model", "jko_refinement", "FAULTS", "PARTS", "ORDER_TOL"]
@@ -105,7 +105,7 @@ def _particle_run(item: tuple) -> dict[str, float]:
 
 
 def _pde_run(item: tuple) -> dict:
-    from ..mesh import load_mesh
+    from ..geometry.mesh import load_mesh
     from ..pde import solve_pde
 
     mesh_name, dt, T, flow = item
@@ -268,9 +268,9 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
     of the dissipation); the entropic one does, at order ≈ 0.6–1.2.
     Returns ``{"tau", "edi", "cells", "inner_iters"}``.
     """
-    from ..density import initial_density
+    from ..geometry.density import initial_density
+    from ..geometry.mesh import load_mesh
     from ..jko import JKOOptions, solve_jko
-    from ..mesh import load_mesh
 
     heads, attn = model()
     if mesh is not None:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
-from ..sphere import equiangular_tokens, sample_uniform
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 logger = logging.getLogger(__name__)

@@ -19,17 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..multihead import (
-    early_rate,
-    equiangular_rhs,
-    fit_decay_rate,
-    fit_early_rate,
-    solve_equiangular,
-)
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import equiangular_tokens
+from ..multihead import early_rate, equiangular_rhs, solve_equiangular
 from ..particles import simulate
-from ..sphere import equiangular_tokens
 from .base import Criterion, StudyResult, check_fault, conclude, write_study
+from .helpers import fit_decay_rate, fit_early_rate
 
 logger = logging.getLogger(__name__)
 

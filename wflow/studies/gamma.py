@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import sample_uniform
+from ..geometry.transport import w2_sphere
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..sphere import sample_uniform
-from ..transport import w2_sphere
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "FAULTS", "RATE_TOL", "CONV_FRACTION"]

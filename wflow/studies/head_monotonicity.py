@@ -37,19 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention
-from ..multihead import (
-    approx_orthogonal_heads,
-    beta_star,
-    beta_star_blocks,
-    dominance_root,
-    head_overlap,
-    radial_dominance,
-    spread_tokens,
-)
+from ..attention.heads import Attention
+from ..geometry.sphere import normalize
+from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
-from ..sphere import normalize
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .helpers import approx_orthogonal_heads, head_overlap, spread_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import sample_cells
+from ..geometry.transport import w2_sphere
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..sphere import sample_cells
-from ..transport import w2_sphere
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
 __all__ = ["run", "FAULTS", "EXPONENT_TOL", "EXPONENT_RANGE", "LEVEL_TOL"]
@@ -74,8 +74,8 @@ def _model() -> tuple[Heads, Attention]:
 
 
 def _setup(quick: bool):
-    from ..density import initial_density
-    from ..mesh import load_mesh
+    from ..geometry.density import initial_density
+    from ..geometry.mesh import load_mesh
 
     mesh = load_mesh("sphere_720.msh" if quick else "sphere_2420.msh")
     heads, attn = _model()

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention, Heads
+from ..attention.schedules import OrnsteinUhlenbeck, Parametrisation
+from ..geometry.sphere import sample_uniform
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..schedules import OrnsteinUhlenbeck, Parametrisation
-from ..sphere import sample_uniform
 from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 __all__ = ["run", "FAULTS", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE"]

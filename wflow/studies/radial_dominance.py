@@ -23,18 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import orthonormal_tokens
 from ..multihead import (
     beta_star,
     beta_star_blocks,
     beta_star_exact,
-    block_heads,
     dominance_root,
     radial_dominance,
-    spread_tokens,
 )
-from ..sphere import orthonormal_tokens
 from .base import Criterion, StudyResult, check_fault, conclude, write_study
+from .helpers import block_heads, spread_tokens
 
 logger = logging.getLogger(__name__)
 

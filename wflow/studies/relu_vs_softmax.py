@@ -32,15 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..multihead import (
-    equiangular_time,
-    particle_clustering_time,
-    reduce_to_span,
-    relu_equiangular_time,
-)
-from ..sphere import equiangular_tokens, sample_uniform
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import equiangular_tokens, sample_uniform
+from ..multihead import equiangular_time, relu_equiangular_time
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .helpers import particle_clustering_time, reduce_to_span
 
 logger = logging.getLogger(__name__)
 

@@ -67,10 +67,10 @@ from pathlib import Path
 import numpy as np
 from scipy.integrate import cumulative_trapezoid
 
-from ..heads import Attention, Heads
-from ..parallel import parallel_map
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
+from ..infra.parallel import parallel_map
 from ..particles import simulate
-from ..sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
 from .base import Criterion, StudyResult, check_fault, conclude, write_study
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
@@ -224,14 +224,15 @@ def tangent_lognorm(x: np.ndarray, heads: Heads, attn: Attention, *,
 def _w2_near(x: np.ndarray, y: np.ndarray) -> float:
     """Exact ``W_2`` (geodesic cost) with the matched distances evaluated accurately.
 
-    The plan comes from :func:`wflow.transport.w2_sphere`'s cost (``arccos``-free but
+    The plan comes from :func:`wflow.geometry.transport.w2_sphere`'s cost (``arccos``-free but
     built from ``<x, y>``, so a distance ``δ`` carries an absolute error ``~1e-16/δ`` in
-    ``δ²``); the cost of the plan is then summed with :func:`~wflow.sphere.geodesic_distance`
+    ``δ²``); the cost of the plan is then summed with
+    :func:`~wflow.geometry.sphere.geodesic_distance`
     on the coupled pairs, accurate for the tiny ``ε`` of the linear regime.
     """
     import ot
 
-    from ..sphere import pairwise_geodesic
+    from ..geometry.sphere import pairwise_geodesic
 
     n = x.shape[0]
     a = np.full(n, 1.0 / n)

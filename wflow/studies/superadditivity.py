@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..heads import Attention, Heads
-from ..multihead import early_rate, fit_early_rate, lambda_c, phi
+from ..attention.heads import Attention, Heads
+from ..geometry.sphere import orthonormal_tokens
+from ..multihead import early_rate, lambda_c, phi
 from ..particles import simulate
-from ..sphere import orthonormal_tokens
 from .base import Criterion, StudyResult, check_fault, conclude, write_study
+from .helpers import fit_early_rate
 
 logger = logging.getLogger(__name__)
 

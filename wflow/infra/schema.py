@@ -4,7 +4,7 @@ Every solver's ``options.py`` declares its TOML table as a *spec*
 ``{key: (default, checker)}`` built from these checkers, and :func:`take` validates a
 table against it (unknown keys, wrong types, NaN, out-of-range values raise
 :class:`ScenarioError` with the message ``"<section>.<key>: <what is wrong>"``).
-:mod:`wflow.scenario` re-exports them; this module sits below the solvers so that their
+:mod:`wflow.apps.scenario` re-exports them; this module sits below the solvers so that their
 options can use it.
 """
 

@@ -1,6 +1,6 @@
 """Time dependence of the heads ``θ_h(t)`` (THEORY.md §1): depth is time.
 
-A schedule evolves a parameter array ``θ`` and maps it to :class:`~wflow.heads.Heads`
+A schedule evolves a parameter array ``θ`` and maps it to :class:`~wflow.attention.heads.Heads`
 through a :class:`Parametrisation`:
 
 * ``"bilinear"``: ``θ_h = A_h`` (``d×d``), ``Q_h = I``, ``K_h = A_h`` and the value is
@@ -14,11 +14,11 @@ Schedules:
 * :class:`Static` — ``θ̇ = 0``;
 * :class:`OrnsteinUhlenbeck` — ``dθ = −κ(θ − θ_∞) dt + σ(t) dW``, ``σ(t) = σ₀ e^{−γt}``,
   optional symmetric noise ``dW_sym = √dt (Z + Zᵀ)/2``; Euler–Maruyama with a seeded
-  generator (closed form when ``σ₀ = 0``); :meth:`OrnsteinUhlenbeck.published` is the
+  generator (closed form when ``σ₀ = 0``); :func:`wflow.published.td.published_ou` is the
   published OU experiment (``σ² = 2``);
 * :class:`Oscillating` — ``θ(t) = θ_∞ + a ⊙ sin(ωt + φ_h)``, ``φ_h = 2πh/H``;
 * :class:`Relaxed` — ``dθ/dt = κ(F_h(t) − θ)`` towards an oscillating target
-  (built-in: the published frames :func:`published_frames`, THEORY §5, and wflow's
+  (built-in: the published frames of :mod:`wflow.published.td`, THEORY §5, and wflow's
   rotating-reflection variant);
 * :class:`Layers` — piecewise constant, layer ``ℓ`` acts on ``[ℓΔ, (ℓ+1)Δ)``;
 * :class:`CallableSchedule` — any ``dθ/dt = f(θ, t)`` (+ optional noise), also given as
@@ -34,8 +34,6 @@ Euler–Maruyama (the midpoint is the average of the end points). Jumps of
 
 from __future__ import annotations
 
-import importlib
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,8 +53,6 @@ __all__ = [
     "Layers",
     "CallableSchedule",
     "oscillating_pattern",
-    "published_frames",
-    "load_callable",
     "as_schedule",
 ]
 
@@ -310,40 +306,6 @@ class OrnsteinUhlenbeck(Schedule):
                              "parametrisation (θ = A), where the Itô term of the energy "
                              "balance has a closed form")
 
-    @classmethod
-    def published(cls, theta0: np.ndarray, *, sigma2: float = 2.0,
-                  w: np.ndarray | float | None = None, value_sign: float = -1.0
-                  ) -> OrnsteinUhlenbeck:
-        """The published OU experiment: ``dD_h = (I − D_h) dt + σ dW_sym``, ``σ² = 2``.
-
-        ``dW_sym = √dt (Z + Zᵀ)/2`` with ``Z`` standard normal per head (diagonal
-        increments of variance ``σ² dt``, off-diagonal ``σ² dt/2``); ``σ = √sigma2``
-        exactly (:func:`math.sqrt`), ``κ = 1``, ``θ_∞ = I``; bilinear heads with value
-        ``V_h = −D_h`` and ``w_h = 1/H`` (the defaults).
-
-        Parameters
-        ----------
-        theta0 : (H, d, d) array
-            ``D_h(0)`` (published: ``Z + Zᵀ``, :meth:`~wflow.heads.Heads.published`).
-        sigma2 : float
-            Noise variance ``σ²`` (published: 2).
-        w : (H,) array or float, optional
-            Mixing weights (default ``1/H``).
-        value_sign : float
-            ``V_h = value_sign · D_h`` (published: −1).
-        """
-        theta0 = np.asarray(theta0, float)
-        if theta0.ndim != 3:
-            raise ValueError(f"theta0: expected shape (H, d, d), got {theta0.shape}")
-        if not (np.isfinite(sigma2) and sigma2 >= 0):
-            raise ValueError(f"ou.sigma2: must be a finite number >= 0, got {sigma2!r}")
-        H, d, _ = theta0.shape
-        w = 1.0 / H if w is None else w
-        param = Parametrisation("bilinear", np.broadcast_to(np.asarray(w, float), (H,)).copy(),
-                                value_sign=value_sign)
-        return cls(param, theta0, np.broadcast_to(np.eye(d), theta0.shape), kappa=1.0,
-                   sigma0=math.sqrt(sigma2), symmetric_noise=True)
-
     @property
     def stochastic(self) -> bool:  # noqa: D102
         return self.sigma0 > 0
@@ -410,59 +372,15 @@ def oscillating_pattern(t: float | np.ndarray, d: int) -> np.ndarray:
     return P
 
 
-def published_frames(t: float, H: int, d: int) -> np.ndarray:
-    """The oscillating targets ``F_h(t)`` of the published experiments (THEORY §5), ``(H, d, d)``.
-
-    With ``s = t + 2πh/H`` for heads ``h = 0, …, H−1`` (phases spread over a whole period):
-
-    * ``d = 2``: ``F = [[2 + 1.5 cos s, sin 2s], [sin 2s, 2 − 1.5 cos s]]``;
-    * ``d = 3``: ``F = [[2 + 1.5 cos s, sin 2s, sin s], [sin 2s, 2 + 1.5 sin s, cos 2s],
-      [sin s, cos 2s, 2 + 1.5 cos(s + π/4)]]``;
-    * ``d ≥ 4``: ``F_ii = 2 + 1.5 cos(s + 2πi/d)`` (``i = 0, …, d−1``) and, for the
-      ``k``-th pair ``i < j`` in row-major order (``k = 0, …, K−1``, ``K = d(d−1)/2``),
-      ``F_ij = F_ji = sin(2s + 2πk/K)``.
-
-    Indices are 0-based as in the published code (head ``h`` pairs with phase ``2πh/H``).
-    Period ``2π`` in ``t``. For ``H ≥ 3`` the head average ``(1/H) Σ_h F_h(t)`` is the
-    constant ``2I`` (every harmonic cancels); whether the flow keeps moving is what the
-    experiments measure.
-    """
-    if d < 2:
-        raise ValueError(f"published_frames: d must be >= 2, got {d}")
-    H = int(H)
-    s = float(t) + np.array([2.0 * math.pi * h / max(H, 1) for h in range(H)])
-    F = np.zeros((H, d, d))
-    if d == 2:
-        F[:, 0, 0] = 2.0 + 1.5 * np.cos(s)
-        F[:, 1, 1] = 2.0 - 1.5 * np.cos(s)
-        F[:, 0, 1] = F[:, 1, 0] = np.sin(2.0 * s)
-    elif d == 3:
-        F[:, 0, 0] = 2.0 + 1.5 * np.cos(s)
-        F[:, 1, 1] = 2.0 + 1.5 * np.sin(s)
-        F[:, 2, 2] = 2.0 + 1.5 * np.cos(s + math.pi / 4.0)
-        F[:, 0, 1] = F[:, 1, 0] = np.sin(2.0 * s)
-        F[:, 0, 2] = F[:, 2, 0] = np.sin(s)
-        F[:, 1, 2] = F[:, 2, 1] = np.cos(2.0 * s)
-    else:
-        K = d * (d - 1) // 2
-        for i in range(d):
-            F[:, i, i] = 2.0 + 1.5 * np.cos(s + 2.0 * math.pi * i / d)
-        k = 0
-        for i in range(d):
-            for j in range(i + 1, d):
-                F[:, i, j] = F[:, j, i] = np.sin(2.0 * s + 2.0 * math.pi * k / K)
-                k += 1
-    return F
-
-
 @dataclass(frozen=True, eq=False)
 class Relaxed(Schedule):
     """``dθ_h/dt = κ (F_h(t) − θ_h)`` towards an oscillating target ``F(t)``.
 
     ``target`` is a callable ``F(t) -> (H, rows, d)``. Built-in targets:
 
-    * :meth:`published` — the frames of the published experiments
-      (:func:`published_frames`, THEORY §5), ``κ = 1``, value ``V_h = −A_h``;
+    * :func:`wflow.published.td.published_relaxed` — the frames of the published
+      experiments (:class:`~wflow.published.td.PublishedFrames`, THEORY §5), ``κ = 1``,
+      value ``V_h = −A_h``;
     * :meth:`rotating` — wflow's own variant ``F_h(t) = c I + α P(ω (t + 2πh/H))`` with
       the rotating reflection :func:`oscillating_pattern` (not the published experiment).
       With ``ω`` an integer its first harmonics cancel in ``(1/H) Σ_h``; ``ω = 1/2``
@@ -476,34 +394,6 @@ class Relaxed(Schedule):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "theta0", _check_theta(self.theta0, self.param, "theta0"))
-
-    @classmethod
-    def published(cls, theta0: np.ndarray, *, w: np.ndarray | float | None = None,
-                  value_sign: float = -1.0, kappa: float = 1.0) -> Relaxed:
-        """Bilinear heads relaxing to the published frames, ``dA_h/dt = F_h(t) − A_h``.
-
-        Parameters
-        ----------
-        theta0 : (H, d, d) array
-            ``A_h(0)`` (published: ``Z + Zᵀ``, ``Z`` standard normal).
-        w : (H,) array or float, optional
-            Mixing weights (published: ``1/H``, the default).
-        value_sign : float
-            ``V_h = value_sign · A_h`` (published: ``−1``, tokens move against the
-            attention output).
-        kappa : float
-            Relaxation rate (published: 1).
-        """
-        theta0 = np.asarray(theta0, float)
-        H, d, _ = theta0.shape
-        w = 1.0 / H if w is None else w
-
-        def target(t: float) -> np.ndarray:
-            return published_frames(t, H, d)
-
-        param = Parametrisation("bilinear", np.broadcast_to(np.asarray(w, float), (H,)).copy(),
-                                value_sign=value_sign)
-        return cls(param, theta0, target, kappa)
 
     @classmethod
     def rotating(cls, theta0: np.ndarray, *, w: np.ndarray | float, value_sign: float = -1.0,
@@ -612,24 +502,6 @@ class CallableSchedule(Schedule):
 
     def sigma(self, t: float) -> float:  # noqa: D102
         return self.sigma0 * float(np.exp(-self.gamma * t))
-
-
-def load_callable(spec: str, *, name: str = "callable") -> Callable:
-    """Import ``"package.module:function"`` and return the function.
-
-    Raises ``ValueError`` naming ``name`` when the spec is malformed or the import fails.
-    """
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise ValueError(f"{name}: expected 'package.module:function', got {spec!r}")
-    mod_name, fn_name = spec.split(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ValueError(f"{name}: cannot import module {mod_name!r} ({exc})") from exc
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise ValueError(f"{name}: {mod_name!r} has no callable {fn_name!r}")
-    return fn
 
 
 def as_schedule(heads_or_schedule: Heads | Schedule, *, deterministic: bool = False

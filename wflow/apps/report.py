@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .io import atomic_write_text
+from ..infra.io import atomic_write_text
 
 __all__ = ["write_report"]
 
@@ -51,7 +51,7 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
     # density snapshots (first, middle, last output time), shared colour range
     snaps: list[tuple[float, str]] = []
     if render:
-        from .pde.run import render_snapshots
+        from ..pde.run import render_snapshots
 
         idx = sorted({0, len(pde.t) // 2, len(pde.t) - 1})
         try:

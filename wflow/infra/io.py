@@ -476,7 +476,7 @@ def provenance() -> dict[str, Any]:
 
     import scipy
 
-    from . import __version__
+    from .version import __version__
 
     out = {"wflow": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
            "python": platform.python_version(), "machine": platform.machine(),

@@ -25,8 +25,6 @@ __all__ = [
     "sample_vmf_mixture",
     "polytope_vertices",
     "sample_polytope_clusters",
-    "published_vertices",
-    "sample_published_clusters",
     "orthonormal_tokens",
     "equiangular_tokens",
     "sample_cells",
@@ -231,71 +229,6 @@ def sample_polytope_clusters(
     verts = polytope_vertices(polytope, d)
     idx = np.arange(n) % verts.shape[0]
     return normalize(verts[idx] + noise * rng.standard_normal((n, d)))
-
-
-def published_vertices(d: int, layout: str | None = None) -> np.ndarray:
-    """Cluster centres of the published experiments' tokens, float32 ``(2d, d)``.
-
-    ``layout="octahedral"`` (the S² experiments): ``+e_1, −e_1, +e_2, −e_2, +e_3, −e_3``
-    (d = 3 only); ``layout="cross"`` (the high-dimensional experiments):
-    ``e_1, …, e_d, −e_1, …, −e_d``. ``None`` picks what the published experiments use
-    for ``d``: octahedral for ``d = 3``, cross otherwise. The order matters: the random
-    vertex indices select rows of this array.
-    """
-    layout = ("octahedral" if d == 3 else "cross") if layout is None else layout
-    if layout == "octahedral":
-        if d != 3:
-            raise ValueError(f"published_vertices: the octahedral layout needs d = 3, got {d}")
-        return np.array([[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1]],
-                        dtype=np.float32)
-    if layout == "cross":
-        eye = np.eye(d, dtype=np.float32)
-        return np.concatenate([eye, -eye], axis=0)
-    raise ValueError(f"published_vertices: layout must be 'octahedral' or 'cross', got {layout!r}")
-
-
-def sample_published_clusters(n: int, d: int, rng: np.random.Generator, *, noise: float = 0.05,
-                              layout: str | None = None, float32_exact: bool = False
-                              ) -> np.ndarray:
-    """The published experiments' initial tokens: random vertices plus Gaussian noise.
-
-    The draws and the arithmetic of the published code, in this order: vertex indices
-    ``c = rng.choice(2d, n)`` (uniform, with replacement), then ``ξ = rng.normal(0, noise,
-    (n, d))``; in float32, ``p_i = v_{c_i} + float32(ξ_i)`` and ``p_i / |p_i|`` (norm and
-    division in float32). With ``rng = numpy.random.default_rng(42)``, ``n = 200`` and
-    the vertices of :func:`published_vertices` this gives the published ``x(0)`` bit for
-    bit (S²: octahedral layout; d = 5: cross layout).
-
-    Parameters
-    ----------
-    n, d : int
-        Number of tokens and ambient dimension.
-    rng : numpy.random.Generator
-        Fresh generator (published: ``default_rng(42)``); its first two draws are used.
-    noise : float
-        Standard deviation of the Gaussian perturbation (published: 0.05).
-    layout : {"octahedral", "cross"}, optional
-        Vertex order (:func:`published_vertices`; default: the published one for ``d``).
-    float32_exact : bool
-        Return the published float32 tokens unchanged (as float64). Their norms differ
-        from 1 by up to ~1.3e-7 (float32 rounding; the published engine starts from them
-        without renormalising), more than wflow's solvers accept (``SPHERE_TOL``). The
-        default renormalises these values in float64: ``|x_i| = 1`` to round-off, and
-        each coordinate moves by at most ~1.3e-7 (measured: 1.03e-7 on S², 1.29e-7 for
-        d = 5 at ``n = 200``, seed 42).
-
-    Returns
-    -------
-    (n, d) float64 array
-    """
-    verts = published_vertices(d, layout)
-    if not noise >= 0:
-        raise ValueError(f"sample_published_clusters: noise must be >= 0, got {noise}")
-    idx = rng.choice(verts.shape[0], n)
-    pts = verts[idx] + rng.normal(0.0, noise, (n, d)).astype(np.float32)
-    x32 = pts / np.linalg.norm(pts, axis=-1, keepdims=True)
-    x = x32.astype(np.float64)
-    return x if float32_exact else normalize(x)
 
 
 def orthonormal_tokens(n: int, d: int, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from ._kernels_numba import _FM, fexp
+from ._numba import _FM, fexp
 
 __all__ = [
     "FastSumResult",

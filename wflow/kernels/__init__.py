@@ -19,7 +19,7 @@ Back-ends (``backend=``):
     The blocked NumPy float64 reference: targets in blocks so the ``(M, N)``
     score matrix never exists at once (memory ``O(block · N)`` per head).
 ``"direct"``
-    Fused multi-core direct sum (numba, :mod:`wflow._kernels_numba`): scores,
+    Fused multi-core direct sum (numba, :mod:`wflow.kernels._numba`): scores,
     exponential and all accumulations in one pass per target, parallel over
     (head, target block) (serial for small problems, see :data:`SERIAL_TRIPLES`
     and :data:`BUSY_SERIAL_TRIPLES`), ``O(1)`` extra
@@ -31,7 +31,7 @@ Back-ends (``backend=``):
 ``"fastsum"``
     Spherical-harmonic expansion on S² (``d = 3``, exponential kernels, targets
     on the unit sphere), ``O((M + N) L²)`` with the degree ``L`` chosen from
-    ``tol`` (see :mod:`wflow.fastsum`). Heads whose a-posteriori error estimate
+    ``tol`` (see :mod:`wflow.kernels._fastsum`). Heads whose a-posteriori error estimate
     exceeds ``tol`` are recomputed with ``"direct"``.
 ``"auto"`` (default)
     ``"fastsum"`` for the heads where it is applicable and its predicted cost
@@ -145,7 +145,7 @@ class KernelInfo:
     triples: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain ``dict`` (JSON-ready with :func:`wflow.io.to_jsonable`)."""
+        """Plain ``dict`` (JSON-ready with :func:`wflow.infra.io.to_jsonable`)."""
         return asdict(self)
 
 
@@ -434,7 +434,7 @@ def _score_factors(x, y, Q, K, beta):
 
 
 def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
-    from . import _kernels_numba as kn
+    from . import _numba as kn
 
     H, k, d = Q.shape
     M = x.shape[0]
@@ -490,7 +490,7 @@ def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
     with BLAS's own threads and a serial element-wise pass (two thread teams
     alternating on the same cores spin against each other).
     """
-    from . import _kernels_numba as kn
+    from . import _numba as kn
 
     H, M, _ = qx.shape
     N = y.shape[0]
@@ -555,7 +555,7 @@ def plan_kernel(
     checked after the expansion, head by head; failed heads cost the expansion
     (at most half a direct sum) plus the direct sum. With the masses ``m``,
     ``"auto"`` first bounds that estimate from below on a few probe targets
-    (:func:`wflow.fastsum.estimate_floor`, ``O(16 N)``) and skips heads that
+    (:func:`wflow.kernels._fastsum.estimate_floor`, ``O(16 N)``) and skips heads that
     would surely fail.
 
     Parameters
@@ -565,7 +565,7 @@ def plan_kernel(
     m : (N,) array, optional
         Source masses (enables the probe check).
     """
-    from . import fastsum as fs
+    from . import _fastsum as fs
 
     H, k, d = np.shape(Q)
     M, N = np.shape(x)[0], np.shape(y)[0]
@@ -680,7 +680,7 @@ def kernel_sums(
         return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, "requested", err_direct,
                                                    tol, (), 1, triples))
     if expo and M and N and H:
-        from . import _kernels_numba as kn
+        from . import _numba as kn
 
         _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
     plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol, m=m)
@@ -688,7 +688,7 @@ def kernel_sums(
         Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
                                                    tol, (), _threads(), triples))
-    from . import fastsum as fs
+    from . import _fastsum as fs
 
     A = _scores_A(Q, K)
     work = sum((M + N) * (L + 1) * (L + 2) / 2 for L in plan.degree if L >= 0)
@@ -796,13 +796,13 @@ def particle_terms(
     m : (n,) array
         Token masses.
     Q, K : (H, k, d) arrays; V : (H, d, d) array; w : (H,) array
-        Head parameters (``wflow.heads.Heads`` fields).
+        Head parameters (``wflow.attention.heads.Heads`` fields).
     beta, kind
         Attention (``kind`` in ``{"softmax", "usa", "relu"}``).
     flow : {"transformer", "surrogate"}
         Which velocity the slope terms and ``velocity`` refer to.
     """
-    from . import _kernels_numba as kn
+    from . import _numba as kn
 
     x, _, m, Q, K = _validate(x, x, m, Q, K, beta, kind, "direct", DEFAULT_TOL)
     if flow not in ("transformer", "surrogate"):

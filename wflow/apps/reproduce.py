@@ -12,10 +12,11 @@ experiment         d      weights         paths   published claim
 ``hd_ou``           5     OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
 =================  =====  ==============  ======  ============================
 
-Common: ``n = 200`` tokens (:func:`~wflow.sphere.sample_published_clusters`, seed 42),
-``H ∈ {1, 10, 100}`` heads (:meth:`~wflow.heads.Heads.published`, seed ``42 + H``, score
+Common: ``n = 200`` tokens (:func:`~wflow.published.td.sample_published_clusters`, seed 42),
+``H ∈ {1, 10, 100}`` heads (:func:`~wflow.published.td.published_heads`, seed ``42 + H``, score
 ``<x, D_h y>``, ``β = 1``, value ``−D_h``, ``w_h = 1/H``), weights
-:meth:`~wflow.schedules.Relaxed.published` / :meth:`~wflow.schedules.OrnsteinUhlenbeck.published`,
+:func:`~wflow.published.td.published_relaxed` /
+:func:`~wflow.published.td.published_ou`,
 explicit Euler for tokens and weights, ``dt = 5e-3``, ``T = 20``, records every 5 steps.
 
 The slope, as the published code computes it: the time mean of the (Monte-Carlo mean)
@@ -50,13 +51,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .heads import HEAD_GENERATORS, Attention, Heads
-from .io import prepare_output
-from .parallel import parallel_map
-from .particles import ParticleResult, simulate
-from .schedules import OrnsteinUhlenbeck, Relaxed, Schedule
-from .sphere import sample_published_clusters
-from .studies.base import StudyResult, fit_loglog, write_study
+from ..attention.heads import Attention
+from ..attention.schedules import Schedule
+from ..infra.io import prepare_output
+from ..infra.parallel import parallel_map
+from ..particles import ParticleResult, simulate
+from ..published.td import (
+    HEAD_GENERATORS,
+    published_heads,
+    published_ou,
+    published_relaxed,
+    sample_published_clusters,
+)
+from ..studies.base import StudyResult, fit_loglog, write_study
 
 __all__ = [
     "EXPERIMENTS",
@@ -203,11 +210,11 @@ def published_setup(exp: Experiment, H: int, opts: ReproduceOptions
                     ) -> tuple[np.ndarray, Schedule]:
     """Initial tokens and the weight schedule of ``exp`` with ``H`` heads (published)."""
     x0 = sample_published_clusters(opts.n, exp.d, np.random.default_rng(opts.seed))
-    heads = Heads.published(H, exp.d, seed=opts.seed + H, generator=opts.heads_generator)
+    heads = published_heads(H, exp.d, seed=opts.seed + H, generator=opts.heads_generator)
     theta0 = heads.A.copy()
     if exp.regime == "oscillating":
-        return x0, Relaxed.published(theta0)
-    return x0, OrnsteinUhlenbeck.published(theta0, sigma2=opts.sigma2)
+        return x0, published_relaxed(theta0)
+    return x0, published_ou(theta0, sigma2=opts.sigma2)
 
 
 def _simulate(x0: np.ndarray, schedule: Schedule, opts: ReproduceOptions, *, n_paths: int,
@@ -434,7 +441,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
         without recomputing).
     overwrite : bool
         Replace a previous wflow output at ``out`` (never a folder wflow did not write);
-        the location is checked before computing (:func:`wflow.io.prepare_output`).
+        the location is checked before computing (:func:`wflow.infra.io.prepare_output`).
 
     Returns
     -------
@@ -571,8 +578,8 @@ def _write_outputs(stage: Path, names: tuple[str, ...], runs: dict[str, list[dic
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..infra.io import save_npz
     from .animate import RunSeries, run_figure, token_gif, token_snapshots
-    from .io import save_npz
 
     files: list[str] = []
     Hs = np.array(opts.H, float)

@@ -51,9 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from .heads import HEAD_GENERATORS, KINDS, Attention, Heads
-from .particles.options import PARTICLES_SPEC, ParticleOptions
-from .schedules import (
+from ..attention.heads import KINDS, Attention, Heads
+from ..attention.schedules import (
     CallableSchedule,
     Layers,
     OrnsteinUhlenbeck,
@@ -62,18 +61,24 @@ from .schedules import (
     Relaxed,
     Schedule,
     Static,
-    load_callable,
 )
-from .schema import ScenarioError, Spec, boolean, choice, number, string, take
-from .schema import array as _array
-from .sphere import (
+from ..geometry.sphere import (
     check_on_sphere,
     equiangular_tokens,
     orthonormal_tokens,
     sample_polytope_clusters,
-    sample_published_clusters,
     sample_uniform,
     sample_vmf_mixture,
+)
+from ..infra.callables import load_callable
+from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
+from ..infra.schema import array as _array
+from ..particles.options import PARTICLES_SPEC, ParticleOptions
+from ..published.td import (
+    HEAD_GENERATORS,
+    published_heads,
+    published_relaxed,
+    sample_published_clusters,
 )
 
 __all__ = [
@@ -286,7 +291,7 @@ class Scenario:
         return heads.with_(w=self._weights(heads.H))
 
     def _published_heads(self) -> Heads:
-        """``heads.type = "published"``: :meth:`Heads.published`, seed ``seed + H``.
+        """``heads.type = "published"``: :func:`published_heads`, seed ``seed + H``.
 
         The published conventions (``D = Z + Zᵀ``, value ``−D``, ``w_h = 1/H``) are fixed:
         a key that would change them is refused.
@@ -299,7 +304,7 @@ class Scenario:
                                     "Use type = 'random_symmetric' for other choices")
         H = h["H"]
         seed = self.seed + H if h["seed"] is None else h["seed"]
-        return Heads.published(H, self.d, seed=seed, generator=h["generator"])
+        return published_heads(H, self.d, seed=seed, generator=h["generator"])
 
     def _heads_file(self, name: Any, key: str) -> Heads:
         """Heads from an ``.npz`` named in the scenario (``heads.file``, ``schedule.files``).
@@ -434,7 +439,7 @@ class Scenario:
                 if s[key] is not None:
                     raise ScenarioError(f"schedule.{key}: the published frames have no {key}; "
                                         "it belongs to target = 'rotating' (wflow's variant)")
-            return Relaxed.published(theta0, w=heads.w, value_sign=param.value_sign,
+            return published_relaxed(theta0, w=heads.w, value_sign=param.value_sign,
                                      kappa=s["kappa"])
         return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign,
                                 c=2.0 if s["c"] is None else s["c"],

@@ -5,21 +5,20 @@ Conventions (THEORY.md §1): head ``h`` has ``Q_h, K_h ∈ R^{k×d}``,
 ``s_h(x, y) = β <Q_h x, K_h y> = β xᵀ A_h y`` with ``A_h = Q_hᵀ K_h``.
 ``w_h = 1/H`` is the mean-field average of [TD], ``w_h = 1`` the sum of [MH].
 
-Builders: scalar heads ``λ_h I``, random symmetric (``D = Z + Zᵀ``) heads, the
-published experiments' heads (:meth:`Heads.published`), bilinear heads from matrices
+Builders: scalar heads ``λ_h I``, random symmetric (``D = Z + Zᵀ``) heads,
+bilinear heads from matrices
 ``A_h`` (``Q = I, K = A``), and ``.npz`` files.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["Heads", "Attention", "KINDS", "HEAD_GENERATORS", "torch_cpu_normal"]
+__all__ = ["Heads", "Attention", "KINDS"]
 
 #: Attention kinds: softmax ("SA"), unnormalised ("USA"), ReLU.
 KINDS = ("softmax", "usa", "relu")
@@ -58,70 +57,6 @@ def _as3(a: np.ndarray, name: str) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"heads.{name}: contains NaN or Inf")
     return arr
-
-
-#: Random generators of :meth:`Heads.published`: NumPy, or torch's CPU stream (ported).
-HEAD_GENERATORS = ("numpy", "torch-cpu")
-
-_MASK53 = np.uint64((1 << 53) - 1)
-
-
-def torch_cpu_normal(seed: int, shape: tuple[int, ...]) -> np.ndarray:
-    """Torch's CPU normals in NumPy: ``torch.randn(shape, dtype=float64, generator=g)``.
-
-    ``g`` is a CPU generator seeded with ``seed``; no torch is needed.
-
-    The published experiments draw their initial heads this way (on the CPU; a CUDA
-    generator gives other numbers). What torch's CPU kernels do, re-implemented from
-    their behaviour and checked bit for bit against torch 2.14:
-
-    * engine MT19937 with the classic ``init_genrand(seed mod 2³²)`` seeding;
-    * a uniform double is ``((a << 32) | b) mod 2⁵³ / 2⁵³`` from two consecutive 32-bit
-      outputs ``a, b``;
-    * ``numel ≥ 16``: ``numel`` uniforms, Box–Muller in blocks of 16 (for ``j < 8``:
-      ``r = √(−2 log(1 − u_j))``, ``θ = 2π u_{j+8}``, outputs ``r cos θ`` at ``j`` and
-      ``r sin θ`` at ``j + 8``); if ``numel`` is not a multiple of 16 the last 16 slots
-      are redrawn from 16 fresh uniforms and transformed again;
-    * ``numel < 16``: scalar Box–Muller, ``r = √(−2 log1p(−u₂))``, ``θ = 2π u₁``, returning
-      ``r cos θ`` and caching ``r sin θ`` for the next value.
-
-    Logarithms use libm (:func:`math.log`, as torch does; NumPy's vectorised ``log`` may
-    differ by an ulp).
-    """
-    shape = tuple(int(s) for s in shape)
-    size = math.prod(shape)
-    bitgen = np.random.MT19937(0)
-    bitgen._legacy_seeding(int(seed) & 0xFFFFFFFF)
-
-    def uniforms(k: int) -> np.ndarray:
-        r = bitgen.random_raw(2 * k).astype(np.uint64)
-        return (((r[0::2] << np.uint64(32)) | r[1::2]) & _MASK53).astype(np.float64) / 2.0**53
-
-    def box_muller16(u: np.ndarray) -> np.ndarray:
-        u = u.reshape(-1, 16)
-        radius = np.sqrt(-2.0 * np.array([math.log(1.0 - v) for v in u[:, :8].ravel()])
-                         .reshape(-1, 8))
-        theta = (2.0 * math.pi) * u[:, 8:]
-        return np.concatenate([radius * np.cos(theta), radius * np.sin(theta)], axis=1).ravel()
-
-    if size >= 16:
-        data = uniforms(size)
-        full = 16 * (size // 16)
-        data[:full] = box_muller16(data[:full])
-        if size % 16:
-            data[size - 16:] = box_muller16(uniforms(16))
-        return data.reshape(shape)
-    out = np.empty(size)
-    cached = None
-    for i in range(size):
-        if cached is not None:
-            out[i], cached = cached, None
-            continue
-        u1, u2 = uniforms(2)
-        r = math.sqrt(-2.0 * math.log1p(-float(u2)))
-        th = 2.0 * math.pi * float(u1)
-        out[i], cached = r * math.cos(th), r * math.sin(th)
-    return out.reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -257,46 +192,6 @@ class Heads:
         Z = rng.standard_normal((H, d, d))
         A = scale * (Z + np.swapaxes(Z, 1, 2))
         return cls.bilinear(A, w=1.0 / H if w is None else w, value_sign=value_sign)
-
-    @classmethod
-    def published(cls, H: int, d: int, *, seed: int | None = None,
-                  rng: np.random.Generator | None = None,
-                  generator: str = "numpy") -> Heads:
-        """The published experiments' initial heads (THEORY §5).
-
-        ``D_h = Z_h + Z_hᵀ`` with ``Z`` standard normal of shape ``(H, d, d)`` (C order,
-        head ``h`` gets ``Z[h]``; no scaling: diagonal ``N(0, 4)``, off-diagonal
-        ``N(0, 2)``); score ``<x, D_h y>``, value ``V_h = −D_h`` (tokens move against the
-        attention output: energy descent), ``w_h = 1/H``. Use with ``β = 1``.
-
-        Parameters
-        ----------
-        H, d : int
-            Number of heads and dimension.
-        seed : int, optional
-            Seed of ``Z`` (published: ``42 + H``, the default).
-        rng : numpy.random.Generator, optional
-            ``generator="numpy"`` only: draw ``Z`` from this generator instead of
-            ``default_rng(seed)``.
-        generator : {"numpy", "torch-cpu"}
-            ``"numpy"``: ``Z`` from NumPy — the published law, not the published sample.
-            ``"torch-cpu"``: ``Z`` from torch's CPU stream for ``seed``
-            (:func:`torch_cpu_normal`), i.e. the very matrices of the published code run
-            on a CPU (its CUDA runs draw other matrices).
-        """
-        if generator not in HEAD_GENERATORS:
-            raise ValueError(f"heads.generator: must be one of {HEAD_GENERATORS}, "
-                             f"got {generator!r}")
-        if int(H) < 1 or int(d) < 2:
-            raise ValueError(f"heads: need H >= 1 and d >= 2, got H = {H}, d = {d}")
-        seed = 42 + int(H) if seed is None else int(seed)
-        if generator == "torch-cpu":
-            if rng is not None:
-                raise ValueError("heads.generator: 'torch-cpu' draws from the seed, not from rng")
-            Z = torch_cpu_normal(seed, (H, d, d))
-        else:
-            Z = (np.random.default_rng(seed) if rng is None else rng).standard_normal((H, d, d))
-        return cls.bilinear(Z + np.swapaxes(Z, 1, 2), w=1.0 / H, value_sign=-1.0)
 
     @classmethod
     def from_npz(cls, path: str | Path, *, value_sign: float = 1.0) -> Heads:

@@ -4,7 +4,7 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
 
 1. ``pde`` — the transformer PDE on the sphere mesh (:func:`wflow.pde.solve_pde`);
 2. ``particles`` — ``n`` tokens sampled from the initial cell density
-   (:func:`wflow.density.sample_particles`) and evolved with the same heads
+   (:func:`wflow.geometry.density.sample_particles`) and evolved with the same heads
    (:func:`wflow.particles.simulate`), recorded at the PDE output times;
 3. ``jko`` — JKO minimising movements on the same mesh (:mod:`wflow.jko`), if enabled;
    ``[jko] tau = "auto"`` (default) takes ``τ`` from the mesh
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .io import (
+from ..infra.io import (
     OutputError,
     atomic_write_bytes,
     check_finite,
@@ -122,7 +122,7 @@ def _fingerprint(raw: dict, base_dir: Path) -> dict[str, str]:
     Keys: ``"scenario"`` and ``"file:<value>"``; relative paths resolve against ``base_dir``
     (then the shipped ``meshes/``), as the solvers resolve them.
     """
-    from .mesh import MESH_DIR
+    from ..geometry.mesh import MESH_DIR
 
     out = {"scenario": hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode())
            .hexdigest()}
@@ -253,7 +253,7 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         names the differences.
     out : path
         Output directory (a previous wflow output there is replaced; check it first
-        with :func:`wflow.io.prepare_output`, as ``wflow run`` does).
+        with :func:`wflow.infra.io.prepare_output`, as ``wflow run`` does).
     resume : bool
         Continue from ``out.ckpt/``.
 
@@ -291,9 +291,9 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         fp = _fingerprint(raw, sc.base_dir)
     ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
 
-    from .density import density_spec_from_scenario, initial_density
-    from .mesh import load_mesh
-    from .pde.options import pde_options_from_dict
+    from ..geometry.density import density_spec_from_scenario, initial_density
+    from ..geometry.mesh import load_mesh
+    from ..pde.options import pde_options_from_dict
 
     mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
     popts = type(popts)(**{**popts.__dict__, "progress": progress})
@@ -350,8 +350,8 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     """
     from dataclasses import replace
 
-    from .jko import jko_options_from_dict
-    from .jko.solver import iterate_jko
+    from ..jko import jko_options_from_dict
+    from ..jko.solver import iterate_jko
 
     _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
@@ -365,7 +365,7 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
 
 # --------------------------------------------------------------------------- phases
 def _run_pde(mesh, rho0, schedule, attn, popts):
-    from .pde import solve_pde
+    from ..pde import solve_pde
 
     res = solve_pde(mesh, rho0, schedule, attn, options=popts)
     # an inaccurate PDE is reported (status and reason in the summary); a failed one, or
@@ -386,8 +386,8 @@ def _surrogate_options(popts, steps: int):
 
 def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scenario,
                    progress) -> dict:
-    from .density import sample_particles
-    from .particles import simulate
+    from ..geometry.density import sample_particles
+    from ..particles import simulate
 
     rng = np.random.default_rng([sc.seed, 4242])
     x0 = sample_particles(mesh, pde.masses[0], ropts.n_particles, rng)
@@ -403,7 +403,7 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
 
 
 def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None):
-    from .jko.run import run_jko_scenario
+    from ..jko.run import run_jko_scenario
 
     res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
                            tau=tau)
@@ -428,8 +428,8 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
     import warnings
     from dataclasses import replace
 
-    from .density import density_spec_from_scenario, initial_density
-    from .mesh import load_mesh
+    from ..geometry.density import density_spec_from_scenario, initial_density
+    from ..geometry.mesh import load_mesh
 
     N = int(jko.stats["steps"])
     M = int(jko.areas.size)
@@ -474,7 +474,7 @@ def _rel(a: float, b: float) -> float:
 
 def _w2_at_jko_times(jko, ref, chat, ropts: RunOptions) -> tuple[np.ndarray, np.ndarray]:
     """``W_2(μ^JKO_k, μ^PDE(t_k))`` at the JKO times that are PDE output times."""
-    from .transport import w2_sphere
+    from ..geometry.transport import w2_sphere
 
     t_j = np.asarray(jko.t)
     idx = [int(np.argmin(np.abs(ref.t - tj))) for tj in t_j]
@@ -485,7 +485,7 @@ def _w2_at_jko_times(jko, ref, chat, ropts: RunOptions) -> tuple[np.ndarray, np.
 
 
 def _compare(pde, parts: dict, jko, ropts: RunOptions, jref=None) -> dict:
-    from .transport import w2_sphere
+    from ..geometry.transport import w2_sphere
 
     pres = parts["res"]
     chat = pde.centroids / np.linalg.norm(pde.centroids, axis=1, keepdims=True)
@@ -654,8 +654,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
 
 def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref=None,
              table=None) -> dict:
-    from .jobs import provenance
-    from .status import edi_kind, worst_status
+    from ..infra.io import provenance
+    from ..status import edi_kind, worst_status
 
     pres = parts["res"]
     pbal = {k: float(v[0]) for k, v in pres.balance.items()}
@@ -728,7 +728,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
 
 
 def _write_outputs(stage: Path, pde, parts, jko, cmp_, summary, ropts, mesh) -> None:
-    from .jobs import history_columns
+    from ..infra.io import history_columns
     from .report import write_report
 
     pres = parts["res"]

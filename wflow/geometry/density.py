@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import ScenarioError, Spec, choice, number, string, take
+from ..infra.schema import ScenarioError, Spec, choice, number, string, take
 from .sphere import normalize, sample_cells
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def density_values(points: np.ndarray, spec: Any, base_dir: Path | None,
             vals = np.load(p)
             where = f"density.file {p.name}"
         elif typ == "callable":
-            from .schedules import load_callable
+            from ..infra.callables import load_callable
 
             fn = spec.get("function")
             if fn is None:
@@ -209,6 +209,6 @@ def sample_particles(mesh: SphereMesh, masses: np.ndarray, n: int,
     """``n`` tokens i.i.d. from the piecewise-constant density with cell ``masses``.
 
     ``masses`` in the mesh's original cell order (as :func:`initial_density` and the
-    solvers return them); see :func:`wflow.sphere.sample_cells`. Collective under MPI.
+    solvers return them); see :func:`wflow.geometry.sphere.sample_cells`. Collective under MPI.
     """
     return sample_cells(mesh.gather_owned(mesh.cell_vertices), masses, n, rng)

@@ -1,0 +1,8 @@
+"""Reproductions of the field's published experiments, one module per paper.
+
+* :mod:`~wflow.published.td` — the time-dependent Wasserstein gradient flow experiments [TD]
+  (tokens, heads, weight schedules and frames, term by term).
+
+This package imports nothing eagerly beyond :mod:`~wflow.published.td`, so the solvers
+can recognise its types without an import cycle.
+"""
