@@ -6,7 +6,7 @@ published code lives in this repository) and either
 
 * ``--time``: times ``simulate_batch`` for one row (float64, CPU, ``--threads`` torch
   threads, diagnostics computed every step and recorded every ``--rec`` steps, 5 as
-  published; one warm-up run of 10 steps first) and prints one JSON line with the
+  published; one warm-up run of 2-10 steps first) and prints one JSON line with the
   process's thread counts (``_common.peer_info``); or
 * ``--dump FILE``: runs ``--steps`` steps recording every step and saves the initial data,
   the standard normals the engine drew (regenerated from the same seeded generator) and
@@ -75,7 +75,7 @@ def main() -> int:
                                                     "add_int")})
         print(json.dumps({"dump": a.dump, "peer": peer_info()}))
         return 0
-    run(10, a.rec)  # warm-up
+    run(min(10, max(2, a.steps // 4)), a.rec)  # warm-up (first-call allocations)
     load0 = os.getloadavg()
     t0, c0 = time.perf_counter(), time.process_time()
     res = run(a.steps, a.rec)
