@@ -77,6 +77,19 @@ def cpu_model() -> str:
     return platform.processor() or ""
 
 
+def cpu_flags() -> list[str]:
+    """The vector-unit flags of the CPU that matter for the kernels (``/proc/cpuinfo``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in ("avx2", "fma", "avx512f", "avx512dq", "avx512vl",
+                                    "avx512_bf16", "amx_tile") if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def load1() -> float:
     """The 1-minute load average (NaN where the OS has none)."""
     try:
@@ -238,7 +251,8 @@ def parent_machine() -> dict:
         load = [round(v, 2) for v in os.getloadavg()]
     except OSError:
         load = [float("nan")] * 3
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "loadavg": load,
+    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+            "loadavg": load,
             "python": platform.python_version(), "platform": platform.platform(),
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "parent_env": recorded_env(dict(os.environ))}
