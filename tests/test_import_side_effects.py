@@ -169,42 +169,55 @@ def third_party() -> list[str]:
     return [m for m in rec["third_party"] if m != "__main__"]
 
 
+@pytest.fixture(scope="module")
+def clean_import(third_party) -> dict:
+    """Snapshots around importing every wflow module (third-party modules loaded before)."""
+    return run_child(wflow_modules(), [*third_party, "threadpoolctl"])
+
+
+#: One injected change of each kind, and the field that must report it.
+INJECTED = [
+    ("os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')", "environ[OMP_WAIT_POLICY]"),
+    ("import warnings; warnings.simplefilter('ignore', RuntimeWarning)", "warnings_filters"),
+    ("import signal; signal.signal(signal.SIGUSR1, signal.SIG_IGN)", "signal_handlers[10]"),
+    ("import numba; numba.set_num_threads(1)", "numba"),
+    ("import numpy; numpy.seterr(all='ignore')", "numpy_err"),
+    ("import threadpoolctl; _limits = threadpoolctl.threadpool_limits(1)", "threadpools"),
+]
+
+
+@pytest.fixture(scope="module")
+def injected(third_party) -> dict:
+    """The same imports with every change of :data:`INJECTED` made after them."""
+    return run_child(wflow_modules(), [*third_party, "threadpoolctl"],
+                     "\n".join(code for code, _ in INJECTED))
+
+
 def test_module_list_covers_the_package():
     mods = wflow_modules()
     assert "wflow" in mods and "wflow.cli" in mods and "wflow.particles" in mods
     assert len(mods) > 30, mods
 
 
-def test_import_changes_no_process_wide_setting(third_party):
-    rec = run_child(wflow_modules(), third_party)
-    assert rec["before"]["numba"]["pool_started"] is False
-    assert changes(rec) == {}, f"importing wflow changed process-wide settings: {changes(rec)}"
+def test_import_changes_no_process_wide_setting(clean_import):
+    assert changes(clean_import) == {}, (
+        f"importing wflow changed process-wide settings: {changes(clean_import)}")
 
 
-def test_import_starts_no_thread_pool(third_party):
-    rec = run_child(wflow_modules(), third_party)
-    assert rec["after"]["numba"]["pool_started"] is False
+def test_import_starts_no_thread_pool(clean_import):
+    assert clean_import["before"]["numba"]["pool_started"] is False
+    assert clean_import["after"]["numba"]["pool_started"] is False
 
 
-@pytest.mark.parametrize("inject, field", [
-    ("os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')", "environ[OMP_WAIT_POLICY]"),
-    ("import warnings; warnings.simplefilter('ignore', RuntimeWarning)", "warnings_filters"),
-    ("import signal; signal.signal(signal.SIGUSR1, signal.SIG_IGN)", "signal_handlers[10]"),
-    ("import numba; numba.set_num_threads(1)", "numba"),
-    ("import numpy; numpy.seterr(all='ignore')", "numpy_err"),
-])
-def test_negative_control_injected_change_is_caught(third_party, inject, field):
-    rec = run_child(wflow_modules(), third_party, inject)
-    found = changes(rec)
-    assert field in found, f"injected {inject!r} not reported; changes: {found}"
-
-
-def test_negative_control_threadpool_limit_is_caught(third_party):
-    inject = "import threadpoolctl; _limits = threadpoolctl.threadpool_limits(1)"
-    rec = run_child(wflow_modules(), [*third_party, "threadpoolctl"], inject)
-    if all(v == 1 for v in rec["before"]["threadpools"].values()):
-        pytest.skip("every BLAS library already runs one thread: a limit of 1 changes nothing")
-    assert any(k.startswith("threadpools[") for k in changes(rec)), changes(rec)
+@pytest.mark.parametrize("inject, field", INJECTED, ids=[f for _, f in INJECTED])
+def test_negative_control_injected_change_is_caught(injected, inject, field):
+    found = changes(injected)
+    if field == "threadpools":
+        if all(v == 1 for v in injected["before"]["threadpools"].values()):
+            pytest.skip("every BLAS library already runs one thread: a limit of 1 is no change")
+        assert any(k.startswith("threadpools[") for k in found), found
+    else:
+        assert field in found, f"injected {inject!r} not reported; changes: {found}"
 
 
 def test_cli_sets_the_wait_policy_for_its_own_process_only():
