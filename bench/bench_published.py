@@ -50,6 +50,7 @@ writes ``bench/results/bench_published[_quick].json``.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -251,6 +252,40 @@ def reproduction_check(args, kind, H, P, steps, tmp: Path) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------ the table
+def markdown(payload: dict) -> str:
+    """The README table of a results file: times, ratios, the floor and what bounds them."""
+    th = payload["threads"]
+    peers = payload["peers"]
+    head = ["row", "faithful", "engine", "wflow (rec 5)", "wflow (rec 1)",
+            f"floor ({th} cores)", "wflow / floor", "× engine", "× engine (rec 1)",
+            "engine / floor", "× faithful", "load"]
+    if "engine_passive" in peers:
+        head.insert(-1, "× engine, both PASSIVE")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ms(v):
+        return "–" if v is None else (f"{1e3 * v:.3g} ms" if v < 1 else f"{v:.3g} s")
+
+    def x(v, nd=1):
+        return "–" if v is None else f"{v:.{nd}f}×"
+
+    for r in payload["rows"]:
+        name = (f"{r['kind']} n={r['n']} H={r['H']}" + (f" P={r['P']}" if r["P"] > 1 else "")
+                + (f" d={r['d']}" if r["d"] != 3 else ""))
+        fl = r.get("floor")
+        cells = [name, ms(r.get("faithful")), ms(r.get("engine")), ms(r.get("wflow_rec5")),
+                 ms(r.get("wflow_rec1")), ms(fl),
+                 "–" if fl is None else f"{r['wflow_rec5'] / fl:.2f}",
+                 x(r.get("ratio_engine")), x(r.get("ratio_engine_rec1")),
+                 "–" if fl is None or "engine" not in r else x(r["engine"] / fl),
+                 x(r.get("ratio_faithful")), f"{r['load_min']:.1f}–{r['load_max']:.1f}"]
+        if "engine_passive" in peers:
+            cells.insert(-1, x(r.get("ratio_passive_both")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------ main
 def measure(args, peer: str, row) -> dict:
     """One timed run of ``peer`` on ``row`` in a fresh process (see the module docstring)."""
@@ -285,7 +320,15 @@ def main() -> int:
                     help="also run engine and wflow with OMP_WAIT_POLICY=PASSIVE set")
     ap.add_argument("--check-steps", type=int, default=40)
     ap.add_argument("--out", help="result name (default bench_published[_quick])")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --rows: replace those rows in the existing results file "
+                    "(rerun rows measured under load); the file keeps each row's own loads")
+    ap.add_argument("--table", metavar="JSON", help="print the markdown table of a results "
+                    "file and exit")
     args = ap.parse_args()
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())))
+        return 0
     rows = QUICK if args.quick else ROWS
     if args.rows:
         rows = [rows[i] for i in args.rows]
@@ -355,11 +398,28 @@ def main() -> int:
              ("load_max", "load max", "{:.1f}")]
     print(table(results, cols))
     name = args.out or ("bench_published" + ("_quick" if args.quick else ""))
-    path = write_json(name, {
+    payload = {
         "machine": meta, "machine_end_load1": load1(), "threads": args.threads,
         "engine": why, "rows": results, "floor": floor, "floor_peer": floor_rec,
         "reproduction": checks, "dt": DT, "peers": peers,
-        "command": " ".join(["python bench/bench_published.py", *sys.argv[1:]])})
+        "command": " ".join(["python bench/bench_published.py", *sys.argv[1:]])}
+    prev = HERE / "results" / f"{name}.json"
+    if args.merge and prev.is_file():
+        old = json.loads(prev.read_text())
+        key = ("kind", "n", "H", "P", "d")
+        new = {tuple(r[k] for k in key): r for r in results}
+        if old.get("peers") == peers and old.get("threads") == args.threads:
+            merged = [new.pop(tuple(r[k] for k in key), r) for r in old["rows"]]
+            cmd = payload["command"]
+            payload = old | {"rows": merged + list(new.values())}
+            payload.setdefault("reruns", []).append(
+                {"machine": meta, "rows": [list(r[:5]) for r in rows], "command": cmd,
+                 "floor": floor})
+        else:
+            print("--merge: peers or threads differ from the existing file; not merged")
+    print()
+    print(markdown(payload))
+    path = write_json(name, payload)
     print(f"wrote {path}")
     return 0
 
