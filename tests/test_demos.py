@@ -1,13 +1,16 @@
-"""Every demo runs in quick mode (plain scripts, as a user would run them); the slow suite
-runs every demo at full size and every shipped scenario through its command."""
+"""Every demo runs in quick mode and returns its pinned numbers; the slow suite runs every
+demo at full size (as a plain script, as a user would) and every shipped scenario through
+its command."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +34,100 @@ def _run(args: list, timeout: float) -> subprocess.CompletedProcess:
     return r
 
 
+def _load(demo: Path):
+    spec = importlib.util.spec_from_file_location(f"demo_{demo.stem}", demo)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _get(result: dict, path: str):
+    for key in path.split("."):
+        result = result[key]
+    return result
+
+
+#: Numbers each demo's ``main(quick=True)`` returns, pinned (as scikit-fem's example tests do).
+#: Deterministic runs: relative 1e-6 (summation order may change with the thread count; the
+#: runs are otherwise reproducible to round-off). A demo that ends in NaN, or whose physics
+#: moved, fails here even when it exits 0.
+PINNED = {
+    "gaussian_riccati": {
+        "riccati.classification": "converges",
+        "riccati.distance_to_PD_equilibrium": 0.001281646520106788,
+        "blowup.t_star_closed_form": 1.5952185084422947,
+        "blowup.t_star_detected": (1.5952185084422947, 1e-9),
+        "reach.full_rank": "reached",
+        "regimes.algebraic.fitted": 0.9992041767317645,
+        "regimes.kernel.rank": 1,
+    },
+    "jko_clustering_s2": {
+        "status": "success",
+        "monotone": True,
+        "cells": 720,
+    },
+    "multihead_critical_temperature": {
+        "beta_star_blocks": 1.5601345773374307,
+        "min_rate_below": 0.009487944272294824,
+        "min_rate_above": -1.5330052634772962,
+    },
+    "particles_clustering_s2": {
+        "status": "success",
+        "E0": 0.7856461870521181,
+        "E_T": 2.664877161829854,
+        "G2_T": 0.0003748306062722205,
+        "clusters_T": 2.0,
+    },
+    "particles_ou_vs_oscillating": {
+        "ou.G2_late_mean": 0.06764721781663638,
+        "oscillating.G2_late_mean": 0.06006442448210181,
+        "ou.G2_initial": 0.1184576928431699,
+    },
+    "pde_clustering_s2": {
+        "status": "success",
+        "E0": 0.8506411100242524,
+        "E_T": 2.167630355163493,
+        "rho_max_T": 2.925263491713418,
+        "rho_min": 0.003135805540564123,
+        "edi_residual": -0.02604803119438759,
+        "steps": 22,
+        "mass_error": (0.0, 1e-15),  # conservative scheme: round-off
+    },
+    "pretrained_gaussianity": {
+        "status": "success",
+        "export.explained": 0.5286971149453489,
+        "per_layer.layer0.attn_rel": 0.01597881133259242,
+    },
+    "published_experiments": {
+        "s2_oscillating": -1.1757794644118313,
+        "s2_ou": -0.841463196893385,
+    },
+}
+
+
+def test_every_demo_has_pinned_numbers():
+    assert {d.stem for d in DEMOS} == set(PINNED)
+
+
 @pytest.mark.parametrize("demo", DEMOS, ids=[d.stem for d in DEMOS])
 def test_demo_quick(demo, tmp_path):
-    _run([demo, "--quick", "--out", tmp_path], timeout=300)
+    """``main(quick=True)`` returns the pinned numbers (and a finite result)."""
+    result = _load(demo).main(quick=True, out=tmp_path)
+    for path, want in PINNED[demo.stem].items():
+        got = _get(result, path)
+        if isinstance(want, tuple):
+            want, atol = want
+            np.testing.assert_allclose(got, want, rtol=0, atol=atol, err_msg=path)
+        elif isinstance(want, float):
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=path)
+        else:
+            assert got == want, f"{demo.stem}: {path} = {got!r}, pinned {want!r}"
+
+
+def test_demo_runs_as_a_script(tmp_path):
+    """A demo is a plain script: ``python demos/X.py --quick --out DIR`` (the fastest one)."""
+    _run([ROOT / "demos" / "particles_ou_vs_oscillating.py", "--quick", "--out", tmp_path],
+         timeout=300)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Geometry of the unit sphere S^{d-1} ⊂ R^d.
 
-Tangent projection ``P_x = I - x xᵀ``, retraction and exponential map,
+Tangent projection ``P_x = I - x xᵀ``, exponential map,
 geodesic distance, input validation and token samplers (uniform,
 von Mises–Fisher mixtures, clusters around polytope vertices).
 
@@ -16,7 +16,6 @@ __all__ = [
     "project_tangent",
     "normalize",
     "exp_map",
-    "retract",
     "geodesic_distance",
     "pairwise_geodesic",
     "check_on_sphere",
@@ -69,11 +68,6 @@ def exp_map(x: np.ndarray, v: np.ndarray) -> np.ndarray:
     nv = np.linalg.norm(v, axis=-1, keepdims=True)
     y = np.cos(nv) * x + np.sinc(nv / np.pi) * v  # sinc(|v|/π) = sin|v|/|v|
     return normalize(y)
-
-
-def retract(x: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Projective retraction ``R_x(v) = (x + v)/|x + v|`` (first-order exp map)."""
-    return normalize(x + v)
 
 
 def geodesic_distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
