@@ -259,8 +259,8 @@ def markdown(payload: dict) -> str:
     th = payload["threads"]
     peers = payload["peers"]
     head = ["row", "faithful", "engine", "wflow (rec 5)", "wflow (rec 1)",
-            f"floor ({th} cores)", "wflow / floor", "× engine", "× engine (rec 1)",
-            "engine / floor", "× faithful", "load"]
+            f"floor ({th} core{'s' if th > 1 else ''})", "wflow / floor", "× engine",
+            "× engine (rec 1)", "engine / floor", "× faithful", "load"]
     if "engine_passive" in peers:
         head.insert(-1, "× engine, both PASSIVE")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
