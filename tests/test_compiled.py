@@ -29,7 +29,6 @@ from wflow.particles.compiled import compiled_support
 from wflow.particles.options import ParticleOptions
 from wflow.published.td import published_frames, published_relaxed
 
-EPS = np.finfo(float).eps
 #: Relative agreement of the two loops (round-off of differently ordered sums, ≤ 60 steps).
 RTOL = 1e-12
 
@@ -77,7 +76,7 @@ def assert_same_run(rc, rp, *, rtol: float = RTOL) -> None:
     """Every array of two ParticleResults agrees to ``rtol`` times its scale."""
     assert rc.status == rp.status == "success", (rc.message, rp.message)
     assert rc.sign == rp.sign and rc.order == rp.order
-    assert rc.extra.get("engine") == "compiled" and "engine" not in rp.extra
+    assert rc.extra.get("engine") == "compiled" and rp.extra.get("engine") == "python"
     np.testing.assert_array_equal(rc.t, rp.t)
     assert list(rc.history) == list(rp.history)
     assert list(rc.balance) == list(rp.balance)
@@ -226,11 +225,11 @@ def test_engine_auto_and_fallbacks(rng):
     opts = ParticleOptions(T=0.05, dt=0.01)
     assert "CallableSchedule" in compiled_support(x0, call, attn, opts)
     r = simulate(x0, call, attn, T=0.05, dt=0.01)
-    assert r.status == "success" and "engine" not in r.extra
+    assert r.status == "success" and r.extra["engine"] == "python"
     with pytest.raises(ValueError, match="engine"):
         simulate(x0, call, attn, T=0.05, dt=0.01, engine="compiled")
     r = simulate(x0, heads, attn, T=0.05, dt=0.01, kernel_backend="numpy")
-    assert "engine" not in r.extra
+    assert r.extra["engine"] == "python" and "numpy" in r.extra["engine_reason"]
     with pytest.raises(ValueError, match="particles.engine"):
         ParticleOptions(engine="fortran")
 

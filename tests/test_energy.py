@@ -9,8 +9,7 @@ from wflow.attention.heads import Attention, Heads
 from wflow.energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from wflow.geometry.sphere import project_tangent, sample_uniform
 
-EPS = np.finfo(float).eps
-KINDS = ("softmax", "usa", "relu")
+from .conftest import EPS, KINDS
 
 
 def _phi(s: np.ndarray, kind: str) -> np.ndarray:

@@ -11,10 +11,10 @@ import pytest
 import scipy.integrate
 
 from wflow.gaussian import (
-    CallableSchedule,
-    ConstantSchedule,
+    CallableParams,
+    ConstantParams,
     GaussianParams,
-    LayerSchedule,
+    LayerParams,
     blowup_time_closed_form,
     blowup_time_isotropic,
     blowup_time_scalar,
@@ -36,7 +36,7 @@ from wflow.gaussian.riccati import (
 )
 from wflow.kernels import kernel_sums
 
-EPS = np.finfo(float).eps
+from .conftest import EPS
 
 
 def spd(rng, d, scale=1.0, floor=0.1):
@@ -167,7 +167,7 @@ def test_layer_schedule_equals_sequential_runs(rng):
     p1 = GaussianParams.make(d, A=0.3 * rng.normal(size=(d, d)), V=0.5, B=-0.4)
     p2 = GaussianParams.make(d, A=-0.2, V=0.3 * rng.normal(size=(d, d)), B=0.3, b=[0.1, 0.2])
     m0, S0 = rng.normal(size=d), spd(rng, d)
-    sched = LayerSchedule([p1, p2], [0.7, 0.5])
+    sched = LayerParams([p1, p2], [0.7, 0.5])
     tr = integrate_moments(sched, m0, S0, 1.2, t_eval=np.array([0.0, 0.7, 1.2]), rtol=1e-11,
                            atol=1e-13)
     a = integrate_moments(p1, m0, S0, 0.7, n_out=2, rtol=1e-11, atol=1e-13)
@@ -179,7 +179,7 @@ def test_layer_schedule_equals_sequential_runs(rng):
 
 def test_callable_schedule_scalar_closed_form():
     """σ̇ = 2v(t)b(t)σ² ⇒ 1/σ(t) = 1/σ₀ − 2∫₀ᵗ v b ds; here v(t) = cos t, b = 0.5."""
-    sched = CallableSchedule(lambda t: (0.0, 0.0, math.cos(t), 0.5), 1)
+    sched = CallableParams(lambda t: (0.0, 0.0, math.cos(t), 0.5), 1)
     s0 = 0.8
     tr = integrate_moments(sched, [0.0], [[s0]], 3.0, n_out=7, rtol=1e-11, atol=1e-13)
     ex = 1.0 / (1 / s0 - np.sin(tr.t))
@@ -460,5 +460,5 @@ def test_particles_track_moment_ode_at_rate_n_minus_half():
 
 def test_constant_schedule_protocol():
     p = GaussianParams.make(2, A=1.0)
-    s = ConstantSchedule(p)
+    s = ConstantParams(p)
     assert s.at(3.0) is p and s.breakpoints(0, 1) == [] and s.is_constant

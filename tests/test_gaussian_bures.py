@@ -12,7 +12,7 @@ import pytest
 from wflow.gaussian import bures_wasserstein_distance, reach
 from wflow.gaussian.bures import bures_distance
 
-EPS = np.finfo(np.float64).eps
+from .conftest import EPS
 
 
 def _trace_formula_w2(m0, S0, m1, S1):

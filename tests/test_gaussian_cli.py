@@ -280,7 +280,8 @@ def test_classify_scope_all_and_validation(tmp_path, capsys):
     bad = text.replace('scope = "all"', 'scope = "every"')
     assert main(["gaussian", str(write(tmp_path, bad, "b.toml")), "--out",
                  str(tmp_path / "b")]) == 2
-    assert "classify.scope: must be initial or all" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "classify.scope: must be one of ['initial', 'all'], got 'every'" in err
 
 
 def test_reach_summary_is_standard_json(tmp_path):

@@ -138,8 +138,6 @@ def test_no_import_cycles():
     assert not sccs, "import cycles: " + "; ".join(" <-> ".join(c) for c in sccs)
 
 
-@pytest.mark.xfail(strict=True, reason="the kernels' compiled primitives become public with the "
-                   "attention-kind registry (issue 23, in progress)")
 def test_no_private_name_crosses_a_package():
     bad = []
     for a, b, names, line in _edges():

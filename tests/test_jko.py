@@ -25,7 +25,8 @@ from wflow.jko import (
     solve_jko,
 )
 
-EPS = np.finfo(np.float64).eps
+from .conftest import EPS, KINDS
+
 A2 = np.array([[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
                [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]])
 VMF2 = {"type": "vmf", "means": [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]], "kappas": [5.0, 4.0],
@@ -64,7 +65,7 @@ def fitted_order(h, err) -> float:
 
 
 # ----------------------------------------------------------------------------- energy, costs
-@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("H", [1, 2])
 def test_energy_gradient_is_the_simplex_gradient(kind, H, rng):
     """∂E/∂ν_i = Σ_h w_h Φ_h(ĉ_i)/β against a naive dense sum and central differences."""

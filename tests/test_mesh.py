@@ -24,7 +24,7 @@ from wflow.geometry.mesh import (
     write_surface,
 )
 
-EPS = np.finfo(np.float64).eps
+from .conftest import EPS
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_rejects_torus_by_euler_characteristic():
 
 
 def test_solid_angles_sum_to_4pi_for_octahedron():
-    from wflow.geometry.mesh import _solid_angles
+    from wflow.geometry.mesh.validation import _solid_angles
 
     p = np.array([[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1.0]])
     c = np.array([[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4],

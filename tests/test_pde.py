@@ -26,7 +26,8 @@ from wflow.pde import (
 )
 from wflow.pde.fv import _FV
 
-EPS = np.finfo(np.float64).eps
+from .conftest import EPS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 _MESHES: dict[int, object] = {}

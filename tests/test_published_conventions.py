@@ -31,8 +31,9 @@ from wflow.published.td import (
     torch_cpu_normal,
 )
 
+from .conftest import EPS
+
 DEMOS = Path(__file__).resolve().parents[1] / "demos"
-EPS = np.finfo(float).eps
 
 
 def sha(a: np.ndarray) -> str:

@@ -17,7 +17,7 @@ from wflow.attention.schedules import (
     as_schedule,
 )
 
-EPS = np.finfo(float).eps
+from .conftest import EPS
 
 
 def _param(H: int = 2, d: int = 3) -> Parametrisation:

@@ -20,7 +20,7 @@ from wflow.geometry.sphere import (
     sample_vmf,
 )
 
-EPS = np.finfo(float).eps
+from .conftest import EPS
 
 
 @pytest.mark.parametrize("d", [2, 3, 5])

@@ -6,11 +6,13 @@ Conventions
 -----------
 * Head energy ``E_h[μ] = (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ`` with ``Φ = e^s`` for
   softmax/USA and ``Φ = max(0, s)²/2`` for ReLU (so that ``Φ' = k``, the
-  attention kernel); total ``E = Σ_h w_h E_h``.
+  attention kernel); total ``E = Σ_h w_h E_h``. ``Φ``, ``Φ'``, ``Φ''`` and the
+  normalisation are those of the registered kind (:mod:`wflow.attention.kinds`).
 * First variation ``ψ_h = δE_h/δμ``; its ambient gradient is
   ``∇ψ_h(x) = ½ [A_h Y_h(x) + A_hᵀ Y'_h(x)]`` with ``Y'`` the sum with the roles of
   ``Q`` and ``K`` swapped (``= A_h Y_h`` for symmetric ``A_h``); ``ψ = Σ_h w_h ψ_h``.
-* Head outputs ``f_h = V_h Y_h / Z_h`` (softmax) or ``V_h Y_h`` (USA, ReLU).
+* Head outputs ``f_h = V_h Y_h / Z_h`` (normalised kinds: softmax) or ``V_h Y_h``
+  (USA, ReLU).
 * Transformer velocity ``v = P_x Σ_h w_h f_h``.
 * Mobilities: softmax ``m_h = 1/Z_h``, effective ``b̂ = (Σ_h w̄_h Z_h)^{-1}``
   (harmonic mean of the ``m_h``); USA and ReLU have ``b̂ ≡ 1``.
@@ -33,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .attention.heads import Attention, Heads
+from .attention.kinds import get_kind
 from .geometry.sphere import project_tangent
 from .kernels import DEFAULT_TOL, KernelLog, kernel_sums
 
@@ -132,10 +135,10 @@ def evaluate(
 
 def _head_outputs(Z: np.ndarray, Y: np.ndarray, heads: Heads,
                   attn: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(V_h Y_h, f_h, b̂, HM(Z))`` from the sums (``f_h = V_h Y_h / Z_h`` for softmax)."""
+    """``(V_h Y_h, f_h, b̂, HM(Z))`` from the sums (``f_h = V_h Y_h / Z_h``: normalised kinds)."""
     VY = np.einsum("hij,hmj->hmi", heads.V, Y)
     M = Z.shape[1]
-    if attn.kind != "softmax":
+    if not get_kind(attn.kind).normalised:
         return VY, VY, np.ones(M), np.ones(M)
     if np.any(Z <= 0):
         raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
@@ -155,7 +158,7 @@ def particle_field(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     flow's velocity, E = Σ_h w_h E_h)``. ``log`` records the call as a direct sum with
     ``backend`` as the requested back-end.
     """
-    from .kernels import KernelInfo, _threads, particle_terms
+    from .kernels import KernelInfo, particle_terms, threads
 
     pt = particle_terms(x, m, heads.Q, heads.K, heads.V, heads.w, beta=attn.beta,
                         kind=attn.kind, flow=flow)
@@ -163,7 +166,7 @@ def particle_field(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
         n = x.shape[0]
         log.add(KernelInfo("direct", backend, "fused particle step (d <= 3, direct sums)",
                            max(n, 1) * float(np.finfo(np.float64).eps), DEFAULT_TOL, (),
-                           _threads(), n * n * heads.H))
+                           threads(), n * n * heads.H))
     VY, f, bhat, hmZ = _head_outputs(pt.Z, pt.Y, heads, attn)
     field_ = FieldEval(pt.Z, pt.Y, pt.Phi, f, pt.grad_psi, pt.v, pt.vhat, bhat, hmZ)
     st = SlopeTerms(pt.power, pt.slope2, pt.speed2, pt.G2, pt.power_heads)
@@ -237,9 +240,11 @@ def ito_correction(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
     * plain: ``σ² β/4 Σ_h w_h ∫∫ Φ''(s) |x|²|y|² dμ dμ``;
     * symmetric: ``σ² β/8 Σ_h w_h ∫∫ Φ''(s) (|x|²|y|² + <x, y>²) dμ dμ``.
 
-    ``Φ'' = e^s`` for exponential kernels, ``1_{s>0}`` for ReLU. Direct ``O(H n²)``
-    sum in blocks (needed only when ``σ > 0``).
+    ``Φ'' = e^s`` for exponential kernels, ``1_{s>0}`` for ReLU (the kind's
+    :meth:`~wflow.attention.kinds.AttentionKind.d2phi`). Direct ``O(H n²)`` sum in blocks
+    (needed only when ``σ > 0``).
     """
+    spec = get_kind(attn.kind)
     if sigma == 0:
         return 0.0
     A = heads.A
@@ -253,7 +258,7 @@ def ito_correction(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
         for i0 in range(0, n, B):
             xi = x[i0:i0 + B]
             s = attn.beta * (xi @ Ax.T)
-            phi2 = np.exp(s) if attn.kind != "relu" else (s > 0).astype(float)
+            phi2 = spec.d2phi(s)
             geo = nx[i0:i0 + B, None] * nx[None, :]
             if symmetric_noise:
                 geo = geo + (xi @ x.T) ** 2

@@ -49,6 +49,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .attention.kinds import get_kind
+
 __all__ = [
     "STATUSES",
     "CHAIN_THETA",
@@ -221,6 +223,6 @@ def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:
         return "undefined"
     A = np.asarray(heads.A)
     one_normaliser = heads.H == 1 or bool(np.allclose(A, A[:1], rtol=1e-12, atol=0.0))
-    if flow == "surrogate" or attn_kind != "softmax" or one_normaliser:
+    if flow == "surrogate" or not get_kind(attn_kind).normalised or one_normaliser:
         return "identity"
     return "defect"

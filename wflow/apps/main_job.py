@@ -39,9 +39,8 @@ import json
 import logging
 import pickle
 import time
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -57,34 +56,51 @@ from ..infra.io import (
     write_csv,
     write_json,
 )
-from .scenario import Scenario, ScenarioError, boolean, choice, number, parse_scenario, take
+from ..infra.options import documented, from_table, keys_of, opt, schema_of, validate
+from ..infra.schema import Spec
+from ..particles.integrators import INTEGRATORS
+from .scenario import Scenario, ScenarioError, boolean, load_scenario, number, parse_scenario
 
-__all__ = ["RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job", "default_run_scenario"]
+__all__ = ["RUN_SCHEMA", "RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job",
+           "default_run_scenario"]
 
 logger = logging.getLogger(__name__)
 
-RUN_SPEC = {
-    "n_particles": (2000, number(10, integer=True)),
-    "particle_integrator": ("rk4", choice("euler", "rk4")),
-    "particle_steps_per_save": (4, number(1, integer=True)),
-    "jko": (True, boolean),
-    "render": (True, boolean),
-    "max_ot_points": (6000, number(100, integer=True)),
-    "jko_refinement": (2, number(0, 4, integer=True)),
-}
-
-
+@documented
 @dataclass(frozen=True)
 class RunOptions:
-    """Validated ``[run]`` section (see :data:`RUN_SPEC` for keys and defaults)."""
+    """Validated ``[run]`` section of the main job (keys, defaults: the fields below)."""
 
-    n_particles: int = 2000
-    particle_integrator: str = "rk4"
-    particle_steps_per_save: int = 4
-    jko: bool = True
-    render: bool = True
-    max_ot_points: int = 6000
-    jko_refinement: int = 2
+    SECTION = "run"
+
+    n_particles: int = field(default=2000, metadata=opt(
+        "Tokens sampled from the initial cell density for the particle phase.",
+        check=number(10, integer=True)))
+    particle_integrator: str = field(default="rk4", metadata=opt(
+        "Integrator of the particle phase (:data:`wflow.particles.integrators.INTEGRATORS`).",
+        check=INTEGRATORS.checker()))
+    particle_steps_per_save: int = field(default=4, metadata=opt(
+        "Particle steps between two PDE output times (``dt = ΔT_save / steps``).",
+        check=number(1, integer=True)))
+    jko: bool = field(default=True, metadata=opt(
+        "Run the JKO phases (``jko``, ``pde_surrogate``, ``jko_refinement``).", check=boolean))
+    render: bool = field(default=True, metadata=opt(
+        "Draw the figures of ``report.md``.", check=boolean))
+    max_ot_points: int = field(default=6000, metadata=opt(
+        "Largest number of support points of an exact ``W_2`` (POT); larger measures are "
+        "subsampled.", check=number(100, integer=True)))
+    jko_refinement: int = field(default=2, metadata=opt(
+        "Coarser icospheres of the ``τ/h`` table (JKO and surrogate PDE with ``h ∝ τ``); "
+        "0: no table.", check=number(0, 4, integer=True)))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+#: The ``[run]`` table: ``key -> (default, checker)`` (derived from :class:`RunOptions`).
+RUN_SCHEMA: Spec = schema_of(RunOptions)
+#: Keys of the ``[run]`` table.
+RUN_SPEC: tuple[str, ...] = keys_of(RunOptions)
 
 
 @dataclass(frozen=True)
@@ -101,19 +117,12 @@ def default_run_scenario():
     return resources.files("wflow") / "data" / "default_run.toml"
 
 
-def _load(path: Path | None) -> tuple[Scenario, dict]:
+def _load(path: Path | None) -> Scenario:
+    """The scenario at ``path`` (:func:`~wflow.apps.scenario.load_scenario`), else the default."""
     if path is None:
         with resources.as_file(default_run_scenario()) as p:
-            raw = tomllib.loads(Path(p).read_text(encoding="utf-8"))
-            return parse_scenario(raw, base_dir=Path(p).parent), raw
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"scenario file not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: invalid TOML ({exc})") from exc
-    return parse_scenario(raw, base_dir=path.parent), raw
+            return load_scenario(p)
+    return load_scenario(path)
 
 
 def _fingerprint(raw: dict, base_dir: Path) -> dict[str, str]:
@@ -276,7 +285,8 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         if scenario is None:
             sc, raw = parse_scenario(meta["raw"], base_dir=base), meta["raw"]
         else:
-            sc, raw = _load(Path(scenario))
+            sc = _load(Path(scenario))
+            raw = sc.raw
         fp = _fingerprint(raw, sc.base_dir)
         diff = _differences(meta["raw"], raw, fp_old, fp)
         if fp != fp_old and not diff:
@@ -287,9 +297,10 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
                 f"--resume: {scenario} differs from the scenario checkpointed in {ck.dir}: "
                 f"{'; '.join(diff[:3])}{more}; run without --resume to start over")
     else:
-        sc, raw = _load(None if scenario is None else Path(scenario))
+        sc = _load(None if scenario is None else Path(scenario))
+        raw = sc.raw
         fp = _fingerprint(raw, sc.base_dir)
-    ropts = RunOptions(**take(sc.sections.get("run", {}), RUN_SPEC, "run"))
+    ropts = from_table(RunOptions, sc.sections.get("run", {}))
 
     from ..geometry.density import density_spec_from_scenario, initial_density
     from ..geometry.mesh import load_mesh

@@ -24,7 +24,8 @@ Schema (defaults in brackets)::
                  of archives with A alone, must agree with a V the archive gives);
                  w = "mean"|"sum"|[...] ["mean": w_h = 1/H]; seed (default: seed + 1;
                  published: seed + H); generator = "numpy"|"torch-cpu" ["numpy"] (published)
-    [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"];
+    [schedule]   type = "static"|"ou"|"oscillating"|"relaxed"|"layers"|"callable" ["static"]
+                 (the registered SCHEDULE_TYPES of wflow.attention.schedules);
                  kappa = 1.0; sigma = 0.0 (or sigma2 = σ², e.g. 2.0); gamma = 0.0;
                  symmetric_noise = false;
                  target = "identity"|"initial"|"zero"|<number c: c·I> ["identity"]  (ou)
@@ -52,16 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..attention.heads import KINDS, Attention, Heads
-from ..attention.schedules import (
-    CallableSchedule,
-    Layers,
-    OrnsteinUhlenbeck,
-    Oscillating,
-    Parametrisation,
-    Relaxed,
-    Schedule,
-    Static,
-)
+from ..attention.schedules import SCHEDULE_TYPES, Schedule, ScheduleContext
 from ..geometry.sphere import (
     check_on_sphere,
     equiangular_tokens,
@@ -70,10 +62,9 @@ from ..geometry.sphere import (
     sample_uniform,
     sample_vmf_mixture,
 )
-from ..infra.callables import load_callable
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from ..infra.schema import array as _array
-from ..particles.options import PARTICLES_SPEC, ParticleOptions
+from ..particles.options import PARTICLES_SCHEMA, ParticleOptions
 from ..published.td import (
     HEAD_GENERATORS,
     published_heads,
@@ -102,12 +93,12 @@ def register_section(name: str, spec: Spec) -> None:
     _EXTRA_SECTIONS[name] = spec
 
 
-ATTENTION_SPEC: Spec = {
+ATTENTION_SCHEMA: Spec = {
     "kind": ("softmax", choice(*KINDS)),
     "beta": (1.0, number(0, strict_lo=True)),
     "d": (3, number(2, integer=True)),
 }
-TOKENS_SPEC: Spec = {
+TOKENS_SCHEMA: Spec = {
     "n": (200, number(1, integer=True)),
     "sampler": ("uniform", choice("uniform", "vmf", "polytope", "published", "equiangular",
                                    "orthonormal", "file")),
@@ -129,7 +120,7 @@ def _value_sign(v: Any, key: str) -> float:
     return float(v)
 
 
-HEADS_SPEC: Spec = {
+HEADS_SCHEMA: Spec = {
     "type": ("random_symmetric", choice("random_symmetric", "published", "scalar", "matrices",
                                         "file")),
     "H": (1, number(1, integer=True)),
@@ -143,8 +134,8 @@ HEADS_SPEC: Spec = {
     "seed": (None, number(0, integer=True)),
     "generator": ("numpy", choice(*HEAD_GENERATORS)),
 }
-SCHEDULE_SPEC: Spec = {
-    "type": ("static", choice("static", "ou", "oscillating", "relaxed", "layers", "callable")),
+SCHEDULE_SCHEMA: Spec = {
+    "type": ("static", SCHEDULE_TYPES.checker()),
     "kappa": (1.0, number(0)),
     "sigma": (None, number(0)),
     "sigma2": (None, number(0)),
@@ -159,8 +150,8 @@ SCHEDULE_SPEC: Spec = {
     "delta": (1.0, number(0, strict_lo=True)),
     "function": (None, string),
 }
-CORE_SECTIONS = {"attention": ATTENTION_SPEC, "tokens": TOKENS_SPEC, "heads": HEADS_SPEC,
-                 "schedule": SCHEDULE_SPEC, "particles": PARTICLES_SPEC}
+CORE_SECTIONS = {"attention": ATTENTION_SCHEMA, "tokens": TOKENS_SCHEMA, "heads": HEADS_SCHEMA,
+                 "schedule": SCHEDULE_SCHEMA, "particles": PARTICLES_SCHEMA}
 #: Sections owned by other solvers, validated there (registered at import of those modules).
 KNOWN_SOLVER_SECTIONS = ("mesh", "density", "pde", "jko", "run", "verify")
 
@@ -348,69 +339,21 @@ class Scenario:
         return arr
 
     def build_schedule(self) -> Schedule:
-        """The weight schedule (static heads by default)."""
-        s = self.schedule
+        """The weight schedule (static heads by default).
+
+        ``[schedule] type`` is looked up in :data:`~wflow.attention.schedules.SCHEDULE_TYPES`
+        (an unknown type raises with the known ones).
+        """
         heads = self.build_heads()
-        typ = s["type"]
-        if typ == "static":
-            return Static.of(heads)
-        if typ == "layers":
-            files = s["files"]
-            if not isinstance(files, list) or not files:
-                raise ScenarioError("schedule.files: a non-empty list of .npz files is required "
-                                    "for type = 'layers'")
-            layers = []
-            for i, f in enumerate(files):
-                hl = self._heads_file(f, f"schedule.files[{i}]")
-                layers.append(hl.with_(w=self._weights(hl.H)))
-            return Layers.of(layers, delta=s["delta"])
-        sign = heads.value_alignment()
-        kind = "bilinear" if sign != 0 else "qkv"
-        param, theta0 = Parametrisation.from_heads(heads, kind=kind)
-        sigma = self._sigma()
-        if typ != "relaxed":
-            for key in ("c", "alpha"):
-                if s[key] is not None:
-                    raise ScenarioError(f"schedule.{key}: only for type = 'relaxed' with "
-                                        "target = 'rotating'")
-        if typ == "ou":
-            tgt = "identity" if s["target"] is None else s["target"]
-            if tgt == "identity":
-                tinf = np.broadcast_to(np.eye(self.d), theta0.shape) if kind == "bilinear" \
-                    else None
-            elif tgt == "initial":
-                tinf = theta0
-            elif tgt == "zero":
-                tinf = np.zeros_like(theta0)
-            elif isinstance(tgt, (int, float)) and not isinstance(tgt, bool):
-                tinf = float(tgt) * np.broadcast_to(np.eye(self.d), theta0.shape) \
-                    if kind == "bilinear" else None
-            else:
-                raise ScenarioError("schedule.target: must be 'identity', 'initial', 'zero' or a "
-                                    f"number c (θ_∞ = c I), got {tgt!r}")
-            if tinf is None:
-                raise ScenarioError("schedule.target: a multiple of the identity needs "
-                                    "value-aligned heads (V = ±A)")
-            try:
-                return OrnsteinUhlenbeck(param, theta0, tinf, kappa=s["kappa"], sigma0=sigma,
-                                         gamma=s["gamma"], symmetric_noise=s["symmetric_noise"])
-            except ValueError as exc:
-                raise ScenarioError(f"schedule: {exc}") from exc
-        if typ == "oscillating":
-            omega = 1.0 if s["omega"] is None else s["omega"]
-            return Oscillating(param, theta0, amplitude=s["amplitude"], omega=omega)
-        if typ == "relaxed":
-            return self._relaxed(heads, param, theta0, kind)
-        # callable
-        if s["function"] is None:
-            raise ScenarioError("schedule.function: required for type = 'callable' "
-                                "('package.module:function' computing dθ/dt = f(θ, t))")
-        fn = load_callable(s["function"], name="schedule.function")
-        try:
-            return CallableSchedule(param, theta0, fn, sigma0=sigma, gamma=s["gamma"],
-                                    symmetric_noise=s["symmetric_noise"])
-        except ValueError as exc:
-            raise ScenarioError(f"schedule: {exc}") from exc
+        stype = SCHEDULE_TYPES.lookup(self.schedule["type"], "schedule.type")
+        ctx = ScheduleContext(heads=heads, d=self.d, sigma=self._sigma,
+                              heads_file=self._layer_heads, published_relaxed=published_relaxed)
+        return stype.build(self.schedule, ctx)
+
+    def _layer_heads(self, name: Any, key: str) -> Heads:
+        """Heads of one ``schedule.files`` entry with the scenario's mixing weights."""
+        hl = self._heads_file(name, key)
+        return hl.with_(w=self._weights(hl.H))
 
     def _sigma(self) -> float:
         """``σ₀`` from ``schedule.sigma`` or ``schedule.sigma2`` (``σ = √σ²`` exactly)."""
@@ -420,32 +363,6 @@ class Scenario:
         if s["sigma2"] is not None:
             return math.sqrt(s["sigma2"])
         return 0.0 if s["sigma"] is None else s["sigma"]
-
-    def _relaxed(self, heads: Heads, param: Parametrisation, theta0: np.ndarray,
-                 kind: str) -> Relaxed:
-        """``type = "relaxed"``: the published frames (default) or wflow's rotating variant."""
-        s = self.schedule
-        if kind != "bilinear":
-            raise ScenarioError("schedule.type: 'relaxed' needs value-aligned heads (V = ±A)")
-        target = "published" if s["target"] is None else s["target"]
-        if target not in ("published", "rotating"):
-            raise ScenarioError("schedule.target: for type = 'relaxed' must be 'published' (the "
-                                "frames of THEORY §5) or 'rotating' (wflow's variant), got "
-                                f"{target!r}")
-        if self._sigma() != 0.0:
-            raise ScenarioError("schedule.sigma: type = 'relaxed' is deterministic")
-        if target == "published":
-            for key in ("c", "alpha", "omega"):
-                if s[key] is not None:
-                    raise ScenarioError(f"schedule.{key}: the published frames have no {key}; "
-                                        "it belongs to target = 'rotating' (wflow's variant)")
-            return published_relaxed(theta0, w=heads.w, value_sign=param.value_sign,
-                                     kappa=s["kappa"])
-        return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign,
-                                c=2.0 if s["c"] is None else s["c"],
-                                alpha=1.5 if s["alpha"] is None else s["alpha"],
-                                omega=0.5 if s["omega"] is None else s["omega"],
-                                kappa=s["kappa"])
 
     def particle_options(self, **overrides: Any) -> ParticleOptions:
         """:class:`~wflow.particles.ParticleOptions` from ``[particles]`` (+ overrides)."""

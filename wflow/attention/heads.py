@@ -18,10 +18,10 @@ from typing import Literal
 
 import numpy as np
 
+from .kinds import KINDS  # the only list of kind names (wflow.attention.kinds registry)
+
 __all__ = ["Heads", "Attention", "KINDS"]
 
-#: Attention kinds: softmax ("SA"), unnormalised ("USA"), ReLU.
-KINDS = ("softmax", "usa", "relu")
 Kind = Literal["softmax", "usa", "relu"]
 
 

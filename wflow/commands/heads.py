@@ -13,6 +13,7 @@ import json
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``heads`` subcommand and its sub-subcommands."""
+    from ..attention.kinds import KINDS
     p = sub.add_parser(
         "heads",
         help="multi-head formulas: critical temperature, λ_c, radial dominance",
@@ -65,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=".npy array (n, d) or .npz with array 'x' (unit vectors)")
     r.add_argument("--heads", required=True, help=".npz heads file (Q, K, V[, w] or A[, V, w])")
     r.add_argument("--beta", type=float, required=True, help="inverse temperature β > 0")
-    r.add_argument("--kind", default="softmax", choices=("softmax", "usa", "relu"),
+    r.add_argument("--kind", default="softmax", choices=KINDS,
                    help="attention kind (default softmax)")
     r.add_argument("--json", action="store_true", help="emit JSON")
     r.set_defaults(func=_radial_dominance)

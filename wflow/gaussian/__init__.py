@@ -9,7 +9,7 @@ and for ``μ = N(m, Σ)`` the moment ODE ``ṁ = (A + V)m + VΣBm + b``,
 
 Rooms, in data-flow order:
 
-* :mod:`~wflow.gaussian.params` — ``GaussianParams`` and parameter schedules;
+* :mod:`~wflow.gaussian.params` — ``GaussianParams`` and parameter paths (``ParamPath``);
 * :mod:`~wflow.gaussian.options` — the ``wflow gaussian`` scenario schema;
 * :mod:`~wflow.gaussian.moments` — right-hand side, PSD factors, Jacobian;
 * :mod:`~wflow.gaussian.riccati` — closed forms, blow-up times, equilibria;
@@ -31,12 +31,12 @@ from .classify import LABELS, Classification, PhaseDiagram, classify, phase_diag
 from .moments import moment_rhs, psd_factor
 from .options import GaussianScenario, PhaseSpec, load_gaussian_scenario, parse_gaussian_scenario
 from .params import (
-    CallableSchedule,
-    ConstantSchedule,
+    CallableParams,
+    ConstantParams,
     GaussianParams,
-    LayerSchedule,
-    ParamSchedule,
-    as_schedule,
+    LayerParams,
+    ParamPath,
+    as_param_path,
 )
 from .particles import ParticleRun, empirical_moments, particle_velocity, simulate_particles
 from .reach import ReachPhase, ReachPlan, ReachResult, plan_controls, principal_rotation, reach
@@ -57,11 +57,11 @@ from .solver import GaussianTrajectory, integrate_moments
 
 __all__ = [
     "GaussianParams",
-    "ParamSchedule",
-    "ConstantSchedule",
-    "CallableSchedule",
-    "LayerSchedule",
-    "as_schedule",
+    "ParamPath",
+    "ConstantParams",
+    "CallableParams",
+    "LayerParams",
+    "as_param_path",
     "GaussianTrajectory",
     "moment_rhs",
     "psd_factor",

@@ -1,5 +1,10 @@
 """Gaussian scenarios: a small validated TOML schema for ``wflow gaussian``.
 
+The scalar tables ``[run]``, ``[classify]`` and ``[particles]`` are options dataclasses
+declared once (:class:`GaussianRunOptions`, :class:`ClassifyOptions`,
+:class:`GaussianParticleOptions`; keys, defaults, checks and docs from their fields, see
+:mod:`wflow.infra.options`); the shape-dependent tables are validated here.
+
 Schema (every key optional unless marked; unknown keys are refused with their
 name; numbers must be finite; ``A, V, B`` are a scalar ``s`` (meaning ``s I``)
 or a ``d × d`` matrix; ``b`` a length-``d`` vector or ``0``)::
@@ -54,21 +59,97 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..infra.options import documented, from_table, keys_of, opt, validate
+from ..infra.schema import choice, number
 from .moments import psd_factor
-from .params import ConstantSchedule, GaussianParams, LayerSchedule, ParamSchedule
+from .params import ConstantParams, GaussianParams, LayerParams, ParamPath
 
 __all__ = [
+    "GaussianRunOptions",
+    "ClassifyOptions",
+    "GaussianParticleOptions",
     "GaussianScenario",
     "PhaseSpec",
     "load_gaussian_scenario",
     "parse_gaussian_scenario",
 ]
+
+_METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")
+
+
+@documented
+@dataclass(frozen=True)
+class GaussianRunOptions:
+    """The ``[run]`` table of a Gaussian scenario: horizon and moment-ODE solver settings."""
+
+    SECTION = "run"
+
+    T: float | None = field(default=None, metadata=opt(
+        "Final time; default: the total depth of the ``[[layers]]`` (required without them).",
+        check=number(0, strict_lo=True), type="float, optional"))
+    n_out: int = field(default=201, metadata=opt(
+        "Equally spaced output times in ``[0, T]``.", check=number(2, integer=True)))
+    method: str = field(default="Radau", metadata=opt(
+        "Method of :func:`scipy.integrate.solve_ivp`.", check=choice(*_METHODS)))
+    rtol: float = field(default=1e-9, metadata=opt(
+        "Relative tolerance of the ODE solver.", check=number(0, strict_lo=True)))
+    atol: float = field(default=1e-12, metadata=opt(
+        "Absolute tolerance of the ODE solver.", check=number(0, strict_lo=True)))
+    blowup_factor: float = field(default=1e8, metadata=opt(
+        "Blow-up when ``tr Σ`` exceeds this factor times its initial scale (``> 1``).",
+        check=number(1, strict_lo=True)))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def solver_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`wflow.gaussian.solver.integrate_moments` (no ``T``)."""
+        return {k: v for k, v in asdict(self).items() if k != "T"}
+
+
+@documented
+@dataclass(frozen=True)
+class ClassifyOptions:
+    """The ``[classify]`` table: the long-time classifier (constant parameters only)."""
+
+    SECTION = "classify"
+
+    method: str = field(default="auto", metadata=opt(
+        "``exact`` (closed-form rules), ``probe`` (integration) or ``auto`` (exact where a "
+        "rule applies).", check=choice("auto", "exact", "probe")))
+    horizon: float = field(default=50.0, metadata=opt(
+        "Probe / rate-check integration time.", check=number(0, strict_lo=True)))
+    scope: str = field(default="initial", metadata=opt(
+        "``initial``: the trajectory from ``[initial].Sigma``; ``all``: every full-rank "
+        "initial covariance.", check=choice("initial", "all")))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@documented
+@dataclass(frozen=True)
+class GaussianParticleOptions:
+    """The ``[particles]`` table: the particle check of the moment ODE."""
+
+    SECTION = "particles"
+
+    n: int = field(default=400, metadata=opt(
+        "Particles sampled from ``N(m₀, Σ₀)``.", check=number(2, integer=True)))
+    seed: int = field(default=0, metadata=opt(
+        "Seed of the particle sample.", check=number(integer=True)))
+    steps: int = field(default=40, metadata=opt(
+        "RK4 steps of the particle system over ``[0, T]``.", check=number(1, integer=True)))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
 
 _TOP = {"title", "d", "params", "layers", "initial", "run", "classify", "target", "particles",
         "phase"}
@@ -77,14 +158,13 @@ _SECTIONS: dict[str, set[str]] = {
     "params": _PARAM_KEYS,
     "layer": _PARAM_KEYS | {"duration"},
     "initial": {"m", "Sigma"},
-    "run": {"T", "n_out", "method", "rtol", "atol", "blowup_factor"},
-    "classify": {"method", "horizon", "scope"},
+    "run": set(keys_of(GaussianRunOptions)),
+    "classify": set(keys_of(ClassifyOptions)),
     "target": {"m", "Sigma", "T", "keep_attention"},
-    "particles": {"n", "seed", "steps"},
+    "particles": set(keys_of(GaussianParticleOptions)),
     "phase": {"x_name", "x", "y_name", "y", "n", "method", "horizon",
               "A0", "Ax", "Ay", "V0", "Vx", "Vy", "B0", "Bx", "By"},
 }
-_METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")
 
 
 def _check_keys(table: Any, section: str, allowed: set[str]) -> Mapping[str, Any]:
@@ -180,7 +260,7 @@ class GaussianScenario:
 
     title: str
     d: int
-    schedule: ParamSchedule
+    params_path: ParamPath
     m0: np.ndarray
     Sigma0: np.ndarray
     T: float
@@ -195,8 +275,8 @@ class GaussianScenario:
     @property
     def constant_params(self) -> GaussianParams | None:
         """The parameters if they are constant, else None."""
-        if isinstance(self.schedule, ConstantSchedule):
-            return self.schedule.params
+        if isinstance(self.params_path, ConstantParams):
+            return self.params_path.params
         return None
 
 
@@ -223,9 +303,9 @@ def parse_gaussian_scenario(data: Mapping[str, Any], *, source: str = "<dict>"
                 raise ValueError(f"{sec}.duration: required")
             durations.append(float(_number(lt["duration"], f"{sec}.duration", positive=True)))
             layers.append(_params(lt, d, sec, base))
-        schedule: ParamSchedule = LayerSchedule(layers, durations)
+        path: ParamPath = LayerParams(layers, durations)
     else:
-        schedule = ConstantSchedule(base)
+        path = ConstantParams(base)
 
     if "initial" not in data:
         raise ValueError("initial: required table with m and Sigma")
@@ -237,45 +317,23 @@ def parse_gaussian_scenario(data: Mapping[str, Any], *, source: str = "<dict>"
     S0 = _matrix(init["Sigma"], d, "initial.Sigma")
     psd_factor(S0, name="initial.Sigma")
 
-    run = dict(_check_keys(data.get("run", {}), "run", _SECTIONS["run"]))
-    if "T" in run:
-        T = float(_number(run["T"], "run.T", positive=True))
-    elif isinstance(schedule, LayerSchedule):
-        T = schedule.total_time
+    ro = from_table(GaussianRunOptions,
+                    _check_keys(data.get("run", {}), "run", _SECTIONS["run"]))
+    if ro.T is not None:
+        T = ro.T
+    elif isinstance(path, LayerParams):
+        T = path.total_time
     else:
         raise ValueError("run.T: required (final time) when there are no [[layers]]")
-    opts: dict[str, Any] = {"n_out": 201, "method": "Radau", "rtol": 1e-9, "atol": 1e-12,
-                            "blowup_factor": 1e8}
-    if "n_out" in run:
-        opts["n_out"] = int(_number(run["n_out"], "run.n_out", positive=True, integer=True))
-        if opts["n_out"] < 2:
-            raise ValueError("run.n_out: must be >= 2")
-    if "method" in run:
-        if run["method"] not in _METHODS:
-            raise ValueError(f"run.method: must be one of {_METHODS}, got {run['method']!r}")
-        opts["method"] = run["method"]
-    for k in ("rtol", "atol", "blowup_factor"):
-        if k in run:
-            opts[k] = float(_number(run[k], f"run.{k}", positive=True))
-    if opts["blowup_factor"] <= 1:
-        raise ValueError("run.blowup_factor: must be > 1")
+    opts = ro.solver_options()
 
     classify = None
-    if "classify" in data or isinstance(schedule, ConstantSchedule):
+    if "classify" in data or isinstance(path, ConstantParams):
         ct = _check_keys(data.get("classify", {}), "classify", _SECTIONS["classify"])
-        if "classify" in data and not isinstance(schedule, ConstantSchedule):
+        if "classify" in data and not isinstance(path, ConstantParams):
             raise ValueError("classify: only for constant parameters (remove [[layers]] or "
                              "[classify])")
-        classify = {"method": ct.get("method", "auto"),
-                    "horizon": float(_number(ct.get("horizon", 50.0), "classify.horizon",
-                                             positive=True))}
-        if classify["method"] not in ("auto", "exact", "probe"):
-            raise ValueError(f"classify.method: must be auto, exact or probe, got "
-                             f"{classify['method']!r}")
-        classify["scope"] = ct.get("scope", "initial")
-        if classify["scope"] not in ("initial", "all"):
-            raise ValueError(f"classify.scope: must be initial or all, got "
-                             f"{classify['scope']!r}")
+        classify = asdict(from_table(ClassifyOptions, ct))
 
     target = None
     if "target" in data:
@@ -295,14 +353,7 @@ def parse_gaussian_scenario(data: Mapping[str, Any], *, source: str = "<dict>"
     particles = None
     if "particles" in data:
         pt = _check_keys(data["particles"], "particles", _SECTIONS["particles"])
-        particles = {
-            "n": int(_number(pt.get("n", 400), "particles.n", positive=True, integer=True)),
-            "seed": int(_number(pt.get("seed", 0), "particles.seed", integer=True)),
-            "steps": int(_number(pt.get("steps", 40), "particles.steps", positive=True,
-                                 integer=True)),
-        }
-        if particles["n"] < 2:
-            raise ValueError("particles.n: must be >= 2")
+        particles = asdict(from_table(GaussianParticleOptions, pt))
 
     phase = None
     if "phase" in data:
@@ -334,7 +385,7 @@ def parse_gaussian_scenario(data: Mapping[str, Any], *, source: str = "<dict>"
                           horizon=float(_number(ph.get("horizon", 50.0), "phase.horizon",
                                                 positive=True)))
 
-    return GaussianScenario(title=title, d=d, schedule=schedule, m0=m0, Sigma0=S0, T=T, run=opts,
+    return GaussianScenario(title=title, d=d, params_path=path, m0=m0, Sigma0=S0, T=T, run=opts,
                             classify=classify, target=target, particles=particles, phase=phase,
                             source=source, raw=dict(data))
 

@@ -1,10 +1,12 @@
 """Parameters ``(A, b, V, B)`` of the Gaussian model and their time dependence (THEORY.md §7).
 
-Parameters may depend on time (depth): :class:`ConstantSchedule`,
-:class:`CallableSchedule` (any ``t ↦ (A, b, V, B)``), :class:`LayerSchedule`
-(piecewise constant, layer ``ℓ`` on ``[ℓΔ, (ℓ+1)Δ)``); :func:`as_schedule` coerces
-any of them (or plain :class:`GaussianParams`). Units: time is depth (continuous
-layer index); all matrices are dimensionless.
+Parameters may depend on time (depth) along a *parameter path* (:class:`ParamPath`):
+:class:`ConstantParams`, :class:`CallableParams` (any ``t ↦ (A, b, V, B)``),
+:class:`LayerParams` (piecewise constant, layer ``ℓ`` on ``[ℓΔ, (ℓ+1)Δ)``);
+:func:`as_param_path` coerces any of them (or plain :class:`GaussianParams`). Units: time
+is depth (continuous layer index); all matrices are dimensionless. (The names differ from
+the head schedules of :mod:`wflow.attention.schedules` on purpose: these move the
+Gaussian model's ``(A, b, V, B)``, not attention heads.)
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import numpy as np
 
 __all__ = [
     "GaussianParams",
-    "ParamSchedule",
-    "ConstantSchedule",
-    "CallableSchedule",
-    "LayerSchedule",
-    "as_schedule",
+    "ParamPath",
+    "ConstantParams",
+    "CallableParams",
+    "LayerParams",
+    "as_param_path",
 ]
 
 
@@ -119,7 +121,7 @@ class GaussianParams:
 
 
 @runtime_checkable
-class ParamSchedule(Protocol):
+class ParamPath(Protocol):
     """Time-dependent parameters ``t ↦ (A, b, V, B)(t)``."""
 
     d: int
@@ -135,7 +137,7 @@ class ParamSchedule(Protocol):
 
 
 @dataclass(frozen=True)
-class ConstantSchedule:
+class ConstantParams:
     """Constant parameters."""
 
     params: GaussianParams
@@ -153,7 +155,7 @@ class ConstantSchedule:
 
 
 @dataclass(frozen=True)
-class CallableSchedule:
+class CallableParams:
     """Parameters from a user callable ``fn(t) -> GaussianParams | (A, b, V, B)``.
 
     The callable must be smooth between the listed ``jumps`` (times where it may
@@ -174,11 +176,11 @@ class CallableSchedule:
                 A, b, V, B = out
             except (TypeError, ValueError) as exc:
                 raise ValueError(
-                    "CallableSchedule: fn(t) must return GaussianParams or a tuple (A, b, V, B)"
+                    "CallableParams: fn(t) must return GaussianParams or a tuple (A, b, V, B)"
                 ) from exc
             p = GaussianParams.make(self.d, A=A, b=b, V=V, B=B)
         if p.d != self.d:
-            raise ValueError(f"CallableSchedule: fn({t}) returned dimension {p.d}, "
+            raise ValueError(f"CallableParams: fn({t}) returned dimension {p.d}, "
                              f"expected {self.d}")
         return p
 
@@ -187,7 +189,7 @@ class CallableSchedule:
 
 
 @dataclass(frozen=True)
-class LayerSchedule:
+class LayerParams:
     """Piecewise-constant parameters: layer ``ℓ`` acts on ``[t_ℓ, t_{ℓ+1})``.
 
     Parameters
@@ -211,21 +213,21 @@ class LayerSchedule:
                  t0: float = 0.0) -> None:
         layers = tuple(layers)
         if not layers:
-            raise ValueError("LayerSchedule.layers: at least one layer is required")
+            raise ValueError("LayerParams.layers: at least one layer is required")
         d = layers[0].d
         for i, p in enumerate(layers):
             if not isinstance(p, GaussianParams):
-                raise ValueError(f"LayerSchedule.layers[{i}]: expected GaussianParams")
+                raise ValueError(f"LayerParams.layers[{i}]: expected GaussianParams")
             if p.d != d:
-                raise ValueError(f"LayerSchedule.layers[{i}]: dimension {p.d} != {d}")
+                raise ValueError(f"LayerParams.layers[{i}]: dimension {p.d} != {d}")
         if np.ndim(durations) == 0:
             durations = [float(durations)] * len(layers)
         durations = tuple(float(x) for x in durations)
         if len(durations) != len(layers):
-            raise ValueError(f"LayerSchedule.durations: {len(durations)} values for "
+            raise ValueError(f"LayerParams.durations: {len(durations)} values for "
                              f"{len(layers)} layers")
         if not all(math.isfinite(x) and x > 0 for x in durations):
-            raise ValueError(f"LayerSchedule.durations: must be finite and > 0, got {durations}")
+            raise ValueError(f"LayerParams.durations: must be finite and > 0, got {durations}")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "durations", durations)
         object.__setattr__(self, "t0", float(t0))
@@ -253,16 +255,17 @@ class LayerSchedule:
         return [float(s) for s in self.edges[1:-1] if t0 < s < t1]
 
 
-def as_schedule(obj: Any, d: int | None = None) -> ParamSchedule:
-    """Accept GaussianParams, a schedule, or a callable ``t -> (A, b, V, B)`` (needs ``d``)."""
+def as_param_path(obj: Any, d: int | None = None) -> ParamPath:
+    """Accept GaussianParams, a parameter path or a callable ``t -> (A, b, V, B)`` (needs d)."""
     if isinstance(obj, GaussianParams):
-        return ConstantSchedule(obj)
-    if isinstance(obj, (ConstantSchedule, CallableSchedule, LayerSchedule)):
+        return ConstantParams(obj)
+    if isinstance(obj, (ConstantParams, CallableParams, LayerParams)):
         return obj
     if callable(obj):
         if d is None:
-            raise ValueError("as_schedule: a callable schedule needs the dimension d")
-        return CallableSchedule(obj, int(d))
-    if isinstance(obj, ParamSchedule):
+            raise ValueError("as_param_path: a callable parameter path needs the dimension d")
+        return CallableParams(obj, int(d))
+    if isinstance(obj, ParamPath):
         return obj
-    raise ValueError(f"params: expected GaussianParams, a schedule or a callable, got {type(obj)}")
+    raise ValueError(f"params: expected GaussianParams, a parameter path or a callable, "
+                     f"got {type(obj)}")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import kernel_sums
-from .params import GaussianParams, as_schedule
+from .params import GaussianParams, as_param_path
 
 __all__ = [
     "particle_velocity",
@@ -76,12 +76,12 @@ def simulate_particles(params: Any, x0: np.ndarray, T: float, *, steps: int) -> 
     """Integrate ``ẋ_i = A x_i + b + V Σ_j softmax_j(<Bx_i, x_j>) x_j`` with classical RK4.
 
     RK4 (order 4) with ``steps`` uniform steps; layer jumps of a
-    :class:`LayerSchedule` should fall on step boundaries for full order.
+    :class:`LayerParams` should fall on step boundaries for full order.
     """
     x = np.array(x0, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"x0: expected shape (n, d), got {x.shape}")
-    sched = as_schedule(params, x.shape[1])
+    sched = as_param_path(params, x.shape[1])
     if sched.d != x.shape[1]:
         raise ValueError(f"x0: dimension {x.shape[1]} does not match the parameters ({sched.d})")
     if int(steps) < 1:

@@ -40,7 +40,7 @@ import scipy.linalg
 
 from .bures import bures_map, bures_wasserstein_distance
 from .moments import psd_factor
-from .params import CallableSchedule, GaussianParams
+from .params import CallableParams, GaussianParams
 from .solver import GaussianTrajectory, integrate_moments
 
 __all__ = ["ReachPhase", "ReachPlan", "ReachResult", "plan_controls", "reach",
@@ -151,9 +151,9 @@ class ReachPlan:
         m, S = self.planned(t)
         return GaussianParams(ph.L - self.V @ S @ self.B, ph.c - self.V @ m, self.V, self.B)
 
-    def schedule(self) -> CallableSchedule:
-        """The controls as a schedule (jumps at the phase boundaries)."""
-        return CallableSchedule(self.controls, self.d,
+    def params_path(self) -> CallableParams:
+        """The controls as a parameter path (jumps at the phase boundaries)."""
+        return CallableParams(self.controls, self.d,
                                 jumps=tuple(ph.t1 for ph in self.phases[:-1]))
 
 
@@ -350,7 +350,7 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
     not stiff.
     """
     plan = plan_controls(m0, Sigma0, m1, Sigma1, T, V=V, B=B)
-    traj = integrate_moments(plan.schedule(), np.asarray(m0, dtype=np.float64),
+    traj = integrate_moments(plan.params_path(), np.asarray(m0, dtype=np.float64),
                              np.asarray(Sigma0, dtype=np.float64), T, rtol=rtol, atol=atol,
                              method=method, n_out=n_out)
     m1 = np.asarray(m1, dtype=np.float64)

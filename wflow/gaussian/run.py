@@ -79,7 +79,7 @@ class GaussianRun:
             "T": scn.T,
             "initial": {"m": scn.m0.tolist(), "Sigma": scn.Sigma0.tolist()},
             "parameters": (scn.constant_params.to_dict() if scn.constant_params is not None
-                           else {"schedule": type(scn.schedule).__name__}),
+                           else {"params_path": type(scn.params_path).__name__}),
             "run": scn.run,
             "result": self.trajectory.to_dict(),
             "closed_form_blowup_time": self.closed_form_blowup_time,
@@ -141,7 +141,7 @@ def particle_check(schedule: Any, m0: np.ndarray, Sigma0: np.ndarray, T: float, 
 
 def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
     """Integrate the moment ODE of a scenario, classify, check particles, phase diagram."""
-    traj = integrate_moments(scn.schedule, scn.m0, scn.Sigma0, scn.T, **scn.run)
+    traj = integrate_moments(scn.params_path, scn.m0, scn.Sigma0, scn.T, **scn.run)
     p = scn.constant_params
     t_closed = searched = None
     if p is not None and _scalar_value(p.V) is not None:
@@ -154,7 +154,7 @@ def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
                       method=ck["method"], horizon=ck["horizon"])
     parts = None
     if scn.particles is not None:
-        parts = particle_check(scn.schedule, scn.m0, scn.Sigma0, scn.T, traj=traj,
+        parts = particle_check(scn.params_path, scn.m0, scn.Sigma0, scn.T, traj=traj,
                                **scn.particles)
     ph = None
     if scn.phase is not None:

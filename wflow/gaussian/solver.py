@@ -36,8 +36,8 @@ The integrator stops with ``status="blowup"`` when ``tr Σ`` crosses
 Riccati asymptotics ``λ_max(Σ) ≈ κ/(t* − t)``: ``t* ≈ t + λ_max/λ̇_max`` (exact
 for the scalar and isotropic cases).
 
-Parameters may depend on time (depth): :class:`ConstantSchedule`,
-:class:`CallableSchedule` (any ``t ↦ (A, b, V, B)``), :class:`LayerSchedule`
+Parameters may depend on time (depth): :class:`ConstantParams`,
+:class:`CallableParams` (any ``t ↦ (A, b, V, B)``), :class:`LayerParams`
 (piecewise constant, layer ``ℓ`` on ``[ℓΔ, (ℓ+1)Δ)``).
 
 Units: time is depth (continuous layer index); all matrices are dimensionless.
@@ -65,7 +65,7 @@ from .moments import (
     _pack,
     psd_factor,
 )
-from .params import GaussianParams, LayerSchedule, as_schedule
+from .params import GaussianParams, LayerParams, as_param_path
 
 __all__ = [
     "GaussianTrajectory",
@@ -201,7 +201,7 @@ def integrate_moments(
         raise ValueError(f"m0: expected a vector, got shape {m0.shape}")
     if not np.all(np.isfinite(m0)):
         raise ValueError("m0: contains NaN or Inf")
-    sched = as_schedule(params, d)
+    sched = as_param_path(params, d)
     if sched.d != d:
         raise ValueError(f"m0: length {d} does not match the parameter dimension {sched.d}")
     Sigma0 = np.asarray(Sigma0, dtype=np.float64)
@@ -272,7 +272,7 @@ def integrate_moments(
     with np.errstate(all="ignore"):
         while seg < len(cuts) - 1:
             bnd = cuts[seg + 1]
-            if sched.is_constant or isinstance(sched, LayerSchedule):
+            if sched.is_constant or isinstance(sched, LayerParams):
                 const = sched.at(0.5 * (cuts[seg] + bnd))
                 p_fn = (lambda t, _c=const: _c)  # noqa: E731
             else:

@@ -27,8 +27,8 @@ Spec = dict[str, tuple[Any, Callable[[Any, str], Any] | None]]
 
 
 def number(lo: float | None = None, hi: float | None = None, *, strict_lo: bool = False,
-           integer: bool = False) -> Callable[[Any, str], Any]:
-    """Checker of a finite number in ``[lo, hi]`` (``(lo, hi]`` if ``strict_lo``).
+           strict_hi: bool = False, integer: bool = False) -> Callable[[Any, str], Any]:
+    """Checker of a finite number in ``[lo, hi]`` (``strict_lo``, ``strict_hi``: open ends).
 
     ``integer``: the value must be integral (returned as ``int``, else ``float``).
     """
@@ -42,8 +42,8 @@ def number(lo: float | None = None, hi: float | None = None, *, strict_lo: bool 
             raise ScenarioError(f"{key}: must be finite, got {v!r}")
         if lo is not None and (v <= lo if strict_lo else v < lo):
             raise ScenarioError(f"{key}: must be {'>' if strict_lo else '>='} {lo}, got {v!r}")
-        if hi is not None and v > hi:
-            raise ScenarioError(f"{key}: must be <= {hi}, got {v!r}")
+        if hi is not None and (v >= hi if strict_hi else v > hi):
+            raise ScenarioError(f"{key}: must be {'<' if strict_hi else '<='} {hi}, got {v!r}")
         return int(v) if integer else float(v)
     return check
 
@@ -55,6 +55,7 @@ def choice(*options: str) -> Callable[[Any, str], Any]:
         if v not in options:
             raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
         return v
+    check.choices = lambda: options  # type: ignore[attr-defined]
     return check
 
 

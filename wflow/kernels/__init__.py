@@ -9,7 +9,10 @@ heads ``(Q_h, K_h)``, with scores ``s^h_ij = β <Q_h x_i, K_h y_j>``::
     S_h(i)   = Σ_j m_j k(s^h_ij) s^h_ij       score moment (attention entropy), optional
 
 with ``k(s) = e^s`` (softmax, USA) or ``max(0, s)`` (ReLU), and the
-potential ``Φ`` with ``Φ' = k``: ``Φ = e^s`` resp. ``Φ = max(0, s)²/2``.
+potential ``Φ`` with ``Φ' = k``: ``Φ = e^s`` resp. ``Φ = max(0, s)²/2``: the kernel of the
+registered attention kind (:mod:`wflow.attention.kinds`, looked up by name; an unknown
+name raises ``ValueError`` on every back-end). Kinds without compiled code run on the
+NumPy back-end only (``"auto"`` plans it; ``"direct"``/``"fastsum"`` refuse).
 Every solver (particles, mesh velocity, energies, JKO gradients, studies)
 calls :func:`kernel_sums`; the naive reference lives in the tests.
 
@@ -43,6 +46,11 @@ choice without computing anything. Threads: numba's (``NUMBA_NUM_THREADS`` or
 ``numba.set_num_threads``).
 
 Every back-end refuses scores that could overflow ``e^s`` (``β|Qx||Ky| > 700``).
+
+The thread and memory-layout helpers the compiled particle loops share with the direct
+back-end are public here (:func:`threads`, :func:`team`, :func:`pair_once`,
+:func:`raise_bound`, :func:`aligned`, :func:`aligned_empty`, :func:`particle_heads3`);
+the compiled primitives are in :mod:`wflow.kernels.primitives`.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..attention.kinds import AttentionKind, get_kind
+
 __all__ = [
     "KernelSums",
     "KernelInfo",
@@ -66,6 +76,13 @@ __all__ = [
     "kernel_sums",
     "particle_terms",
     "plan_kernel",
+    "particle_heads3",
+    "threads",
+    "team",
+    "pair_once",
+    "raise_bound",
+    "aligned",
+    "aligned_empty",
     "BACKENDS",
     "DEFAULT_TOL",
     "BLOCK_ELEMS",
@@ -259,10 +276,15 @@ def _max_norm(v: np.ndarray) -> float:
 
 
 def _check_bound(qx: np.ndarray, ky: np.ndarray, beta: float) -> None:
-    _raise_bound(beta * _max_norm(qx) * _max_norm(ky))
+    raise_bound(beta * _max_norm(qx) * _max_norm(ky))
 
 
-def _raise_bound(bound: float) -> None:
+def raise_bound(bound: float) -> None:
+    """``FloatingPointError`` if the score bound ``β|Qx||Ky|`` exceeds :data:`EXP_OVERFLOW`.
+
+    The overflow guard of exponential kernels (``e^709`` overflows float64), shared by
+    every back-end and the compiled particle loops.
+    """
     if bound > EXP_OVERFLOW:
         raise FloatingPointError(
             f"attention scores may reach β|Qx||Ky| = {bound:.1f} > {EXP_OVERFLOW}: e^s would "
@@ -270,8 +292,7 @@ def _raise_bound(bound: float) -> None:
 
 
 def _validate(x, y, m, Q, K, beta, kind, backend, tol):
-    if kind not in ("softmax", "usa", "relu"):
-        raise ValueError(f"kind: must be 'softmax', 'usa' or 'relu', got {kind!r}")
+    spec = get_kind(kind)  # ValueError naming the known kinds
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
     if not (np.isfinite(beta) and beta > 0):
@@ -294,16 +315,17 @@ def _validate(x, y, m, Q, K, beta, kind, backend, tol):
         raise ValueError(f"Q: expected shape (H, k, {d}), got {Q.shape}")
     if K.shape != Q.shape:
         raise ValueError(f"K: shape {K.shape} must equal Q shape {Q.shape}")
-    return x, y, m, Q, K
+    return x, y, m, Q, K, spec
 
 
 # ---------------------------------------------------------------- numpy (reference)
-def _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block):
-    """The blocked NumPy float64 reference (the original implementation, unchanged)."""
+def _numpy_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, block):
+    """The blocked NumPy float64 reference, any registered kind (its kernel's ``Φ'``, ``Φ``)."""
     H = Q.shape[0]
     M, d = x.shape
     N = y.shape[0]
-    expo = kind in ("softmax", "usa")
+    kern = spec.kernel
+    expo = kern.exponential  # Φ = k: the potential sums are Z
     qx = np.einsum("hkd,md->hmk", Q, x)  # (H, M, k)
     ky = np.einsum("hkd,nd->hnk", K, y)  # (H, N, k)
     if expo:
@@ -318,12 +340,9 @@ def _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block):
         for i0 in range(0, M, B):
             i1 = min(M, i0 + B)
             s = qx[h, i0:i1] @ kyT  # (b, N) scores β<Qx, Ky>
-            if expo:
-                kmat = np.exp(s)
-            else:
-                kmat = np.maximum(s, 0.0)
+            kmat = kern.dphi(s)
             if Phi is not None:
-                Phi[h, i0:i1] = (0.5 * kmat * kmat) @ m
+                Phi[h, i0:i1] = kern.phi_of(s, kmat) @ m
             if S is not None:
                 S[h, i0:i1] = (kmat * s) @ m
             kmat *= m  # weight by source masses
@@ -335,7 +354,8 @@ def _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block):
 
 
 # ---------------------------------------------------------------- direct (numba)
-def _threads() -> int:
+def threads() -> int:
+    """Threads the numba kernels may use (``numba.get_num_threads()``)."""
     import numba
 
     return int(numba.get_num_threads())
@@ -359,7 +379,7 @@ def _busy() -> bool:
 
 def _serial(triples: int) -> bool:
     """Whether to run on the calling thread (results are identical: same summation order)."""
-    if triples < SERIAL_TRIPLES or _threads() == 1:
+    if triples < SERIAL_TRIPLES or threads() == 1:
         return True
     return triples < BUSY_SERIAL_TRIPLES and _busy()
 
@@ -391,7 +411,7 @@ def aligned(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pair_once(sym: bool, n: int, H: int) -> bool:
+def pair_once(sym: bool, n: int, H: int) -> bool:
     """Whether to count every pair once (symmetric heads, self-interaction).
 
     Fixed rule (the summation order never depends on threads or load): with
@@ -403,7 +423,7 @@ def _pair_once(sym: bool, n: int, H: int) -> bool:
 
 
 @contextmanager
-def _team(work: float):
+def team(work: float):
     """Run the numba kernels inside with one thread when ``work`` (≈ ns) is small."""
     if not _serial(int(work)):
         yield
@@ -433,14 +453,14 @@ def _score_factors(x, y, Q, K, beta):
     return qx, ky
 
 
-def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
+def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores):
     from . import _numba as kn
 
     H, k, d = Q.shape
     M = x.shape[0]
     N = y.shape[0]
-    expo = kind != "relu"
-    kcode = 0 if expo else 1
+    expo = spec.exponential
+    kcode = spec.require_compiled("backend='direct'")
     Z = np.empty((H, M))
     Y = np.empty((H, M, d))
     P = np.empty((H, M))
@@ -462,7 +482,7 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         my[:] = 0.0
         my[:d] = (m[:, None] * y).T
         Y3 = Y if d == 3 else np.empty((H, M, 3))
-        with _team(M * N * H):
+        with team(M * N * H):
             kn.direct3(qx3, ky3, my, aligned(m), kcode, scores, Z, Y3, P, S)
         if d < 3:
             Y[:] = Y3[:, :, :d]
@@ -472,7 +492,7 @@ def _direct_sums(x, y, m, Q, K, beta, kind, potential, scores):
         qx = np.ascontiguousarray(qx)
         if w + d < WIDE:
             kyT = aligned(np.swapaxes(ky, 1, 2))
-            with _team(M * N * H * (w + d) / 4):
+            with team(M * N * H * (w + d) / 4):
                 kn.direct_generic(qx, kyT, aligned(y.T), aligned(m), kcode, scores, Z, Y, P, S)
         else:
             _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
@@ -507,7 +527,7 @@ def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
         np.matmul(sc, y, out=Y[h, i0:i1])
 
     jobs = [(h, i0) for h in range(H) for i0 in range(0, M, B)]
-    nt = min(_threads(), len(jobs))
+    nt = min(threads(), len(jobs))
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - optional
@@ -567,17 +587,23 @@ def plan_kernel(
     """
     from . import _fastsum as fs
 
+    spec = get_kind(kind)
     H, k, d = np.shape(Q)
     M, N = np.shape(x)[0], np.shape(y)[0]
     if backend == "numpy":
         return KernelPlan("numpy", "requested")
+    if not spec.compiled:
+        if backend != "auto":
+            spec.require_compiled(f"backend={backend!r}")
+        return KernelPlan("numpy", f"kind {spec.name!r} has no compiled kernel")
     if backend == "direct":
         return KernelPlan("direct", "requested")
     why = None
     if d != 3:
         why = f"fast summation needs d = 3 (S²), got d = {d}"
-    elif kind == "relu":
-        why = "fast summation needs a smooth (exponential) kernel, got ReLU"
+    elif not spec.fastsum:
+        why = ("fast summation needs the exponential kernel, got "
+               f"{spec.label} ({spec.kernel.name})")
     else:
         dev = float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if M else 0.0
         if dev > 1e-6:
@@ -651,8 +677,10 @@ def kernel_sums(
         Query and key matrices.
     beta : float
         Inverse temperature.
-    kind : {"softmax", "usa", "relu"}
-        Kernel ``k``: exponential for softmax/USA, ``max(0, s)`` for ReLU.
+    kind : str
+        A registered attention kind (:data:`wflow.attention.kinds.KINDS`: ``"softmax"``,
+        ``"usa"``, ``"relu"``); its kernel ``k`` (``e^s`` resp. ``max(0, s)``). Unknown
+        names raise ``ValueError``.
     potential, scores : bool
         Also return ``Φ_h`` resp. ``S_h``.
     block : int, optional
@@ -669,30 +697,33 @@ def kernel_sums(
     KernelSums
         With ``.info`` (:class:`KernelInfo`).
     """
-    x, y, m, Q, K = _validate(x, y, m, Q, K, beta, kind, backend, tol)
+    x, y, m, Q, K, spec = _validate(x, y, m, Q, K, beta, kind, backend, tol)
     H = Q.shape[0]
     M, N = x.shape[0], y.shape[0]
-    expo = kind != "relu"
+    expo = spec.exponential
     triples = M * N * H
     err_direct = max(N, 1) * _EPS
-    if backend == "numpy":
-        Z, Y, Phi, S = _numpy_sums(x, y, m, Q, K, beta, kind, potential, scores, block)
-        return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, "requested", err_direct,
+    if backend == "numpy" or not spec.compiled:
+        why = "requested"
+        if backend != "numpy":  # a kind without compiled kernels: NumPy under "auto" only
+            why = plan_kernel(x, y, Q, K, beta=beta, kind=spec, backend=backend).reason
+        Z, Y, Phi, S = _numpy_sums(x, y, m, Q, K, beta, spec, potential, scores, block)
+        return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, why, err_direct,
                                                    tol, (), 1, triples))
     if expo and M and N and H:
         from . import _numba as kn
 
-        _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
+        raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
     plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol, m=m)
     if plan.backend == "direct":
-        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, kind, potential, scores)
+        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
-                                                   tol, (), _threads(), triples))
+                                                   tol, (), threads(), triples))
     from . import _fastsum as fs
 
     A = _scores_A(Q, K)
     work = sum((M + N) * (L + 1) * (L + 2) / 2 for L in plan.degree if L >= 0)
-    with _team(work):
+    with team(work):
         res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
                                heads=np.asarray(plan.fast_heads))
     Z, Y, S = res.Z, res.Y, res.S
@@ -707,7 +738,7 @@ def kernel_sums(
             ests = ", ".join(f"head {h}: {res.err_est[h]:.1e}" for h in failed)
             reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
             logger.info("fast summation fell back to direct sums (%s)", ests)
-        Zd, Yd, _, Sd = _direct_sums(x, y, m, Q[idx], K[idx], beta, kind, False, scores)
+        Zd, Yd, _, Sd = _direct_sums(x, y, m, Q[idx], K[idx], beta, spec, False, scores)
         Z[idx] = Zd
         Y[idx] = Yd
         if scores:
@@ -717,7 +748,7 @@ def kernel_sums(
     err = float(max(ests))
     Phi = Z if potential else None
     return KernelSums(Z, Y, Phi, S, KernelInfo(name, backend, reason, err, tol, degree,
-                                               _threads(), triples))
+                                               threads(), triples))
 
 
 # ------------------------------------------------------- particle step, one pass
@@ -798,13 +829,15 @@ def particle_terms(
     Q, K : (H, k, d) arrays; V : (H, d, d) array; w : (H,) array
         Head parameters (``wflow.attention.heads.Heads`` fields).
     beta, kind
-        Attention (``kind`` in ``{"softmax", "usa", "relu"}``).
+        Attention (``kind``: a registered kind with a compiled kernel, see
+        :mod:`wflow.attention.kinds`).
     flow : {"transformer", "surrogate"}
         Which velocity the slope terms and ``velocity`` refer to.
     """
     from . import _numba as kn
 
-    x, _, m, Q, K = _validate(x, x, m, Q, K, beta, kind, "direct", DEFAULT_TOL)
+    x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, "direct", DEFAULT_TOL)
+    kcode = spec.require_compiled("particle_terms")
     if flow not in ("transformer", "surrogate"):
         raise ValueError(f"flow: must be 'transformer' or 'surrogate', got {flow!r}")
     n, d = x.shape
@@ -815,9 +848,9 @@ def particle_terms(
     w = np.ascontiguousarray(w, dtype=np.float64)
     if V.shape != (H, d, d) or w.shape != (H,):
         raise ValueError(f"V, w: expected shapes {(H, d, d)} and {(H,)}, got {V.shape}, {w.shape}")
-    expo = kind != "relu"
+    expo = spec.exponential
     if expo and n:
-        _raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, x))
+        raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, x))
     A3, V3, sym = particle_heads3(Q, K, V)
     xT = aligned_empty((3, n))  # component-major, on a 64-byte boundary (see aligned_empty)
     xT[:] = 0.0
@@ -834,12 +867,12 @@ def particle_terms(
     terms = np.empty((4, n))
     # pair-once halves the kernels of symmetric heads (parallel over heads only); fixed
     # rule, so the summation order never depends on threads or load
-    pair_once = _pair_once(sym, n, H)
-    with _team(n * n * H * (1 if sym else 2)):
+    once = pair_once(sym, n, H)
+    with team(n * n * H * (1 if sym else 2)):
         kn.particle_terms(xT, A3, V3, w, w / w.sum(), aligned(m), float(beta),
-                          0 if expo else 1, kind == "softmax", sym, pair_once,
+                          kcode, spec.normalised, sym, once,
                           flow == "surrogate", Z, Y, Yp, P, G, vel, v, vhat, terms, PH)
-    if kind == "softmax" and n and np.any(Z <= 0):
+    if spec.normalised and n and np.any(Z <= 0):
         raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
     E_heads = P @ m / (2.0 * beta)
     tm = terms @ m

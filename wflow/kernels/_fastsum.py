@@ -1,5 +1,8 @@
 """Fast summation of exponential attention sums on S² (d = 3) by spherical harmonics.
 
+Applies to the attention kinds whose kernel declares ``fastsum`` (``k(s) = e^s``:
+softmax, USA; :mod:`wflow.attention.kinds`); :func:`wflow.kernels.plan_kernel` checks it.
+
 For one head with score matrix ``A`` write ``u_j = A y_j ∈ R³``, so that
 ``s_ij = β xᵢᵀ A y_j = β xᵢ·u_j``. For a target ``x`` on the unit sphere the
 plane-wave (Funk–Hecke) expansion and the addition theorem give, for any

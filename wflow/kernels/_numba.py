@@ -16,7 +16,9 @@ The exponential is evaluated by :func:`fexp`, an inlined branch-free
 ≤ 3e-15 on ``[-708, 709]``, see the tests) that LLVM vectorises; libm's ``exp``
 is a scalar call and numba without Intel SVML cannot vectorise it.
 
-Kind codes: ``0`` exponential (softmax / USA), ``1`` ReLU.
+Kernel codes (the ``kind`` argument): :data:`wflow.attention.kinds.CODE_EXP` (``e^s``:
+softmax, USA) and :data:`~wflow.attention.kinds.CODE_RELU` (``max(0, s)``), the
+``code`` of each registered kind's kernel. numba freezes them as compile-time constants.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from numba.extending import intrinsic
 
 # No process-wide setting on import (issue 26): the OpenMP wait policy of numba's workers
 # is the user's (``OMP_WAIT_POLICY``); the ``wflow`` command sets PASSIVE for its process.
+
+from ..attention.kinds import CODE_EXP, CODE_RELU  # noqa: E402
 
 __all__ = [
     "fexp_array",
@@ -142,14 +146,14 @@ def _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S):
         v1 = 0.0
         v2 = 0.0
         sm = 0.0
-        if kind == 0 and not want_s:
+        if kind == CODE_EXP and not want_s:
             for j in range(N):
                 e = fexp(a0 * k0[j] + a1 * k1[j] + a2 * k2[j])
                 z += e * m[j]
                 v0 += e * y0[j]
                 v1 += e * y1[j]
                 v2 += e * y2[j]
-        elif kind == 0:
+        elif kind == CODE_EXP:
             for j in range(N):
                 s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
                 e = fexp(s)
@@ -173,7 +177,7 @@ def _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S):
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
         Y[h, i, 2] = v2
-        if kind == 1:
+        if kind == CODE_RELU:
             # ReLU: k s = max(0, s)² so Φ = ½ Σ m k² = ½ Σ m k s.
             P[h, i] = 0.5 * sm
         if want_s:
@@ -190,7 +194,7 @@ def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
     ky : (H, 3, N)   ``y_j`` resp. ``K_h y_j``, transposed (component-major).
     my : (3, N)      ``m_j y_j``, transposed.
     m : (N,)         source masses.
-    kind : int       0 exponential, 1 ReLU.
+    kind : int       kernel code: CODE_EXP exponential, CODE_RELU ReLU.
     want_s : bool    accumulate ``S``.
     Z, P, S : (H, M) outputs (``P`` only written for ReLU), Y : (H, M, 3) output.
     """
@@ -204,11 +208,12 @@ def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
 def _weigh(sc, mr, n, kind):
     """In place ``sc[j] ← m_j k(sc[j])`` (``j < n``); returns ``(Σ m_j k(s_j), Σ m_j k(s_j) s_j)``.
 
-    ``kind``: 0 exponential, 1 ReLU. The shared inner loop of the chunked kernels.
+    ``kind``: kernel code (``CODE_EXP``, ``CODE_RELU``). The shared inner loop of the
+    chunked kernels.
     """
     z = 0.0
     sm = 0.0
-    if kind == 0:
+    if kind == CODE_EXP:
         for j in range(n):
             s = sc[j]
             em = fexp(s) * mr[j]
@@ -263,7 +268,7 @@ def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
         Z[h, i] = z
         for c in range(d):
             Y[h, i, c] = yacc[c]
-        if kind == 1:
+        if kind == CODE_RELU:
             P[h, i] = 0.5 * sm
         if want_s:
             S[h, i] = sm
@@ -299,7 +304,7 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
     for i in range(b):
         z, sm = _weigh(sc[i], m, N, kind)
         Z[i] = z
-        if kind == 1:
+        if kind == CODE_RELU:
             P[i] = 0.5 * sm
         if want_s:
             S[i] = sm
@@ -314,7 +319,7 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
 def _row3(a0, a1, a2, x0, x1, x2, m, kind):
     """One target row, ``d ≤ 3``: ``(Z, Y_0, Y_1, Y_2, Φ) = Σ_j m_j (k, k x_j, Φ)(s_j)``.
 
-    ``s_j = a·x_j``; ``kind`` 0: ``k = Φ = e^s``, 1: ReLU, ``Φ = k²/2``. Inlined: one
+    ``s_j = a·x_j``; ``kind`` CODE_EXP: ``k = Φ = e^s``, CODE_RELU: ``Φ = k²/2``. Inlined: one
     vectorised source loop in the caller (also :mod:`wflow.particles._path_numba`).
     """
     N = m.shape[0]
@@ -323,7 +328,7 @@ def _row3(a0, a1, a2, x0, x1, x2, m, kind):
     y1 = 0.0
     y2 = 0.0
     ph = 0.0
-    if kind == 0:
+    if kind == CODE_EXP:
         for j in range(N):
             e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
             z += e
@@ -420,7 +425,7 @@ def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
             q1 = x1[j0:j1]
             q2 = x2[j0:j1]
             mm = m[j0:j1]
-            if kind == 0:
+            if kind == CODE_EXP:
                 for j in range(n):
                     e = fexp(a0 * q0[j] + a1 * q1[j] + a2 * q2[j])
                     em = e * mm[j]
@@ -453,7 +458,7 @@ def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
             d = c2[j0:j1]
             for j in range(n):
                 d[j] += eb[j] * w2
-            if kind == 1:
+            if kind == CODE_RELU:
                 d = pc[j0:j1]
                 for j in range(n):
                     d[j] += 0.5 * eb[j] * eb[j] * mi
@@ -462,7 +467,7 @@ def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
         c1[i] += y1
         c2[i] += y2
         pc[i] += ph
-    if kind == 0:
+    if kind == CODE_EXP:
         pc[:] = zc
 
 
@@ -572,7 +577,7 @@ def particle_terms(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surro
     non-symmetric heads). Then per token: head outputs, transformer and
     surrogate velocities, the integrands ``<∇ψ, v>``, ``b̂|P∇ψ|²``, ``|v|²/b̂``,
     ``|v|² HM(Z)`` (``terms``) and ``<∇ψ_h, v>`` (``PH``).
-    ``kind``: 0 exponential, 1 ReLU; ``soft``: softmax normalisation (else USA /
+    ``kind``: kernel code (CODE_EXP, CODE_RELU); ``soft``: normalised kind (else USA /
     ReLU); ``surrogate``: the slope terms are those of ``vhat`` instead of ``v``.
     Conventions of :mod:`wflow.energy`.
     """

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ..attention.heads import Attention, Heads
+from ..attention.kinds import get_kind
 from ..diagnostics import head_rates, radial_shadows
 from ..energy import evaluate
 from ..geometry.sphere import check_on_sphere
@@ -139,7 +140,8 @@ def _direct_bound(fe, heads: Heads, attn: Attention, m: np.ndarray) -> np.ndarra
                    for h in range(H)])
     np.fill_diagonal(AV, 0.0)
     ynorm = np.linalg.norm(fe.Y, axis=2)  # (H, n): |Y_h(x_i)|
-    fnorm = ynorm / fe.Z if attn.kind == "softmax" else ynorm  # |f_h'| per unit ‖V_h'‖
+    normalised = get_kind(attn.kind).normalised
+    fnorm = ynorm / fe.Z if normalised else ynorm  # |f_h'| per unit ‖V_h'‖
     pair = np.einsum("hn,gn,n->hg", ynorm, fnorm, m)  # ∫ |Y_h| |Y_g|/Z_g dμ
     return np.einsum("hg,g,hg->h", AV, heads.w, pair)
 

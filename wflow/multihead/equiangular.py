@@ -9,6 +9,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from ..attention.kinds import AttentionKind, get_kind
 from .formulas import (
     _check_n_beta,
 )
@@ -19,7 +20,8 @@ Errors = Literal["raise", "nan"]
 
 
 # ------------------------------------------------------------------- equiangular reduction
-Kind = Literal["softmax", "usa", "relu"]
+#: A registered attention kind (:data:`wflow.attention.kinds.KINDS`) or its object.
+Kind = str | AttentionKind
 
 
 def _lam_w(lambdas: np.ndarray, w: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
@@ -32,25 +34,48 @@ def _lam_w(lambdas: np.ndarray, w: np.ndarray | float) -> tuple[np.ndarray, np.n
     return lam, ww
 
 
+def _kappa_generic(kind: AttentionKind, g: np.ndarray, lam: np.ndarray, ww: np.ndarray,
+                   beta: float, n: int) -> np.ndarray:
+    """``κ(γ) = Σ_h w_h λ_h k(βλ_hγ) / N_h`` from the kind's kernel ``k``.
+
+    Scalar heads ``A_h = λ_h I`` on equiangular tokens: the self score is ``βλ_h``, the
+    ``n − 1`` others ``βλ_hγ``; ``N_h = k(βλ_h) + (n − 1) k(βλ_hγ)`` for normalised
+    kinds, ``n`` otherwise (masses ``1/n``).
+    """
+    gg = g[..., None]
+    ko = kind.dphi(beta * lam * gg)
+    if kind.normalised:
+        return np.sum(ww * lam * ko / (kind.dphi(beta * lam) + (n - 1.0) * ko), axis=-1)
+    return np.sum(ww * lam * ko, axis=-1) / n
+
+
+def _kappa(kind: AttentionKind, g: np.ndarray, lam: np.ndarray, ww: np.ndarray, beta: float,
+           n: int) -> np.ndarray:
+    """``κ(γ)``: closed forms for the built-in kinds (stable in ``β``), else the generic one."""
+    gg = g[..., None]
+    if kind.name == "softmax":  # λ/(e^{βλ(1−γ)} + n − 1) without overflow
+        return np.sum(ww * lam * np.exp(-np.logaddexp(beta * lam * (1.0 - gg),
+                                                      np.log(n - 1.0))), axis=-1)
+    if kind.name == "usa":
+        return np.sum(ww * lam * np.exp(beta * lam * gg), axis=-1) / n
+    if kind.name == "relu":
+        return np.sum(ww * beta * lam**2, axis=-1) * np.maximum(g, 0.0) / n
+    return _kappa_generic(kind, g, lam, ww, beta, n)
+
+
 def equiangular_rhs(gamma: np.ndarray | float, lambdas: np.ndarray, beta: float, n: int, *,
                     kind: Kind = "softmax", w: np.ndarray | float = 1.0) -> np.ndarray:
     """``F(γ) = 2κ(γ)(1 − γ)(1 + (n−1)γ)``: the equiangular ODE ``γ̇ = F(γ)`` (module docstring).
 
-    Vectorised in ``γ``; ``lambdas`` are the scalar head strengths ``λ_h > 0``.
+    Vectorised in ``γ``; ``lambdas`` are the scalar head strengths ``λ_h > 0``; ``kind`` a
+    registered attention kind (``ValueError`` otherwise): closed forms for softmax, USA
+    and ReLU, ``κ = Σ_h w_h λ_h k(βλ_hγ)/N_h`` from the kind's kernel for any other.
     """
+    spec = get_kind(kind)
     _check_n_beta(n, beta, "equiangular_rhs")
     lam, ww = _lam_w(lambdas, w)
     g = np.asarray(gamma, dtype=np.float64)
-    gg = g[..., None]
-    if kind == "softmax":
-        kap = np.sum(ww * lam * np.exp(-np.logaddexp(beta * lam * (1.0 - gg), np.log(n - 1.0))),
-                     axis=-1)
-    elif kind == "usa":
-        kap = np.sum(ww * lam * np.exp(beta * lam * gg), axis=-1) / n
-    elif kind == "relu":
-        kap = np.sum(ww * beta * lam**2, axis=-1) * np.maximum(g, 0.0) / n
-    else:
-        raise ValueError(f"kind: must be 'softmax', 'usa' or 'relu', got {kind!r}")
+    kap = _kappa(spec, g, lam, ww, beta, n)
     return 2.0 * kap * (1.0 - g) * (1.0 + (n - 1.0) * g)
 
 
@@ -75,6 +100,7 @@ def solve_equiangular(gamma0: float, lambdas: np.ndarray, beta: float, n: int,
     t : (K,) array
         Increasing output times starting at 0.
     """
+    get_kind(kind)
     _check_n_beta(n, beta, "solve_equiangular")
     if not -1.0 / (n - 1) < gamma0 < 1.0:
         raise ValueError(f"gamma0: must lie in (-1/(n-1), 1), got {gamma0}")
@@ -122,12 +148,14 @@ def equiangular_time(gamma0: float, gamma1: float, lambdas: np.ndarray, beta: fl
     """
     from scipy.integrate import quad
 
+    spec = get_kind(kind)
     _check_n_beta(n, beta, "equiangular_time")
     if not -1.0 / (n - 1) < gamma0 < gamma1 < 1.0:
         raise ValueError(f"gamma0, gamma1: need -1/(n-1) < gamma0 < gamma1 < 1, got "
                          f"{gamma0}, {gamma1}")
-    if kind == "relu" and gamma0 <= 0:
-        raise ValueError("gamma0: ReLU has F(0) = 0 (no driving force); need gamma0 > 0")
+    if gamma0 <= 0 and float(spec.dphi(np.float64(0.0))) == 0.0:
+        raise ValueError(f"gamma0: {spec.label} has F(0) = 0 (k(0) = 0: no driving force); "
+                         "need gamma0 > 0")
 
     def inv(g: float) -> float:
         return 1.0 / float(equiangular_rhs(g, lambdas, beta, n, kind=kind, w=w))

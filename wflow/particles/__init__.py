@@ -6,7 +6,8 @@
 Rooms (the same in every solver package):
 
 * :mod:`~wflow.particles.options` — :class:`ParticleOptions` and the ``[particles]`` schema;
-* :mod:`~wflow.particles.integrators` — time grid, state terms, Euler / RK4 steps;
+* :mod:`~wflow.particles.integrators` — time grid, state terms, the registered Euler / RK4
+  integrators;
 * :mod:`~wflow.particles.compiled` — the whole time loop compiled (``simulate(engine=...)``,
   :func:`simulate_compiled`; :func:`euler_path` for static heads);
 * :mod:`~wflow.particles.solver` — :func:`iterate` (generator), :func:`simulate` and
@@ -15,15 +16,17 @@ Rooms (the same in every solver package):
 """
 
 from .compiled import EulerPath, compiled_support, euler_path, simulate_compiled
-from .integrators import time_grid
-from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SPEC, ParticleOptions
+from .integrators import INTEGRATORS, time_grid
+from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SCHEMA, PARTICLES_SPEC, ParticleOptions
 from .result import ParticleResult, ParticleState
 from .run import run_particles
 from .solver import iterate, simulate
 
 __all__ = [
     "ENGINES",
+    "INTEGRATORS",
     "INTEGRATOR_ORDER",
+    "PARTICLES_SCHEMA",
     "PARTICLES_SPEC",
     "EulerPath",
     "euler_path",

@@ -19,13 +19,14 @@ optimises each compiled function together with everything it calls, so every cal
 re-optimises the kernels below it. The thin levels are inlined (``inline="always"``),
 calls never pass literal constants (each literal would compile the callee once more),
 and Monte-Carlo paths run in threads instead of a parallel loop over paths.
-Everything the loop compiles lives in this file (but :func:`wflow.kernels._numba.fexp` and
-``_row3``): numba's cache checks only the file of each function, so a kernel edited in
-another file would leave a stale cached loop behind. :func:`state_par` is not cached on its
-own: a loop compiled against a parallel function loaded from numba's cache was cached
-broken (it crashed the next process; reproduced with numba 0.68, tested in
-``tests/test_compiled.py``), so the parallel evaluation is always compiled together with
-the loop, and cached inside it.
+Everything the loop compiles lives in this file (but :func:`wflow.kernels.primitives.fexp`
+and :func:`~wflow.kernels.primitives.row3`): numba's cache checks only the file of each
+function, so a kernel edited in another file would leave a stale cached loop behind (the
+kernel codes of :mod:`wflow.attention.kinds` are frozen for the same reason).
+:func:`state_par` is not cached on its own: a loop compiled against a parallel function
+loaded from numba's cache was cached broken (it crashed the next process; reproduced with
+numba 0.68, tested in ``tests/test_compiled.py``), so the parallel evaluation is always
+compiled together with the loop, and cached inside it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..attention.kinds import CODE_EXP
 from ..kernels import EXP_OVERFLOW
-from ..kernels._numba import _FM, CHUNK, _row3, fexp
+from ..kernels.primitives import CHUNK, FASTMATH, fexp, row3
 
 __all__ = ["path_block", "published_frames_into"]
 
@@ -102,7 +104,7 @@ def _put(PT, b, vals):
         PT[b, r] = vals[r]
 
 
-@njit(fastmath=_FM, cache=True, error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, error_model="numpy")
 def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
             surrogate, vel, PE, PG, PI, PT):
     """Block ``b`` of a state evaluation, ``d ≤ 3`` (see the layout comment above).
@@ -143,7 +145,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
             tt = 0.0
-            if kind == 0 and ito:  # the Itô sum in the same pass
+            if kind == CODE_EXP and ito:  # the Itô sum in the same pass
                 z = 0.0
                 y0 = 0.0
                 y1 = 0.0
@@ -158,7 +160,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     tt += e * (nxi * nx[j] + gsq * gij * gij)
                 ph = z
             else:
-                z, y0, y1, y2, ph = _row3(a0, a1, a2, x0, x1, x2, m, kind)
+                z, y0, y1, y2, ph = row3(a0, a1, a2, x0, x1, x2, m, kind)
                 if ito:  # ReLU: Φ'' = 1_{s > 0}
                     for j in range(N):
                         sc = a0 * x0[j] + a1 * x1[j] + a2 * x2[j]
@@ -172,7 +174,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                _, t0, t1, t2, _ = _row3(b0, b1, b2, x0, x1, x2, m, kind)
+                _, t0, t1, t2, _ = row3(b0, b1, b2, x0, x1, x2, m, kind)
                 q0 = 0.5 * (q0 + A[h, 0, 0] * t0 + A[h, 1, 0] * t1 + A[h, 2, 0] * t2)
                 q1 = 0.5 * (q1 + A[h, 0, 1] * t0 + A[h, 1, 1] * t1 + A[h, 2, 1] * t2)
                 q2 = 0.5 * (q2 + A[h, 0, 2] * t0 + A[h, 1, 2] * t1 + A[h, 2, 2] * t2)
@@ -266,7 +268,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     _put(PT, b, (pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad))
 
 
-@njit(fastmath=_FM, cache=True, inline="always", error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
 def _scores_chunk(a, xT, j0, n, sc):
     """``sc[j] = Σ_c a_c x_c[j0 + j]`` for ``j < n`` (component by component, vectorised)."""
     D = a.shape[0]
@@ -281,9 +283,9 @@ def _scores_chunk(a, xT, j0, n, sc):
             sc[j] += ac * r[j]
 
 
-@njit(fastmath=_FM, cache=True, inline="always", error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
 def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
-    """One target row and head in ``d = 5``, fused in registers (as ``_row3`` for ``d ≤ 3``).
+    """One target row and head in ``d = 5``, fused in registers (as ``row3`` for ``d ≤ 3``).
 
     The published high-dimensional experiments run in ``d = 5``.
 
@@ -309,7 +311,7 @@ def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
     y4 = 0.0
     ph = 0.0
     tt = 0.0
-    if kind == 0 and not ito:
+    if kind == CODE_EXP and not ito:
         for j in range(N):
             e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]) * m[j]
             z += e
@@ -319,7 +321,7 @@ def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
             y3 += e * x3[j]
             y4 += e * x4[j]
         ph = z
-    elif kind == 0:
+    elif kind == CODE_EXP:
         b0 = xi[0]
         b1 = xi[1]
         b2 = xi[2]
@@ -350,7 +352,7 @@ def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
     return z, y0, y1, y2, y3, y4, ph, tt
 
 
-@njit(fastmath=_FM, cache=True, error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, error_model="numpy")
 def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
             surrogate, vel, PE, PG, PI, PT, buf):
     """As :func:`_state3` for any ``D``.
@@ -403,7 +405,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     else:
                         yp[c] = 0.0
                 want_ito = ito and rep == 0
-                if D == 5 and (kind == 0 or not want_ito):  # fused in registers
+                if D == 5 and (kind == CODE_EXP or not want_ito):  # fused in registers
                     r5 = _row5(a, xi, xT, nx, nxi, m, kind, want_ito, gsq)
                     if rep == 0:
                         z = r5[0]
@@ -423,7 +425,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                         _scores_chunk(xi, xT, j0, n, gg_)
                     zc = 0.0
                     pc = 0.0
-                    if kind == 0:
+                    if kind == CODE_EXP:
                         for j in range(n):
                             em = fexp(sc[j]) * mm[j]
                             zc += em
@@ -435,7 +437,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                             zc += em
                             pc += 0.5 * k * em
                             sc[j] = em
-                    if want_ito and kind == 0:
+                    if want_ito and kind == CODE_EXP:
                         for j in range(n):
                             gij = gg_[j]
                             tt += sc[j] * (nxi * nx[j0 + j] + gsq * gij * gij)
@@ -456,7 +458,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     if rep == 0:
                         z += zc
                         ph += pc
-            if kind == 0:
+            if kind == CODE_EXP:
                 ph = z
             for r in range(D):
                 t = 0.0

@@ -11,7 +11,7 @@ integrators, noisy weights under a fixed seed), with the whole time loop compile
 
 * the state of every step (velocity, energies, slope terms, ``∂E_h/∂A_h``, the Itô sum)
   from one fused pass per evaluation, any ``d``, pairs counted once for symmetric heads
-  (:mod:`wflow.kernels._numba`);
+  (:mod:`wflow.kernels.primitives`);
 * the weights in the same arithmetic as :meth:`wflow.attention.schedules.Schedule.advance`:
   closed forms (static, deterministic OU, oscillating), explicit Euler or RK4 half steps
   (relaxed; the published frames computed in the loop, any other target tabulated from
@@ -39,11 +39,23 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..attention.kinds import get_kind
 from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
 from ..diagnostics import BalanceAccumulator
 from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
-from ..kernels import KernelInfo, KernelLog, _raise_bound, aligned, aligned_empty, plan_kernel
+from ..kernels import (
+    KernelInfo,
+    KernelLog,
+    aligned,
+    aligned_empty,
+    pair_once,
+    particle_heads3,
+    plan_kernel,
+    raise_bound,
+    team,
+    threads,
+)
 from ..published.td import PublishedFrames
 from .integrators import _Kernel, _velocity, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
@@ -130,9 +142,13 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     """Why :func:`simulate_compiled` cannot run this simulation, or ``None`` if it can.
 
     Unsupported: schedules other than :data:`COMPILED_SCHEDULES` (callables, subclasses),
-    the ``"numpy"`` and ``"fastsum"`` kernel back-ends, and ``"auto"`` where it would plan
-    the fast summation at ``t = 0`` (large ``n`` on S²).
+    the ``"numpy"`` and ``"fastsum"`` kernel back-ends, ``"auto"`` where it would plan
+    the fast summation at ``t = 0`` (large ``n`` on S²), and attention kinds without a
+    compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`).
     """
+    spec = get_kind(attn.kind)
+    if not spec.compiled:
+        return f"attention kind {spec.name!r} has no compiled kernel"
     if type(schedule) not in COMPILED_SCHEDULES:
         return f"{type(schedule).__name__} schedules run on the Python path"
     if opts.kernel_backend in ("numpy", "fastsum"):
@@ -219,8 +235,9 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     sig = np.array([schedule.sigma(float(t)) for t in grid]) if stoch else np.zeros(grid.size)
     ipar = np.zeros(pn.N_IPAR, dtype=np.int64)
     ipar[pn.I_N], ipar[pn.I_DIM], ipar[pn.I_H] = n, d, H
-    ipar[pn.I_KIND] = 1 if attn.kind == "relu" else 0
-    ipar[pn.I_SOFT] = attn.kind == "softmax"
+    spec = get_kind(attn.kind)
+    ipar[pn.I_KIND] = spec.require_compiled("particles.engine='compiled'")
+    ipar[pn.I_SOFT] = spec.normalised
     ipar[pn.I_SURR] = opts.flow == "surrogate"
     ipar[pn.I_RK4] = opts.integrator == "rk4"
     ipar[pn.I_WKIND] = wkind
@@ -264,7 +281,7 @@ def _fail_message(code: int, value: float) -> str:
 
     if code == pn.FAIL_BOUND:
         try:
-            _raise_bound(value)
+            raise_bound(value)
         except FloatingPointError as exc:
             return str(exc)
     if code == pn.FAIL_ZERO:
@@ -361,11 +378,11 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     work = n * n * H
     # one path: parallel evaluations where they pay; the results are the same bits either
     # way, so the choice is measured (_Probe), not guessed from the load average
-    probe = _Probe(work, rk4) if P == 1 and work >= PAR_MIN_EVALS and _threads() > 1 else None
+    probe = _Probe(work, rk4) if P == 1 and work >= PAR_MIN_EVALS and threads() > 1 else None
     par = probe is not None
     evals = 0
     bar = progress_bar(P * S, opts.progress, desc="particles")
-    pool = ThreadPoolExecutor(max_workers=max(1, min(P, _threads()))) if P > 1 else None
+    pool = ThreadPoolExecutor(max_workers=max(1, min(P, threads()))) if P > 1 else None
     t_start = time.perf_counter()
     try:
         k0 = 0
@@ -465,7 +482,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     klog.add(KernelInfo("direct", opts.kernel_backend,
                         "compiled particle path: fused direct sums, pairs once for symmetric "
                         "heads", max(n, 1) * float(np.finfo(np.float64).eps), opts.kernel_tol,
-                        (), 1 if not (par or P > 1) else _threads(), n * n * H))
+                        (), 1 if not (par or P > 1) else threads(), n * n * H))
     klog.counts["direct"] = evals * P
     x_fin = np.ascontiguousarray(np.swapaxes(X[:, :d, :n], 1, 2))
     res = ParticleResult(
@@ -486,12 +503,6 @@ def _run_path(args: tuple, p: int) -> None:
     from . import _path_numba as pn
 
     pn.path_block(p, False, *args)
-
-
-def _threads() -> int:
-    from ..kernels import _threads as threads
-
-    return threads()
 
 
 class EulerPath(NamedTuple):
@@ -566,8 +577,7 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     save_every : int
         Keep the tokens every this many steps (0: only the final state).
     """
-    from ..kernels import _numba as kn
-    from ..kernels import _pair_once, _team, particle_heads3
+    from ..kernels import primitives
 
     if not isinstance(heads, Heads):
         raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
@@ -591,10 +601,10 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
         raise ValueError(f"m: must be {n} finite non-negative masses")
     steps, save_every = int(steps), int(save_every)
     H = heads.H
-    kind, beta = attn.kind, float(attn.beta)
-    expo = kind != "relu"
-    if expo:  # unit tokens: |Q x| <= ||Q||_2 for every x on the sphere, at every step
-        _raise_bound(beta * max(float(np.linalg.norm(heads.Q[h], 2) * np.linalg.norm(heads.K[h], 2))
+    spec, beta = get_kind(attn.kind), float(attn.beta)
+    kcode = spec.require_compiled("euler_path")
+    if spec.exponential:  # unit tokens: |Q x| <= ||Q||_2 for every x on the sphere, every step
+        raise_bound(beta * max(float(np.linalg.norm(heads.Q[h], 2) * np.linalg.norm(heads.K[h], 2))
                                 for h in range(H)))
     A3, V3, sym = particle_heads3(heads.Q, heads.K, heads.V)
     xT = aligned_empty((3, n))  # see wflow.kernels.aligned_empty: reruns agree bit for bit
@@ -604,12 +614,12 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
     out = np.full((5, steps + 1), np.nan)
     nsave = steps // save_every + 1 if save_every else 0
     saved = np.zeros((nsave, 3, n))
-    pair_once = _pair_once(sym, n, H)
+    once = pair_once(sym, n, H)
     t0 = time.perf_counter()
-    with _team(n * n * H * (1 if sym else 2)):
-        done = kn.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, 0 if expo else 1,
-                             kind == "softmax", sym, pair_once, flow == "surrogate", float(dt),
-                             save_every, out, saved)
+    with team(n * n * H * (1 if sym else 2)):
+        done = primitives.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, kcode,
+                                     spec.normalised, sym, once, flow == "surrogate",
+                                     float(dt), save_every, out, saved)
     wall = time.perf_counter() - t0
     sign = heads.value_alignment() if heads.is_symmetric() else 0
     status, message = "success", ""

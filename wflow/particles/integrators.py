@@ -1,4 +1,7 @@
-"""Time stepping of the particle system: the time grid, one state's terms, the RK4 step.
+"""Time stepping of the particle system: the time grid, one state's terms, the integrators.
+
+Integrators are registered objects (:data:`INTEGRATORS`, the only list of them; each
+declares its ``order()`` and how the weights are advanced alongside):
 
 * ``"euler"`` — explicit Euler + renormalisation ``x ← (x + dt v)/|x + dt v|``
   (the literature's scheme, order 1);
@@ -30,9 +33,14 @@ from ..energy import (
     slope_terms,
 )
 from ..geometry.sphere import normalize
+from ..infra.registry import Registry
 from ..kernels import KernelLog, plan_kernel
 
 __all__ = [
+    "INTEGRATORS",
+    "ParticleIntegrator",
+    "Euler",
+    "RK4",
     "time_grid",
 ]
 
@@ -124,3 +132,67 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
     k3 = V(x + 0.5 * h * k2, theta_mid)
     k4 = V(x + h * k3, theta_new)
     return normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
+
+
+# ----------------------------------------------------------------------------- integrators
+#: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``).
+INTEGRATORS: Registry[ParticleIntegrator] = Registry("particle integrator")
+
+
+class ParticleIntegrator:
+    """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
+
+    Attributes
+    ----------
+    name : str
+        The name in ``ParticleOptions.integrator``.
+    weights : {"euler", "rk4"}
+        How the schedule advances the weights over the step
+        (:meth:`wflow.attention.schedules.Schedule.advance` ``method``).
+    """
+
+    name: str = ""
+    weights: str = "rk4"
+
+    def order(self) -> int:
+        """Order of accuracy in time (checked by a fitted-order test)."""
+        raise NotImplementedError
+
+    def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
+             theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
+             attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
+        """Tokens after one step of size ``h`` from ``x`` (``k1``: the velocity at ``x``)."""
+        raise NotImplementedError
+
+
+@INTEGRATORS.register
+class Euler(ParticleIntegrator):
+    """Explicit Euler and renormalisation; the weights take the same Euler step."""
+
+    name = "euler"
+    weights = "euler"
+
+    def order(self) -> int:  # noqa: D102
+        return 1
+
+    def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
+             theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
+             schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
+        return normalize(x + h * k1)
+
+
+@INTEGRATORS.register
+class RK4(ParticleIntegrator):
+    """Classical RK4 of ``F(x) = v(x/|x|)``; the weights take RK4 half steps."""
+
+    name = "rk4"
+    weights = "rk4"
+
+    def order(self) -> int:  # noqa: D102
+        return 4
+
+    def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
+             theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
+             schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
+        return _rk4_step(x, h, k1, heads, theta, theta_mid, theta_new, schedule, attn, flow,
+                         kernel)

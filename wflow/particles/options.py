@@ -1,134 +1,117 @@
 """Options of the particle solver and the ``[particles]`` table of a scenario.
 
-:class:`ParticleOptions` are the keyword-only options of :func:`wflow.particles.simulate`;
-:data:`PARTICLES_SPEC` is the TOML schema of ``[particles]`` (same keys and defaults,
-validated by :func:`wflow.infra.schema.take`, errors ``particles.<key>: ...``).
+:class:`ParticleOptions` are the keyword-only options of :func:`wflow.particles.simulate`.
+Each option is declared once, as a field with its meaning and checker
+(:mod:`wflow.infra.options`); :data:`PARTICLES_SCHEMA` (the TOML schema of ``[particles]``),
+:data:`PARTICLES_SPEC` (its keys) and the ``Parameters`` section of the docstring are
+derived from them (errors ``particles.<key>: ...``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-
+from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
+from .integrators import INTEGRATORS
 
 __all__ = [
     "ENGINES",
+    "INTEGRATORS",
     "INTEGRATOR_ORDER",
     "ParticleOptions",
+    "PARTICLES_SCHEMA",
     "PARTICLES_SPEC",
 ]
 
+
+class _Orders(Mapping[str, int]):
+    """Declared order of each registered integrator (a live view of :data:`INTEGRATORS`)."""
+
+    def __getitem__(self, name: str) -> int:
+        return INTEGRATORS.lookup(name, "particles.integrator").order()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(INTEGRATORS)
+
+    def __len__(self) -> int:
+        return len(INTEGRATORS)
+
+
 #: Declared order of each particle integrator (checked by a fitted-order test).
-INTEGRATOR_ORDER = {"euler": 1, "rk4": 4}
+INTEGRATOR_ORDER: Mapping[str, int] = _Orders()
 #: Time loops of :func:`wflow.particles.simulate` (see :class:`ParticleOptions`).
 ENGINES = ("auto", "compiled", "python")
 
 
+@documented
 @dataclass(frozen=True)
 class ParticleOptions:
-    """Options of :func:`simulate` (all keyword-only in the API).
+    """Options of :func:`simulate` (all keyword-only in the API)."""
 
-    Parameters
-    ----------
-    T : float
-        Final time (depth).
-    dt : float
-        Time step (the grid also contains every jump time of the schedule).
-    integrator : {"euler", "rk4"}
-    flow : {"transformer", "surrogate"}
-        Velocity: the transformer's ``v`` or the gradient-flow surrogate ``v̂``.
-    record_every : int
-        Record diagnostics every this many steps (the balance uses every step).
-    n_paths : int
-        Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.
-    seed : int
-        Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).
-    entropy : bool
-        Record attention entropies and the entropy-production identity (``O(H n²)``).
-    head_rates : bool
-        Record per-head ``dE_h/dt`` with own / cross split and radial shadows.
-    clusters : bool
-        Record the number of clusters at ``cluster_cos``.
-    cluster_cos : float
-        Inner-product threshold linking two tokens in the cluster count.
-    save_trajectory : bool
-        Keep tokens (and weights) at every recorded time.
-    progress : bool or None
-        Progress bar (``None``: only when stderr is a TTY).
-    kernel_backend : {"auto", "numpy", "direct", "fastsum"}
-        Back-end of the attention sums (``auto``: fused direct sums, fast summation on S²
-        where it pays off); the choice and its error estimate land in ``summary.json``.
-    kernel_tol : float
-        Relative tolerance of the fast summation.
-    engine : {"auto", "compiled", "python"}
-        ``"compiled"``: the whole time loop compiled
-        (:func:`wflow.particles.compiled.simulate_compiled`, equal to the Python loop to
-        round-off; an error where it does not apply); ``"python"``: the step-by-step loop
-        of :func:`wflow.particles.iterate`; ``"auto"``: compiled wherever it applies (every
-        schedule but callables, direct sums), else Python.
-    """
+    SECTION = "particles"
 
-    T: float = 1.0
-    dt: float = 1e-2
-    integrator: Literal["euler", "rk4"] = "rk4"
-    flow: Literal["transformer", "surrogate"] = "transformer"
-    record_every: int = 1
-    n_paths: int = 1
-    seed: int = 0
-    entropy: bool = False
-    head_rates: bool = True
-    clusters: bool = True
-    cluster_cos: float = 0.99
-    save_trajectory: bool = False
-    progress: bool | None = None
-    kernel_backend: str = "auto"
-    kernel_tol: float = 1e-10
-    engine: Literal["auto", "compiled", "python"] = "auto"
+    T: float = field(default=1.0, metadata=opt(
+        "Final time (depth).", check=number(0, strict_lo=True)))
+    dt: float = field(default=1e-2, metadata=opt(
+        "Time step (the grid also contains every jump time of the schedule).",
+        check=number(0, strict_lo=True)))
+    integrator: str = field(default="rk4", metadata=opt(
+        "Token integrator (:data:`~wflow.particles.integrators.INTEGRATORS`): explicit Euler "
+        "with renormalisation (order 1) or RK4 with normalised stages (order 4).",
+        check=INTEGRATORS.checker()))
+    flow: Literal["transformer", "surrogate"] = field(default="transformer", metadata=opt(
+        "Velocity: the transformer's ``v`` or the gradient-flow surrogate ``v̂``.",
+        check=choice("transformer", "surrogate")))
+    record_every: int = field(default=1, metadata=opt(
+        "Record diagnostics every this many steps (the balance uses every step).",
+        check=number(1, integer=True)))
+    n_paths: int = field(default=1, metadata=opt(
+        "Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.",
+        check=number(1, integer=True)))
+    seed: int = field(default=0, metadata=opt(
+        "Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).",
+        toml=False, reason="the scenario's top-level ``seed``"))
+    entropy: bool = field(default=False, metadata=opt(
+        "Record attention entropies and the entropy-production identity (``O(H n²)``).",
+        check=boolean))
+    head_rates: bool = field(default=True, metadata=opt(
+        "Record per-head ``dE_h/dt`` with own / cross split and radial shadows.",
+        check=boolean))
+    clusters: bool = field(default=True, metadata=opt(
+        "Record the number of clusters at ``cluster_cos``.", check=boolean))
+    cluster_cos: float = field(default=0.99, metadata=opt(
+        "Inner-product threshold linking two tokens in the cluster count.",
+        check=number(-1, 1, strict_lo=True, strict_hi=True)))
+    save_trajectory: bool = field(default=False, metadata=opt(
+        "Keep tokens (and weights) at every recorded time.", toml=False,
+        reason="the command line's ``--save-trajectory`` / ``--gif``"))
+    progress: bool | None = field(default=None, metadata=opt(
+        "Progress bar (``None``: only when stderr is a TTY).", toml=False,
+        reason="the command line's ``--progress``"))
+    kernel_backend: str = field(default="auto", metadata=opt(
+        "Back-end of the attention sums (``auto``: fused direct sums, fast summation on S² "
+        "where it pays off); the choice and its error estimate land in ``summary.json``.",
+        check=choice(*BACKENDS)))
+    kernel_tol: float = field(default=1e-10, metadata=opt(
+        "Relative tolerance of the fast summation.", check=number(0, strict_lo=True)))
+    engine: Literal["auto", "compiled", "python"] = field(default="auto", metadata=opt(
+        "``compiled``: the whole time loop compiled "
+        "(:func:`wflow.particles.compiled.simulate_compiled`, equal to the Python loop to "
+        "round-off; an error where it does not apply); ``python``: the step-by-step loop of "
+        ":func:`wflow.particles.iterate`; ``auto``: compiled wherever it applies (every "
+        "schedule but callables, direct sums), else Python with a warning for the schedule; "
+        "the engine used is in ``ParticleResult.extra[\"engine\"]``.",
+        check=choice(*ENGINES)))
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.T) and self.T > 0):
-            raise ValueError(f"particles.T: must be a finite number > 0, got {self.T!r}")
-        if not (np.isfinite(self.dt) and 0 < self.dt):
-            raise ValueError(f"particles.dt: must be a finite number > 0, got {self.dt!r}")
-        if self.integrator not in INTEGRATOR_ORDER:
-            raise ValueError(f"particles.integrator: must be one of {sorted(INTEGRATOR_ORDER)}, "
-                             f"got {self.integrator!r}")
-        if self.flow not in ("transformer", "surrogate"):
-            raise ValueError(f"particles.flow: must be 'transformer' or 'surrogate', "
-                             f"got {self.flow!r}")
-        if int(self.record_every) < 1:
-            raise ValueError(f"particles.record_every: must be >= 1, got {self.record_every}")
-        if int(self.n_paths) < 1:
-            raise ValueError(f"particles.n_paths: must be >= 1, got {self.n_paths}")
-        if not -1 < self.cluster_cos < 1:
-            raise ValueError(f"particles.cluster_cos: must lie in (-1, 1), got {self.cluster_cos}")
-        if self.kernel_backend not in BACKENDS:
-            raise ValueError(f"particles.kernel_backend: must be one of {list(BACKENDS)}, "
-                             f"got {self.kernel_backend!r}")
-        if not self.kernel_tol > 0:
-            raise ValueError(f"particles.kernel_tol: must be > 0, got {self.kernel_tol}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"particles.engine: must be one of {list(ENGINES)}, "
-                             f"got {self.engine!r}")
+        validate(self)
 
 
-#: The ``[particles]`` table: ``key -> (default, checker)`` (defaults of :class:`ParticleOptions`).
-PARTICLES_SPEC: Spec = {
-    "T": (1.0, number(0, strict_lo=True)),
-    "dt": (1e-2, number(0, strict_lo=True)),
-    "integrator": ("rk4", choice("euler", "rk4")),
-    "flow": ("transformer", choice("transformer", "surrogate")),
-    "record_every": (1, number(1, integer=True)),
-    "n_paths": (1, number(1, integer=True)),
-    "entropy": (False, boolean),
-    "head_rates": (True, boolean),
-    "clusters": (True, boolean),
-    "cluster_cos": (0.99, number(-1, 1)),
-    "kernel_backend": ("auto", choice("auto", "numpy", "direct", "fastsum")),
-    "kernel_tol": (1e-10, number(0, strict_lo=True)),
-    "engine": ("auto", choice(*ENGINES)),
-}
+#: The ``[particles]`` table: ``key -> (default, checker)`` (derived from :class:`ParticleOptions`).
+PARTICLES_SCHEMA: Spec = schema_of(ParticleOptions)
+#: Keys of the ``[particles]`` table.
+PARTICLES_SPEC: tuple[str, ...] = keys_of(ParticleOptions)

@@ -3,7 +3,8 @@
 ``ẋ_i = v[μ^n_t, Θ_t](x_i)`` with ``μ^n = (1/n) Σ δ_{x_i}``, the transformer velocity
 ``v = P_x Σ_h w_h f_h`` or the effective-mobility surrogate ``v̂`` (``flow="surrogate"``).
 
-Integrators (each declares its order, see :data:`INTEGRATOR_ORDER`):
+Integrators (registered in :data:`wflow.particles.integrators.INTEGRATORS`, each
+declaring its order):
 
 * ``"euler"`` — explicit Euler + renormalisation ``x ← (x + dt v)/|x + dt v|``
   (the literature's scheme, order 1);
@@ -41,11 +42,11 @@ from ..diagnostics import (
     BalanceAccumulator,
 )
 from ..energy import energy_gradient_A
-from ..geometry.sphere import check_on_sphere, normalize
+from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
-from .compiled import compiled_support, simulate_compiled
-from .integrators import _Kernel, _rk4_step, _state_terms, time_grid
+from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
+from .integrators import INTEGRATORS, _Kernel, _state_terms, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -75,7 +76,8 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     grid = time_grid(T, dt, schedule.jump_times)
     # weights take the tokens' explicit Euler step under the Euler integrator (the
     # published scheme), RK4 half steps under RK4 (4th-order midpoint)
-    weights = "euler" if integrator == "euler" else "rk4"
+    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
+    weights = integ.weights
     theta = schedule.initial_theta()
     heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow, kernel=kernel)
     jumps = set(schedule.jump_times)
@@ -91,11 +93,8 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
         if schedule.stochastic:
             dnoise = theta_new - theta - h * schedule.drift(theta, t)
         yield ParticleState(t, x, theta, heads, fe, vel, terms, dnoise, pre_jump)
-        if integrator == "euler":
-            x_new = normalize(x + h * vel)
-        else:
-            x_new = _rk4_step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                              flow, kernel)
+        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
+                           flow, kernel)
         x, theta = x_new, theta_new
         t_new = float(grid[k + 1])
         heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
@@ -147,7 +146,13 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             return simulate_compiled(x0, schedule, attn, opts)
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
-        logger.info("particles: Python loop (%s)", why)
+        # a schedule the compiled loop lacks is worth a warning (the run is much slower);
+        # a kernel back-end that needs Python was chosen (or planned) on purpose
+        log = logger.warning if type(schedule) not in COMPILED_SCHEDULES else logger.info
+        log("particles: engine 'auto' falls back to the Python loop (%s); set "
+            "engine = 'python' to choose it explicitly", why)
+    else:
+        why = "engine = 'python' requested"
     P = int(opts.n_paths) if schedule.stochastic else 1
     if opts.n_paths > 1 and not schedule.stochastic:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
@@ -222,7 +227,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if status == "failed":
         return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
                               grid[rec_idx], {}, {}, {}, x0[None],
-                              schedule.initial_theta()[None], None, None, wall, sign)
+                              schedule.initial_theta()[None], None, None, wall, sign,
+                              {"engine": "python", "engine_reason": why})
     history = {k: np.stack(v) for k, v in hist.items()}
     t_rec = grid[rec_idx]
     if "entropy" in history and t_rec.size >= 3:
@@ -236,7 +242,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
         np.stack(trajs) if opts.save_trajectory else None,
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary()}, checks)
+        wall, sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
+        checks)
     if status == "inaccurate":
         logger.warning("particle run inaccurate: %s", message)
     elif status != "success":

@@ -6,7 +6,10 @@ its effective-mobility surrogate ``v̂`` (THEORY.md §3), or for a prescribed ve
 Rooms (the same in every solver package):
 
 * :mod:`~wflow.pde.options` — :class:`PDEOptions` and the ``[pde]`` schema;
+* :mod:`~wflow.pde.limiters` — the registered slope limiters (:data:`LIMITERS`);
 * :mod:`~wflow.pde.fv` — finite-volume geometry, reconstruction, fluxes, positivity;
+* :mod:`~wflow.pde.integrators` — the registered SSP time integrators
+  (:data:`TIME_INTEGRATORS`, each declaring ``order()``);
 * :mod:`~wflow.pde.velocity` — nonlocal (transformer / surrogate) or prescribed velocity;
 * :mod:`~wflow.pde.solver` — :func:`iterate_pde` (generator), :func:`solve_pde` and
   :class:`PDEResult`;
@@ -17,7 +20,14 @@ job); :func:`initial_density` and :func:`density_spec_from_scenario` are re-expo
 """
 
 from ..geometry.density import DENSITY_SPEC, density_spec_from_scenario, initial_density
-from .options import LIMITERS, PDE_SPEC, TIME_INTEGRATORS, PDEOptions, pde_options_from_dict
+from .options import (
+    LIMITERS,
+    PDE_SCHEMA,
+    PDE_SPEC,
+    TIME_INTEGRATORS,
+    PDEOptions,
+    pde_options_from_dict,
+)
 from .run import render_snapshots, run_pde, write_xdmf
 from .solver import PDEResult, PDEState, iterate_pde, solve_pde
 from .velocity import rotation_velocity
@@ -34,6 +44,7 @@ __all__ = [
     "rotation_velocity",
     "pde_options_from_dict",
     "density_spec_from_scenario",
+    "PDE_SCHEMA",
     "PDE_SPEC",
     "DENSITY_SPEC",
     "run_pde",

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..geometry.mesh import SphereMesh
 from ..geometry.sphere import normalize
+from .limiters import LIMITERS
 from .options import PDEOptions
 
 
@@ -80,6 +81,7 @@ class _FV:
         self.n_e = mesh.facet_normal
         self.vec = la.vector(mesh.mesh.topology.index_map(2), 2)
         if self.order == 2:
+            self.limiter = LIMITERS.lookup(opts.limiter, "pde.limiter")
             cen = mesh.centroids
             self.off0 = pts - cen[self.f0][:, None, :]
             self.off1 = pts - cen[self.f1][:, None, :]
@@ -121,22 +123,8 @@ class _FV:
         delta = np.einsum("kqi,ki->kq", self.cell_off, g)  # edge values minus the mean
         rmax = np.maximum(rK, rn.max(axis=1))
         rmin = np.minimum(rK, rn.min(axis=1))
-        lim = self.opts.limiter
         with np.errstate(divide="ignore", invalid="ignore"):
-            if lim == "barth_jespersen":
-                bound = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
-                ratio = np.where(np.abs(delta) > 0, bound / delta, np.inf)
-                phi = np.minimum(1.0, ratio.min(axis=1))
-            elif lim == "venkatakrishnan":
-                # Venkatakrishnan (1995) with ε² = (K h_K)³ ρ̄² (scale-free in ρ)
-                dp = np.where(delta > 0, (rmax - rK)[:, None], (rmin - rK)[:, None])
-                eps2 = ((self.opts.venkat_k * self.hK) ** 3 * self.rho_ref**2)[:, None]
-                num = (dp * dp + eps2) + 2.0 * delta * dp
-                den = dp * dp + 2.0 * delta * delta + delta * dp + eps2
-                ph = np.where(np.abs(delta) > 0, num / den, 1.0)
-                phi = np.clip(ph.min(axis=1), 0.0, 1.0)
-            else:
-                phi = np.ones(self.no)
+            phi = self.limiter.phi(delta, rK, rmax, rmin, self)
             # Zhang–Shu positivity scaling: every edge value >= 0
             vmin = rK + phi * delta.min(axis=1)
             theta = np.where(vmin < 0, rK / (rK - phi * delta.min(axis=1)), 1.0)

@@ -65,7 +65,8 @@ from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
 from ..status import Check, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
-from .options import TIME_INTEGRATORS, PDEOptions
+from .integrators import TIME_INTEGRATORS
+from .options import PDEOptions
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
 
 __all__ = [
@@ -128,6 +129,7 @@ class _Run:
                  attn: Attention | None, velocity: VelocityField | None) -> None:
         self.mesh = mesh
         self.opts = opts
+        self.integrator = TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator")
         self.fv = _FV(mesh, opts)
         self.schedule = schedule
         self.attn = attn
@@ -189,11 +191,16 @@ class _Run:
 
     def try_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
                  dt: float, thetas: tuple) -> tuple[np.ndarray | None, float]:
-        """Attempt one SSP step; returns (new owned masses or None, smallest stage bound)."""
+        """Attempt one SSP step; returns (new owned masses or None, smallest stage bound).
+
+        The integrator (:data:`~wflow.pde.integrators.TIME_INTEGRATORS`) combines
+        forward-Euler stages; each stage is checked against the positivity bound.
+        """
         fv = self.fv
         m0 = m_glob[fv.orig_owned]
-        integ = self.opts.integrator
         th0, th_mid, th1 = thetas
+        weights = {0.0: th0, 0.5: th_mid, 1.0: th1}
+        bmin = fv.bound(m0, out0)
 
         def euler(m_own: np.ndarray, net: np.ndarray, out: np.ndarray) -> np.ndarray | None:
             ok = np.all(dt * out <= m_own)
@@ -202,26 +209,20 @@ class _Run:
             ok_all = _allmin(fv.comm, 1.0 if ok else 0.0) > 0
             return mn if ok_all else None
 
-        bmin = fv.bound(m0, out0)
-        m1 = euler(m0, net0, out0)
-        if m1 is None or integ == "euler":
-            return m1, bmin
-        g1 = fv.gather(m1)
-        net1, out1 = self.stage_rates(g1, t + dt, th1)
-        bmin = min(bmin, fv.bound(m1, out1))
-        e1 = euler(m1, net1, out1)
-        if e1 is None:
-            return None, bmin
-        if integ == "ssprk2":
-            return 0.5 * m0 + 0.5 * e1, bmin
-        m2 = 0.75 * m0 + 0.25 * e1
-        g2 = fv.gather(m2)
-        net2, out2 = self.stage_rates(g2, t + 0.5 * dt, th_mid)
-        bmin = min(bmin, fv.bound(m2, out2))
-        e2 = euler(m2, net2, out2)
-        if e2 is None:
-            return None, bmin
-        return m0 / 3.0 + 2.0 / 3.0 * e2, bmin
+        def stage(m_own: np.ndarray, c: float) -> np.ndarray | None:
+            nonlocal bmin
+            if c == 0.0 and m_own is m0:
+                return euler(m0, net0, out0)
+            if c not in weights:
+                raise ValueError(f"pde.time_integrator: a stage at t + {c}·dt needs the "
+                                 "weights there; schedules give them at c = 0, 1/2, 1")
+            g = fv.gather(m_own)
+            net, out = self.stage_rates(g, t + dt if c == 1.0 else t + c * dt, weights[c])
+            bmin = min(bmin, fv.bound(m_own, out))
+            return euler(m_own, net, out)
+
+        m_new = self.integrator.step(m0, stage)
+        return m_new, bmin
 
 
 def _check_inputs(schedule: Schedule | None, attn: Attention | None,
@@ -657,7 +658,8 @@ def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
     edge fluxes: the residual carries the spatial error too, so the balance order is
     ``min(time order, spatial order, 2)`` (1 with noisy weights).
     """
-    q = 1 if stochastic else balance_order(TIME_INTEGRATORS[opts.integrator][0], opts.order)
+    order_t = TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator").order()
+    q = 1 if stochastic else balance_order(order_t, opts.order)
     scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
               + (", Euler–Maruyama weights" if stochastic else ""))
     return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)

@@ -1,0 +1,109 @@
+"""Registries of named schemes: one object per name, lookups that reject unknown names.
+
+A :class:`Registry` maps a name (as written in a scenario or an options field) to the
+one object that implements it — a limiter, a time integrator, a schedule type. Every
+list of valid names (a TOML choice, an options check, a docstring) is read from the
+registry, so adding a scheme is one class plus its ``register`` line, and a name that
+is not registered raises :class:`UnknownName` naming the known ones instead of falling
+through to some default branch.
+
+Example::
+
+    LIMITERS = Registry("limiter")
+
+    @LIMITERS.register
+    class BarthJespersen:
+        name = "barth_jespersen"
+        ...
+
+    LIMITERS["barth_jespersen"]        # the instance
+    LIMITERS["minmod"]                 # UnknownName: unknown limiter 'minmod' (known: [...])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .schema import ScenarioError
+
+__all__ = ["Registry", "UnknownName"]
+
+class UnknownName(ScenarioError, LookupError):
+    """A name that no registered object carries (the message lists the known names)."""
+
+
+class Registry[T](Mapping[str, T]):
+    """Name -> registered object of one concept, in registration order.
+
+    Parameters
+    ----------
+    concept : str
+        What the objects are (``"limiter"``, ``"time integrator"``), used in messages.
+    """
+
+    def __init__(self, concept: str) -> None:
+        self.concept = concept
+        self._items: dict[str, T] = {}
+
+    def register(self, cls: type) -> type:
+        """Class decorator: register one instance of ``cls`` under ``cls.name``.
+
+        The class must be constructible without arguments; registering a name twice
+        raises ``ValueError``.
+        """
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{cls.__name__}: a registered {self.concept} needs a class "
+                            "attribute `name` (str)")
+        if name in self._items:
+            raise ValueError(f"{self.concept} {name!r} is already registered "
+                             f"({type(self._items[name]).__name__})")
+        self._items[name] = cls()
+        return cls
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, in registration order."""
+        return tuple(self._items)
+
+    def lookup(self, name: Any, key: str | None = None) -> T:
+        """The object registered as ``name``.
+
+        Raises :class:`UnknownName` (a ``ValueError``) whose message starts with ``key``
+        (e.g. ``"pde.limiter"``) when given, and lists the known names.
+        """
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            where = f"{key}: " if key else ""
+            raise UnknownName(f"{where}unknown {self.concept} {name!r} "
+                              f"(known: {list(self._items)})") from None
+
+    def checker(self, *also: str) -> Callable[[Any, str], Any]:
+        """Checker (:mod:`wflow.infra.schema` style) of a registered name or one of ``also``.
+
+        The names are read at each call, so a scheme registered later is accepted.
+        """
+
+        def check(v: Any, key: str) -> Any:
+            if isinstance(v, str) and (v in also or v in self._items):
+                return v
+            raise ScenarioError(f"{key}: must be one of {[*also, *self._items]}, got {v!r}")
+        check.choices = lambda: (*also, *self._items)  # type: ignore[attr-defined]
+        return check
+
+    # Mapping protocol -------------------------------------------------------------
+    def __getitem__(self, name: str) -> T:
+        return self.lookup(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.concept!r}, {list(self._items)})"
