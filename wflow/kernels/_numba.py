@@ -27,10 +27,10 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from ..attention.kinds import CODE_EXP, CODE_RELU
+
 # No process-wide setting on import (issue 26): the OpenMP wait policy of numba's workers
 # is the user's (``OMP_WAIT_POLICY``); the ``wflow`` command sets PASSIVE for its process.
-
-from ..attention.kinds import CODE_EXP, CODE_RELU  # noqa: E402
 
 __all__ = [
     "fexp_array",
