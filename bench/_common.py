@@ -178,15 +178,15 @@ def use_cpu_time(argv: list[str]) -> None:
     CLOCK["name"] = "cpu, 1 thread"
 
 
-def ensure_clean(threads: int) -> None:
+def ensure_clean(threads: int, extra: dict | None = None) -> None:
     """Re-execute this script in the clean environment :func:`peer_env` (``threads``).
 
     For benchmarks whose only peer is the script itself (``bench_reproduce.py``,
     ``bench_pair_once.py``): their process then has the same explicit, recorded
-    environment as every peer of :func:`run_peer`.
+    environment as every peer of :func:`run_peer`; ``extra``: variables set on purpose.
     """
     if os.environ.get("WFLOW_BENCH_CLEAN") != str(int(threads)):
-        env = peer_env(threads, {"WFLOW_BENCH_CLEAN": str(int(threads))})
+        env = peer_env(threads, {**(extra or {}), "WFLOW_BENCH_CLEAN": str(int(threads))})
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
