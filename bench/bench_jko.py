@@ -49,7 +49,7 @@ TAU = 0.1
 
 
 def run_config(x, areas, m0, heads, attn, **kw) -> dict:
-    opts = JKOOptions(T=2 * TAU, tau=TAU, verify=False, **kw)
+    opts = JKOOptions(T=2 * TAU, tau=TAU, scheme="ot", verify=False, **kw)
     tracemalloc.start()
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as wl:
@@ -89,7 +89,7 @@ def pot_timings(x, areas, m0, heads, attn, res_masses) -> dict:
     w = ot.emd2(mu[rows], nu, C, numItermax=10_000_000)
     out["emd2_dense_s"] = time.perf_counter() - t0
     # sparse: the candidate graph of the final GCG oracle call
-    geo = _Geometry(x, areas, JKOOptions(T=TAU, tau=TAU))
+    geo = _Geometry(x, areas, JKOOptions(T=TAU, tau=TAU, scheme="ot"))
     orc = _Oracle(geo, bhat, TAU, 0.0, "conformal")
     g = energy_gradient(x, nu, heads, attn)
     orc(mu, g)
@@ -159,9 +159,10 @@ def main() -> None:
                                      "e=0.5"), "warm" if warm else "cold", kw))
         # warm-up (imports, JIT caches) outside the timings
         first = solve_jko(x, areas, m0, heads, attn,
-                          options=JKOOptions(T=TAU, tau=TAU, verify=False)).masses
+                          options=JKOOptions(T=TAU, tau=TAU, scheme="ot", verify=False)).masses
         solve_jko(x, areas, m0, heads, attn,
-                  options=JKOOptions(T=TAU, tau=TAU, verify=False, ot="sinkhorn", max_inner=1))
+                  options=JKOOptions(T=TAU, tau=TAU, scheme="ot", verify=False, ot="sinkhorn",
+                                     max_inner=1))
         for name, warm, kw in configs:
             r = run_config(x, areas, m0, heads, attn, **kw)
             r.update(cells=n, config=name, warm=warm)

@@ -88,6 +88,7 @@ type = "vmf"
 means = [[1.0, 0.0, 0.0]]
 kappas = [3.0]
 [jko]
+scheme = "ot"
 mesh = "sphere_720.msh"
 T = 0.1
 tau = 0.1

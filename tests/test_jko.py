@@ -121,7 +121,7 @@ def test_exact_step_cost_matches_emd2_with_a_dual_certificate():
     x, areas = geometry(4)
     mu = bumps(x, areas)
     heads, attn = single_head(), Attention("softmax", 1.0)
-    opts = JKOOptions(T=0.3, tau=0.3, verify=True)
+    opts = JKOOptions(scheme="ot", T=0.3, tau=0.3, verify=True)
     nu, info = jko_step(x, areas, mu, heads, attn, options=opts)
     assert info.converged and info.inner_iters >= 1
     assert info.W2sq > 0
@@ -145,7 +145,7 @@ def test_neighbourhood_search_equals_dense_scan(ot):
     x, areas = geometry(4)
     mu = bumps(x, areas)
     heads, attn = two_heads(), Attention("softmax", 1.0)
-    base = JKOOptions(T=0.2, tau=0.2, ot=ot, eps=0.02, verify=False)
+    base = JKOOptions(scheme="ot", T=0.2, tau=0.2, ot=ot, eps=0.02, verify=False)
     nu_tree, i1 = jko_step(x, areas, mu, heads, attn, options=base)
     from dataclasses import replace
 
@@ -166,7 +166,7 @@ def test_candidate_rows_keep_their_own_cell(max_pairs):
     from wflow.jko.oracle import _Oracle
 
     x, areas = geometry(11)
-    geo = _Geometry(x, areas, JKOOptions(max_pairs=max_pairs))
+    geo = _Geometry(x, areas, JKOOptions(scheme="ot", max_pairs=max_pairs))
     if max_pairs > 1:
         pairs = geo.candidates(np.arange(x.shape[0]), np.zeros(x.shape[0]))
         assert np.all(np.diff(pairs.indptr) >= 1)
@@ -215,7 +215,8 @@ def test_entropic_gcg_agrees_with_mirror_descent_on_sinkhorn_potentials():
     x, areas = geometry(2)
     mu = bumps(x, areas)
     heads, attn = single_head(), Attention("softmax", 1.0)
-    opts = JKOOptions(T=0.3, tau=0.3, ot="sinkhorn", eps=0.5, gap_rtol=1e-9, verify=True)
+    opts = JKOOptions(scheme="ot", T=0.3, tau=0.3, ot="sinkhorn", eps=0.5, gap_rtol=1e-9,
+                      verify=True)
     nu_g, ig = jko_step(x, areas, mu, heads, attn, options=opts)
     from dataclasses import replace
 
@@ -241,7 +242,8 @@ def test_mirror_descent_on_emd_potentials_reports_non_convergence():
     heads, attn = single_head(), Attention("softmax", 1.0)
     with pytest.warns(JKOWarning, match="optimality gap"):
         res = solve_jko(x, areas, mu, heads, attn,
-                        options=JKOOptions(T=0.3, tau=0.3, inner="mirror", max_inner=3))
+                        options=JKOOptions(scheme="ot", T=0.3, tau=0.3, inner="mirror",
+                                           max_inner=3))
     assert res.status == "not_converged"
     assert res.history["converged"][1] == 0.0
     assert np.all(np.isfinite(res.masses))
@@ -256,7 +258,7 @@ def test_energy_monotone_along_static_jko(case):
     heads = {"sa1": single_head(), "sa2": two_heads(), "descent": two_heads(-1.0),
              "usa": Heads.scalar([1.0], 3)}[case]
     attn = Attention("usa" if case == "usa" else "softmax", 1.0)
-    res = solve_jko(x, areas, mu, heads, attn, options=JKOOptions(T=0.6, tau=0.2))
+    res = solve_jko(x, areas, mu, heads, attn, options=JKOOptions(scheme="ot", T=0.6, tau=0.2))
     # τ = 0.2 on 720 cells is near the locking edge (τ|v|max ≈ 1–2h): the summed EDI
     # residual (0.04–0.18) may exceed its 0.1 tolerance ("inaccurate"); monotonicity holds
     # for every τ, and no step is locked
@@ -282,7 +284,7 @@ def test_time_dependent_energy_uses_the_new_time():
     sched = Oscillating(param=Parametrisation("bilinear", np.full(2, 0.5)), theta_inf=theta0,
                         amplitude=np.full_like(theta0, 0.8), omega=3.0)
     attn = Attention("softmax", 1.0)
-    opts = JKOOptions(T=0.4, tau=0.2)
+    opts = JKOOptions(scheme="ot", T=0.4, tau=0.2)
     states = list(iterate_jko(x, areas, mu, sched, attn, options=opts))
     h1 = sched.heads_at(sched.closed_form(0.2))
     nu, _ = jko_step(x, areas, mu, h1, attn, options=opts)
@@ -306,7 +308,7 @@ def test_exact_jko_locks_below_the_mesh_scale():
     x, areas = geometry(6)
     mu = bumps(x, areas)
     nu, info = jko_step(x, areas, mu, single_head(), Attention("softmax", 1.0),
-                        options=JKOOptions(T=0.01, tau=0.01))
+                        options=JKOOptions(scheme="ot", T=0.01, tau=0.01))
     assert info.converged
     np.testing.assert_array_equal(nu, mu / mu.sum())
     assert info.W2sq == 0.0
@@ -315,11 +317,11 @@ def test_exact_jko_locks_below_the_mesh_scale():
 # ----------------------------------------------------------------------------- options, CLI
 def test_options_validation():
     with pytest.raises(ValueError, match="jko.T: must be a positive multiple"):
-        JKOOptions(T=1.0, tau=0.3)
+        JKOOptions(scheme="ot", T=1.0, tau=0.3)
     with pytest.raises(ValueError, match="jko.eps_power"):
-        JKOOptions(eps_power=1.0)
+        JKOOptions(scheme="ot", eps_power=1.0)
     with pytest.raises(ValueError, match="jko.ot"):
-        JKOOptions(ot="lp")
+        JKOOptions(scheme="ot", ot="lp")
     with pytest.raises(ValueError, match="jko.tau"):
         jko_options_from_dict({"tau": -1.0})
     with pytest.raises(ValueError, match="jko.bogus: unknown key"):
@@ -334,9 +336,11 @@ def test_options_validation():
     x, areas = geometry(2)
     bad = Heads.bilinear(A2, V=np.stack([np.eye(3)] * 2), w=0.5)
     with pytest.raises(ValueError, match="value-aligned"):
-        solve_jko(x, areas, np.full(80, 1 / 80), bad, Attention(), options=JKOOptions(T=0.1))
+        solve_jko(x, areas, np.full(80, 1 / 80), bad, Attention(),
+                  options=JKOOptions(scheme="ot", T=0.1))
     with pytest.raises(ValueError, match="mass0"):
-        solve_jko(x, areas, -np.ones(80), single_head(), Attention(), options=JKOOptions(T=0.1))
+        solve_jko(x, areas, -np.ones(80), single_head(), Attention(),
+                  options=JKOOptions(scheme="ot", T=0.1))
 
 
 SCENARIO = """
@@ -352,6 +356,7 @@ type = "vmf"
 means = [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]]
 kappas = [5.0, 4.0]
 [jko]
+scheme = "ot"
 mesh = "sphere_720.msh"
 T = 0.8
 """
@@ -401,7 +406,7 @@ def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
     errs, edis = [], []
     for tau in taus:
         res = solve_jko(x, areas, rho0 * areas, heads, attn,
-                        options=JKOOptions(T=T, tau=tau, ot=ot, eps_scale=eps_scale,
+                        options=JKOOptions(scheme="ot", T=T, tau=tau, ot=ot, eps_scale=eps_scale,
                                            verify=False))
         # exact steps in the resolved range: "success"; the entropic blur (ε = 4τ²) is a
         # diffusion the EDI does not account for: Σ|edi_k|/dissipation 0.17–0.46 (one head,

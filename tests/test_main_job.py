@@ -173,7 +173,8 @@ def test_failing_checks_are_reported_as_fail(tmp_path, monkeypatch):
 
     with pytest.warns(JKOWarning, match="3 of 3 JKO steps locked"):
         locked = _run(tmp_path, "locked", SCENARIO.replace("T = 1.0", "T = 0.15").replace(
-            'render = RENDER', 'render = RENDER\njko_refinement = 0') + "[jko]\ntau = 0.05\n")
+            'render = RENDER', 'render = RENDER\njko_refinement = 0')
+            + "[jko]\nscheme = \"ot\"\ntau = 0.05\n")
     s = locked.summary
     assert s["statuses"]["jko"]["status"] == "locked" and s["status"] == "locked"
     assert "3 of 3 JKO steps locked" in s["message"]

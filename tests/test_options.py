@@ -30,6 +30,7 @@ from wflow.infra.options import (
 )
 from wflow.infra.registry import Registry, UnknownName
 from wflow.infra.schema import number
+from wflow.jko.options import JKOOptions
 from wflow.particles import INTEGRATOR_ORDER, INTEGRATORS, simulate
 from wflow.particles.options import PARTICLES_SCHEMA, PARTICLES_SPEC, ParticleOptions
 from wflow.pde.integrators import TIME_INTEGRATORS
@@ -38,7 +39,7 @@ from wflow.pde.options import PDE_SCHEMA, PDE_SPEC, PDEOptions, pde_options_from
 
 #: Every options class with a TOML table (wflow.jko.options.JKOOptions joins when converted).
 OPTION_CLASSES = [PDEOptions, ParticleOptions, RunOptions, GaussianRunOptions, ClassifyOptions,
-                  GaussianParticleOptions]
+                  GaussianParticleOptions, JKOOptions]
 
 
 def decay(theta, t):

@@ -206,7 +206,7 @@ def test_jko_file_job_writes_a_locked_run(tmp_path):
                   f'type = "matrices"\nA = {A2.tolist()}\nw = "mean"\n'
                   f'[density]\ntype = "vmf"\nmeans = {VMF["means"]}\nkappas = {VMF["kappas"]}\n'
                   f'weights = {VMF["weights"]}\n'
-                  '[jko]\nmesh = "sphere_720.msh"\nT = 0.3\ntau = 0.1\n')
+                  '[jko]\nscheme = "ot"\nmesh = "sphere_720.msh"\nT = 0.3\ntau = 0.1\n')
     with pytest.warns(JKOWarning, match="locked"):
         main(["jko", str(sc), "--out", str(tmp_path / "out")])
     s = json.loads((tmp_path / "out" / "summary.json").read_text())

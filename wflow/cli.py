@@ -15,8 +15,20 @@ Exit status (the same for every command):
   (a bug) also exits 1, with its traceback;
 * 2 — bad input (scenario, arguments, files, output location): one line
   ``wflow CMD: error: ...`` on stderr, nothing computed and nothing written;
-* 130 — interrupted (Ctrl-C): one line, no traceback; the staging folder is removed
-  (``wflow run`` keeps its checkpoint and prints how to resume).
+* 1 also for a run that cannot finish writing: ``run failed: no space left on device
+  while writing FILE`` (a full disk; ``wflow run`` keeps its checkpoint), or an output
+  location that changed during the run (what appeared there is kept, the new results stay
+  in the staging folder named in the message);
+* 2 also for an output location in use by another running wflow process (the message
+  names it: PID, host, command, start time; :mod:`wflow.infra.lock`), and for a command
+  that is not MPI-aware started under ``mpirun -n P`` with ``P > 1`` (only ``pde``,
+  ``verify`` and ``reproduce`` distribute their work, rank 0 writing);
+* 128 + signal — interrupted: Ctrl-C (SIGINT, 130), SIGTERM (143) and SIGHUP (129) all
+  behave alike: one line, no traceback; the staging folder is removed (``wflow run``
+  keeps its checkpoint and prints how to resume). PETSc's own signal handler is turned
+  off for the CLI's process (``PETSC_OPTIONS=-no_signal_handler``), so no PETSc banner;
+  importing :mod:`wflow` changes no signal handler, only :func:`main` does, and
+  restores them when it returns.
 
 ``-vv`` also logs the traceback of the errors reported in one line.
 """
@@ -24,16 +36,20 @@ Exit status (the same for every command):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import pkgutil
+import signal
 import sys
+from collections.abc import Callable
 
 from . import commands
 from .infra.version import __version__
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED"]
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED",
+           "Terminated", "MPI_AWARE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -42,6 +58,136 @@ BAD_INPUT = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirec
              IsADirectoryError, PermissionError)
 
 logger = logging.getLogger("wflow.cli")
+
+#: Commands that distribute their work under ``mpirun -n P`` (rank 0 writes); every other
+#: command refuses to start under mpirun with more than one rank.
+MPI_AWARE = frozenset({"pde", "verify", "reproduce"})
+
+#: Commands that load MPI (DOLFINx meshes, PETSc): MPI is initialised before the CLI
+#: installs its signal handlers, because MPI's initialisation replaces the SIGHUP handler.
+_USES_MPI = frozenset({"pde", "verify", "reproduce", "run", "jko"})
+
+#: Signals handled like Ctrl-C (exit status 128 + signal).
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received: unwinds like Ctrl-C (staging removed, checkpoint kept)."""
+
+    def __init__(self, signum: int, *args: object) -> None:
+        super().__init__(*args)
+        self.signum = int(signum)
+
+
+#: Seconds a rank of an mpirun job gets to unwind normally after SIGTERM/SIGHUP.
+MPI_SIGNAL_GRACE = 2.0
+
+
+def _leave_mpi_job(code: int, rank: int, line: str) -> None:
+    """End this rank now, after its clean-up (staging removed, lock released, line printed).
+
+    A signal reaches the ranks of an ``mpirun`` job at different points: one may already
+    wait in a collective operation that another, leaving, never enters, and MPI's own
+    finalisation would then wait forever. Leaving without it lets ``mpirun`` end the job
+    (``128 + signal`` its exit status; ``mpirun`` ends the other ranks when the first one
+    ends). Rank 0 leaves at once; the others wait ``1.5 ×`` :data:`MPI_SIGNAL_GRACE`
+    first — still running then, rank 0 is stuck in MPI, and rank 1 prints the line for it.
+    """
+    import time
+
+    from .infra.io import abandon_outputs
+
+    abandon_outputs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rank != 0:
+        time.sleep(1.5 * MPI_SIGNAL_GRACE)
+        if rank == 1:
+            print(line, file=sys.stderr, flush=True)
+    time.sleep(0.5)  # mpirun forwards what was printed before it ends the job
+    os._exit(code)
+
+
+def _mpi_watchdog(name: str, rank: int) -> Callable[[], None]:
+    """A thread that ends a rank stuck in MPI after SIGTERM/SIGHUP; returns its stopper.
+
+    Python runs signal handlers between bytecodes of the main thread: a rank blocked in a
+    collective operation (that the other ranks, interrupted, never enter) would never run
+    them. The C-level handler also writes the signal number to a wake-up pipe
+    (:func:`signal.set_wakeup_fd`); this thread reads it and, if the main thread has not
+    ended the rank within :data:`MPI_SIGNAL_GRACE` seconds, removes this process's staging
+    folders, releases its locks, prints the line (rank 0) and ends the rank.
+    """
+    import threading
+    import time
+
+    from .infra.io import abandon_outputs
+
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(rfd, 1)
+            except OSError:
+                return
+            if not data:
+                return
+            signum = data[0]
+            if signum not in (*_SIGNALS, signal.SIGINT):
+                continue
+            line = f"{name}: interrupted by {signal.Signals(signum).name}"
+            if rank == 0:  # the main thread had its chance to unwind: it is stuck in MPI
+                time.sleep(MPI_SIGNAL_GRACE)
+                abandon_outputs()
+                print(line, file=sys.stderr, flush=True)
+                time.sleep(0.5)
+                os._exit(128 + signum)
+            time.sleep(MPI_SIGNAL_GRACE)
+            _leave_mpi_job(128 + signum, rank, line)  # waits, then speaks for rank 0
+
+    threading.Thread(target=watch, name="wflow-signal-watchdog", daemon=True).start()
+
+    def stop() -> None:
+        signal.set_wakeup_fd(old)
+        os.close(wfd)
+
+    return stop
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_like_ctrl_c(*, mpi: bool = False):
+    """SIGTERM/SIGHUP raise :class:`Terminated` while the command runs; PETSc stays quiet.
+
+    ``mpi``: initialise MPI first (:mod:`mpi4py`), whose start-up installs a SIGHUP
+    handler of its own, so that the CLI's handlers are the ones in force.
+    """
+    old_env = os.environ.get("PETSC_OPTIONS")
+    if "-no_signal_handler" not in (old_env or ""):
+        os.environ["PETSC_OPTIONS"] = f"{old_env or ''} -no_signal_handler".strip()
+    old = {}
+    try:
+        if mpi:
+            with contextlib.suppress(ImportError):
+                from mpi4py import MPI  # noqa: F401
+        for s in _SIGNALS:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                old[s] = signal.signal(s, _on_signal)
+        yield
+    finally:
+        for s, h in old.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(s, h)
+        if old_env is None:
+            os.environ.pop("PETSC_OPTIONS", None)
+        else:
+            os.environ["PETSC_OPTIONS"] = old_env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,22 +226,59 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     from .infra.io import set_command_line
+    from .infra.parallel import launched_rank_size
 
     set_command_line(argv)
     name = f"wflow {args.command}"
+    rank, size = launched_rank_size()
 
     def say(line: str) -> None:
         # under mpirun these errors are collective (rank 0 decides, results are reduced):
         # rank 0 prints the line once
-        if "mpi4py.MPI" not in sys.modules or sys.modules["mpi4py.MPI"].COMM_WORLD.rank == 0:
+        if "mpi4py.MPI" in sys.modules:
+            if sys.modules["mpi4py.MPI"].COMM_WORLD.rank == 0:
+                print(line, file=sys.stderr)
+        elif rank == 0:
             print(line, file=sys.stderr)
 
+    if size > 1 and args.command not in MPI_AWARE:
+        say(f"{name}: error: not MPI-aware: under mpirun -n {size} every rank would run the "
+            f"same job into one output; run it as one process (without mpirun); MPI-aware "
+            f"commands: {', '.join(sorted(MPI_AWARE))}")
+        return EXIT_BAD_INPUT
+    from .infra.io import OutputChangedError, is_disk_full, release_all_outputs
+
+    stop_watchdog = _mpi_watchdog(name, rank) if size > 1 else None
     try:
-        return int(args.func(args) or 0)
+        with _signals_like_ctrl_c(mpi=args.command in _USES_MPI):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
         # one line, no traceback; the message (if any) says how to resume
-        say(f"{name}: interrupted" + (f"; {exc}" if str(exc) else ""))
-        return EXIT_INTERRUPTED
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else \
+            f"interrupted by {signal.Signals(signum).name}"
+        line = f"{name}: {what}" + (f"; {exc}" if str(exc) else "")
+        say(line)
+        if size > 1:
+            _leave_mpi_job(128 + int(signum), rank, line)
+        return 128 + int(signum)
+    except OutputChangedError as exc:
+        # the location changed during the run: kept, the results are in staging
+        logger.debug("traceback", exc_info=True)
+        say(f"{name}: run failed: {exc}")
+        return EXIT_FAILED
+    except OSError as exc:
+        if not is_disk_full(exc):
+            if isinstance(exc, BAD_INPUT):
+                logger.debug("traceback", exc_info=True)
+                say(f"{name}: error: {exc}")
+                return EXIT_BAD_INPUT
+            raise
+        logger.debug("traceback", exc_info=True)
+        where = exc.filename if exc.filename else "the output"
+        say(f"{name}: run failed: no space left on device while writing {where}"
+            + (f"; {exc.__notes__[0]}" if getattr(exc, "__notes__", None) else ""))
+        return EXIT_FAILED
     except FloatingPointError as exc:
         # a run that produced NaN/Inf or failed: its numbers are not to be trusted
         logger.debug("traceback", exc_info=True)
@@ -107,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         say(f"{name}: error: {msg}")
         return EXIT_BAD_INPUT
+    finally:
+        release_all_outputs()
+        if stop_watchdog is not None:
+            stop_watchdog()
 
 
 if __name__ == "__main__":  # pragma: no cover

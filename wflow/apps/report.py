@@ -189,11 +189,18 @@ def _flow_statement(s: dict) -> list[str]:
     return out + [""]
 
 
+def _yes_no(shrinks: bool | None) -> str:
+    return "not judged (one row)" if shrinks is None else ("yes" if shrinks else "NO")
+
+
 def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     status = s["status"]
+    warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == "WARN"]
+    head = (f" — {s['message']}" if s["message"] else
+            f" — with warnings: {'; '.join(warns)} (see the verdicts below)." if warns else
+            " — every check below passed.")
     lines = ["# wflow run report", "",
-             f"**Status: {status.upper()}**" + (f" — {s['message']}" if s["message"] else
-                                               " — every check below passed."), "",
+             f"**Status: {status.upper()}**" + head, "",
              f"Mesh of {s['mesh']['cells']} cells; {s['n_particles']} particles; "
              f"T = {s['scenario'].get('pde', {}).get('T', '?')}; wflow "
              f"{s['provenance']['wflow']}; wall time {s['wall_time_s']['total']:.1f} s.", ""]
@@ -230,8 +237,9 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
                          f"{_num(r['edi_abs_relative'])} | {_num(r['w2_max'])} |")
         lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, EDI residual "
                   f"{_fmt_order(tab['order_edi'])}. Shrinking under refinement: W₂ "
-                  f"{'yes' if tab['shrinks_w2'] else 'NO'}, EDI residual "
-                  f"{'yes' if tab['shrinks_edi'] else 'NO'}.", ""]
+                  f"{_yes_no(tab['shrinks_w2'])}, EDI residual "
+                  f"{_yes_no(tab['shrinks_edi'])} (a table that does not shrink is judged "
+                  "in the verdicts above).", ""]
         if len(tab["rows"]) > 1:
             lines += ["![JKO refinement](jko_refinement.png)", ""]
     if snaps:

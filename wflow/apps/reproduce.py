@@ -68,6 +68,7 @@ from ..studies.base import StudyResult, fit_loglog, write_study
 __all__ = [
     "EXPERIMENTS",
     "GROUPS",
+    "FIELD",
     "Experiment",
     "ReproduceOptions",
     "ReproduceResult",
@@ -112,6 +113,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "s2": ("s2_oscillating", "s2_ou"),
     "hd": ("hd_oscillating", "hd_ou"),
     "all": tuple(EXPERIMENTS),
+}
+#: Published experiments of other papers of the field (issue 25), run by their own
+#: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
+FIELD: dict[str, tuple[str, str]] = {
+    "glpr_phase": ("wflow.published.glpr_phase",
+                   "GLPR (β, t) phase diagram of the probability of clustering"),
+    "castin_ranks": ("wflow.published.castin_ranks",
+                     "Castin et al. ranks of the limit covariance of the softmax moment ODE"),
+    "metastable_staircase": ("wflow.published.metastable_staircase",
+                             "GKPR energy staircase of 5 tokens on the circle"),
 }
 
 

@@ -1,8 +1,10 @@
 """Subcommands of the ``wflow`` CLI: one module each, exposing ``register(subparsers)``.
 
 Shared by the commands that write an output folder: :func:`add_output` (``--out`` and
-``--overwrite``), :func:`prepare` (checks the location before any computation, see
-:func:`wflow.infra.io.prepare_output`) and :func:`finish` (the exit status of a run: 0 only for
+``--overwrite``), :func:`prepare` (checks and locks the location before any computation,
+see :func:`wflow.infra.io.claim_output`: a second wflow process on the same ``--out`` is
+refused at once, and the final move replaces only what was there at the start) and
+:func:`finish` (the exit status of a run: 0 only for
 ``status == "success"``).
 """
 
@@ -12,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_output", "prepare", "finish"]
+__all__ = ["add_output", "add_yes", "prepare", "finish"]
 
 
 def add_output(p: argparse.ArgumentParser, *, required: bool = True,
@@ -27,11 +29,25 @@ def add_output(p: argparse.ArgumentParser, *, required: bool = True,
                    "write, nor files added to it)")
 
 
-def prepare(args: argparse.Namespace) -> Path:
-    """Check ``args.out`` before computing (exit status 2 on refusal); absolute path."""
-    from ..infra.io import prepare_output
+def add_yes(p: argparse.ArgumentParser) -> None:
+    """Add ``--yes``: run even if the cost estimate is above an hour."""
+    from ..infra.estimate import CONFIRM_SECONDS
 
-    return prepare_output(args.out, overwrite=args.overwrite)
+    p.add_argument("--yes", action="store_true",
+                   help="run even if the estimated wall time exceeds "
+                   f"{CONFIRM_SECONDS / 3600:g} h (without it, such a run is refused on a "
+                   "terminal and warned about in batch mode); a run that cannot fit in memory "
+                   "is refused regardless")
+
+
+def prepare(args: argparse.Namespace) -> Path:
+    """Check and lock ``args.out`` before computing (exit status 2 on refusal); absolute path.
+
+    The lock is held until the command returns (:func:`wflow.infra.lock.release_all`).
+    """
+    from ..infra.io import claim_output
+
+    return claim_output(args.out, overwrite=args.overwrite)
 
 
 def finish(command: str, status: str, message: str = "") -> int:

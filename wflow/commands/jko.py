@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_output, finish, prepare
+from . import add_output, add_yes, finish, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ot", choices=("emd", "sinkhorn"), default=None, help="override [jko] ot")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
+    add_yes(p)
     p.set_defaults(func=_main)
 
 
@@ -48,7 +49,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.mesh is not None:
         sc.sections["jko"] = dict(sc.sections.get("jko", {}), mesh=args.mesh)
     res = run_jko(sc, out, progress=args.progress,
-                  overrides={"tau": args.tau, "T": args.T, "ot": args.ot})
+                  overrides={"tau": args.tau, "T": args.T, "ot": args.ot}, confirm=args.yes)
     st = res.stats
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "
           f"({st['inner_iters_total']} inner iterations, max relative gap "

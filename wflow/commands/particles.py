@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 
-from . import add_output, finish, prepare
+from . import add_output, add_yes, finish, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "energy balance)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
+    add_yes(p)
     p.set_defaults(func=_main)
 
 
@@ -36,9 +38,15 @@ def _main(args: argparse.Namespace) -> int:
     out = prepare(args)
     sc = load_scenario(args.scenario)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
-                        progress=args.progress, gif=args.gif)
+                        progress=args.progress, gif=args.gif, confirm=args.yes)
     fin = res.final()
-    print(f"particles: {res.status} in {res.wall_time:.2f} s; E(T) = {fin['E']['mean']:.6g}, "
+    adj, o = "", getattr(res, "options", None)
+    if o is not None:  # no silent change: a dt that does not divide T (summary.json "dt")
+        steps = max(1, math.ceil(o.T / o.dt - 1e-9))
+        if abs(o.T / steps - o.dt) > 1e-9 * o.dt:
+            adj = (f" (dt = {o.dt:g} does not divide T = {o.T:g}: {steps} steps of dt = "
+                   f"{o.T / steps:.6g})")
+    print(f"particles: {res.status} in {res.wall_time:.2f} s{adj}; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, balance chain residual = "
           f"{res.balance_summary()['chain']['mean']:.3e}; wrote {args.out}")
     return finish("particles", res.status, res.message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from . import add_output, finish, prepare
+from . import add_output, add_yes, finish, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dt", type=float, default=None, help="override [pde] dt")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
+    add_yes(p)
     p.set_defaults(func=_main)
 
 
@@ -53,7 +54,8 @@ def _main(args: argparse.Namespace) -> int:
         sec = dict(sc.sections.get("pde", {}), mesh=args.mesh)
         sc.sections["pde"] = sec
     res = run_pde(sc, out, render=args.render, progress=args.progress,
-                  overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif)
+                  overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif,
+                  confirm=args.yes)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]
         edi = res.balance.get("edi", math.nan)

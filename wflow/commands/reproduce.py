@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from . import add_output, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
-    from ..apps.reproduce import EXPERIMENTS, GROUPS
+    from ..apps.reproduce import EXPERIMENTS, FIELD, GROUPS
 
-    names = [*EXPERIMENTS, *GROUPS]
+    names = [*EXPERIMENTS, *GROUPS, *FIELD]
     p = sub.add_parser(
         "reproduce",
         help="run the published [TD] Section-6 experiments exactly and judge their claims",
@@ -29,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         + ", ".join(f"{g} = {' + '.join(v)}" for g, v in GROUPS.items()) + ". Independent "
         "runs are spread over MPI ranks under `mpirun -n P wflow reproduce ...`. Exit status 0 "
         "when every run succeeded, whatever the verdict (a claim not reproduced is a measured "
-        "outcome, not an error); 2 for bad input.",
+        "outcome, not an error); 2 for bad input. Other papers of the field (one per call, "
+        "docs/reproduce_field.md): " + "; ".join(f"{k}: {v[1]}" for k, v in FIELD.items())
+        + "; with --quick a version in seconds, --seed the glpr_phase token stream, --n its "
+        "tokens, --published NPZ the published code's glpr_phase counts to compare.",
     )
     p.add_argument("experiments", nargs="+", choices=names, metavar="EXPERIMENT",
                    help=f"one or more of: {', '.join(names)}")
@@ -54,14 +58,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="OU noise variance [2, as published]")
     p.add_argument("--tol", type=float, default=None,
                    help="tolerance of the verdict on a slope [0.25]")
+    p.add_argument("--published", default=None, metavar="NPZ",
+                   help="glpr_phase: the published code's counts at the same settings")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: only on a terminal)")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..apps.reproduce import ReproduceOptions, reproduce
+    from ..apps.reproduce import FIELD, ReproduceOptions, reproduce
     from ..infra.parallel import comm_rank_size
+
+    if set(args.experiments) & set(FIELD):
+        return _field(args)
 
     given = {"H": None if args.H is None else tuple(args.H), "n": args.n, "T": args.T,
              "dt": args.dt, "paths": args.paths, "seed": args.seed,
@@ -79,4 +88,34 @@ def _main(args: argparse.Namespace) -> int:
         print(res.study.verdict)
         print(f"wrote {args.out}/summary.json, report.md and {len(res.study.figures) - 1} "
               f"other files in {res.wall_s:.1f} s")
+    return 0
+
+
+def _field(args: argparse.Namespace) -> int:
+    """One experiment of :data:`wflow.reproduce.FIELD` (issue 25)."""
+    import importlib
+
+    from ..apps.reproduce import FIELD
+    from ..infra.parallel import comm_rank_size
+
+    if len(args.experiments) != 1:
+        print(f"wflow reproduce: run {', '.join(FIELD)} one per call, without other "
+              "experiments", file=sys.stderr)
+        return 2
+    name = args.experiments[0]
+    mod = importlib.import_module(FIELD[name][0])
+    opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
+                "metastable_staircase": "StaircaseOptions"}[name]
+    cls = getattr(mod, opts_cls)
+    changes = {}
+    if name == "glpr_phase":
+        changes = {k: v for k, v in {"seed": args.seed, "n": args.n}.items() if v is not None}
+    comm_rank_size()
+    opts = cls.quick(**changes) if args.quick else cls(**changes)
+    out = prepare(args)
+    kw = {"published": args.published} if name == "glpr_phase" else {}
+    res = mod.reproduce(out=out, options=opts, **kw)
+    if comm_rank_size()[1] == 0:
+        print(res.verdict)
+        print(f"wrote {args.out}/summary.json, report.md and {len(res.figures) - 1} other files")
     return 0

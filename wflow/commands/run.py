@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_output, finish, prepare
+from . import add_output, add_yes, finish, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seeds), DIR/report.md with figures, and the raw data (density.npz, trajectory.npz, "
         "diagnostics CSVs). Every section of the scenario is validated before the first "
         "phase. Completed phases are checkpointed in DIR.ckpt/ with the scenario's "
-        "fingerprint; after Ctrl-C or a crash, `wflow run --resume DIR` continues with the "
-        "same result (a SCENARIO given with --resume must equal the checkpointed one; run "
-        "without --resume to start over).",
+        "fingerprint (the files and the source of the callables it names); after Ctrl-C, "
+        "SIGTERM or a crash, `wflow run --resume DIR` continues with the same result, naming "
+        "the restored phases (a SCENARIO given with --resume must equal the checkpointed "
+        "one). Checkpoints are read only with --resume: without it a checkpoint of the same "
+        "scenario is discarded, one of another scenario is refused (or discarded with "
+        "--overwrite).",
     )
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario TOML (default: the shipped default scenario, or with --resume "
@@ -32,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue an interrupted run from DIR.ckpt/ (DIR: the --out folder)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: only on a terminal)")
+    add_yes(p)
     p.set_defaults(func=_main)
 
 
@@ -45,15 +49,19 @@ def _main(args: argparse.Namespace) -> int:
         args.out = args.resume
     out = prepare(args)
     res = run_main_job(args.scenario, out, resume=args.resume is not None,
-                       progress=args.progress)
+                       progress=args.progress, overwrite=args.overwrite, confirm=args.yes)
     s = res.summary
     e = s["edi"]
 
     def rel(block: dict) -> str:
         return "n/a" if block.get("relative") is None else f"{block['relative']:.2e}"
 
-    msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s — EDI residual (rel.) "
-           f"pde {rel(e['pde'])}, particles {rel(e['particles'])}")
+    rs = s.get("resumed", {})
+    restored = (f" (restored from the checkpoint: {', '.join(rs['restored_phases'])}, "
+                f"{rs['restored_wall_s']:.1f} s; this session {rs['this_session_wall_s']:.1f} s)"
+                if rs.get("restored_phases") else "")
+    msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s{restored} — EDI residual "
+           f"(rel.) pde {rel(e['pde'])}, particles {rel(e['particles'])}")
     if "jko" in e:
         msg += f", jko {rel(e['jko'])}"
     msg += f"; W2 particles vs PDE {s['w2']['particles_vs_pde']:.4f}"

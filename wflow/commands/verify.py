@@ -28,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="small version that runs in seconds (used by the test suite)")
     p.add_argument("--seed", type=int, default=0, help="master seed [0]")
     p.add_argument("--fault", default=None, metavar="NAME",
-                   help="inject one of the study's documented negative controls (its FAULTS; "
-                        "the verdict must then be FAIL)")
+                   help="inject one of the study's documented negative controls (its FAULTS) "
+                        "or a fault of a family with a size, FAMILY:S (its FAMILIES, e.g. "
+                        "velocity:-0.05); a documented control must FAIL")
     p.set_defaults(func=_main)
 
 
@@ -41,15 +42,21 @@ def _main(args: argparse.Namespace) -> int:
     mod = load_study(args.study)
     kw = {}
     if args.fault is not None:  # bad input: refused before the output location is touched
+        from ..studies.base import parse_fault
+
         faults = getattr(mod, "FAULTS", {})
-        if args.fault not in faults:
+        families = getattr(mod, "FAMILIES", {})
+        if args.fault not in faults and parse_fault(args.fault, families)[1] is None:
+            fam = f"; families: {sorted(families)} as FAMILY:S" if families else ""
             print(f"wflow verify: error: --fault: {args.study} has no negative control "
-                  f"{args.fault!r} (known: {sorted(faults)})", file=sys.stderr)
+                  f"{args.fault!r} (known: {sorted(faults)}{fam})", file=sys.stderr)
             return 2
         kw["fault"] = args.fault
     out = prepare(args)
     res = mod.run(out=out, quick=args.quick, seed=args.seed, **kw)
     if comm_rank_size()[1] == 0:
-        print(f"verify {res.name}: {'PASS' if res.passed else 'FAIL'} — {res.verdict}")
+        # a failing verdict starts with "FAIL — k of N criteria not met": not repeated
+        head = "" if res.verdict.startswith("FAIL") else ("PASS — " if res.passed else "FAIL — ")
+        print(f"verify {res.name}: {head}{res.verdict}")
         print(f"wrote {args.out}/summary.json" + "".join(f", {f}" for f in res.figures))
     return 0 if res.passed else 1

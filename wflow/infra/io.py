@@ -16,14 +16,27 @@ wflow never deletes or replaces what it did not write:
   only with ``overwrite`` (``--overwrite``), and only if it holds nothing but the files
   its marker lists; the parent must be a folder wflow can write in (probed by creating
   and removing a folder there);
-* :func:`run_directory` repeats these checks when it moves the results into place (the
-  location may have changed during the run), swaps a replaced output atomically
+* :func:`claim_output` (what every command calls) does the same checks, takes an
+  exclusive lock on the location (:mod:`wflow.infra.lock`: a second process on the same
+  ``--out`` is refused at once, naming the holder) and records *what* it found there
+  (nothing, an empty folder, or one wflow output identified by its inode and its marker's
+  inode and mtime). Stale staging folders of dead wflow processes beside it are removed;
+* :func:`run_directory` moves the results into place only if the location is still what
+  was claimed: anything that appeared or changed during the run is kept, and the new
+  results stay in the staging folder named in the message (:class:`OutputChangedError`,
+  exit status 1). Without a claim it repeats the checks of :func:`prepare_output`. It
+  swaps a replaced output atomically
   (``renameat2(RENAME_EXCHANGE)`` on Linux, so either the old or the new output is at
   ``DIR`` at every instant) and deletes only the files the old marker lists. If the move
   is refused at the end, the results stay in the staging folder and the error names it.
 
+Every staging folder holds :data:`STAGING_MARKER` (``.wflow-staging.json``: "incomplete",
+the PID, host and command) from its creation until the moment it is moved into place, so a
+folder left by ``kill -9`` is never mistaken for a result and is recognised as wflow's own.
+
 Errors about the output location are :class:`OutputError` (a ``ValueError``: bad input,
-exit status 2 on the command line).
+exit status 2 on the command line). A full disk while writing is :class:`DiskFullError`
+(``no space left on device while writing FILE``; exit status 1).
 """
 
 from __future__ import annotations
@@ -38,14 +51,18 @@ import logging
 import math
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from . import lock
 
 __all__ = [
     "atomic_write_bytes",
@@ -58,7 +75,17 @@ __all__ = [
     "check_parent",
     "read_output_marker",
     "OutputError",
+    "OutputChangedError",
+    "DiskFullError",
+    "is_disk_full",
     "OUTPUT_MARKER",
+    "STAGING_MARKER",
+    "claim_output",
+    "release_output",
+    "release_all_outputs",
+    "abandon_outputs",
+    "stale_staging",
+    "remove_stale_staging",
     "current_umask",
     "set_command_line",
     "to_jsonable",
@@ -74,6 +101,9 @@ logger = logging.getLogger(__name__)
 #: Marker file of a finished wflow output folder (JSON: command, time, versions, files).
 OUTPUT_MARKER = ".wflow-output.json"
 
+#: Marker of a staging folder ``.DIR.partial-XXXX`` (JSON: incomplete, PID, host, command).
+STAGING_MARKER = ".wflow-staging.json"
+
 #: The ``wflow`` command line being run (recorded in the output marker).
 _COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "wflow_command_line", default=None)
@@ -83,9 +113,34 @@ class OutputError(ValueError):
     """An output location that wflow refuses to use (exit status 2 on the command line)."""
 
 
+class OutputChangedError(OutputError):
+    """The output location changed during the run; the results stay in staging (exit 1)."""
+
+
+class DiskFullError(OSError):
+    """No space left on the device while writing ``filename`` (exit status 1)."""
+
+    def __init__(self, filename: str | Path) -> None:
+        super().__init__(errno.ENOSPC, "no space left on device", str(filename))
+
+    def __str__(self) -> str:
+        return f"no space left on device while writing {self.filename}"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC / EDQUOT, also where a library reports it only in its message (HDF5)."""
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "errno = 28" in text
+
+
 def set_command_line(argv: Sequence[str]) -> None:
-    """Record the ``wflow`` command line for the markers of the outputs written next."""
+    """Record the ``wflow`` command line for the markers (and locks) written next."""
     _COMMAND_LINE.set(["wflow", *map(str, argv)])
+    lock.set_command(["wflow", *map(str, argv)])
 
 
 def current_umask() -> int:
@@ -115,9 +170,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            raise DiskFullError(path) from exc
         raise
 
 
@@ -353,6 +410,182 @@ def prepare_output(out: str | Path, *, overwrite: bool = False) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """What :func:`claim_output` found at a location (compared again at the final move)."""
+
+    overwrite: bool
+    state: tuple | None
+
+
+_CLAIMS: dict[Path, _Claim] = {}
+
+
+def _state(path: Path) -> tuple | None:
+    """Identity of what is at ``path``: ``None`` (nothing), else type, inode, marker, names.
+
+    A wflow output is identified by its folder's inode and its marker's inode, mtime and
+    size (every output writes a fresh marker, atomically: a new inode); anything else by
+    its inode and its entries.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    marker = None
+    with contextlib.suppress(OSError):
+        ms = os.stat(path / OUTPUT_MARKER)
+        marker = (ms.st_ino, ms.st_mtime_ns, ms.st_size)
+    names: tuple[str, ...] = ()
+    if marker is None and stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(OSError):
+            names = tuple(sorted(os.listdir(path)))
+    return (stat.S_IFMT(st.st_mode), st.st_ino, st.st_dev, marker, names)
+
+
+def _what(path: Path, state: tuple | None) -> str:
+    """Words for a :func:`_state`: "nothing", "an empty folder", "the wflow output of ..."."""
+    if state is None:
+        return "nothing"
+    if not stat.S_ISDIR(state[0]):
+        return "a file"
+    if state[3] is None:
+        return "an empty folder" if not state[4] else f"a folder of {len(state[4])} entries"
+    return "a wflow output"
+
+
+def _describe_now(path: Path) -> str:
+    state = _state(path)
+    what = _what(path, state)
+    if state is not None and state[3] is not None:
+        m = read_output_marker(path) or {}
+        cmd = " ".join(map(str, m.get("command", [])))
+        what += f" written {m.get('created', '?')}" + (f" by `{cmd}`" if cmd else "")
+    return what
+
+
+def claim_output(out: str | Path, *, overwrite: bool = False) -> Path:
+    """Check, lock and record an output location before computing (what commands call).
+
+    The checks of :func:`prepare_output`; then an exclusive lock on the location
+    (:func:`wflow.infra.lock.acquire`: another running wflow process on it is refused at
+    once, :class:`~wflow.infra.lock.LockedError`, naming it), the checks again under the
+    lock, and a record of what is there for :func:`run_directory`'s final move (which
+    replaces only that, and only with ``overwrite``). Stale staging folders of dead wflow
+    processes beside it are removed (:func:`remove_stale_staging`). The lock is held
+    until :func:`release_output` (or the end of the process). Creates only the lock file
+    (and the missing parent folders, removed with it if left empty).
+
+    Under MPI rank 0 claims and every rank gets the same answer.
+    """
+    if "mpi4py.MPI" in sys.modules:
+        from .parallel import comm_rank_size
+
+        comm, rank, size = comm_rank_size()
+        if size > 1:
+            path = err = None
+            if rank == 0:
+                try:
+                    path = _claim(out, overwrite=overwrite)
+                except OutputError as exc:
+                    err = str(exc)
+            path, err = comm.bcast((path, err), root=0)
+            if err is not None:
+                raise OutputError(err)
+            return path
+    return _claim(out, overwrite=overwrite)
+
+
+def _claim(out: str | Path, *, overwrite: bool) -> Path:
+    path = _check_location(out, overwrite=overwrite, probe=True)
+    try:
+        lock.acquire(path)
+    except lock.LockedError as exc:
+        raise OutputError(str(exc)) from None
+    try:
+        path = _check_location(out, overwrite=overwrite, probe=True)  # again, under the lock
+        remove_stale_staging(path)
+        _CLAIMS[path] = _Claim(overwrite=overwrite, state=_state(path))
+    except BaseException:
+        lock.release(path)
+        raise
+    return path
+
+
+def release_output(out: str | Path) -> None:
+    """Forget the claim on ``out`` and release its lock (removes the lock file)."""
+    path = Path(os.path.abspath(Path(str(out)).expanduser()))
+    if _CLAIMS.pop(path, None) is not None:
+        lock.release(path)
+
+
+#: Staging folders being written by this process (removed by :func:`abandon_outputs`).
+_STAGES: set[Path] = set()
+
+
+def abandon_outputs() -> None:
+    """Remove this process's staging folders and release its claims.
+
+    For a process that must end at once (the CLI under mpirun, when a signal found a rank
+    stuck in MPI).
+    """
+    for stage in list(_STAGES):
+        shutil.rmtree(stage, ignore_errors=True)
+    _STAGES.clear()
+    release_all_outputs()
+
+
+def release_all_outputs() -> None:
+    """Forget every claim and release every lock of this process (end of a command)."""
+    _CLAIMS.clear()
+    lock.release_all()
+
+
+def stale_staging(out: str | Path) -> list[Path]:
+    """Staging folders of ``out`` left by dead wflow processes (their marker says so).
+
+    ``.NAME.partial-*`` folders beside ``out`` holding :data:`STAGING_MARKER` whose PID
+    no longer runs on this host. Folders without the marker are not wflow's to judge.
+    """
+    path = Path(os.path.abspath(Path(str(out)).expanduser()))
+    host = _hostname()
+    found = []
+    with contextlib.suppress(OSError):
+        for q in path.parent.glob(f".{glob_escape(path.name)}.partial-*"):
+            try:
+                info = json.loads((q / STAGING_MARKER).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(info, dict) or info.get("wflow_staging") != 1:
+                continue
+            if info.get("host") == host and not lock.pid_alive(info.get("pid", -1)):
+                found.append(q)
+    return sorted(found)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the glob metacharacters escaped (``glob.escape``)."""
+    import glob
+
+    return glob.escape(name)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def remove_stale_staging(out: str | Path) -> list[Path]:
+    """Remove :func:`stale_staging` folders of ``out`` (with a warning naming each)."""
+    gone = stale_staging(out)
+    for q in gone:
+        logger.warning("removing %s: an incomplete output of a wflow process that ended "
+                       "without cleaning up", q)
+        shutil.rmtree(q, ignore_errors=True)
+    return gone
+
+
 def _marker(stage: Path) -> dict[str, Any]:
     cmd = _COMMAND_LINE.get()
     return {"wflow_output": 1,
@@ -399,8 +632,16 @@ def _remove_output(path: Path) -> None:
         logger.warning("kept %s: it holds files wflow did not write", path)
 
 
-def _install(stage: Path, path: Path, *, overwrite: bool) -> None:
-    """Move a finished staging folder to ``path`` (checks of :func:`prepare_output` again)."""
+def _install(stage: Path, path: Path, *, overwrite: bool, claim: _Claim | None = None) -> None:
+    """Move a finished staging folder to ``path`` (checks of :func:`prepare_output` again).
+
+    With a ``claim`` the location must still be what was claimed (else
+    :class:`OutputChangedError`).
+    """
+    if claim is not None and _state(path) != claim.state:
+        raise OutputChangedError(
+            f"{path}: changed during the run (it was {_what(path, claim.state)} when the "
+            f"run started, it is now {_describe_now(path)}); wflow keeps what is there")
     _check_location(path, overwrite=overwrite, probe=False)
     if not path.exists():
         os.rename(stage, path)
@@ -433,41 +674,90 @@ def _make_parents(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def run_directory(out: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
+def run_directory(out: str | Path, *, overwrite: bool | None = None) -> Iterator[Path]:
     """All-or-nothing output folder that never replaces what wflow did not write.
 
-    Yields a fresh staging folder beside ``out``. On normal exit the marker
-    :data:`OUTPUT_MARKER` (command line, time, versions, list of files) is written into it
-    and it is moved to ``out``: a missing or empty ``out`` is simply replaced, a previous
-    wflow output is swapped atomically and deleted (only with ``overwrite``, and only the
-    files its marker lists); anything else raises :class:`OutputError` and the results
-    stay in the staging folder named in the message. On an exception (Ctrl-C included)
-    the staging folder and any parent folders created for it are removed and ``out`` is
-    left untouched. Call :func:`prepare_output` before computing to fail early.
+    Yields a fresh staging folder beside ``out`` holding :data:`STAGING_MARKER`. On
+    normal exit the staging marker is replaced by :data:`OUTPUT_MARKER` (command line,
+    time, versions, list of files) and the folder is moved to ``out``: a missing or empty
+    ``out`` is simply replaced, a previous wflow output is swapped atomically and deleted
+    (only with ``overwrite``, and only the files its marker lists).
+
+    If ``out`` was claimed (:func:`claim_output`, what the commands do), ``overwrite``
+    defaults to the claim's and the move happens only if ``out`` is still what the claim
+    found; otherwise (library use) ``overwrite`` defaults to ``True``, the location is
+    locked for the duration (:mod:`wflow.infra.lock`) and checked again at the end. A
+    refused move raises :class:`OutputChangedError` and the results stay in the staging
+    folder named in the message. On an exception (Ctrl-C and SIGTERM included) the
+    staging folder and any parent folders created for it are removed and ``out`` is left
+    untouched; a full disk is :class:`DiskFullError` naming the file.
     """
-    path = _check_location(out, overwrite=overwrite, probe=False)
+    path = Path(os.path.abspath(Path(str(out)).expanduser())) if str(out).strip() else None
+    claim = _CLAIMS.get(path) if path is not None else None
+    if claim is not None:
+        ow = claim.overwrite if overwrite is None else overwrite
+    else:
+        ow = True if overwrite is None else overwrite
+        path = _check_location(out, overwrite=ow, probe=False)
+    own_lock = not lock.held(path)
+    if own_lock:
+        try:
+            lock.acquire(path)
+        except lock.LockedError as exc:
+            raise OutputError(str(exc)) from None
+    try:
+        yield from _staged(path, ow, claim)
+    finally:
+        if own_lock:
+            lock.release(path)
+
+
+def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]:
     created = _make_parents(path.parent)
     try:
         stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+        _STAGES.add(stage)
         os.chmod(stage, 0o777 & ~current_umask())
-    except BaseException:
+        cmd = _COMMAND_LINE.get()
+        write_json(stage / STAGING_MARKER, {
+            "wflow_staging": 1, "incomplete": True,
+            "note": "an output wflow was writing; not a result (removed by the next run "
+                    "on this location once its process has ended)",
+            "pid": os.getpid(), "host": _hostname(), "target": str(path),
+            "command": cmd if cmd is not None else ["python", *sys.argv],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    except BaseException as exc:
+        with contextlib.suppress(NameError):
+            shutil.rmtree(stage, ignore_errors=True)
         for q in reversed(created):
             with contextlib.suppress(OSError):
                 q.rmdir()
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            raise DiskFullError(path.parent) from exc
         raise
     try:
         yield stage
+        os.unlink(stage / STAGING_MARKER)
         write_json(stage / OUTPUT_MARKER, _marker(stage))
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(stage, ignore_errors=True)
         for q in reversed(created):
             with contextlib.suppress(OSError):
                 q.rmdir()
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            raise DiskFullError(getattr(exc, "filename", None) or f"a file in {path}") \
+                from exc
         raise
+    finally:
+        _STAGES.discard(stage)
     try:
-        _install(stage, path, overwrite=overwrite)
+        _install(stage, path, overwrite=overwrite, claim=claim)
+    except OutputChangedError as exc:
+        raise OutputChangedError(f"{exc}; the new results are kept in {stage}") from None
     except (OSError, OutputError) as exc:
-        raise OutputError(f"{exc}; the results are kept in {stage}") from None
+        raise OutputChangedError(f"{exc}; the results are kept in {stage}") from None
+    if claim is not None:  # the new output is this process's own: it may replace it again
+        _CLAIMS[path] = _Claim(overwrite=True, state=_state(path))
 
 
 def provenance() -> dict[str, Any]:

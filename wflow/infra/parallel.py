@@ -11,7 +11,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["parallel_map", "comm_rank_size"]
+__all__ = ["parallel_map", "comm_rank_size", "launched_rank_size"]
+
+#: Environment variables of MPI launchers: (rank, size) — MPICH/Hydra, Intel MPI, Slurm's
+#: PMI (``PMI_*``) and Open MPI (``OMPI_COMM_WORLD_*``).
+_LAUNCHER_ENV = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                 ("PMIX_RANK", "PMIX_SIZE"))
+
+
+def launched_rank_size() -> tuple[int, int]:
+    """``(rank, size)`` this process was started with by ``mpirun`` (from its environment).
+
+    Read without importing :mod:`mpi4py` (so without initialising MPI): the CLI uses it to
+    refuse commands that are not MPI-aware before they start. ``(0, 1)`` outside mpirun.
+    """
+    import os
+
+    for rk, sz in _LAUNCHER_ENV:
+        if sz in os.environ:
+            try:
+                return int(os.environ.get(rk, "0")), int(os.environ[sz])
+            except ValueError:
+                continue
+    return 0, 1
+
 
 def comm_rank_size() -> tuple[Any, int, int]:
     """``(comm, rank, size)`` of ``MPI.COMM_WORLD`` (``(None, 0, 1)`` without mpi4py)."""

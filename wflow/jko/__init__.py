@@ -1,5 +1,7 @@
 """JKO minimising movements on a sphere mesh with (weighted) optimal transport (THEORY.md §4).
 
+Two discretisations of the step (``JKOOptions.scheme``): the finite-volume dynamic form
+(default where the mesh connectivity is given) and discrete OT between cell measures.
 One step of size ``τ`` of the ascent of ``E`` (descent of ``F = −sE``)::
 
     μ_{k+1} ∈ argmin_ν  J_k(ν) = (1/2τ) W²_{b̂_k}(μ_k, ν) − s E(ν, t_{k+1}).
@@ -12,7 +14,10 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.jko.oracle` — the linear minimisation oracle and the optimality gap;
 * :mod:`~wflow.jko.pot` — POT values, potentials and cross-checks;
 * :mod:`~wflow.jko.inner` — the inner solvers (conditional gradient, mirror descent);
-* :mod:`~wflow.jko.step` — one step (:func:`jko_step`);
+* :mod:`~wflow.jko.step` — one OT step (:func:`jko_step`);
+* :mod:`~wflow.jko.dual` — circumcentric dual geometry, well-centredness check;
+* :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``);
+* :mod:`~wflow.jko.zonal` — the exact JKO step of zonal problems (a test reference);
 * :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
   :class:`JKOResult`;
 * :mod:`~wflow.jko.run` — scenario → files (:func:`run_jko`).
@@ -23,8 +28,10 @@ from .energy import energy_gradient
 from .options import (
     INNER_SOLVERS,
     JKO_SPEC,
+    LOCK_FRACTION,
     MOBILITY_MEANS,
     OT_METHODS,
+    SCHEMES,
     JKOOptions,
     JKOWarning,
     jko_options_from_dict,
@@ -41,6 +48,8 @@ __all__ = [
     "JKOWarning",
     "MOBILITY_MEANS",
     "OT_METHODS",
+    "SCHEMES",
+    "LOCK_FRACTION",
     "INNER_SOLVERS",
     "pair_mobility",
     "cost_matrix",

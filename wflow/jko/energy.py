@@ -28,13 +28,14 @@ def _check_heads(heads: Heads) -> int:
     return int(s)
 
 
-def energy_gradient(points: np.ndarray, nu: np.ndarray, heads: Heads, attn: Attention
-                    ) -> np.ndarray:
+def energy_gradient(points: np.ndarray, nu: np.ndarray, heads: Heads, attn: Attention, *,
+                    backend: str = "direct") -> np.ndarray:
     """``∂E/∂ν_i = Σ_h w_h Φ_h(ĉ_i)/β`` for cell masses ``ν`` (signed masses allowed).
 
     Linear in ``ν``; ``E(ν) = ½ <ν, ∂E/∂ν(ν)>``. Direct sums (exact to round-off) from
-    :func:`wflow.kernels.kernel_sums` with symmetric ``A_h``.
+    :func:`wflow.kernels.kernel_sums` with symmetric ``A_h`` (``backend = "auto"``: the
+    fast summation where it pays, for diagnostics on large meshes).
     """
     sums = kernel_sums(points, points, nu, heads.Q, heads.K, beta=attn.beta, kind=attn.kind,
-                       potential=True, backend="direct")
+                       potential=True, backend=backend)
     return np.einsum("h,hm->m", heads.w, sums.Phi) / attn.beta

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 
 __all__ = [
     "TAU_CELLS",
+    "TAU_CELLS_FV",
     "auto_tau",
     "MOBILITY_MEANS",
     "OT_METHODS",
     "INNER_SOLVERS",
+    "SCHEMES",
+    "FV_ENERGY",
+    "FV_HAMILTONIANS",
+    "LOCK_FRACTION",
     "JKOWarning",
     "JKOOptions",
     "JKO_SCHEMA",
@@ -35,10 +41,29 @@ MOBILITY_MEANS = ("conformal", "arithmetic", "geometric", "harmonic")
 OT_METHODS = ("emd", "sinkhorn")
 #: Inner solvers of the outer minimisation over ν.
 INNER_SOLVERS = ("gcg", "mirror")
+#: Discretisations of the JKO step: finite-volume Benamou–Brenier (:mod:`wflow.jko.fv`,
+#: default) or discrete optimal transport between cell measures (POT).
+SCHEMES = ("auto", "fv", "ot")
+#: Treatments of the energy in the FV step: CCP to a tolerance, or one linearisation.
+FV_ENERGY = ("implicit", "lagged")
+#: Hamiltonians of the FV step (see :mod:`wflow.jko.fv`).
+FV_HAMILTONIANS = ("pointwise", "discrete")
+#: A step that moves less than this fraction of the first-order predicted transport
+#: ``τ² ½(|∂E|²_k + |∂E|²_{k+1})`` (in ``W²_{b̂}``) counts as *locked* (partial locking of
+#: the OT scheme; the exact step moves ``1 + O(τ)`` of it). Reported in issue 20 for the
+#: OT scheme on 20 480 cells at τ = 0.1: 0.39–0.41 of the exact step's W² from step 2 on
+#: (the FV step moves 1.0–1.55 of the prediction for τ|v|max/h ∈ [0.05, 5], measured in
+#: tests/test_jko_fv.py on 20 480 cells).
+LOCK_FRACTION = 0.5
 
 
-#: Cells a step should cross: the automatic step has ``τ |v|_max ≈ 3h``.
+#: Cells a step should cross: the automatic step has ``τ |v|_max ≈ 3h`` (OT scheme, off
+#: its locking plateau).
 TAU_CELLS = 3.0
+#: ... and for the FV scheme, which does not lock and accepts any ``τ``: the same rule, so
+#: that the main job's ``τ/h`` table keeps its levels (measured: 720 cells, one softmax
+#: head ``A = 2I``, τ = 0.4: summed EDI residual 0.106 for FV, first order in ``τ``).
+TAU_CELLS_FV = 3.0
 
 
 class JKOWarning(UserWarning):
@@ -73,101 +98,126 @@ def _tau(v: Any, key: str) -> Any:
     return number(0, strict_lo=True)(v, key)
 
 
+def _substeps(v: Any, key: str) -> Any:
+    if v == "auto":
+        return v
+    if isinstance(v, str):
+        raise ScenarioError(f"{key}: expected an integer >= 1 or \"auto\", got {v!r}")
+    return number(1, integer=True)(v, key)
+
+
+_MESH_DOC = ("Sphere mesh (default: ``[pde] mesh`` or the shipped default): a path relative to "
+             "the scenario, a shipped file name, or ``\"icosphere:N\"`` / ``\"gmsh:N\"``.")
+
+
+def _pos(doc: str) -> dict:
+    return opt(doc, check=number(0, strict_lo=True))
+
+
+def _int1(doc: str) -> dict:
+    return opt(doc, check=number(1, integer=True))
+
+
+@documented
 @dataclass(frozen=True)
 class JKOOptions:
-    """Options of the JKO scheme (keyword-only in the API).
+    """Options of the JKO scheme (keyword-only in the API)."""
 
-    Parameters
-    ----------
-    T : float
-        Final time (a multiple of ``tau`` up to 1e-9 relative).
-    tau : float
-        Step size ``τ``.
-    ot : {"emd", "sinkhorn"}
-        Exact transport or entropic (``OT_ε`` relative to ``μ_k ⊗ α``).
-    inner : {"gcg", "mirror"}
-        Generalised conditional gradient on plans (default) or exponentiated gradient
-        on ``ν`` with POT potentials (see the module docstring).
-    eps : float, optional
-        Entropic ``ε`` in cost units (rad²/mobility); default ``eps_scale · τ^eps_power``.
-    eps_scale, eps_power : float
-        Default rule ``ε = eps_scale · τ^eps_power``; ``eps_power > 1`` keeps ``ε = o(τ)``.
-    mobility_mean : {"conformal", "arithmetic", "geometric", "harmonic"}
-        Symmetric mean ``b̂_ij`` in the cost.
-    gap_rtol : float
-        Stop when ``gap <= gap_rtol · scale`` with ``scale = max(τ|∂E|²(μ_k), 1e-12|E|)``.
-    max_inner : int
-        Inner iterations before giving up (status ``"not_converged"`` + warning).
-    warm_start : bool
-        Reuse the candidate-pair cache (GCG) or the OT potentials (mirror, verify)
-        across inner iterations and steps.
-    verify : bool or None
-        Cross-check each step with POT (``None``: exact steps when ``M <= verify_max_cells``;
-        entropic steps only on request, the log-domain Sinkhorn is slow at small ``ε``).
-    verify_max_cells : int
-    neighbourhood : bool
-        Restrict candidate targets to the proved radius (k-d tree pair list or masked
-        row blocks); ``False`` scans all ``M²`` pairs (validation).
-    max_pairs : int
-        Largest candidate list kept in memory (24 bytes a pair); above it the rows are
-        rescanned in blocks at every oracle call.
-    dense_ot_max_cells : int
-        Dense POT problems (``M × M`` cost) only up to this size; sparse ``ot.emd`` on
-        the candidate graph beyond.
-    sinkhorn_max_iter, sinkhorn_tol : int, float
-        Log-domain Sinkhorn limits (POT ``numItermax``, ``stopThr``).
-    emd_max_iter : int
-        Network-simplex iteration limit.
-    progress : bool or None
-        tqdm progress bar (``None``: only on a terminal).
-    """
+    SECTION = "jko"
+    TABLE_EXTRAS = {
+        "mesh": Extra(None, string, _MESH_DOC, "str"),
+        "compare_pde": Extra(False, boolean, "Also solve the PDE with the surrogate velocity and "
+                             "record ``W_2`` JKO vs PDE at every ``t_k``.", "bool"),
+    }
 
-    T: float = 1.0
-    tau: float = 0.1
-    ot: Literal["emd", "sinkhorn"] = "emd"
-    inner: Literal["gcg", "mirror"] = "gcg"
-    eps: float | None = None
-    eps_scale: float = 1.0
-    eps_power: float = 2.0
-    mobility_mean: str = "conformal"
-    gap_rtol: float = 1e-6
-    max_inner: int = 500
-    warm_start: bool = True
-    verify: bool | None = None
-    verify_max_cells: int = 2500
-    neighbourhood: bool = True
-    max_pairs: int = 50_000_000
-    dense_ot_max_cells: int = 6000
-    sinkhorn_max_iter: int = 20_000
-    sinkhorn_tol: float = 1e-9
-    emd_max_iter: int = 10_000_000
-    progress: bool | None = None
+    T: float = field(default=1.0, metadata=opt(
+        "Final time (a multiple of ``tau`` up to 1e-9 relative); the table's default is "
+        "``[pde] T`` (or 1).", check=number(0, strict_lo=True), table_default=None))
+    tau: float = field(default=0.1, metadata=opt(
+        "Step size ``τ``; the table's default ``\"auto\"`` is chosen from the mesh by the "
+        "scenario jobs (:func:`auto_tau`).", check=_tau, table_default="auto",
+        type="float or \"auto\""))
+    scheme: Literal["auto", "fv", "ot"] = field(default="auto", metadata=opt(
+        "``\"auto\"``: ``\"fv\"`` when the mesh connectivity is given (``mesh=`` of "
+        ":func:`~wflow.jko.solve_jko`; the scenario jobs always give it), else ``\"ot\"``. "
+        "``\"fv\"``: the finite-volume Benamou–Brenier step (:mod:`wflow.jko.fv`; no "
+        "locking, no empty cells). ``\"ot\"``: discrete OT between cell measures with POT "
+        "(exact or entropic); it *locks* when ``τ|v|_max <~ h/2`` and moves mass in "
+        "whole-cell jumps (:mod:`wflow.jko.solver`, \"Limitations\").",
+        check=choice(*SCHEMES)))
+    substeps: int | str = field(default=1, metadata=opt(
+        "FV: pseudo-time substeps ``n_s`` of the transport; ``\"auto\"``: ``⌈τ|v|_max/h⌉`` "
+        "(each substep moves at most one cell).", check=_substeps,
+        type="int or \"auto\""))
+    energy: Literal["implicit", "lagged"] = field(default="implicit", metadata=opt(
+        "FV: the energy linearised at the new iterate and iterated (CCP) or linearised once "
+        "at ``μ_k``.", check=choice(*FV_ENERGY)))
+    hamiltonian: Literal["pointwise", "discrete"] = field(default="pointwise", metadata=opt(
+        "FV: the Hamilton–Jacobi term from the exact gradient of ``ψ`` (consistent) or from "
+        "the discrete HJ equations (the exact KKT of the variational scheme; its upwind "
+        "Hamiltonian is inconsistent on triangles, see :mod:`wflow.jko.fv`).",
+        check=choice(*FV_HAMILTONIANS)))
+    ccp_tol: float = field(default=1e-8, metadata=_pos(
+        "FV: stop the CCP when ``‖m_{j+1} − m_j‖₁ <= ccp_tol ‖m_{j+1} − m^k‖₁``."))
+    ccp_max: int = field(default=100, metadata=_int1("FV: most CCP iterations per step."))
+    lock_fraction: float = field(default=LOCK_FRACTION, metadata=opt(
+        "A step moving less than this fraction of the first-order predicted ``W²`` counts "
+        "as locked (both schemes; :data:`LOCK_FRACTION`).",
+        check=number(0, 1, strict_lo=True, strict_hi=True)))
+    ot: Literal["emd", "sinkhorn"] = field(default="emd", metadata=opt(
+        "OT: exact transport or entropic (``OT_ε`` relative to ``μ_k ⊗ α``).",
+        check=choice(*OT_METHODS)))
+    inner: Literal["gcg", "mirror"] = field(default="gcg", metadata=opt(
+        "OT: generalised conditional gradient on plans or exponentiated gradient on ``ν`` "
+        "with POT potentials.", check=choice(*INNER_SOLVERS)))
+    eps: float | None = field(default=None, metadata=opt(
+        "OT, entropic: ``ε`` in cost units (rad²/mobility); default "
+        "``eps_scale · τ^eps_power``.", check=number(0, strict_lo=True)))
+    eps_scale: float = field(default=1.0, metadata=_pos(
+        "OT, entropic: default rule ``ε = eps_scale · τ^eps_power``."))
+    eps_power: float = field(default=2.0, metadata=opt(
+        "OT, entropic: ``eps_power > 1`` keeps ``ε = o(τ)`` (no spurious diffusion).",
+        check=number(1, strict_lo=True)))
+    mobility_mean: str = field(default="conformal", metadata=opt(
+        "OT: symmetric mean ``b̂_ij`` of the endpoint mobilities in the cost.",
+        check=choice(*MOBILITY_MEANS)))
+    gap_rtol: float = field(default=1e-6, metadata=_pos(
+        "OT: stop when ``gap <= gap_rtol · scale``, ``scale = max(τ|∂E|²(μ_k), 1e-12|E|)``."))
+    max_inner: int = field(default=500, metadata=_int1(
+        "OT: inner iterations before giving up (status ``\"not_converged\"`` + warning)."))
+    warm_start: bool = field(default=True, metadata=opt(
+        "OT: reuse the candidate-pair cache (GCG) or the OT potentials (mirror, verify) "
+        "across inner iterations and steps.", check=boolean))
+    verify: bool | None = field(default=None, metadata=opt(
+        "Cross-check each step with POT (``None``: exact steps when ``M <= "
+        "verify_max_cells``); FV: the POT referee, exact ``W²_{b̂}`` between consecutive "
+        "iterates.", check=boolean))
+    verify_max_cells: int = field(default=2500, metadata=_int1(
+        "Cap of the POT cross-checks (dense ``M × M`` cost: 2 500 cells = 50 MB)."))
+    neighbourhood: bool = field(default=True, metadata=opt(
+        "OT: restrict candidate targets to the proved radius; ``False`` scans all ``M²`` "
+        "pairs (validation).", check=boolean))
+    max_pairs: int = field(default=50_000_000, metadata=_int1(
+        "OT: largest candidate list kept in memory (24 bytes a pair); above it the rows are "
+        "rescanned in blocks at every oracle call."))
+    dense_ot_max_cells: int = field(default=6000, metadata=_int1(
+        "OT: dense POT problems (``M × M`` cost) only up to this size; sparse ``ot.emd`` on "
+        "the candidate graph beyond."))
+    sinkhorn_max_iter: int = field(default=20_000, metadata=_int1(
+        "OT, entropic: log-domain Sinkhorn iterations (POT ``numItermax``)."))
+    sinkhorn_tol: float = field(default=1e-9, metadata=_pos(
+        "OT, entropic: Sinkhorn stopping threshold (POT ``stopThr``)."))
+    emd_max_iter: int = field(default=10_000_000, metadata=_int1(
+        "OT, exact: network-simplex iteration limit."))
+    progress: bool | None = field(default=None, metadata=opt(
+        "tqdm progress bar (``None``: only on a terminal).", toml=False,
+        reason="the command line's ``--progress``"))
 
     def __post_init__(self) -> None:
-        def bad(key: str, what: str) -> ValueError:
-            return ValueError(f"jko.{key}: {what}, got {getattr(self, key)!r}")
-
-        for key in ("T", "tau", "eps_scale", "gap_rtol"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v <= 0:
-                raise bad(key, "must be a finite number > 0")
-        if self.eps is not None and not (isinstance(self.eps, (int, float))
-                                         and math.isfinite(self.eps) and self.eps > 0):
-            raise bad("eps", "must be a finite number > 0 (or omitted for the default rule)")
-        if not (isinstance(self.eps_power, (int, float)) and self.eps_power > 1):
-            raise bad("eps_power", "must be > 1 (ε = o(τ) avoids a spurious diffusion)")
-        if self.ot not in OT_METHODS:
-            raise bad("ot", f"must be one of {list(OT_METHODS)}")
-        if self.inner not in INNER_SOLVERS:
-            raise bad("inner", f"must be one of {list(INNER_SOLVERS)}")
-        if self.mobility_mean not in MOBILITY_MEANS:
-            raise bad("mobility_mean", f"must be one of {list(MOBILITY_MEANS)}")
-        for key in ("max_inner", "verify_max_cells", "max_pairs", "dense_ot_max_cells",
-                    "sinkhorn_max_iter", "emd_max_iter"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(key, "must be an integer >= 1")
+        if isinstance(self.tau, str):
+            raise ValueError(f"jko.tau: must be a number > 0 in the API (\"auto\" is resolved "
+                             f"by the scenario jobs, auto_tau), got {self.tau!r}")
+        validate(self)
         n = self.T / self.tau
         if abs(n - round(n)) > 1e-9 * max(1.0, n) or round(n) < 1:
             raise ValueError(f"jko.T: must be a positive multiple of jko.tau = {self.tau!r}, "
@@ -187,30 +237,11 @@ class JKOOptions:
             float(self.eps_scale * self.tau ** self.eps_power)
 
 
-#: The ``[jko]`` table: ``key -> (default, checker)``.
-JKO_SCHEMA: Spec = {
-    "mesh": (None, string),
-    "T": (None, number(0, strict_lo=True)),
-    "tau": ("auto", _tau),
-    "ot": ("emd", choice(*OT_METHODS)),
-    "inner": ("gcg", choice(*INNER_SOLVERS)),
-    "eps": (None, number(0, strict_lo=True)),
-    "eps_scale": (1.0, number(0, strict_lo=True)),
-    "eps_power": (2.0, number(1, strict_lo=True)),
-    "mobility_mean": ("conformal", choice(*MOBILITY_MEANS)),
-    "gap_rtol": (1e-6, number(0, strict_lo=True)),
-    "max_inner": (500, number(1, integer=True)),
-    "warm_start": (True, boolean),
-    "verify": (None, boolean),
-    "verify_max_cells": (2500, number(1, integer=True)),
-    "neighbourhood": (True, boolean),
-    "compare_pde": (False, boolean),
-}
+#: The ``[jko]`` table: ``key -> (default, checker)`` (derived from :class:`JKOOptions`).
+JKO_SCHEMA: Spec = schema_of(JKOOptions)
 
 #: Keys of the ``[jko]`` scenario table (see :func:`jko_options_from_dict`).
-JKO_SPEC = ("mesh", "T", "tau", "ot", "inner", "eps", "eps_scale", "eps_power",
-            "mobility_mean", "gap_rtol", "max_inner", "warm_start", "verify",
-            "verify_max_cells", "neighbourhood", "compare_pde")
+JKO_SPEC = keys_of(JKOOptions)
 
 
 def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None,
@@ -218,7 +249,10 @@ def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None
     """Validate a ``[jko]`` table; returns ``(mesh_spec, JKOOptions, extras)``.
 
     Keys (defaults): ``mesh`` (default: ``[pde] mesh`` or the shipped default),
-    ``T`` (default: ``[pde] T`` or 1), ``tau = "auto"`` (chosen from the mesh by the
+    ``T`` (default: ``[pde] T`` or 1), ``scheme = "auto" | "fv" | "ot"``, ``substeps = 1``
+    (or ``"auto"``), ``energy = "implicit" | "lagged"``,
+    ``hamiltonian = "pointwise" | "discrete"``, ``ccp_tol = 1e-8``, ``ccp_max = 100``,
+    ``lock_fraction = 0.5``, ``tau = "auto"`` (chosen from the mesh by the
     scenario jobs, :func:`auto_tau`; ``extras["tau_auto"]``, the returned options hold
     ``tau = T`` until then) or a number, ``ot = "emd" | "sinkhorn"``,
     ``inner = "gcg" | "mirror"``, ``eps`` (default ``eps_scale · tau^eps_power``; with

@@ -30,13 +30,14 @@ logger = logging.getLogger(__name__)
 
 def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention,
                      sc: Any, *, T: float | None = None, progress: bool | None = None,
-                     tau: float | None = None) -> JKOResult:
+                     tau: float | None = None, scheme: str | None = None) -> JKOResult:
     """JKO on a loaded :class:`~wflow.geometry.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` defaults to the
     ``[jko]`` value (then ``[pde] T``, then 1); ``tau`` overrides ``[jko] tau``, whose
     default ``"auto"`` is resolved on this mesh (:func:`~wflow.jko.auto_step`; the
-    choice is in ``stats["tau_rule"]``). Used by the main job (``wflow run``).
+    choice is in ``stats["tau_rule"]``); ``scheme`` overrides ``[jko] scheme`` (the main
+    job's OT cross-check). Used by the main job (``wflow run``).
     """
     pde_sec = sc.sections.get("pde", {}) or {}
     _, opts, extras = jko_options_from_dict(sc.sections.get("jko"),
@@ -45,13 +46,17 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
         opts = replace(opts, T=float(T))
     if progress is not None:
         opts = replace(opts, progress=progress)
+    if scheme is not None:
+        opts = replace(opts, scheme=scheme)
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
-    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau)
+    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau,
+                  mesh=mesh)
 
 
 def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
-           attn: Attention, opts: Any, extras: dict, tau: float | None) -> JKOResult:
+           attn: Attention, opts: Any, extras: dict, tau: float | None, *,
+           mesh: Any = None) -> JKOResult:
     """Resolve ``tau = "auto"`` (or apply ``tau``) on this mesh, then solve.
 
     ``stats["tau_rule"]`` records the step against the mesh (``h``, ``|v|_max``,
@@ -69,12 +74,12 @@ def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
     if opts.ot == "sinkhorn" and extras["eps_auto"]:
         opts = replace(opts, eps=auto.eps)
     info["eps"] = opts.epsilon
-    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts)
+    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts, mesh=mesh)
     return replace(res, stats={**res.stats, "tau_rule": info})
 
 
 def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
-            overrides: Mapping[str, Any] | None = None) -> JKOResult:
+            overrides: Mapping[str, Any] | None = None, confirm: bool = False) -> JKOResult:
     """Run the JKO scheme of a scenario and write ``out/`` (what ``wflow jko`` calls).
 
     Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
@@ -87,13 +92,20 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     ``"not_converged"`` runs are written, so that they can be inspected) and the checks
     (summed EDI residual against its tolerance, locked steps).
 
+    Before solving, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
+    refused if it cannot fit in memory; above an hour ``confirm``, ``--yes``, is needed
+    on a terminal).
+
     Raises
     ------
     FloatingPointError
         If the run failed (non-finite values; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
     """
     from ..geometry.density import density_spec_from_scenario, initial_density
     from ..geometry.mesh import MESH_DIR, load_mesh
+    from ..infra.estimate import check_estimate, estimate_jko
     from ..infra.io import (
         check_finite,
         history_columns,
@@ -127,10 +139,16 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     attn = scenario.attention_obj()
     schedule = scenario.build_schedule()
     sm = load_mesh(mesh_spec)
+    M = int(sm.num_global)
+    k = opts.steps if not extras["tau_auto"] or tau is not None else \
+        max(1, int(np.ceil(opts.T / (3 * np.sqrt(4 * np.pi / M)))))
+    check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
+                                steps=k, max_pairs=opts.max_pairs,
+                                dense_ot_max_cells=opts.dense_ot_max_cells), confirm=confirm)
     rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
     cen = sm.gather_owned(sm.centroids)
     areas = sm.gather_owned(sm.areas)
-    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau)
+    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau, mesh=sm)
     opts = res.options
     if res.status == "failed":
         raise FloatingPointError(f"jko run failed: {res.message}")
@@ -165,6 +183,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
                     "diagnostics.csv": "one row per JKO time t_k = k tau"},
         "conventions": {
             "step": "μ_{k+1} = argmin (1/2τ) W²_{b̂_k}(μ_k, ν) − sE(ν, t_{k+1})",
+            "scheme": opts.scheme,
             "cost": "C_ij = d_S(ĉ_i, ĉ_j)² / b̂_ij, b̂ lagged at μ_k, mean = "
                     + opts.mobility_mean,
             "W2sq": "W²_{b̂_k}(μ_k, μ_{k+1}) of the step into t_k (0 at t_0)",

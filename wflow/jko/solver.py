@@ -53,8 +53,10 @@ from ..infra.io import finish_history
 from ..infra.progress import progress_bar
 from ..status import JKO_EDI_RTOL, relative_check, worst_status
 from .cost import _Geometry
+from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
-from .options import TAU_CELLS, JKOOptions, JKOWarning, auto_tau
+from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
+from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions, JKOWarning, auto_tau
 from .step import JKOStepInfo, jko_step
 
 __all__ = [
@@ -97,16 +99,20 @@ class JKOState(NamedTuple):
 
 
 def _terms(points: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, schedule: Any,
-           theta: np.ndarray, t: float) -> tuple[dict, np.ndarray]:
+           theta: np.ndarray, t: float, dual: Any = None) -> tuple[dict, np.ndarray]:
     fe = evaluate(points, heads, attn, m=m)
     st = slope_terms(points, m, fe, heads, fe.vhat)
     E_h = head_energies(fe, m, attn)
     dEdt = 0.0 if schedule.static else dE_dt_weights(points, m, fe, heads,
                                                       schedule.A_dot(theta, t), attn)
-    return {"E": float(heads.w @ E_h), "E_h": np.asarray(E_h), "dEdt_w": float(dEdt),
-            "slope2": float(st.slope2), "G2": float(st.G2), "power_vhat": float(st.power),
-            "bhat_mean": float(m @ fe.bhat), "bhat_min": float(fe.bhat.min()),
-            "bhat_max": float(fe.bhat.max())}, fe.bhat
+    out = {"E": float(heads.w @ E_h), "E_h": np.asarray(E_h), "dEdt_w": float(dEdt),
+           "slope2": float(st.slope2), "G2": float(st.G2), "power_vhat": float(st.power),
+           "bhat_mean": float(m @ fe.bhat), "bhat_min": float(fe.bhat.min()),
+           "bhat_max": float(fe.bhat.max())}
+    if dual is not None:  # the slope in the FV scheme's own metric
+        psi = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
+        out["slope2_h"] = fv_slope2(dual, m, psi, fe.bhat, heads.value_alignment())
+    return out, fe.bhat
 
 
 def _prepare(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray
@@ -138,7 +144,8 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
 
     ``τ`` = :func:`~wflow.jko.options.auto_tau` ``(T, h, |v|_max)`` with ``h = √(mean |K|)``
     and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
-    mass, so that ``τ|v|_max ≈ 3h``: off the locking plateau. ``ε = h²/min b̂`` (the
+    mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and
+    ``≈ h`` for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV`). ``ε = h²/min b̂`` (the
     Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
 
     Returns
@@ -153,12 +160,13 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     speed = np.linalg.norm(fe.vhat, axis=1)
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
-    tau = auto_tau(options.T, h, vmax)
+    cells = TAU_CELLS if options.scheme == "ot" else TAU_CELLS_FV
+    tau = auto_tau(options.T, h, vmax, cells=cells)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
         changes["eps"] = h * h / float(np.min(fe.bhat))
     opts = replace(options, **changes)
-    info = {"rule": f"tau = T/N, N = max(1, round(T |v|max / ({TAU_CELLS:g} h))), "
+    info = {"rule": f"tau = T/N, N = max(1, round(T |v|max / ({cells:g} h))), "
                     "h = sqrt(mean cell area), |v|max = max |v̂| at t = 0"
                     + ("; eps = h²/min b̂" if "eps" in changes else ""),
             "h": h, "vmax": vmax, "tau": tau, "steps": opts.steps,
@@ -166,9 +174,74 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     return opts, info
 
 
+def as_dual(mesh: Any, M: int) -> DualGeometry:
+    """The FV geometry of ``mesh`` (Triangulation, SphereMesh, DualGeometry or ``(V, C)``).
+
+    Cells must be in the order of the cell arrays given to the solver (for a
+    :class:`~wflow.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
+    """
+    if mesh is None:
+        raise ValueError("jko.scheme: 'fv' needs the mesh connectivity; pass mesh= (a "
+                         "Triangulation or SphereMesh) or use scheme = 'ot'")
+    if isinstance(mesh, DualGeometry):
+        geo = mesh
+    elif hasattr(mesh, "gather_owned") and hasattr(mesh, "cell_vertices"):
+        geo = dual_from_cell_vertices(mesh.gather_owned(mesh.cell_vertices))
+    elif hasattr(mesh, "points") and hasattr(mesh, "cells"):
+        geo = dual_geometry(mesh.points, mesh.cells)
+    else:
+        pts, cells = mesh
+        geo = dual_geometry(pts, cells)
+    if geo.M != M:
+        raise ValueError(f"mesh: has {geo.M} cells, the cell arrays have {M}")
+    return geo
+
+
+def _resolve_scheme(opts: JKOOptions, mesh: Any) -> JKOOptions:
+    """``scheme = "auto"``: ``"fv"`` with a mesh, ``"ot"`` without."""
+    if opts.scheme != "auto":
+        return opts
+    scheme = "fv" if mesh is not None else "ot"
+    logger.info("jko: scheme 'auto' -> %r (%s)", scheme,
+                "mesh connectivity given" if mesh is not None else "no mesh connectivity")
+    return replace(opts, scheme=scheme)
+
+
+def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
+             fe: Any, sign: int, nsub: int) -> tuple[np.ndarray, JKOStepInfo]:
+    """One FV step as a :class:`JKOStepInfo` (POT referee on small meshes)."""
+    from ..geometry.sphere import project_tangent
+
+    fields0 = np.empty((m.size, 4))
+    fields0[:, 0] = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
+    fields0[:, 1:] = project_tangent(graph.geo.centres,
+                                     np.einsum("h,hmd->md", heads.w, fe.grad_psi))
+    r = fv_step(graph, m, heads, attn, tau=opts.tau, sign=sign, bhat=fe.bhat, substeps=nsub,
+                energy=opts.energy, hamiltonian=opts.hamiltonian, fields0=fields0,
+                ccp_tol=opts.ccp_tol, ccp_max=opts.ccp_max)
+    verify = opts.verify if opts.verify is not None else graph.geo.M <= opts.verify_max_cells
+    W2_pot = float("nan")
+    if verify:
+        import ot
+
+        from .cost import cost_matrix
+
+        C = cost_matrix(graph.geo.centres, fe.bhat, mean=opts.mobility_mean)
+        W2_pot = float(ot.emd2(m / m.sum(), r.m / r.m.sum(), C,
+                               numItermax=opts.emd_max_iter))
+    info = JKOStepInfo(
+        W2sq=float(r.W2sq), ot_value=float(r.W2sq), objective=float(r.objective),
+        inner_iters=int(r.ccp_iters), gap=float(r.ccp_change), gap_rel=float(r.ccp_change),
+        converged=bool(r.converged), W2sq_pot=W2_pot, gap_pot=float("nan"),
+        pairs=int(graph.geo.edge_cells.shape[0]), time=float(r.time), scheme="fv",
+        substeps=int(r.substeps), newton_iters=int(r.newton_iters), monotone=bool(r.monotone),
+        min_ratio=float(r.min_ratio))
+    return r.m, info
+
+
 def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                 heads_or_schedule: Any, attn: Attention, *,
-                options: JKOOptions | None = None) -> Iterator[JKOState]:
+                options: JKOOptions | None = None, mesh: Any = None) -> Iterator[JKOState]:
     """Generate the JKO sequence ``(t_k, μ_k)``, ``t_k = kτ``, ``k = 0..T/τ``.
 
     Parameters
@@ -183,13 +256,17 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         Static heads or a weight path; value-aligned symmetric heads at all times.
     attn : Attention
     options : JKOOptions
+    mesh : Triangulation, SphereMesh or DualGeometry, optional
+        The mesh connectivity (required by ``scheme = "fv"``; cells in the order of
+        ``points``). The FV scheme places the masses at the spherical circumcentres and
+        evaluates the energy there (``points`` are then only checked for their count).
 
     Yields
     ------
     JKOState
         The initial state, then one per step (``info`` holds the step record).
     """
-    opts = options or JKOOptions()
+    opts = _resolve_scheme(options or JKOOptions(), mesh)
     x, a, m = _prepare(points, areas, mass0)
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     tau = opts.tau
@@ -198,12 +275,24 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         if abs(j / tau - round(j / tau)) > 1e-9 * max(1.0, j / tau):
             raise ValueError(f"jko.tau: the weight schedule jumps at t = {j:g}, which must be "
                              f"a multiple of tau = {tau:g}")
-    geo = _Geometry(x, a, opts)
+    fv = opts.scheme == "fv"
+    dual = graph = None
+    if fv:
+        dual = as_dual(mesh, x.shape[0])
+        graph = FVGraph.from_geometry(dual)
+        x = dual.centres
+    else:
+        geo = _Geometry(x, a, opts)
     warm: dict = {}
     theta = schedule.initial_theta()
     heads = schedule.heads_at(theta)
     sign = _check_heads(heads)
-    terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0)
+    terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0, dual)
+    nsub = opts.substeps
+    if fv and nsub == "auto":
+        fe0 = evaluate(x, heads, attn, m=m)
+        sp0 = np.linalg.norm(fe0.vhat, axis=1)
+        nsub = auto_substeps(tau, float(np.max(sp0[m > 0])), dual.h)
     yield JKOState(0.0, 0, m, heads, terms, None)
     for k in range(opts.steps):
         t = k * tau
@@ -216,8 +305,11 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         fe = evaluate(x, heads_new, attn, m=m)
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
-        m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=fe.bhat,
-                               slope2=s2, energy=e, _geo=geo, _warm=warm)
+        if fv:
+            m_new, info = _fv_step(graph, m, heads_new, attn, opts, fe, sign, int(nsub))
+        else:
+            m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=fe.bhat,
+                                   slope2=s2, energy=e, _geo=geo, _warm=warm)
         if not info.converged:
             warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}) stopped after "
                           f"{info.inner_iters} inner iterations with optimality gap "
@@ -228,13 +320,13 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         if not np.all(np.isfinite(m_new)):
             raise FloatingPointError(f"jko: non-finite cell masses at t = {t_new:.6g}")
         m = m_new
-        terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new)
+        terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual)
         jump = 0.0
         if any(abs(t_new - j) <= 1e-9 * max(1.0, t_new) for j in jumps):
             E_before = terms["E"]
             theta = schedule.after_jump(theta, t_new)
             heads = schedule.heads_at(theta)
-            terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new)
+            terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual)
             jump = terms["E"] - E_before
         yield JKOState(t_new, k + 1, m, heads, terms, info, jump)
 
@@ -308,7 +400,7 @@ class JKOResult:
 
 def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
               heads_or_schedule: Any, attn: Attention, *, options: JKOOptions | None = None,
-              **kwargs: Any) -> JKOResult:
+              mesh: Any = None, **kwargs: Any) -> JKOResult:
     """Run the JKO scheme on ``[0, T]`` and collect diagnostics (see :class:`JKOResult`).
 
     Parameters
@@ -317,10 +409,13 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         See :func:`iterate_jko`.
     options : JKOOptions, optional
         Keyword arguments override its fields.
+    mesh : Triangulation, SphereMesh or DualGeometry, optional
+        Required by ``scheme = "fv"`` (the default): see :func:`iterate_jko`.
     """
     opts = options or JKOOptions()
     if kwargs:
         opts = replace(opts, **kwargs)
+    opts = _resolve_scheme(opts, mesh)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
@@ -329,12 +424,22 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     sign = 0
     bar = progress_bar(opts.steps, opts.progress, desc="jko")
     t_start = time.perf_counter()
+    dual = as_dual(mesh, np.shape(points)[0]) if opts.scheme == "fv" else None
+    if dual is not None:
+        mesh = dual
+        xs = dual.centres
+    else:
+        xs = np.asarray(points) / np.linalg.norm(points, axis=1, keepdims=True)
 
     def put(key: str, val: Any) -> None:
         rows.setdefault(key, []).append(val)
 
     try:
-        for st in iterate_jko(points, areas, mass0, heads_or_schedule, attn, options=opts):
+        m_init = None
+        for st in iterate_jko(points, areas, mass0, heads_or_schedule, attn, options=opts,
+                              mesh=mesh):
+            if m_init is None:
+                m_init = st.m.copy()
             sign = st.heads.value_alignment()
             tm = st.terms
             info = st.info
@@ -342,6 +447,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                 acc = BalanceAccumulator(sign=sign, E0=tm["E"])
                 edi_step = ineq = 0.0
                 W2sq = ot_value = 0.0
+                frac = 1.0
             else:
                 assert prev is not None and info is not None
                 tau = st.t - prev.t
@@ -354,12 +460,16 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                 if st.jump:
                     acc.jump(st.jump)
                 work = 0.5 * tau * (prev.terms["dEdt_w"] + tm["dEdt_w"])
-                diss = W2sq / (2 * tau) + 0.25 * tau * (prev.terms["slope2"] + tm["slope2"])
+                # the slope in the scheme's own metric (FV: the discrete Fisher slope)
+                sk = "slope2_h" if "slope2_h" in tm else "slope2"
+                diss = W2sq / (2 * tau) + 0.25 * tau * (prev.terms[sk] + tm[sk])
+                pred = tau**2 * 0.5 * (prev.terms["slope2"] + tm["slope2"])
+                frac = W2sq / pred if pred > 0 else 1.0
                 edi_step = sign * (E_new - prev.terms["E"] - work) - diss
                 # minimality against ν = μ_k at the new time: s ΔE at fixed t_{k+1} >= W²/2τ
                 E_old_new = 0.5 * float(prev.m @ energy_gradient(
-                    np.asarray(points) / np.linalg.norm(points, axis=1, keepdims=True),
-                    prev.m, st.heads if not st.jump else prev.heads, attn))
+                    xs, prev.m, st.heads if not st.jump else prev.heads, attn,
+                    backend="auto" if opts.scheme == "fv" else "direct"))
                 ineq = sign * (E_new - E_old_new) - W2sq / (2 * tau)
                 if bar is not None:
                     bar.update(1)
@@ -372,8 +482,20 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             put("W2sq", W2sq)
             put("W2", math.sqrt(max(W2sq, 0.0)))
             put("ot_value", ot_value)
-            locked = info is not None and _is_locked(info, prev, opts.tau)
+            # partial locking is judged on converged steps only (an unconverged inner
+            # solve is reported as such, whatever it moved)
+            locked = info is not None and (_is_locked(info, prev, opts.tau) or (
+                info.converged and _moving(prev, opts.tau) and frac < opts.lock_fraction))
             put("locked", float(locked))
+            put("moved_fraction", frac)
+            put("empty", 0.0 if m_init is None else float(np.count_nonzero(
+                (m_init > 0) & (st.m < 1e-9 * m_init))))
+            if "slope2_h" in tm:
+                put("slope2_h", tm["slope2_h"])
+            if opts.scheme == "fv":
+                put("newton_iters", 0 if info is None else info.newton_iters)
+                put("min_ratio", 1.0 if info is None else info.min_ratio)
+                put("ccp_monotone", 1.0 if info is None else float(info.monotone))
             put("inner_iters", 0 if info is None else info.inner_iters)
             put("gap", 0.0 if info is None else info.gap)
             put("gap_rel", 0.0 if info is None else info.gap_rel)
@@ -407,8 +529,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     if status != "failed" and acc is not None and len(tt) > 1:
         status, message, checks = _judge(acc.residuals(), history, n_locked, status, message,
                                          opts)
-    x = np.asarray(points, dtype=np.float64)
-    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.asarray(xs, dtype=np.float64)
     a = np.asarray(areas, dtype=np.float64)
     mm = np.asarray(masses) if masses else np.empty((0, a.size))
     nsteps = max(len(masses) - 1, 0)
@@ -425,6 +546,11 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     bal = acc.residuals() if acc is not None else {}
     return JKOResult(status, message, opts, tt, mm, mm / a[None, :], history, bal, x, a,
                      stats, sign, checks)
+
+
+def _moving(prev: JKOState | None, tau: float) -> bool:
+    """The slope is not negligible: ``τ|∂E|²(μ_k) > 1e-12 |E|``."""
+    return prev is not None and tau * prev.terms["slope2"] > 1e-12 * abs(prev.terms["E"])
 
 
 def _is_locked(info: JKOStepInfo, prev: JKOState | None, tau: float) -> bool:
@@ -456,14 +582,27 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
     reasons = [message] if message else []
     checks: dict[str, Any] = {}
     if n_locked:
-        what = (f"{n_locked} of {steps} JKO steps locked: the measure did not move although "
-                f"the slope |∂E|² > 0 (τ|v| below about half a cell; raise jko.tau to "
-                f">~ 3h/|v|_max or refine the mesh)")
+        fr = np.asarray(history["moved_fraction"][1:])
+        lk = np.asarray(history["locked"][1:]) > 0
+        what = (f"{n_locked} of {steps} JKO steps locked: they moved less than "
+                f"jko.lock_fraction = {opts.lock_fraction:g} of the first-order predicted "
+                f"transport τ²½(|∂E|²_k + |∂E|²_k+1) (moved fractions of the locked steps: "
+                + ", ".join(f"{v:.2f}" for v in fr[lk][:8]) + ("…" if lk.sum() > 8 else "")
+                + "); the OT scheme locks when τ|v| is below about half a cell: use "
+                  "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh")
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
-        if n_locked == steps:
-            status = worst_status(status, "locked")
+        status = worst_status(status, "locked" if n_locked == steps else "inaccurate")
         reasons.append(what)
+    empty = float(np.max(history["empty"])) if "empty" in history else 0.0
+    checks["empty_cells_max"] = int(empty)
+    if empty:
+        what = (f"up to {int(empty)} cells empty (mass < 1e-9 of the initial mass of the "
+                "cell) at some t_k: the density speckles")
+        reasons.append(what)
+        logger.warning("jko: %s", what)
+        if opts.scheme == "fv":  # proven impossible for the FV step
+            status = worst_status(status, "failed")
     check = relative_check(
         "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],
         float(np.max(np.abs(history["E"]))), tolerance=JKO_EDI_RTOL,

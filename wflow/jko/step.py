@@ -52,6 +52,14 @@ class JKOStepInfo(NamedTuple):
         Candidate pairs scanned per oracle call (``M²`` when dense).
     time : float
         Wall time of the step (s).
+    scheme : str
+        ``"ot"`` or ``"fv"``.
+    substeps, newton_iters : int
+        FV: pseudo-time substeps and Newton iterations (0 for the OT scheme).
+    monotone : bool
+        FV: the step objective never increased along the CCP iterations.
+    min_ratio : float
+        FV: ``min_K m^{k+1}_K / m^k_K`` over the cells holding mass (NaN for OT).
     """
 
     W2sq: float
@@ -65,6 +73,11 @@ class JKOStepInfo(NamedTuple):
     gap_pot: float
     pairs: int
     time: float
+    scheme: str = "ot"
+    substeps: int = 0
+    newton_iters: int = 0
+    monotone: bool = True
+    min_ratio: float = float("nan")
 
 
 def jko_step(points: np.ndarray, areas: np.ndarray, mu: np.ndarray, heads: Heads,

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..infra.estimate import check_estimate, dt_record, estimate_particles
 from ..infra.io import (
     check_finite,
     history_columns,
@@ -35,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,
-                  progress: bool | None = None, gif: bool = False) -> ParticleResult:
+                  progress: bool | None = None, gif: bool = False,
+                  confirm: bool = False) -> ParticleResult:
     """Run the particle system of ``scenario`` and write ``out/``.
 
     Writes ``summary.json`` (status and its reason, the accuracy checks, scenario echo,
@@ -47,10 +49,18 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     ``G²`` and the energy balance, :mod:`wflow.apps.animate`).
     Returns the result; ``res.status`` may be ``"inaccurate"`` (written all the same).
 
+    Before computing, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
+    a run that cannot fit in memory is refused; one above an hour needs ``confirm``,
+    ``--yes``, on a terminal). A ``dt`` that does not divide ``T`` is replaced by
+    ``T / ceil(T/dt)``: logged and recorded in ``summary.json["dt"]`` (requested, used,
+    steps, adjusted).
+
     Raises
     ------
     FloatingPointError
         If the run produced NaN/Inf (status ``"failed"``; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
     """
     if gif and scenario.d != 3:
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
@@ -59,6 +69,12 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     schedule = scenario.build_schedule()
     x0 = scenario.build_tokens()
     opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)
+    H = int(schedule.heads_at(schedule.initial_theta()).H)
+    check_estimate(estimate_particles(
+        n=int(x0.shape[0]), d=int(x0.shape[1]), H=H, T=opts.T, dt=opts.dt,
+        paths=opts.n_paths, record_every=opts.record_every, integrator=opts.integrator,
+        save_trajectory=opts.save_trajectory), confirm=confirm)
+    dt = dt_record(opts.T, opts.dt)
     res = simulate(x0, schedule, attn, options=opts)
     if res.status == "failed":
         raise FloatingPointError(f"particle run failed: {res.message}")
@@ -78,6 +94,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         "integrator_order": res.order,
         "flow": opts.flow,
         "steps": int(len(res.steps["t"]) - 1),
+        "dt": dt,
         "wall_time_s": res.wall_time,
         "gradient_flow_sign": res.sign,
         "kernel": res.extra.get("kernel"),

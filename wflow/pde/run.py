@@ -129,9 +129,28 @@ def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Pat
                     encoding="utf-8")
 
 
+def _check_cost(sm: SphereMesh, schedule: Any, opts: Any, comm: Any, *, confirm: bool) -> None:
+    """The cost estimate of the solve (rank 0 decides, every rank raises the same error)."""
+    from ..infra.estimate import EstimateError, check_estimate, estimate_pde
+
+    err = None
+    if comm.rank == 0:
+        est = estimate_pde(cells=int(sm.num_global),
+                           H=int(schedule.heads_at(schedule.initial_theta()).H), T=opts.T,
+                           dt=opts.dt, n_saves=int(opts.n_saves), cfl=opts.cfl,
+                           order=int(opts.order), max_steps=int(opts.max_steps))
+        try:
+            check_estimate(est, confirm=confirm)
+        except EstimateError as exc:
+            err = str(exc)
+    err = comm.bcast(err, root=0) if comm.size > 1 else err
+    if err is not None:
+        raise EstimateError(err)
+
+
 def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
             progress: bool | None = None, overrides: Mapping[str, Any] | None = None,
-            comm: Any = None, gif: bool = False) -> PDEResult:
+            comm: Any = None, gif: bool = False, confirm: bool = False) -> PDEResult:
     """Run the PDE of a scenario and write ``out/`` (collective under MPI).
 
     Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
@@ -148,10 +167,17 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     its tolerance, :mod:`wflow.status`) or stopped at ``max_steps`` is written all the
     same, so that it can be inspected; the returned result carries the status.
 
+    Before solving, the cost is estimated on the loaded mesh
+    (:func:`wflow.infra.estimate.check_estimate`; collective: every rank gets the same
+    answer): a run that cannot fit in memory is refused, one above an hour needs
+    ``confirm`` (``--yes``) on a terminal.
+
     Raises
     ------
     FloatingPointError
         If the run failed (non-finite values, collapsed step; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
     """
     import contextlib
 
@@ -184,6 +210,7 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     attn = scenario.attention_obj()
     schedule = scenario.build_schedule()
     sm = load_mesh(mesh_spec, comm=comm)
+    _check_cost(sm, schedule, opts, comm, confirm=confirm)
     res = solve_pde(sm, density, schedule, attn, options=opts)
     if res.status == "failed":
         raise FloatingPointError(f"pde run failed: {res.message}")

@@ -2,6 +2,9 @@
 
 * :mod:`~wflow.published.td` — the time-dependent Wasserstein gradient flow experiments [TD]
   (tokens, heads, weight schedules and frames, term by term).
+* :mod:`~wflow.published.glpr_phase`, :mod:`~wflow.published.castin_ranks`,
+  :mod:`~wflow.published.metastable_staircase` — three more papers' public experiments
+  (``wflow reproduce NAME``, docs/reproduce_field.md), imported on demand.
 
 This package imports nothing eagerly beyond :mod:`~wflow.published.td`, so the solvers
 can recognise its types without an import cycle.

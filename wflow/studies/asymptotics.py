@@ -23,7 +23,7 @@ around the octahedron vertices, noise 0.05), heads :func:`~wflow.published.td.pu
 for tokens and weights.
 
 Criteria (the verdict, :func:`~wflow.studies.base.conclude`): ``ou_decay_ratio`` — the OU
-run keeps ≤ 20 % of its early ``G²`` (window ``[0.1T, 0.25T]`` → ``[0.75T, T]``);
+run keeps ≤ ``OU_RATIO_MAX`` = 50 % of its early ``G²`` (window ``[0.1T, 0.25T]`` → ``[0.75T, T]``);
 ``ou_below_oscillating`` — it ends ≥ 10× below the oscillating run; ``oscillating_no_decay``
 — the oscillating run keeps ≥ 20 % of its early level; ``ou_slope`` and
 ``oscillating_slope`` — the Part B slopes within ``SLOPE_TOL`` of −1 and 0. Negative
@@ -63,6 +63,11 @@ NAME = "asymptotics"
 #: Tolerance of the verdict on the fitted slopes (quick mode, 4 paths: worst of seeds
 #: 0–5 measured 0.22 off; full mode, seed 0: 0.03).
 SLOPE_TOL = 0.35
+#: Accepted late/early G² ratio of the OU run (Part A). Noise-driven and right-skewed:
+#: measured over quick seeds 0–19 0.011 … 0.276 (mean 0.07; seed 9 failed the former 0.2);
+#: 0.5 is ≈ 3 s.d. above the mean of its logarithm, while constant noise gives 2.09 and
+#: the oscillating run keeps ≥ 0.33 (and ``ou_below_oscillating`` separates the two).
+OU_RATIO_MAX = 0.5
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
@@ -171,13 +176,14 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         fit = fit_loglog(hs, mean)
         fits[regime] = fit.as_dict()
         table[regime] = {"H": hs.tolist(), "G2_late_mean": mean.tolist(), "sem": sem.tolist()}
-    # "decays vs does not": OU loses ≥ 80% of its early G² and ends ≥ 10x below the
+    # "decays vs does not": OU loses ≥ 50% of its early G² and ends ≥ 10x below the
     # oscillating case, whose late level stays within a factor 5 of its early level
     da, do = decay["ou"], decay["oscillating"]
     criteria = [
-        Criterion("ou_decay_ratio", da["ratio"], hi=0.2,
+        Criterion("ou_decay_ratio", da["ratio"], hi=OU_RATIO_MAX,
                   what="OU G² late/early (Part A)",
-                  why="integrable weights: G² → 0; ≥ 80 % lost over [0.1T, 0.25T] → [0.75T, T]"),
+                  why="integrable weights: G² → 0 (threshold from the measured null, "
+                      "OU_RATIO_MAX)"),
         Criterion("ou_below_oscillating", da["G2_late"] / do["G2_late"], hi=0.1,
                   what="late G², OU / oscillating (Part A)",
                   why="the integrable run ends an order of magnitude below the other"),

@@ -14,6 +14,20 @@ biased integrator, a missing Itô term, doubled time, ...), each with what it do
 faulted run must FAIL, naming the criterion that catches it; the test suite asserts it.
 ``summary.json`` records the criteria (value, accepted range, verdict), the fault
 injected (``null`` for a plain run) and the descriptions of all negative controls.
+
+Parametrised faults
+-------------------
+A study may also declare ``FAMILIES: dict[str, str]``: fault families with a size ``s``,
+injected as ``fault="FAMILY:S"`` (``"velocity:-0.05"``: the velocity scaled by
+``1 − 0.05``). The documented controls of ``FAULTS`` may themselves be instances
+(``"velocity:-0.5"``); ``bench/size_power.py`` scans ``s`` for the smallest size each
+criterion catches (the study's *power*, docs/studies_power.md).
+
+Seed-independent studies
+------------------------
+A study whose criteria cannot depend on the seed (deterministic inputs up to a rotation)
+declares ``SEED_INDEPENDENT = True`` and says so in its verdict; running it at several
+seeds repeats one test (the test suite and the size script run it once).
 """
 
 from __future__ import annotations
@@ -29,7 +43,12 @@ from ..infra.io import check_finite, run_directory, write_json
 from ..infra.parallel import comm_rank_size
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
-           "criteria_summary", "fit_loglog", "LogLogFit", "write_study"]
+           "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
+           "LogLogFit", "write_study", "SEED_NOTE"]
+
+#: The sentence a seed-independent study appends to its verdict.
+SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs or draws "
+             "reported, unjudged samples): every seed repeats one test.")
 
 
 @dataclass(frozen=True)
@@ -127,37 +146,87 @@ def judge(criteria: Sequence[Criterion]) -> tuple[bool, str]:
 
 
 def verdict(criteria: Sequence[Criterion], details: str = "", *, fault: str | None = None,
-            faults: Mapping[str, str] | None = None) -> tuple[bool, str]:
+            faults: Mapping[str, str] | None = None,
+            families: Mapping[str, str] | None = None) -> tuple[bool, str]:
     """:func:`judge` followed by the study's computed ``details`` and the fault injected."""
     passed, head = judge(criteria)
     note = ""
     if fault is not None:
-        desc = (faults or {}).get(fault, "")
+        desc = fault_description(fault, faults or {}, families)
         note = f" Negative control {fault!r} injected" + (f": {desc}." if desc else ".")
     return passed, head + (" " + details.strip() if details.strip() else "") + note
 
 
 def conclude(criteria: Sequence[Criterion], details: str = "", *, fault: str | None,
-             faults: Mapping[str, str]) -> tuple[bool, str, dict[str, Any]]:
-    """``(passed, verdict, summary entries)``: :func:`verdict` + :func:`criteria_summary`."""
-    passed, text = verdict(criteria, details, fault=fault, faults=faults)
-    return passed, text, criteria_summary(criteria, faults, fault)
+             faults: Mapping[str, str], families: Mapping[str, str] | None = None,
+             seed_independent: bool = False) -> tuple[bool, str, dict[str, Any]]:
+    """``(passed, verdict, summary entries)``: :func:`verdict` + :func:`criteria_summary`.
+
+    ``seed_independent`` appends :data:`SEED_NOTE` to the details.
+    """
+    if seed_independent:
+        details = (details.strip() + " " + SEED_NOTE).strip()
+    passed, text = verdict(criteria, details, fault=fault, faults=faults, families=families)
+    entries = criteria_summary(criteria, faults, fault, families)
+    entries["seed_independent"] = bool(seed_independent)
+    return passed, text, entries
 
 
-def check_fault(study: str, fault: str | None, faults: Mapping[str, str]) -> str | None:
-    """Validate ``fault`` against a study's ``FAULTS`` (``ValueError`` naming the known ones)."""
-    if fault is not None and fault not in faults:
+def parse_fault(fault: str | None, families: Mapping[str, str] | None = None
+                ) -> tuple[str | None, float | None]:
+    """``(family, size)`` of ``"FAMILY:S"`` with ``FAMILY`` in ``families``, else ``(fault, None)``.
+
+    ``parse_fault("velocity:-0.05", {"velocity": ...}) == ("velocity", -0.05)``;
+    a plain name (or ``None``) comes back with size ``None``.
+    """
+    if fault is None or ":" not in fault:
+        return fault, None
+    fam, _, size = fault.partition(":")
+    if families is None or fam not in families:
+        return fault, None
+    try:
+        s = float(size)
+    except ValueError:
+        return fault, None
+    if not np.isfinite(s):
+        return fault, None
+    return fam, s
+
+
+def fault_description(fault: str, faults: Mapping[str, str],
+                      families: Mapping[str, str] | None = None) -> str:
+    """The description of a documented fault, or of its family with ``s`` filled in."""
+    if fault in faults:
+        return faults[fault]
+    fam, s = parse_fault(fault, families)
+    if s is None or families is None:
+        return ""
+    return f"{families[fam]} (s = {s:g})"
+
+
+def check_fault(study: str, fault: str | None, faults: Mapping[str, str],
+                families: Mapping[str, str] | None = None) -> str | None:
+    """Validate ``fault`` against a study's ``FAULTS`` and ``FAMILIES``.
+
+    Accepted: a name of ``faults`` or ``"FAMILY:S"`` (``S`` a finite number) with
+    ``FAMILY`` in ``families``; else ``ValueError`` naming the known ones.
+    """
+    if fault is not None and fault not in faults and parse_fault(fault, families)[1] is None:
+        fam = f"; families: {sorted(families)} as FAMILY:S" if families else ""
         raise ValueError(f"{study}: unknown fault {fault!r} (negative controls: "
-                         f"{sorted(faults)})")
+                         f"{sorted(faults)}{fam})")
     return fault
 
 
 def criteria_summary(criteria: Sequence[Criterion], faults: Mapping[str, str],
-                     fault: str | None) -> dict[str, Any]:
+                     fault: str | None, families: Mapping[str, str] | None = None
+                     ) -> dict[str, Any]:
     """The ``summary.json`` entries every study writes: criteria, fault, negative controls."""
+    fam, size = parse_fault(fault, families)
     return {"criteria": [c.as_dict() for c in criteria], "fault": fault,
-            "fault_description": faults.get(fault) if fault else None,
-            "negative_controls": dict(faults)}
+            "fault_description": fault_description(fault, faults, families) if fault else None,
+            "fault_family": fam if size is not None else None, "fault_size": size,
+            "negative_controls": dict(faults), "fault_families": dict(families or {})}
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,19 @@ Checks (each a named criterion):
   flow, its EDI residual is a defect of the model that does not shrink with ``dt``
   (reported and required to persist);
 * PDE: residual vs mesh refinement (``h`` and ``dt ∝ h`` together) for the
-  second-order finite-volume scheme on ``surrogate``: shrinks at order ≥ 0.6 in ``h``;
+  second-order finite-volume scheme on ``surrogate``: shrinks at the scheme's order,
+  ``>= 2 −`` :data:`PDE_ORDER_TOL` in ``h`` (measured 1.92 quick, 1.95 full; the
+  first-order scheme gives 0.93 and fails);
 * JKO: residual vs ``τ`` under joint refinement ``h ∝ τ`` with the entropic scheme
-  (``ε = 4τ²``): shrinks at order > 0.5 (on a fixed mesh the exact scheme locks below
-  ``τ ~ h/|v|``).
+  (``ε = 4τ²``): a first-order scheme, judged at ``>= 1 −`` :data:`JKO_ORDER_TOL` in ``τ``
+  (measured 1.18 quick, 1.1 full; on a fixed mesh the exact scheme locks below
+  ``τ ~ h/|v|`` and fails, fault ``jko-fixed-mesh``).
+
+Seed. The PDE and JKO sweeps start from the same smooth density on fixed meshes: they
+do not depend on the seed (only the particle samples do). Their numbers are one test,
+whatever the seed; the verdict says so, and ``run(parts=("particles",))`` runs the
+seed-dependent part alone (the test suite and the size script run the PDE and JKO
+parts once).
 
 The ``g2`` balance (``ΔE − ∫∂_tE − ∫G²``, Simpson) is reported beside: it equals the EDI
 where ``G² = |∂E|²`` (``usa``, ``sa1``) and keeps a defect for ``surrogate`` (``G²`` uses
@@ -43,7 +52,8 @@ from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 
-__all__ = ["run", "model", "jko_refinement", "FAULTS", "PARTS", "ORDER_TOL"]
+__all__ = ["run", "model", "jko_refinement", "FAULTS", "PARTS", "ORDER_TOL", "PDE_ORDER_TOL",
+           "JKO_ORDER_TOL", "SEED_INDEPENDENT_PARTS"]
 
 NAME = "edi"
 
@@ -51,6 +61,14 @@ NAME = "edi"
 #: three-point fits are exact to ±0.1 (measured 3.89–4.01 and 0.99–1.02 over seeds 0–2);
 #: a broken identity gives order ≈ 0.
 ORDER_TOL = 0.4
+#: Accepted shortfall of the PDE order below the scheme's order 2 (measured 1.92 and 1.95
+#: in quick and full mode; the first-order scheme: 0.93).
+PDE_ORDER_TOL = 0.5
+#: Accepted shortfall of the JKO order below 1 (first-order scheme; measured 1.18 quick,
+#: 1.1 full under joint refinement; a fixed mesh locks: order ≈ 0).
+JKO_ORDER_TOL = 0.3
+#: The parts whose numbers do not depend on the seed.
+SEED_INDEPENDENT_PARTS = ("pde", "jko")
 #: The transformer-flow defect persists: |defect(finest dt)| / |defect(coarsest dt)| >= this.
 DEFECT_PERSISTS = 0.5
 A_HEADS = np.array([[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
@@ -65,6 +83,11 @@ FAULTS = {
     "transformer-flow": "the two-softmax-head gradient flow ('surrogate', particles and "
                         "PDE) is replaced by the transformer flow, which is not a gradient "
                         "flow",
+    "pde-first-order": "the PDE runs the first-order finite-volume scheme while the study "
+                       "claims order 2",
+    "rk4-as-euler": "the particle runs claimed as RK4 integrate with explicit Euler",
+    "jko-fixed-mesh": "the JKO sweep refines τ on a fixed mesh (sphere_720, exact OT) "
+                      "instead of h ∝ τ: it locks",
 }
 
 
@@ -108,10 +131,10 @@ def _pde_run(item: tuple) -> dict:
     from ..geometry.mesh import load_mesh
     from ..pde import solve_pde
 
-    mesh_name, dt, T, flow = item
+    mesh_name, dt, T, flow, order = item
     heads, attn = model()
     mesh = load_mesh(mesh_name)
-    res = solve_pde(mesh, DENSITY, heads, attn, T=T, dt=dt, order=2, flow=flow,
+    res = solve_pde(mesh, DENSITY, heads, attn, T=T, dt=dt, order=order, flow=flow,
                     n_saves=2, clusters=False, progress=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
@@ -142,8 +165,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
     notes: list[str] = []
     if "particles" in parts:
         rk_cases = {"usa": "usa", "sa1": "sa1", "surrogate": gf, "transformer": "transformer"}
+        rk = "euler" if fault == "rk4-as-euler" else "rk4"
         items = [("euler", gf, dt, T, n, seed) for dt in dts]
-        items += [("rk4", c, dt, T, n, seed) for c in rk_cases.values() for dt in dts]
+        items += [(rk, c, dt, T, n, seed) for c in rk_cases.values() for dt in dts]
         res = parallel_map(_particle_run, items)
         k = len(dts)
         table["particles_euler"] = {"dt": dts, "flow": gf,
@@ -186,41 +210,47 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
     if "pde" in parts:
         meshes = (["sphere_720.msh", "sphere_2420.msh"] if quick else
                   ["sphere_720.msh", "sphere_2420.msh", "sphere_9680.msh"])
-        mitems = [(m, 0.05 * np.sqrt(720 / int(m.split("_")[1].split(".")[0])), T, gf)
-                  for m in meshes]
+        order = 1 if fault == "pde-first-order" else 2
+        mitems = [(m, 0.05 * np.sqrt(720 / int(m.split("_")[1].split(".")[0])), T, gf,
+                   order) for m in meshes]
         pde = parallel_map(_pde_run, mitems)
         table["pde"] = {"cells": [p["cells"] for p in pde], "h": [p["h"] for p in pde],
                         "dt": [it[1] for it in mitems], "edi": [p["edi"] for p in pde],
                         "dissipation": [p["dissipation"] for p in pde], "flow": gf}
         fits["pde"] = fit_loglog(table["pde"]["h"], table["pde"]["edi"]).as_dict()
-        # the residual must shrink under refinement (order >= 1 in h; 2 expected for
-        # smooth solutions with the second-order scheme)
+        # the residual shrinks at the scheme's order 2 (smooth solution, dt ∝ h)
         criteria.append(Criterion(
-            "pde_edi_order", fits["pde"]["slope"], lo=1 - ORDER_TOL,
+            "pde_edi_order", fits["pde"]["slope"], lo=2 - PDE_ORDER_TOL,
             what="fitted order in h of the PDE EDI residual (dt ∝ h)",
-            why="second-order finite volumes: ≥ 1 in h (2 for smooth data)"))
+            why="second-order finite volumes on a smooth solution: order 2"))
         notes.append(f"PDE (cells {table['pde']['cells']}): EDI residual "
                      + ", ".join(f"{e:.2e}" for e in table["pde"]["edi"])
                      + f", order {fits['pde']['slope']:.2f} in h.")
     if "jko" in parts:
         # joint refinement h ∝ τ with the entropic scheme (ε = 4τ²): on a fixed mesh the
         # exact scheme pins mass below τ ~ h/|v| (moving one cell costs h²/2τ)
-        jt = jko_refinement(quick=quick, model=model, density=DENSITY, T=0.8)
+        jt = jko_refinement(quick=quick, model=model, density=DENSITY, T=0.8,
+                            mesh="sphere_720.msh" if fault == "jko-fixed-mesh" else None)
         table["jko"] = jt
         fits["jko"] = fit_loglog(jt["tau"], jt["edi"]).as_dict()
-        # the entropic JKO residual shrinks under joint refinement, at order ≈ 0.6–1.2
-        # (jko_refinement); required: it shrinks (order > 0.5)
+        # the entropic JKO residual shrinks under joint refinement at the scheme's order 1
         criteria.append(Criterion(
-            "jko_edi_order", fits["jko"]["slope"], lo=0.5,
+            "jko_edi_order", fits["jko"]["slope"], lo=1 - JKO_ORDER_TOL,
             what="fitted order in τ of the summed JKO EDI residual (entropic, h ∝ τ)",
-            why="measured 0.6–1.2; required: it shrinks"))
+            why="the JKO scheme is of order 1 in τ (measured 1.1–1.2)"))
         notes.append(f"JKO (entropic, ε = 4τ², joint refinement h ∝ τ: cells {jt['cells']}, "
                      f"τ = {jt['tau']}): summed EDI residual "
                      f"{[float(f'{e:.3g}') for e in jt['edi']]}.")
+    if any(p in parts for p in SEED_INDEPENDENT_PARTS):
+        notes.append("The PDE and JKO sweeps do not depend on the seed (one test, whatever "
+                     "the seed); the particle sweeps do.")
     passed, text, entries = conclude(criteria, " ".join(notes), fault=fault, faults=FAULTS)
     summary = {"settings": {"T": T, "n": n, "quick": quick, "seed": seed, "parts": list(parts),
                             "gradient_flow": gf, "heads": A_HEADS.tolist(),
-                            "density": DENSITY, "order_tol": ORDER_TOL},
+                            "density": DENSITY, "order_tol": ORDER_TOL,
+                            "pde_order_tol": PDE_ORDER_TOL, "jko_order_tol": JKO_ORDER_TOL,
+                            "seed_independent_parts": [p for p in parts
+                                                       if p in SEED_INDEPENDENT_PARTS]},
                **entries,
                "fits": fits, "ok": {c.name: c.ok for c in criteria}, "table": table}
     result = StudyResult(NAME, summary, text, passed)

@@ -11,6 +11,13 @@ identity (particle engine, RK4), at two step sizes — the discrepancy is the ``
 central-difference error (fitted order ≈ 2); (b) scalar heads from orthonormal tokens:
 entropy non-decreasing, equal to the closed form along the equiangular ODE, and → ``log n``.
 Each is a criterion with the tolerance of :data:`TOL`.
+
+β. The identity carries ``β²`` (one ``β`` from the softmax, one from ``ṡ``'s weight in the
+log-partition function); at ``β = 1`` a ``β`` in its place is invisible. Part (a) therefore
+runs at ``β = 1`` and at ``β =`` :data:`BETA_ALT` (criteria with the suffix ``_beta2``);
+fault ``identity-beta-power`` (the identity with ``β`` instead of ``β²``) trips the
+latter. Fault family ``velocity:S``: the scalar heads of part (b) run with values
+``×(1 + s)`` against the closed form of the nominal heads.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
-from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    fit_loglog,
+    parse_fault,
+    write_study,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +63,19 @@ FAULTS = {
              "the central differences then miss the identity at order 1",
     "value-sign": "the scalar heads of the equiangular part have negated values (V = −λI, "
                   "repulsive) while the closed form uses the attractive ODE",
+    "identity-beta-power": "the entropy-production identity is taken with β instead of β² "
+                           "(−β Cov(s, ṡ); visible at β ≠ 1)",
+    "velocity:0.01": "the scalar heads of the equiangular part run with values ×1.01 "
+                     "against the closed form of the nominal heads",
 }
+#: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
+FAMILIES = {
+    "velocity": "the scalar heads of the equiangular part run with values ×(1 + s) against "
+                "the closed form of the nominal heads",
+    "identity-beta": "the identity is taken with β^(2 + s) instead of β² (at β ≠ 1)",
+}
+#: The second inverse temperature of the identity check (β vs β² faults show at β ≠ 1).
+BETA_ALT = 2.0
 
 
 def _general_heads(kind: str, d: int, rng: np.random.Generator) -> Heads:
@@ -75,13 +102,15 @@ def _check_run(res) -> None:
 
 
 def _identity_error(x0: np.ndarray, heads: Heads, beta: float, T: float, dt: float,
-                    integrator: str = "rk4") -> dict:
+                    integrator: str = "rk4", power: float = 2.0) -> dict:
+    """Central differences of the entropy against the identity ``−β^power Cov(s, ṡ)``."""
     res = simulate(x0, heads, Attention("softmax", beta), T=T, dt=dt, entropy=True,
                    head_rates=False, clusters=False, integrator=integrator)
     _check_run(res)
     t = res.t
     ent = res.history["entropy"][0]  # (K, H)
-    rate = res.history["entropy_rate"][0]
+    # the engine records −β² Cov(s, ṡ); a fault takes the identity with β^power instead
+    rate = res.history["entropy_rate"][0] * beta ** (power - 2.0)
     fd = (ent[2:] - ent[:-2]) / (t[2:, None] - t[:-2, None])
     err = float(np.max(np.abs(fd - rate[1:-1])))
     return {"dt": dt, "max_abs_err": err, "max_rate": float(np.max(np.abs(rate))),
@@ -91,8 +120,13 @@ def _identity_error(x0: np.ndarray, heads: Heads, beta: float, T: float, dt: flo
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Entropy identity for general heads and monotone entropy for scalar heads."""
-    check_fault(NAME, fault, FAULTS)
+    check_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = parse_fault(fault, FAMILIES)
     integrator = "euler" if fault == "euler" else "rk4"
+    power = 1.0 if fault == "identity-beta-power" else 2.0
+    if fam == "identity-beta":
+        power = 2.0 + size
+    vscale = 1.0 + size if fam == "velocity" else 1.0
     rng = np.random.default_rng(seed)
     beta = 1.0
     n, d = (12, 3) if quick else (24, 3)
@@ -101,28 +135,33 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     x0 = sample_uniform(n, d, rng)
     general = {}
     criteria: list[Criterion] = []
-    for kind in ("symmetric", "nonsymmetric"):
-        heads = _general_heads(kind, d, rng)
-        errs = [_identity_error(x0, heads, beta, T, dt, integrator) for dt in dts]
-        order = fit_loglog([e["dt"] for e in errs], [e["max_abs_err"] for e in errs]).slope
-        general[kind] = {"errors": [{k: e[k] for k in ("dt", "max_abs_err", "max_rate")}
-                                    for e in errs],
-                         "order": order, "series": errs[-1]}
-        criteria.append(Criterion(f"{kind}_identity_order", order, TOL["order_lo"],
-                                  TOL["order_hi"],
-                                  what=f"{kind} heads: fitted order in dt of |central "
-                                       "differences − identity|",
-                                  why="the identity is exact; central differences are O(dt²)"))
-        logger.info("%s heads: FD − identity errors %s, order %.2f", kind,
-                    [e["max_abs_err"] for e in errs], order)
+    heads_by_kind = {kind: _general_heads(kind, d, rng) for kind in ("symmetric",
+                                                                      "nonsymmetric")}
+    for b in (beta, BETA_ALT):
+        for kind, heads in heads_by_kind.items():
+            key = kind if b == beta else f"{kind}_beta{b:g}"
+            errs = [_identity_error(x0, heads, b, T, dt, integrator, power) for dt in dts]
+            order = fit_loglog([e["dt"] for e in errs], [e["max_abs_err"] for e in errs]).slope
+            general[key] = {"errors": [{k: e[k] for k in ("dt", "max_abs_err", "max_rate")}
+                                       for e in errs],
+                            "order": order, "series": errs[-1], "beta": b}
+            criteria.append(Criterion(
+                f"{key}_identity_order" if b == beta else f"{kind}_identity_order_beta{b:g}",
+                order, TOL["order_lo"], TOL["order_hi"],
+                what=f"{kind} heads, β = {b:g}: fitted order in dt of |central differences "
+                     "− identity|",
+                why="the identity is exact; central differences are O(dt²)"))
+            logger.info("%s heads, beta %g: FD − identity errors %s, order %.2f", kind, b,
+                        [e["max_abs_err"] for e in errs], order)
     # scalar heads, equiangular tokens
     ne, lam = 6, [0.7, 1.5]
     Te = 12.0 / (2 * sum(lam)) + 3.0
     xe = equiangular_tokens(ne, 0.0, d=ne + 2, rng=rng)
     dte = 0.02 if quick else 0.01
-    res = simulate(xe, Heads.scalar(lam, ne + 2, value_sign=-1.0 if fault == "value-sign"
-                                    else 1.0),
-                   Attention("softmax", beta), T=Te, dt=dte, entropy=True, head_rates=False,
+    sh = Heads.scalar(lam, ne + 2, value_sign=-1.0 if fault == "value-sign" else 1.0)
+    if vscale != 1.0:
+        sh = sh.with_(V=vscale * sh.V)
+    res = simulate(xe, sh, Attention("softmax", beta), T=Te, dt=dte, entropy=True, head_rates=False,
                    clusters=False, integrator=integrator)
     if res.status != "success":
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
@@ -152,13 +191,15 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     word = "non-decreasing" if eq["min_increment"] >= -TOL["monotone"] else "NOT monotone"
     details = ("Entropy production identity dH/dt = −β² Cov(s, ṡ): central differences of the "
                "recorded entropy agree with it at order "
-               + ", ".join(f"{v['order']:.2f} ({k} heads)" for k, v in general.items())
+               + ", ".join(f"{v['order']:.2f} ({k.split('_')[0]} heads, β = {v['beta']:g})"
+                           for k, v in general.items())
                + f" in dt. Scalar heads, equiangular tokens: entropy {word} (min step "
                f"{eq['min_increment']:.1e}), closed form to {eq['closed_form_err']:.1e}, "
                f"|H(T) − log n| = {eq['final_gap_to_log_n']:.1e}.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
-    summary = {"settings": {"beta": beta, "n": n, "d": d, "T": T, "dts": dts, "quick": quick,
-                            "seed": seed, "tolerances": TOL},
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
+                                     families=FAMILIES)
+    summary = {"settings": {"beta": beta, "beta_alt": BETA_ALT, "n": n, "d": d, "T": T,
+                            "dts": dts, "quick": quick, "seed": seed, "tolerances": TOL},
                **entries,
                "fits": fits,
                "general": {k: {"errors": v["errors"], "order": v["order"]}
@@ -172,7 +213,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-        for i, (k, v) in enumerate(general.items()):
+        for i, (k, v) in enumerate((k, v) for k, v in general.items() if v["beta"] == beta):
             s = v["series"]
             for h in range(s["rate"].shape[1]):
                 ax[0].plot(s["t"], s["rate"][:, h], color=f"C{2 * i + h}",

@@ -16,7 +16,16 @@ argument of the ``stability`` study with this forcing gives
 ``sup_{t<=T} W_2(μ^ε_t, μ_t) <= C ε (e^{LT} − 1)/L``; ``E`` is Lipschitz in ``A`` and in
 ``μ`` (``W_2``), so ``sup_t |E^ε − E| = O(ε)`` as well. Hence the log–log slope in ``ε`` is
 at least 1 asymptotically (exactly 1 when the first-order response is non-zero); the
-criterion accepts slopes ``>= 1 − RATE_TOL`` (pre-asymptotic curvature over the sweep).
+criterion accepts slopes ``>= 1 − RATE_TOL``.
+
+Asymptotic range. The bound is asymptotic: ``e^{LT}`` amplifies the perturbation, and
+at the largest ``ε`` a cluster may form at another time or place, where ``sup W_2``
+saturates (measured, full mode: seed 5 ``sup W_2`` = 0.137, 0.129, 0.072, 0.012 over
+``ε`` = 0.1 … 0.003; seed 7, decay: 0.115, 0.172, 0.014, 0.004). Monotonicity and the
+rate are therefore judged on the :data:`ASYMPTOTIC` smallest ``ε`` of the sweep (which
+extends a decade and a half below 0.1), the convergence ``last/first`` over the whole
+sweep. The false-fail rate of these criteria on the correct solver was measured over
+seeds 0–19 (``bench/size_power.py``, docs/studies_power.md).
 """
 
 from __future__ import annotations
@@ -30,19 +39,31 @@ from ..geometry.sphere import sample_uniform
 from ..geometry.transport import w2_sphere
 from ..infra.parallel import parallel_map
 from ..particles import simulate
-from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    fit_loglog,
+    parse_fault,
+    write_study,
+)
 
-__all__ = ["run", "FAULTS", "RATE_TOL", "CONV_FRACTION"]
+__all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 
 NAME = "gamma"
 
-#: Accepted shortfall of the observed rate below 1 (measured slopes 0.93–1.03).
-RATE_TOL = 0.25
+#: Accepted shortfall of the observed rate below 1: the rate over the asymptotic range,
+#: measured 0.84–1.09 (quick) and 0.73–1.3 (full) over seeds 0–19 (seed 7 full: 0.73,
+#: still pre-asymptotic); the faults give rates near 0 (docs/studies_power.md).
+RATE_TOL = 0.4
 #: Convergence: value at the smallest ε <= this fraction of the value at the largest
 #: (a decade of ε; rate 1 gives 0.1).
 CONV_FRACTION = 0.3
 #: Offset of the ``non-vanishing`` fault.
 OFFSET = 0.05
+#: Monotonicity and the rate are judged on this many smallest ε (the asymptotic range).
+ASYMPTOTIC = 3
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
@@ -50,7 +71,17 @@ FAULTS = {
                      f"(1 − ε − {OFFSET})A, so Θ^ε does not converge to Θ",
     "time-doubled": "the perturbed flows run with every value matrix doubled (time runs "
                     "twice as fast) against the unperturbed reference",
+    "velocity:0.05": "the perturbed flows run with every value matrix ×1.05 (velocity and "
+                     "time ×1.05) against the unperturbed reference",
+    "beta:0.03": "the perturbed flows run at β ×1.03 against the unperturbed reference",
 }
+#: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
+FAMILIES = {
+    "velocity": "the perturbed flows run with every value matrix ×(1 + s) against the "
+                "unperturbed reference (velocity and time scaled)",
+    "beta": "the perturbed flows run at β ×(1 + s) against the unperturbed reference",
+}
+BETA = 1.5
 
 
 def _setup(n: int, H: int, seed: int):
@@ -74,9 +105,15 @@ def _traj(item: tuple) -> dict:
     else:
         A = heads.A
     h = Heads.bilinear(A, w=heads.w)
+    fam, size = parse_fault(fault, FAMILIES)
+    beta = BETA
     if family != "base" and fault == "time-doubled":
         h = h.with_(V=2.0 * h.V)
-    res = simulate(x0, h, Attention("softmax", 1.5), T=T, dt=dt, integrator="rk4",
+    elif family != "base" and fam == "velocity":
+        h = h.with_(V=(1.0 + size) * h.V)
+    elif family != "base" and fam == "beta":
+        beta = BETA * (1.0 + size)
+    res = simulate(x0, h, Attention("softmax", beta), T=T, dt=dt, integrator="rk4",
                    save_trajectory=True, head_rates=False, clusters=False,
                    record_every=max(1, int(round(0.2 / dt))))
     if res.status != "success":
@@ -87,9 +124,10 @@ def _traj(item: tuple) -> dict:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ε for both families; judge convergence and the rate; write summary and plot."""
-    check_fault(NAME, fault, FAULTS)
+    check_fault(NAME, fault, FAULTS, FAMILIES)
     n, H, T, dt = (100, 3, 1.5, 0.05) if quick else (300, 3, 4.0, 0.025)
-    epss = [0.1, 0.03, 0.01] if quick else [0.1, 0.03, 0.01, 0.003]
+    epss = [0.1, 0.03, 0.01, 0.003] if quick else [0.1, 0.03, 0.01, 0.003, 0.001]
+    k0 = len(epss) - ASYMPTOTIC  # the asymptotic range: epss[k0:]
     items = [("base", 0.0, n, H, T, dt, seed, fault)] + [
         (f, e, n, H, T, dt, seed, fault) for f in ("init", "decay") for e in epss]
     runs = parallel_map(_traj, items)
@@ -105,30 +143,37 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             dW.append(float(max(w2_sphere(a, b) for a, b in zip(r["x"], base["x"],
                                                                  strict=True))))
         table[fam] = {"eps": epss, "sup_dE": dE, "sup_W2": dW}
-        fits[fam] = {"E": fit_loglog(epss, dE).as_dict(), "W2": fit_loglog(epss, dW).as_dict()}
+        fits[fam] = {"E": fit_loglog(epss[k0:], dE[k0:]).as_dict(),
+                     "W2": fit_loglog(epss[k0:], dW[k0:]).as_dict(),
+                     "E_all": fit_loglog(epss, dE).as_dict(),
+                     "W2_all": fit_loglog(epss, dW).as_dict()}
         for q, vals in (("E", dE), ("W2", dW)):
             label = "sup|E^ε − E|" if q == "E" else "sup_t W2(μ^ε_t, μ_t)"
             v = np.asarray(vals)
+            va = v[k0:]
             criteria.append(Criterion(
-                f"{fam}_{q}_monotone", float(np.max(v[1:] / v[:-1])), hi=1.0,
-                what=f"{fam}: largest ratio of {label} between successive ε (decreasing)",
-                why="convergence as Θ^ε → Θ"))
+                f"{fam}_{q}_monotone", float(np.max(va[1:] / va[:-1])), hi=1.0,
+                what=f"{fam}: largest ratio of {label} between successive ε ≤ "
+                     f"{epss[k0]:g} (decreasing)",
+                why="convergence as Θ^ε → Θ (asymptotic range, module docstring)"))
             criteria.append(Criterion(
                 f"{fam}_{q}_converges", float(v[-1] / v[0]), hi=CONV_FRACTION,
                 what=f"{fam}: {label} at ε = {epss[-1]:g} over that at ε = {epss[0]:g}",
                 why="convergence over the decade of ε"))
             criteria.append(Criterion(
                 f"{fam}_{q}_rate", fits[fam][q]["slope"], lo=1.0 - RATE_TOL,
-                what=f"{fam}: observed rate of {label} in ε",
+                what=f"{fam}: observed rate of {label} in ε ≤ {epss[k0]:g}",
                 why="smooth dependence on the weights: O(ε) (module docstring)"))
     details = ("Observed rates in ε: " + "; ".join(
         f"{f}: sup|E^ε−E| ~ ε^{fits[f]['E']['slope']:.2f}, "
         f"sup W2 ~ ε^{fits[f]['W2']['slope']:.2f}" for f in fits)
-        + f" over ε = {epss[0]:g} … {epss[-1]:g}; sup W2 goes from "
+        + f" over ε = {epss[k0]:g} … {epss[-1]:g}; sup W2 goes from "
         + ", ".join(f"{table[f]['sup_W2'][0]:.2e} to {table[f]['sup_W2'][-1]:.2e} ({f})"
                     for f in table) + ".")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
-    summary = {"settings": {"n": n, "H": H, "T": T, "dt": dt, "beta": 1.5, "eps": epss,
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
+                                     families=FAMILIES)
+    summary = {"settings": {"n": n, "H": H, "T": T, "dt": dt, "beta": BETA, "eps": epss,
+                            "asymptotic_eps": epss[k0:],
                             "seed": seed, "quick": quick, "rate_tol": RATE_TOL,
                             "conv_fraction": CONV_FRACTION},
                **entries,

@@ -41,7 +41,15 @@ from ..attention.heads import Attention
 from ..geometry.sphere import normalize
 from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
-from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    fit_loglog,
+    parse_fault,
+    write_study,
+)
 from .helpers import approx_orthogonal_heads, head_overlap, spread_tokens
 
 logger = logging.getLogger(__name__)
@@ -58,6 +66,9 @@ FAULTS = {
     "value-sign": "the particle heads have negated values (V = −A: energy descent) while "
                   "the rate formulas use the nominal heads",
 }
+#: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
+FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
+                        "scaled) while the formulas use the nominal heads"}
 
 
 def initial_tokens(n: int, H: int, eps: float, rng: np.random.Generator) -> np.ndarray:
@@ -83,8 +94,11 @@ def _fd(t: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Trajectories below/above ``β*_⊥`` for orthogonal and approximately orthogonal heads."""
-    check_fault(NAME, fault, FAULTS)
+    check_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = parse_fault(fault, FAMILIES)
     vscale = {"time-doubled": 2.0, "value-sign": -1.0}.get(fault or "", 1.0)
+    if fam == "velocity":
+        vscale = 1.0 + size
     H, n, alpha, eps = 2, 8, 1.0, 0.3
     d = H * n
     factors = (0.5, 2.5) if quick else (0.25, 0.5, 1.5, 2.5, 4.0)
@@ -190,7 +204,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             f"δ/(Hα)² = {k} below β*_⊥: largest per-head energy drop relative to its gain "
             + (f"{v:.1e} — the O(δ) direct cross term outweighs the own power somewhere."
                if v > DROP_TOL else f"{v:.1e} — no decrease observed."))
-    passed, text, entries = conclude(criteria, " ".join(sentences), fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, " ".join(sentences), fault=fault,
+                                     faults=FAULTS, families=FAMILIES)
     summary = {"settings": {"H": H, "n": n, "d": d, "alpha": alpha, "eps": eps, "T": T,
                             "dt": dt, "factors": factors, "deltas_rel": deltas,
                             "quick": quick, "seed": seed, "drop_tol": DROP_TOL,

@@ -32,7 +32,7 @@ from ..multihead import (
     dominance_root,
     radial_dominance,
 )
-from .base import Criterion, StudyResult, check_fault, conclude, write_study
+from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 from .helpers import block_heads, spread_tokens
 
 logger = logging.getLogger(__name__)
@@ -42,10 +42,16 @@ NAME = "radial-dominance"
 #: Brent tolerance on the root (absolute, in β); the relative part is 4 eps.
 XTOL = 1e-12
 
+#: The criteria do not depend on the seed (it rotates the tokens; the result is
+#: rotation invariant, measured identical at every seed): the tests run it once.
+SEED_INDEPENDENT = True
+
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
     "alpha-mismatch": "the heads have strength 1.1 α while β*, β*_exact and β*_⊥ use α",
 }
+#: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
+FAMILIES = {"alpha": "the heads have strength (1 + s) α while β*, β*_exact and β*_⊥ use α"}
 
 
 def _root_tol(beta: float) -> float:
@@ -57,10 +63,13 @@ def _root_tol(beta: float) -> float:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ``β`` across ``β*`` for ``H = 1..4`` and locate the sign change of the margin."""
-    check_fault(NAME, fault, FAULTS)
+    check_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = parse_fault(fault, FAMILIES)
     n = 16 if quick else 32
     alpha = 1.0
     strength = 1.1 * alpha if fault == "alpha-mismatch" else alpha  # of the heads
+    if fam == "alpha":
+        strength = (1.0 + size) * alpha
     n_beta = 9 if quick else 33
     rng = np.random.default_rng(seed)
     x = orthonormal_tokens(n, n, rng)  # random rotation: the result must not depend on it
@@ -130,7 +139,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{worst_e:.1e}; block heads vs β*_⊥ {worst_b:.1e}); β*_exact/β* = "
                + ", ".join(f"{v:.3f}" for v in ex) + " for H = 2, 3, 4; H = 1: smallest "
                f"normalised margin {min(curves[1][1]):.3f} over β.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
+    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
+                                     seed_independent=SEED_INDEPENDENT, families=FAMILIES)
     summary = {"settings": {"n": n, "d": n, "alpha": alpha, "head_strength": strength,
                             "quick": quick, "seed": seed, "xtol": XTOL},
                **entries,

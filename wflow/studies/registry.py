@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["STUDIES", "SECTION", "all_studies", "load_study"]
+__all__ = ["STUDIES", "SECTION", "all_studies", "load_study", "seed_independent"]
 
 #: Study name → module, in THEORY.md order.
 STUDIES: dict[str, str] = {
@@ -52,3 +52,12 @@ def load_study(name: str) -> ModuleType:
     if name not in STUDIES:
         raise ValueError(f"verify: unknown study {name!r} (known: {sorted(STUDIES)})")
     return importlib.import_module(STUDIES[name])
+
+
+def seed_independent(name: str) -> bool:
+    """Whether study ``name``'s criteria cannot depend on the seed (it runs once).
+
+    Declared by the module (``SEED_INDEPENDENT = True``): the seed only rotates its inputs
+    or draws reported, unjudged samples, so running it at several seeds repeats one test.
+    """
+    return bool(getattr(load_study(name), "SEED_INDEPENDENT", False))

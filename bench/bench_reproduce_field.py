@@ -1,0 +1,239 @@
+"""The field's published experiments: wflow's re-implementations against the published code.
+
+Rows (issue 25), CPU time on one thread (``process_time``; robust on a shared machine):
+
+* ``glpr_phase``: the published ``step_1`` and ``check_stats`` of ``phase-diagrams.py``
+  (torch, float64, CPU, ``torch.set_num_threads(1)``) at the published size (2048 systems,
+  n = 32, d = 2), against wflow's compiled loop (:func:`wflow.published.glpr_phase.
+  phase_counts`, ``NUMBA_NUM_THREADS=1``) on 256 systems; both extrapolated to the
+  published run, 90 β × (300 steps + 200 records).
+* ``glpr_phase_ranks``: wall time of :func:`~wflow.published.glpr_phase.run_phase` on a
+  mid-size case (256 systems of 32 tokens, 8 β, one numba thread per rank) serial and
+  under ``mpirun -n 2`` (speed-up over ranks; the counts must be identical).
+* ``castin_ranks``: one projected-Euler iteration, the published ``utils.evolution``
+  against :func:`wflow.published.castin_ranks.projected_euler` (the same NumPy calls), and
+  wflow's exact solver per draw.
+* ``metastable_staircase``: one step of the published ``time_rescale_3`` against
+  :func:`wflow.published.metastable_staircase.staircase_energy`; the published run is
+  6 × 10⁶ steps, wflow's stops at the exact NaN tail (measured on the full run).
+
+The published code is not part of wflow: pass the files of its checkouts (fetched
+elsewhere) and a Python with torch::
+
+    python bench/bench_reproduce_field.py --torch-python /path/python \\
+        --glpr-src phase-diagrams.py --castin-src utils.py --staircase-src staircase.py
+
+Without them the published rows are skipped. Writes
+``bench/results/bench_reproduce_field.json`` (``--name`` another).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from _common import machine, write_json  # noqa: E402
+
+GLPR_DRIVER = r'''
+import importlib.util, json, sys, time, types
+import torch
+torch.set_num_threads(1)
+src = open(sys.argv[1]).read().replace("'cuda'", "'cpu'")
+mod = types.ModuleType("pd")
+exec(compile(src.split('if __name__ == "__main__":')[0], "pd", "exec"), mod.__dict__)
+torch.set_default_dtype(torch.float64)
+args = types.SimpleNamespace(batch=2048, ntokens=32, dmodel=2, use_softmax=True, rawstep=False,
+    step=0.1, noanneal=0, randomKQ=0, randomV=0, plotdim=False, cluster_sizes=False)
+mod.args = args
+s = mod.simu_xform(args, torch.tensor(4.0))
+for _ in range(3): s.step_1(0.0)
+t0 = time.process_time()
+for _ in range(30): s.step_1(0.0)
+t1 = time.process_time()
+for _ in range(10): s.check_stats()
+t2 = time.process_time()
+print(json.dumps({"step_s": (t1 - t0) / 30, "stats_s": (t2 - t1) / 10, "torch": torch.__version__}))
+'''
+
+CASTIN_DRIVER = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import numpy as np, utils
+rng = np.random.RandomState(40); Q = rng.randn(2, 5); G = np.random.RandomState(41).randn(5, 5)
+S0 = G @ G.T
+t0 = time.process_time()
+utils.evolution(S0.copy(), Q, -Q, np.eye(5), 5, rhs=utils.rhs_trad, max_iter=4000, step_size=0.02,
+                tol_low=0.0, print_status=False)
+print(json.dumps({"iteration_s": (time.process_time() - t0) / 4000, "numpy": np.__version__}))
+'''
+
+STAIR_DRIVER = r'''
+import json, sys, time, types
+import numpy as np
+src = open(sys.argv[1]).read().split("np.random.seed(200)")[0]
+for imp in ("import imageio", "import networkx as nx", "import seaborn as sns"):
+    src = src.replace(imp, "")
+mod = types.ModuleType("st"); exec(compile(src, "st", "exec"), mod.__dict__)
+lb, sb = np.log(2000), 2000 ** (1 / 2)
+theta0 = 0.5 * np.array([0] + [(a * lb / sb) % np.pi for a in (0.5, 2, 4, 7)])
+t0 = time.process_time()
+mod.time_rescale_3(theta0, 10e-6, 2000, 4000)
+print(json.dumps({"iteration_s": (time.process_time() - t0) / 4000}))
+'''
+
+
+def _run_driver(python: str, code: str, *args: str) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(code)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    try:
+        r = subprocess.run([python, fh.name, *args], capture_output=True, text=True, env=env,
+                           timeout=1800)
+    finally:
+        os.unlink(fh.name)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def bench_glpr(a: argparse.Namespace) -> dict:
+    from wflow.published import glpr_phase as gp
+
+    times = gp.torch_linspace(0, 30, 200)
+    n_steps, rec = gp.record_steps(0.1, 30.0, times)
+    o = gp.PhaseOptions(batch=256, n_beta=1)
+    x0 = gp.initial_tokens(gp.PhaseOptions(batch=16, n_beta=1), 0)
+    gp.phase_counts(x0, 4.0, step=0.1, rec=rec, threshold=0.999)  # compile / load cache
+    x0 = gp.initial_tokens(o, 0)
+    t0 = time.process_time()
+    gp.phase_counts(x0, 4.0, step=0.1, rec=rec, threshold=0.999)
+    per_system = (time.process_time() - t0) / o.batch
+    row: dict = {"wflow_s_per_system": per_system,
+                 "wflow_ns_per_pair": per_system / (n_steps * 32 * 32) * 1e9,
+                 "wflow_full_s_one_thread": per_system * 2048 * 90}
+    if a.torch_python and a.glpr_src:
+        p = _run_driver(a.torch_python, GLPR_DRIVER, a.glpr_src)
+        row["published_step_s"] = p["step_s"]
+        row["published_stats_s"] = p["stats_s"]
+        row["published_full_s_one_thread"] = 90 * (300 * p["step_s"] + 200 * p["stats_s"])
+        row["torch"] = p["torch"]
+        row["speedup_one_thread"] = (row["published_full_s_one_thread"]
+                                     / row["wflow_full_s_one_thread"])
+    return row
+
+
+RANKS_DRIVER = r'''
+import sys, time, numpy as np
+from wflow.infra.parallel import comm_rank_size
+from wflow.published import glpr_phase as gp
+o = gp.PhaseOptions(batch=256, n_beta=8)
+gp.run_phase(gp.PhaseOptions(batch=16, n_beta=2))  # load the compiled loop, warm the stream
+t0 = time.perf_counter()
+r = gp.run_phase(o)
+dt = time.perf_counter() - t0
+if comm_rank_size()[1] == 0:
+    np.save(sys.argv[1], r.counts)
+    print(dt)
+'''
+
+
+def bench_glpr_ranks(a: argparse.Namespace) -> dict:
+    """Wall time of :func:`run_phase` (256 systems, n = 32, 8 β) on 1 and 2 MPI ranks."""
+    out: dict = {}
+    mpirun = Path(sys.executable).parent / "mpirun"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        drv = Path(tmp) / "ranks.py"
+        drv.write_text(RANKS_DRIVER)
+        for ranks in (1, 2):
+            cmd = ([str(mpirun), "-n", str(ranks)] if ranks > 1 else []) + [
+                sys.executable, str(drv), f"{tmp}/c{ranks}.npy"]
+            r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
+                               cwd=ROOT)
+            out[f"wall_s_{ranks}"] = float(r.stdout.strip().splitlines()[-1])
+        out["identical_counts"] = bool(np.array_equal(np.load(f"{tmp}/c1.npy"),
+                                                      np.load(f"{tmp}/c2.npy")))
+    out["speedup_2_ranks"] = out["wall_s_1"] / out["wall_s_2"]
+    out["case"] = "run_phase, 256 systems x 32 tokens, 8 beta, 300 steps; NUMBA 1 thread/rank"
+    return out
+
+
+def bench_castin(a: argparse.Namespace) -> dict:
+    from wflow.published import castin_ranks as cr
+
+    rng = np.random.RandomState(40)
+    Q = rng.randn(2, 5)
+    G = np.random.RandomState(41).randn(5, 5)
+    S0 = G @ G.T
+    t0 = time.process_time()
+    cr.projected_euler(S0, Q, -Q, np.eye(5), step=0.02, tol=0.0, max_iter=4000)
+    row: dict = {"wflow_iteration_s": (time.process_time() - t0) / 4000}
+    t0 = time.process_time()
+    cr.exact_limit(S0, Q, -Q, np.eye(5), identity=True)
+    row["wflow_exact_identity_s"] = time.process_time() - t0
+    W = np.random.RandomState(26).randn(5, 5)
+    t0 = time.process_time()
+    cr.exact_limit(S0, Q, -Q, W.T @ W, identity=False)
+    row["wflow_exact_random_s"] = time.process_time() - t0
+    if a.castin_src:
+        p = _run_driver(sys.executable, CASTIN_DRIVER,
+                        str(Path(a.castin_src).resolve().parent))
+        row["published_iteration_s"] = p["iteration_s"]
+        row["published_numpy"] = p["numpy"]
+    return row
+
+
+def bench_staircase(a: argparse.Namespace) -> dict:
+    from wflow.published import metastable_staircase as ms
+
+    th = ms.published_theta0(2000)
+    t0 = time.process_time()
+    ms.staircase_energy(th, 2000, lr=10e-6, max_iter=4000)
+    row: dict = {"wflow_iteration_s": (time.process_time() - t0) / 4000}
+    t0 = time.process_time()
+    for b in (500, 1000, 1500, 2000, 3000, 4000):
+        ms.staircase_energy(th, b, lr=10e-6, max_iter=1_000_000)
+    row["wflow_full_s"] = time.process_time() - t0
+    if a.staircase_src:
+        p = _run_driver(sys.executable, STAIR_DRIVER, a.staircase_src)
+        row["published_iteration_s"] = p["iteration_s"]
+        row["published_full_s_extrapolated"] = p["iteration_s"] * 6_000_000
+        row["speedup_full"] = row["published_full_s_extrapolated"] / row["wflow_full_s"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--torch-python", default=None)
+    ap.add_argument("--glpr-src", default=None)
+    ap.add_argument("--castin-src", default=None)
+    ap.add_argument("--staircase-src", default=None)
+    ap.add_argument("--rows", nargs="+", default=["glpr_phase", "glpr_phase_ranks",
+                                                  "castin_ranks", "metastable_staircase"])
+    ap.add_argument("--name", default="bench_reproduce_field")
+    a = ap.parse_args(argv)
+    fns = {"glpr_phase": bench_glpr, "glpr_phase_ranks": bench_glpr_ranks,
+           "castin_ranks": bench_castin, "metastable_staircase": bench_staircase}
+    res = {"machine": machine(), "clock": "process_time, one thread (ranks row: wall)",
+           "load_average_start": os.getloadavg(), "rows": {}}
+    for r in a.rows:
+        t0 = time.perf_counter()
+        res["rows"][r] = fns[r](a)
+        print(r, json.dumps(res["rows"][r]), f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    res["load_average_end"] = os.getloadavg()
+    print("wrote", write_json(a.name, res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The measured size and power of the studies stay in their documented bands (slow).
+
+``bench/size_power.py`` measured every study's false-fail rate over seeds 0–19 and the
+smallest fault of each family it catches (``bench/results/size_power.json``,
+docs/studies_power.md). This test reruns the script on a small grid — a few cheap
+studies, seeds 0–4, the documented smallest caught sizes — and fails when
+
+* a study fails at a seed of the grid (documented false-fail rate ≤ 1 %: five seeds
+  without a failure is what the band allows; a failure here means the rate moved), or
+* a fault family is no longer caught at the smallest size the table states.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "size_power.json"
+#: The grid: cheap studies of each kind (particles, noisy particles, [MH], [GA]).
+GRID = ("gamma", "stability", "noisy-edi", "equiangular", "gaussian-particles")
+SEEDS = 5
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("size_power", ROOT / "bench" / "size_power.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _documented() -> dict:
+    return json.loads(RESULTS.read_text())["studies"]
+
+
+@pytest.mark.parametrize("name", GRID)
+def test_false_fail_rate_in_band(name, tmp_path):
+    doc = _documented()[name]["quick"]["size"]
+    # the documented band: at most 1 % per study (0 of 20 measured, or the study is
+    # seed-independent and passes)
+    assert doc["false_fail_rate"] <= 0.01, doc["failing_seeds"]
+    got = _script().size(name, quick=True, seeds=SEEDS, tmp=tmp_path)
+    print(f"{name}: {got['failing_seeds']} of {got['runs']} runs fail")
+    assert got["failing_seeds"] == [], {c: e["failing_seeds"] for c, e in
+                                        got["criteria"].items() if e["fails"]}
+
+
+@pytest.mark.parametrize("name", GRID)
+def test_documented_power_holds(name, tmp_path):
+    sp = _script()
+    fams = _documented()[name]["quick"].get("power", {}).get("families", {})
+    mod = sp.load_study(name)
+    for key, entry in fams.items():
+        s = entry["smallest_caught"]
+        if s is None:
+            continue
+        fam = key.rsplit(":", 1)[0]
+        res = mod.run(out=tmp_path / f"{name}-{key}", quick=True, seed=0, fault=f"{fam}:{s:g}")
+        tripped = {c["name"] for c in res.summary["criteria"] if not c["ok"]}
+        assert not res.passed and tripped & set(entry["tripped"]), (key, s, res.verdict)

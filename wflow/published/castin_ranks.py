@@ -1,0 +1,499 @@
+r"""``wflow reproduce castin_ranks``: ranks of the limit covariance of the softmax moment ODE.
+
+The published experiment is the *Traditional self-attention* section of
+``histograms.py`` with ``utils.py`` in ``vcastin/2025-transformers-PDEs`` (Castin–Ablin–
+Carrillo–Peyré, *A unified perspective on the dynamics of deep transformers*), commit
+``53ad7f3``. For a Gaussian measure the softmax transformer PDE closes on its covariance:
+
+.. math:: \\dot Σ = VΣAΣ + (VΣAΣ)^⊤,\\qquad A = K^⊤Q/\\sqrt d,
+
+and the paper histograms the rank of the limit of ``Σ`` over random draws. Conventions,
+term by term (``h`` = ``histograms.py``, ``u`` = ``utils.py``):
+
+=======================  ==============================================================
+convention               published (line)
+=======================  ==============================================================
+draws                    ``d ∈ {3, 4, 5}``, 100 per ``d`` (h 12-13); ``Q ∈ R^{⌊d/2⌋×d}``
+                         standard normal from ``np.random.seed(40)`` for all ``d`` in
+                         order (h 9, 16), ``K = −Q`` (h 17), so ``A = −QᵀQ/√d ≤ 0``
+value                    ``V = I`` (h 27), or ``V = WᵀW`` with ``W`` normal from
+                         ``np.random.seed(26)`` (h 39-42)
+initial covariance       ``Σ₀ = GGᵀ``, ``G`` normal ``d×d``, ``np.random.seed(41)`` at the
+                         start of every ``d`` (u 309, 317-318), one per attempt
+right-hand side          ``A = (Kᵀ·Q)/√d``, ``R = (V·Σ)·(A·Σ)``, ``R + Rᵀ`` (u 11-14)
+integrator               projected Euler: ``Σ ← P(Σ + h R)`` with ``P`` = eigen-
+                         decomposition, negative eigenvalues set to ``1e-14`` (u 60-64,
+                         88-89); ``h`` = 0.09, 0.05, 0.02 (``V = I``) and 0.09, 0.06,
+                         0.02 (``V`` random) for ``d`` = 3, 4, 5 (h 22, 43)
+stopping rule            converged when ``‖R‖_F < tol`` (checked after the update,
+                         u 87-95): ``tol`` = 1e-4, at most 60 000 steps (``V = I``,
+                         h 32-33); 5e-5 and 90 000 (``V`` random, h 57-58); diverged
+                         when ``tr Σ > 1e3`` (u 77, 96)
+limit                    the *last recorded* iterate, i.e. ``Σ`` before the final
+                         update (u 85, 334)
+rank                     ``#{eigenvalues > 0.1}`` (u 335, ``tol_rank``, h 34, 59)
+rejection                an attempt that did not converge draws a new ``Σ₀`` for the same
+                         ``(Q, K, V)`` (u 314-343); a converged one with rank
+                         ``> ⌊(d+1)/2⌋`` is an *exception*: counted, left out of the
+                         histogram (u 336-341); at most ``n_max`` attempts per ``d``
+                         (1000 for ``V = I``, 10 000 for ``V`` random, h 60)
+=======================  ==============================================================
+
+The NumPy operations are the published ones in the published order (same BLAS and LAPACK
+calls on ``d×d`` arrays), so with the same NumPy the iterates agree bit for bit; the tests
+check ranks, iteration counts and limits against the published code run on this machine.
+
+wflow's better solver (:func:`exact_limit`). For ``V = I`` the ODE is solved in closed
+form: ``Σ(t) = (Σ₀^{-1} − 2tA)^{-1}`` (differentiate: ``Σ̇ = 2ΣAΣ``), whose limit is
+``Σ_∞ = N (Nᵀ Σ₀^{-1} N)^{-1} Nᵀ`` with ``N`` an orthonormal basis of ``ker Q``; its
+rank is ``d − ⌊d/2⌋ = ⌈d/2⌉`` exactly. For random ``V`` (no closed form) the ODE is
+integrated by :func:`scipy.integrate.solve_ivp` (LSODA, ``rtol = 1e-10``) to
+``t = 10⁶``; eigenvalues that still fall by more than half from ``t = 10⁵`` decay to 0 (the
+decaying directions go like ``1/t``), the others are the limit's. Both solvers' ranks
+use the published threshold 0.1 as well.
+
+The claim (what the histograms and the rejection rule say): *the covariance converges to
+a low-rank matrix, of rank at most* ``⌈d/2⌉`` *for every draw.*
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..infra.parallel import parallel_map
+
+__all__ = [
+    "CASES",
+    "RankCase",
+    "RankOptions",
+    "rhs_softmax",
+    "psd_project",
+    "projected_euler",
+    "draw_matrices",
+    "run_case_dim",
+    "exact_limit",
+    "run_ranks",
+    "judge_ranks",
+    "write_ranks",
+]
+
+logger = logging.getLogger(__name__)
+
+PAPER = ("Castin, Ablin, Carrillo, Peyré, A unified perspective on the dynamics of deep "
+         "transformers; code vcastin/2025-transformers-PDEs, histograms.py (traditional "
+         "self-attention) + utils.py")
+CLAIM = ("the covariance of the softmax moment ODE converges to a low-rank matrix: rank of "
+         "the limit <= ceil(d/2) for every draw (K = -Q, Q in R^{floor(d/2) x d})")
+
+
+@dataclass(frozen=True)
+class RankCase:
+    """One published panel row: value matrix and integrator settings per dimension."""
+
+    name: str
+    value: Literal["identity", "random"]
+    steps: tuple[float, ...]
+    tol: float
+    max_iter: int
+    n_max_factor: int | None  # n_max = factor * n_per_dim; None: the published 1000
+
+
+#: The two rows of ``histograms_trad.pdf`` (h 20-35 and 38-61).
+CASES: dict[str, RankCase] = {
+    "identity": RankCase("identity", "identity", (0.09, 0.05, 0.02), 1e-4, 60000, None),
+    "random": RankCase("random", "random", (0.09, 0.06, 0.02), 5e-5, 90000, 100),
+}
+
+
+@dataclass(frozen=True)
+class RankOptions:
+    """Settings of :func:`run_ranks` (defaults: the published full scale).
+
+    Parameters
+    ----------
+    dims : tuple of int
+        Dimensions (published 3, 4, 5).
+    n_per_dim : int
+        Converged draws per dimension (published 100); also sizes the ``Q`` and ``V``
+        lists as published (``np.repeat(dims, n_per_dim)``).
+    cases : tuple of str
+        Keys of :data:`CASES`.
+    max_iter : int, optional
+        Override the published step limits (quick mode only; changes the numbers).
+    exact : bool
+        Also run wflow's solver (:func:`exact_limit`) on every attempt.
+    seed_q, seed_v, seed_init : int
+        Published 40, 26, 41.
+    tol_rank : float
+        Published 0.1.
+    """
+
+    dims: tuple[int, ...] = (3, 4, 5)
+    n_per_dim: int = 100
+    cases: tuple[str, ...] = ("identity", "random")
+    max_iter: int | None = None
+    exact: bool = True
+    seed_q: int = 40
+    seed_v: int = 26
+    seed_init: int = 41
+    tol_rank: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.n_per_dim < 1 or not self.dims or min(self.dims) < 2:
+            raise ValueError("castin_ranks: n_per_dim >= 1 and dims >= 2 required")
+        bad = [c for c in self.cases if c not in CASES]
+        if bad:
+            raise ValueError(f"castin_ranks: unknown cases {bad}; known {list(CASES)}")
+
+    @classmethod
+    def quick(cls, **changes: Any) -> RankOptions:
+        """Seconds: the ``V = I`` row, 3 draws per dimension, published settings.
+
+        The random-``V`` row needs ~10⁶ projected-Euler steps even for 3 draws.
+        """
+        base: dict[str, Any] = {"n_per_dim": 3, "cases": ("identity",)}
+        base.update(changes)
+        return cls(**base)
+
+
+def rhs_softmax(S: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, d: int
+                ) -> np.ndarray:
+    """``R + Rᵀ`` with ``R = (VΣ)(AΣ)``, ``A = KᵀQ/√d`` (u 11-14, same operations)."""
+    A = np.dot(K.T, Q) / np.sqrt(d)
+    R = np.dot(np.dot(V, S), np.dot(A, S))
+    return R + R.T
+
+
+def psd_project(S: np.ndarray, floor: float = 1e-14) -> np.ndarray:
+    """Eigenvalues below 0 set to ``floor``, ``U diag(λ) Uᵀ`` (u 60-64, same operations)."""
+    lam, U = np.linalg.eigh(S)
+    lam[lam < 0] = floor
+    return U.dot(np.diag(lam).dot(U.T))
+
+
+def projected_euler(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
+                    step: float, tol: float, max_iter: int, tol_high: float = 1e3
+                    ) -> tuple[np.ndarray, int, bool]:
+    """The published ``evolution`` (u 67-103): returns ``(Σ_last, iterations, converged)``.
+
+    Each iteration records ``Σ``, evaluates ``R``, sets ``Σ ← P(Σ + hR)`` and then stops
+    if ``‖R‖_F < tol`` (converged) or ``tr Σ > tol_high``. ``Σ_last`` is the last
+    *recorded* iterate (before the final update), ``iterations`` the number recorded.
+    """
+    d = S0.shape[0]
+    S = S0.copy()
+    last = S
+    converged = False
+    n = 0
+    for _ in range(max_iter):
+        last = S.copy()
+        n += 1
+        R = rhs_softmax(S, Q, K, V, d)
+        res = np.linalg.norm(R)
+        S = S + step * R
+        S = psd_project(S)
+        if res < tol:
+            converged = True
+            break
+        if np.trace(S) > tol_high:
+            break
+    return last, n, converged
+
+
+def draw_matrices(opts: RankOptions, case: RankCase
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """``Q``, ``K = −Q`` and ``V`` lists, in the published order (h 9-17, 39-42)."""
+    dim_rep = np.repeat(np.asarray(opts.dims), opts.n_per_dim)
+    rq = np.random.RandomState(opts.seed_q)
+    Qs = [rq.randn(d // 2, d) for d in dim_rep]
+    Ks = [-Q for Q in Qs]
+    if case.value == "identity":
+        Vs = [np.eye(d) for d in dim_rep]
+    else:
+        rv = np.random.RandomState(opts.seed_v)
+        Ws = [rv.randn(d, d) for d in dim_rep]
+        Vs = [np.dot(W.T, W) for W in Ws]
+    return Qs, Ks, Vs
+
+
+def exact_limit(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
+                identity: bool, t_end: float = 1e6) -> tuple[np.ndarray, int]:
+    """Wflow's solution of the moment ODE: the limit ``Σ_∞`` and its rank (no threshold).
+
+    ``identity=True`` (``V = I``, ``K = −Q``): closed form ``N (Nᵀ Σ₀^{-1} N)^{-1} Nᵀ``,
+    rank ``dim ker Q``. Otherwise LSODA (``rtol = 1e-10``, ``atol = 1e-13``) to ``t_end``;
+    the rank counts the eigenvalues at ``t_end`` above ``1e-9`` of the largest (round-off
+    of the solver) that kept more than half of their value at ``t_end / 10`` (the others
+    decay like ``1/t`` to 0), and the returned matrix is
+    ``Σ(t_end)`` with the decaying part removed.
+    """
+    d = S0.shape[0]
+    if identity:
+        from scipy.linalg import null_space
+
+        N = null_space(Q)
+        M = N.T @ np.linalg.solve(S0, N)
+        Sinf = N @ np.linalg.solve(M, N.T)
+        return 0.5 * (Sinf + Sinf.T), int(N.shape[1])
+    from scipy.integrate import solve_ivp
+
+    def f(_t: float, y: np.ndarray) -> np.ndarray:
+        S = y.reshape(d, d)
+        return rhs_softmax(S, Q, K, V, d).ravel()
+
+    sol = solve_ivp(f, (0.0, t_end), S0.ravel(), method="LSODA", rtol=1e-10, atol=1e-13,
+                    t_eval=[t_end / 10, t_end])
+    if sol.status != 0:  # pragma: no cover - reported, not hidden
+        raise RuntimeError(f"castin_ranks: solve_ivp failed: {sol.message}")
+    S1 = sol.y[:, 0].reshape(d, d)
+    S2 = sol.y[:, 1].reshape(d, d)
+    S1, S2 = 0.5 * (S1 + S1.T), 0.5 * (S2 + S2.T)
+    lam2, U2 = np.linalg.eigh(S2)
+    lam1 = np.array([u @ S1 @ u for u in U2.T])  # the same directions at t_end/10
+    # kept: not decaying (kept more than half over a decade) and above round-off
+    keep = (lam2 > 0.5 * np.maximum(lam1, 1e-300)) & (lam2 > 1e-9 * max(lam2.max(), 1e-300))
+    Sinf = (U2[:, keep] * lam2[keep]) @ U2[:, keep].T
+    return Sinf, int(keep.sum())
+
+
+def run_case_dim(item: tuple[RankOptions, str, int]) -> dict[str, Any]:
+    """All attempts of one case and one dimension (the published loop u 308-346).
+
+    Returns a dict: ``ranks`` (histogram entries, in order), ``exceptions``,
+    ``attempts`` (per attempt: index into the draw lists, iterations, converged, rank,
+    the limit's eigenvalues, and with ``exact`` the exact rank and threshold rank).
+    """
+    opts, cname, j = item
+    case = CASES[cname]
+    d = opts.dims[j]
+    Qs, Ks, Vs = draw_matrices(opts, case)
+    step = case.steps[j] if j < len(case.steps) else case.steps[-1]
+    max_iter = opts.max_iter if opts.max_iter is not None else case.max_iter
+    n_max = 1000 if case.n_max_factor is None else case.n_max_factor * opts.n_per_dim
+    rng = np.random.RandomState(opts.seed_init)
+    t0 = time.perf_counter()
+    i = 0
+    ranks: list[int] = []
+    exceptions = 0
+    attempts: list[dict[str, Any]] = []
+    for _ in range(n_max):
+        idx = opts.n_per_dim * j + i
+        Q, K, V = Qs[idx], Ks[idx], Vs[idx]
+        G = rng.randn(d, d)
+        S0 = G @ G.T
+        last, n_it, conv = projected_euler(S0, Q, K, V, step=step, tol=case.tol,
+                                           max_iter=max_iter)
+        lam = np.linalg.eigvalsh(last)
+        rec: dict[str, Any] = {"index": idx, "iterations": n_it, "converged": conv,
+                               "eigenvalues": lam}
+        if conv:
+            rank = int(np.sum(lam > opts.tol_rank))
+            rec["rank"] = rank
+            if rank <= (d + 1) // 2:
+                ranks.append(rank)
+            else:
+                exceptions += 1
+            i += 1
+        if opts.exact:
+            Sinf, r_exact = exact_limit(S0, Q, K, V, identity=case.value == "identity")
+            rec["exact_rank"] = r_exact
+            rec["exact_rank_threshold"] = int(np.sum(np.linalg.eigvalsh(Sinf) > opts.tol_rank))
+        attempts.append(rec)
+        if i == opts.n_per_dim:
+            break
+    return {"case": cname, "d": d, "ranks": ranks, "exceptions": exceptions,
+            "attempts": attempts, "wall_s": time.perf_counter() - t0}
+
+
+def run_ranks(opts: RankOptions | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+    """Every case and dimension, spread over MPI ranks; ``{case: {d: run_case_dim(...)}}``."""
+    opts = opts or RankOptions()
+    items = [(opts, c, j) for c in opts.cases for j in range(len(opts.dims))]
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in parallel_map(run_case_dim, items):
+        out.setdefault(r["case"], {})[r["d"]] = r
+    return out
+
+
+RULE = ("over the converged draws of the published solver, and over every attempted draw "
+        "of wflow's exact solver: REPRODUCED when no draw has rank > ceil(d/2) with either "
+        "solver (published rank: eigenvalues > 0.1; exact: the limit's rank); NOT REPRODUCED "
+        "when the exact limit has rank > ceil(d/2) for some draw; INCONCLUSIVE when only the "
+        "published solver finds such draws (exceptions of a finite stopping time) or a "
+        "dimension has fewer converged draws than asked")
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """Verdict on the claim; ``reasons`` lists the counts it rests on."""
+
+    verdict: str
+    reasons: tuple[str, ...]
+    rule: str
+
+
+def judge_ranks(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int,
+                *, bound: Any = None) -> RankVerdict:
+    """Judge :data:`CLAIM` (rule :data:`RULE`); ``bound(d)`` defaults to ``⌈d/2⌉``."""
+    bound = bound or (lambda d: (d + 1) // 2)
+    exc_pub = exc_exact = short = 0
+    reasons = []
+    for cname, per_d in runs.items():
+        for d, r in per_d.items():
+            conv = [a for a in r["attempts"] if a["converged"]]
+            hi_pub = sum(1 for a in conv if a["rank"] > bound(d))
+            hi_ex = sum(1 for a in r["attempts"] if a.get("exact_rank", 0) > bound(d))
+            exc_pub += hi_pub
+            exc_exact += hi_ex
+            short += len(conv) < n_per_dim
+            reasons.append(f"{cname} d={d}: {len(conv)} converged of {len(r['attempts'])} "
+                           f"attempts, {hi_pub} with published rank > {bound(d)}, "
+                           f"{hi_ex} with exact rank > {bound(d)}")
+    if exc_exact:
+        v = "not reproduced"
+    elif exc_pub or short:
+        v = "inconclusive"
+    else:
+        v = "reproduced"
+    return RankVerdict(v, tuple(reasons), RULE)
+
+
+def summarize(opts: RankOptions, runs: dict[str, dict[int, dict[str, Any]]],
+              v: RankVerdict, control: RankVerdict) -> dict[str, Any]:
+    """``summary.json`` content: histograms of both solvers, counts, verdict."""
+    table: dict[str, Any] = {}
+    for cname, per_d in runs.items():
+        table[cname] = {}
+        for d, r in per_d.items():
+            conv = [a for a in r["attempts"] if a["converged"]]
+            hist = np.bincount(r["ranks"], minlength=d + 1).tolist()
+            ex = [a["exact_rank"] for a in r["attempts"] if "exact_rank" in a]
+            ext = [a["exact_rank_threshold"] for a in conv if "exact_rank_threshold" in a]
+            differ = sum(1 for a in conv if "exact_rank_threshold" in a
+                         and a["exact_rank_threshold"] != a["rank"])
+            table[cname][str(d)] = {
+                "published_histogram": hist,
+                "exceptions": r["exceptions"],
+                "attempts": len(r["attempts"]),
+                "converged": len(conv),
+                "iterations_total": int(sum(a["iterations"] for a in r["attempts"])),
+                "exact_rank_histogram_all_attempts":
+                    np.bincount(ex, minlength=d + 1).tolist() if ex else None,
+                "exact_threshold_histogram_converged":
+                    np.bincount(ext, minlength=d + 1).tolist() if ext else None,
+                "published_vs_exact_threshold_rank_differ": differ,
+                "wall_s": r["wall_s"],
+            }
+    return {"paper": PAPER, "claim": CLAIM, "settings": asdict(opts), "verdict": v.verdict,
+            "verdict_rule": v.rule, "reasons": list(v.reasons),
+            "control_bound_floor_d_over_2": control.verdict, "cases": table,
+            "differences_from_published": [
+                "none in the projected-Euler part (same NumPy operations and streams; "
+                "RandomState(seed) instead of the global np.random.seed, the same stream)",
+                "wflow's exact solver added: closed-form limit for V = I, LSODA to t = 1e6 "
+                "for random V",
+                "the L2 self-attention rows of histograms.py are not reproduced here"]}
+
+
+def control(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int) -> RankVerdict:
+    """Negative control: the rule with the false bound ``⌊d/2⌋`` instead of ``⌈d/2⌉``.
+
+    For odd ``d`` the exact rank is ``⌈d/2⌉ > ⌊d/2⌋``: the control must not be reproduced.
+    """
+    return judge_ranks(runs, n_per_dim, bound=lambda d: d // 2)
+
+
+def write_ranks(stage: Path, opts: RankOptions, runs: dict[str, dict[int, dict[str, Any]]],
+                v: RankVerdict) -> list[str]:
+    """``castin_ranks.npz``, ``castin_ranks.csv`` (one row per attempt) and the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..infra.io import save_npz, write_csv
+
+    cols: dict[str, list[Any]] = {k: [] for k in ("case", "d", "index", "iterations",
+                                                 "converged", "rank", "exact_rank",
+                                                 "exact_rank_threshold", "lambda_max")}
+    arrays: dict[str, np.ndarray] = {}
+    for cname, per_d in runs.items():
+        for d, r in per_d.items():
+            arrays[f"{cname}_d{d}_ranks"] = np.asarray(r["ranks"], np.int64)
+            arrays[f"{cname}_d{d}_iterations"] = np.asarray(
+                [a["iterations"] for a in r["attempts"]], np.int64)
+            arrays[f"{cname}_d{d}_eigenvalues"] = np.asarray(
+                [a["eigenvalues"] for a in r["attempts"]])
+            for a in r["attempts"]:
+                cols["case"].append(0 if cname == "identity" else 1)
+                cols["d"].append(d)
+                cols["index"].append(a["index"])
+                cols["iterations"].append(a["iterations"])
+                cols["converged"].append(int(a["converged"]))
+                cols["rank"].append(a.get("rank", -1))
+                cols["exact_rank"].append(a.get("exact_rank", -1))
+                cols["exact_rank_threshold"].append(a.get("exact_rank_threshold", -1))
+                cols["lambda_max"].append(float(np.max(a["eigenvalues"])))
+    save_npz(stage / "castin_ranks.npz", **arrays)
+    write_csv(stage / "castin_ranks.csv", {k: np.asarray(c) for k, c in cols.items()})
+    cases = list(runs)
+    fig, axes = plt.subplots(len(cases), len(opts.dims),
+                             figsize=(3.4 * len(opts.dims), 2.9 * len(cases)), squeeze=False)
+    for a_row, cname in zip(axes, cases, strict=True):
+        for ax, d in zip(a_row, opts.dims, strict=True):
+            r = runs[cname][d]
+            bins = np.arange(0, d + 1.5) - 0.5
+            ax.hist(r["ranks"], bins=bins, alpha=0.6, label="published solver")
+            ex = [a["exact_rank"] for a in r["attempts"] if "exact_rank" in a]
+            if ex:
+                ax.hist(ex, bins=bins, histtype="step", color="k", lw=1.5,
+                        label="exact limit (all attempts)")
+            ax.set_xticks(bins[:-1] + 0.5)
+            ax.set_title(f"V {cname}, d = {d}", fontsize=9)
+            ax.set_xlabel("rank")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"Castin et al. rank histograms — claim: {CLAIM} — {v.verdict.upper()}",
+                 fontsize=8, wrap=True)
+    fig.tight_layout()
+    fig.savefig(stage / "castin_ranks.png", dpi=110)
+    plt.close(fig)
+    return ["castin_ranks.npz", "castin_ranks.csv", "castin_ranks.png"]
+
+
+def reproduce(*, out: str | Path, options: RankOptions | None = None,
+              overwrite: bool = True) -> Any:
+    """Run both solvers, judge and write ``out/``; returns the ``StudyResult``."""
+    from ..infra.io import atomic_write_text, prepare_output
+    from ..studies.base import StudyResult, write_study
+
+    opts = options or RankOptions()
+    out = prepare_output(out, overwrite=overwrite)
+    runs = run_ranks(opts)
+    v = judge_ranks(runs, opts.n_per_dim)
+    ctl = control(runs, opts.n_per_dim)
+    summary = summarize(opts, runs, v, ctl)
+    sentence = (f"castin_ranks: published claim {v.verdict.upper()} ({'; '.join(v.reasons)}); "
+                f"control with the false bound floor(d/2): {ctl.verdict}.")
+    study = StudyResult("reproduce_castin_ranks", summary, sentence, v.verdict == "reproduced")
+    report = "\n".join([
+        f"# castin_ranks — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
+        f"Claim: {CLAIM}.", "", f"Rule: {RULE}", "", "Measured:",
+        *[f"- {r}" for r in v.reasons], "",
+        "| case | d | published histogram (rank 0..d) | exact limit ranks (all attempts) |",
+        "|---|---|---|---|",
+        *[f"| {c} | {d} | {t['published_histogram']} | "
+          f"{t['exact_rank_histogram_all_attempts']} |"
+          for c, per in summary["cases"].items() for d, t in per.items()],
+        "", f"Negative control (bound floor(d/2)): {ctl.verdict}."]) + "\n"
+
+    def write(stage: Path) -> list[str]:
+        atomic_write_text(stage / "report.md", report)
+        return ["report.md", *write_ranks(stage, opts, runs, v)]
+
+    return write_study(out, study, write)
