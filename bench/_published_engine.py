@@ -5,8 +5,9 @@ it imports the published package ``attn_sphere`` from ``PATH`` (the user's check
 published code lives in this repository) and either
 
 * ``--time``: times ``simulate_batch`` for one row (float64, CPU, ``--threads`` torch
-  threads, diagnostics recorded every 5 steps as published; one warm-up run first) and
-  prints one JSON line; or
+  threads, diagnostics computed every step and recorded every ``--rec`` steps, 5 as
+  published; one warm-up run of 2-10 steps first) and prints one JSON line with the
+  process's thread counts (``_common.peer_info``); or
 * ``--dump FILE``: runs ``--steps`` steps recording every step and saves the initial data,
   the standard normals the engine drew (regenerated from the same seeded generator) and
   the recorded ``E, G2, dE_int, G2_int, add_int`` to ``FILE`` (``.npz``), so that the
@@ -34,12 +35,15 @@ def main() -> int:
     ap.add_argument("--dt", type=float, default=5e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=2010)
+    ap.add_argument("--rec", type=int, default=5, help="record every REC steps")
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--dump")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.engine_src))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import numpy as np
     import torch
+    from _common import peer_info
 
     torch.set_num_threads(a.threads)
     import attn_sphere as eng
@@ -69,15 +73,18 @@ def main() -> int:
         np.savez(a.dump, x0=np.asarray(x0), D0=D0.numpy(), normals=normals,
                  **{k: np.asarray(res[k]) for k in ("t", "E", "G2", "dE_int", "G2_int",
                                                     "add_int")})
+        print(json.dumps({"dump": a.dump, "peer": peer_info()}))
         return 0
-    run(2, 5)  # warm-up
+    run(min(10, max(2, a.steps // 4)), a.rec)  # warm-up (first-call allocations)
     load0 = os.getloadavg()
     t0, c0 = time.perf_counter(), time.process_time()
-    run(a.steps, 5)
+    res = run(a.steps, a.rec)
     wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"s_per_step": wall / a.steps, "cpu_per_step": cpu_s / a.steps,
-                      "steps": a.steps, "load_before": load0, "load_after": os.getloadavg(),
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+                      "steps": a.steps, "record_every": a.rec, "load_in_before": load0,
+                      "load_in_after": os.getloadavg(), "torch": torch.__version__,
+                      "threads": torch.get_num_threads(),
+                      "E_last": float(np.mean(res["E"][:, -1])), "peer": peer_info()}))
     return 0
 
 

@@ -2,8 +2,12 @@
 
     Z_h(x_i) = Σ_j m_j e^{β<Q_h x_i, K_h y_j>},   Y_h(x_i) = Σ_j m_j e^{β<Q_h x_i, K_h y_j>} y_j
 
-Every ratio is measured in ONE run of this script against a reference run in the
-same process (the machine is shared, absolute times drift). Sections:
+Every ratio is measured in ONE run of this script (the machine is shared, absolute times
+drift); every method ("peer": the NumPy references, the candidates, each wflow back-end)
+runs in its own fresh process with an explicit, recorded environment and the same thread
+count (``bench/_common.py``: no inherited ``OMP_*``/``MKL_*``/``NUMBA_*``/``OPENBLAS_*``),
+on the same data (drawn from the same seed in each process), warmed up there; errors are
+compared on the sums each process saves. Sections:
 
 * ``candidates``  direct sums at n = 10 000, H = 4, d ∈ {3, 64}: the blocked NumPy
   reference, NumPy + a thread pool over blocks, the fused numba kernels;
@@ -41,21 +45,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    CLOCK,
     RESULTS,
     best_time,
-    machine,
+    call_peer,
+    default_threads,
+    parent_machine,
+    peer_env,
+    recorded_env,
     sphere,
     table,
-    use_cpu_time,
     write_json,
 )
 
-from wflow import kernels as km  # noqa: E402
+#: Threads of every peer and its clock (set by ``main``).
+RUN = {"threads": 1, "cpu_time": False, "tmp": None}
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,14 +82,75 @@ def symmetric_heads(rng, H, d, norm=None):
 
 def ks(x, m, Q, K, backend):
     """``kernel_sums`` at targets = sources ``x``, softmax, ``β = 1``, as a thunk."""
+    from wflow import kernels as km
+
     return partial(km.kernel_sums, x, x, m, Q, K, beta=1.0, kind="softmax", backend=backend)
 
 
 def rel_err(a, b):
-    """Max over targets of ``max(|ΔZ|, |ΔY|∞) / Z`` (the kernels' error measure)."""
-    dz = np.abs(a.Z - b.Z)
-    dy = np.abs(a.Y - b.Y).max(axis=2)
-    return float(np.max(np.maximum(dz, dy) / b.Z))
+    """Max over targets of ``max(|ΔZ|, |ΔY|∞) / Z`` (the kernels' error measure).
+
+    ``a``, ``b``: results with ``.Z``, ``.Y``, or the ``.npz`` files peers saved.
+    """
+    a, b = (np.load(v) if isinstance(v, str) else {"Z": v.Z, "Y": v.Y} for v in (a, b))
+    dz = np.abs(a["Z"] - b["Z"])
+    dy = np.abs(a["Y"] - b["Y"]).max(axis=2)
+    return float(np.max(np.maximum(dz, dy) / b["Z"]))
+
+
+# ----------------------------------------------------------------------- peers
+def peer_sums(method: str, n: int, H: int, d: int, seed: int, norm: float | None = None,
+              repeat: int = 1, save: str | None = None, cpu_time: bool = False,
+              plan: bool = False) -> dict:
+    """In a fresh process: the sums of one method on the data of ``seed``; time, info.
+
+    Methods: ``numpy`` / ``direct`` / ``fastsum`` / ``auto`` (``wflow.kernels`` back-ends),
+    ``threads`` (NumPy + a thread pool), ``generic`` (chunked numba), ``naive`` (one
+    einsum). ``repeat``: timed calls after one warm-up (0: one untimed-warm-up-free call).
+    """
+    if cpu_time:
+        CLOCK.update(timer=time.process_time, name="cpu, 1 thread")
+    rng = np.random.default_rng(seed)
+    x = sphere(rng, n, d)
+    m = np.full(n, 1.0 / n)
+    Q, K = symmetric_heads(rng, H, d, norm=norm)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    fn = {"threads": partial(threads_numpy, x, x, m, Q, K, 1.0, threads),
+          "generic": partial(generic_numba, x, x, m, Q, K, 1.0),
+          "naive": partial(naive_einsum, x, x, m, Q, K, 1.0)}.get(method)
+    fn = fn or ks(x, m, Q, K, method)
+    out = {"method": method}
+    try:
+        t, r = best_time(fn, repeat=repeat)
+    except ValueError as exc:  # fastsum refused (tolerance unreachable)
+        return out | {"refused": str(exc)}
+    out["time_s"] = t
+    if save:
+        np.savez(save, Z=r.Z, Y=r.Y)
+    if getattr(r, "info", None) is not None:
+        out.update(degree=[int(v) for v in r.info.degree], err_est=r.info.err_est,
+                   backend=r.info.backend)
+    if plan:
+        from wflow import kernels as km
+
+        p = km.plan_kernel(x, x, Q, K, beta=1.0, kind="softmax", m=m)
+        out["auto"] = p.backend + (f" ({sum(p.fast_heads)}/{H} heads)"
+                                   if p.backend == "fastsum" else "")
+    return out
+
+
+def sums(method: str, n: int, H: int, d: int, seed: int, **kw) -> dict:
+    """:func:`peer_sums` in a fresh process; the sums saved under the run's temp folder."""
+    save = str(Path(RUN["tmp"]) / f"{method}_{n}_{H}_{d}_{seed}_{kw.get('norm')}.npz")
+    rec = call_peer("bench_kernels:peer_sums", threads=RUN["threads"], method=method, n=n,
+                    H=H, d=d, seed=seed, save=save, cpu_time=RUN["cpu_time"], **kw)
+    rec["file"] = save
+    return rec
+
+
+def _peer_fields(rec: dict) -> dict:
+    return {"env": rec["env"], "load": max(rec["load_before"], rec["load_after"]),
+            "peer_threads": {k: rec["peer"].get(k) for k in ("numba_threads", "threadpools")}}
 
 
 # ------------------------------------------------------------------ candidates
@@ -105,12 +176,14 @@ def threads_numpy(x, y, m, Q, K, beta, nthreads):
 
     with ThreadPoolExecutor(nthreads) as ex:
         list(ex.map(work, [(h, i0) for h in range(H) for i0 in range(0, M, B)]))
-    return km.KernelSums(Z, Y, None, None)
+    return SimpleNamespace(Z=Z, Y=Y, info=None)
 
 
 def generic_numba(x, y, m, Q, K, beta):
     """Candidate for wide heads: the chunked all-numba kernel (no BLAS)."""
+    from wflow import kernels as km
     from wflow.kernels import _numba as kn
+
     H = Q.shape[0]
     M, d = x.shape
     qx, ky = km._score_factors(x, y, Q, K, beta)
@@ -123,31 +196,24 @@ def generic_numba(x, y, m, Q, K, beta):
 
 
 def section_candidates(quick: bool) -> list[dict]:
-    import numba
-
-    rng = np.random.default_rng(1)
     n = 2000 if quick else 10_000
     H = 4
     rows = []
     for d in (3, 64):
-        x = sphere(rng, n, d)
-        m = np.full(n, 1.0 / n)
-        Q, K = symmetric_heads(rng, H, d)
-        t_ref, ref = best_time(ks(x, m, Q, K, "numpy"), repeat=1)
+        ref = sums("numpy", n, H, d, seed=1 + d, repeat=1)
         reps = 1 if n >= 10_000 else 2
-        cands = {
-            "numpy blocked (reference)": (t_ref, ref),
-            "numpy + thread pool": best_time(partial(threads_numpy, x, x, m, Q, K, 1.0,
-                                                     numba.get_num_threads()), repeat=reps),
-            "numba fused (backend='direct')": best_time(ks(x, m, Q, K, "direct"), repeat=reps),
-        }
+        cands = {"numpy blocked (reference)": ref,
+                 "numpy + thread pool": sums("threads", n, H, d, seed=1 + d, repeat=reps),
+                 "numba fused (backend='direct')": sums("direct", n, H, d, seed=1 + d,
+                                                        repeat=reps)}
         if d > 3:
-            cands["numba chunked, no BLAS"] = best_time(
-                partial(generic_numba, x, x, m, Q, K, 1.0), repeat=reps)
-        for name, (t, r) in cands.items():
+            cands["numba chunked, no BLAS"] = sums("generic", n, H, d, seed=1 + d, repeat=reps)
+        for name, rec in cands.items():
+            t = rec["time_s"]
             rows.append({"d": d, "n": n, "H": H, "method": name, "time_s": t,
-                         "ns_per_triple": t / (n * n * H) * 1e9, "speedup": t_ref / t,
-                         "rel_err": rel_err(r, ref)})
+                         "ns_per_triple": t / (n * n * H) * 1e9,
+                         "speedup": ref["time_s"] / t,
+                         "rel_err": rel_err(rec["file"], ref["file"])} | _peer_fields(rec))
     return rows
 
 
@@ -157,77 +223,79 @@ def naive_einsum(x, y, m, Q, K, beta):
     s = beta * np.einsum("hmk,hnk->hmn", np.einsum("hkd,md->hmk", Q, x),
                          np.einsum("hkd,nd->hnk", K, y), optimize=True)
     E = np.exp(s)
-    return km.KernelSums(np.einsum("hmn,n->hm", E, m, optimize=True),
-                         np.einsum("hmn,n,nd->hmd", E, m, y, optimize=True), None, None)
+    return SimpleNamespace(Z=np.einsum("hmn,n->hm", E, m, optimize=True),
+                           Y=np.einsum("hmn,n,nd->hmd", E, m, y, optimize=True), info=None)
 
 
 def section_pairs(quick: bool) -> list[dict]:
-    rng = np.random.default_rng(2)
     rows = []
     for n in ((500, 1000) if quick else (1000, 10_000)):
         for H in (1, 8):
             for d in (3, 64):
-                x = sphere(rng, n, d)
-                m = np.full(n, 1.0 / n)
-                Q, K = symmetric_heads(rng, H, d)
                 triples = n * n * H
-                t_dir, r_dir = best_time(ks(x, m, Q, K, "direct"),
-                    repeat=1 if n >= 10_000 else 3)
+                seed = 2 + n + 10 * H + d
+                rep = 1 if n >= 10_000 else 3
+                r_dir = sums("direct", n, H, d, seed=seed, repeat=rep)
+                t_dir = r_dir["time_s"]
                 row = {"n": n, "H": H, "d": d, "direct_s": t_dir,
-                       "direct_pairs_per_s": triples / t_dir}
+                       "direct_pairs_per_s": triples / t_dir, "env": r_dir["env"],
+                       "load": max(r_dir["load_before"], r_dir["load_after"])}
                 if triples * 8 * 2 <= 4 * 2**30:  # the naive (H, n, n) matrices fit in 4 GiB
-                    t_nv, r_nv = best_time(partial(naive_einsum, x, x, m, Q, K, 1.0),
-                                           repeat=1 if n >= 10_000 else 3)
+                    r_nv = sums("naive", n, H, d, seed=seed, repeat=rep)
+                    t_nv = r_nv["time_s"]
                     row.update(naive_s=t_nv, naive_pairs_per_s=triples / t_nv,
-                               speedup=t_nv / t_dir, rel_err=rel_err(r_dir, r_nv))
+                               speedup=t_nv / t_dir, rel_err=rel_err(r_dir["file"],
+                                                                     r_nv["file"]),
+                               naive_env=r_nv["env"],
+                               load=max(row["load"], r_nv["load_before"], r_nv["load_after"]))
                 rows.append(row)
     return rows
 
 
 # --------------------------------------------------------------------- fastsum
 def section_fastsum(quick: bool) -> dict:
-    rng = np.random.default_rng(3)
     H = 4
     sizes = (1000, 2500) if quick else (2500, 10_000, 40_000)
     norms = (0.5, 2.0, 8.0) if quick else (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     grid = []
     for n in sizes:
-        x = sphere(rng, n, 3)
-        m = np.full(n, 1.0 / n)
         for lam in norms:
-            Q, A = symmetric_heads(rng, H, 3, norm=lam)
-            t_dir, r_dir = best_time(ks(x, m, Q, A, "direct"), repeat=1)
-            row = {"n": n, "H": H, "beta_normA": lam, "direct_s": t_dir}
-            try:
-                t_fs, r_fs = best_time(ks(x, m, Q, A, "fastsum"), repeat=1)
-                row.update(fast_s=t_fs, speedup_vs_direct=t_dir / t_fs,
-                           degree=max(r_fs.info.degree), err_est=r_fs.info.err_est,
-                           err=rel_err(r_fs, r_dir), fast_backend=r_fs.info.backend)
-            except ValueError as exc:
-                row.update(fast_backend=f"refused: {exc}")
-            plan = km.plan_kernel(x, x, Q, A, beta=1.0, kind="softmax", m=m)
-            row["auto"] = plan.backend + (f" ({sum(plan.fast_heads)}/{H} heads)"
-                                          if plan.backend == "fastsum" else "")
+            seed = 3 + n + int(100 * lam)
+            r_dir = sums("direct", n, H, 3, seed=seed, norm=lam, repeat=1)
+            t_dir = r_dir["time_s"]
+            row = {"n": n, "H": H, "beta_normA": lam, "direct_s": t_dir, "env": r_dir["env"]}
+            r_fs = sums("fastsum", n, H, 3, seed=seed, norm=lam, repeat=1, plan=True)
+            if "refused" in r_fs:
+                row.update(fast_backend=f"refused: {r_fs['refused']}")
+            else:
+                row.update(fast_s=r_fs["time_s"], speedup_vs_direct=t_dir / r_fs["time_s"],
+                           degree=max(r_fs["degree"]), err_est=r_fs["err_est"],
+                           err=rel_err(r_fs["file"], r_dir["file"]),
+                           fast_backend=r_fs["backend"])
+            row["auto"] = r_fs.get("auto", "-")
+            row["load"] = max(r["load_after"] for r in (r_dir, r_fs))
             grid.append(row)
             print(f"  fastsum n={n} β‖A‖={lam}: {row.get('speedup_vs_direct', float('nan')):.1f}x"
                   f" err {row.get('err', float('nan')):.1e}", flush=True)
     # the issue's target: 40 000 points on S², 4 random symmetric heads, against the
     # blocked NumPy reference (and the fused direct sum)
     n = 4000 if quick else 40_000
-    x = sphere(rng, n, 3)
-    m = np.full(n, 1.0 / n)
-    Q, A = symmetric_heads(rng, H, 3)
-    t_ref, ref = best_time(ks(x, m, Q, A, "numpy"), repeat=0)
-    t_dir, r_dir = best_time(ks(x, m, Q, A, "direct"), repeat=1)
-    t_auto, r_auto = best_time(ks(x, m, Q, A, "auto"),
-                               repeat=2)
+    ref = sums("numpy", n, H, 3, seed=3, repeat=0)
+    r_dir = sums("direct", n, H, 3, seed=3, repeat=1)
+    r_auto = sums("auto", n, H, 3, seed=3, repeat=2)
+    t_ref, t_dir, t_auto = ref["time_s"], r_dir["time_s"], r_auto["time_s"]
+    rng = np.random.default_rng(3)
+    sphere(rng, n, 3)
+    _, A = symmetric_heads(rng, H, 3)
     target = {"n": n, "H": H, "beta": 1.0,
               "normA": [float(v) for v in np.linalg.norm(A, ord=2, axis=(1, 2))],
               "reference_s": t_ref, "direct_s": t_dir, "auto_s": t_auto,
-              "auto_backend": r_auto.info.backend, "degree": list(r_auto.info.degree),
-              "err_est": r_auto.info.err_est, "err_vs_reference": rel_err(r_auto, ref),
-              "direct_err_vs_reference": rel_err(r_dir, ref),
-              "speedup_vs_reference": t_ref / t_auto, "speedup_vs_direct": t_dir / t_auto}
+              "auto_backend": r_auto["backend"], "degree": r_auto["degree"],
+              "err_est": r_auto["err_est"], "err_vs_reference": rel_err(r_auto["file"],
+                                                                         ref["file"]),
+              "direct_err_vs_reference": rel_err(r_dir["file"], ref["file"]),
+              "speedup_vs_reference": t_ref / t_auto, "speedup_vs_direct": t_dir / t_auto,
+              "env": ref["env"], "load": max(r["load_after"] for r in (ref, r_dir, r_auto))}
     return {"grid": grid, "target": target}
 
 
@@ -258,9 +326,10 @@ print(json.dumps({"n": n, "H": H, "backend": backend, "ran": r.info.backend, "ti
 
 
 def _child(code: str, *args: str, env: dict | None = None) -> dict:
+    penv = peer_env(RUN["threads"], env)
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         cwd=ROOT, env={**os.environ, **(env or {})}, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+                         cwd=ROOT, env=penv, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]) | {"env": recorded_env(penv)}
 
 
 def section_memory(quick: bool) -> list[dict]:
@@ -318,13 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", action="append",
                     choices=["candidates", "pairs", "fastsum", "memory", "jit"],
                     help="run only these sections (repeatable)")
+    ap.add_argument("--threads", type=int, default=default_threads(),
+                    help="threads of every peer (default: $WFLOW_BENCH_THREADS or the cores)")
     args = ap.parse_args(argv)
-    if args.cpu_time:
-        use_cpu_time(argv)
+    RUN.update(threads=1 if args.cpu_time else args.threads, cpu_time=args.cpu_time)
+    tmpdir = tempfile.TemporaryDirectory()
+    RUN["tmp"] = tmpdir.name
     sections = args.section or ["jit", "candidates", "pairs", "fastsum", "memory"]
     flags = (" --quick" if args.quick else "") + (" --cpu-time" if args.cpu_time else "")
     flags += "".join(f" --section {sec}" for sec in (args.section or []))
-    out = {"machine_start": machine(), "quick": args.quick,
+    out = {"machine_start": parent_machine(), "quick": args.quick, "threads": RUN["threads"],
+           "clock": "cpu, 1 thread" if args.cpu_time else "wall",
            "command": "python bench/bench_kernels.py" + flags}
     t0 = time.perf_counter()
     if "jit" in sections:
@@ -368,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows, [("n", "n", "{}"), ("H", "H", "{}"), ("backend", "backend", "{}"),
                            ("ran", "ran", "{}"), ("time_s", "time [s]", "{:.2f}"),
                            ("peak_rss_GiB", "peak RSS [GiB]", "{:.2f}")]))
-    out["machine_end"] = machine()
+    out["machine_end"] = parent_machine()
+    tmpdir.cleanup()
     out["wall_s"] = time.perf_counter() - t0
     name = "bench_kernels" + ("_quick" if args.quick else "") + ("_cpu" if args.cpu_time else "")
     load_start, load_end = out["machine_start"]["loadavg"], out["machine_end"]["loadavg"]

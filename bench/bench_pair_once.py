@@ -1,7 +1,8 @@
 """The floor of the small multi-head step: cost of one fused ``exp`` and of one pair-once pair.
 
-Measures on ONE core (the script re-executes itself with ``NUMBA_NUM_THREADS=1``, process CPU
-time):
+Measures on ONE core (the script re-executes itself in the clean one-thread environment of
+``_common.peer_env``: no inherited ``OMP_*``/``NUMBA_*``/``OPENBLAS_*``/``MKL_*`` variables,
+every thread count 1, recorded in the JSON; process CPU time):
 
 * ``fexp``: the vectorised ``e^s`` of :mod:`wflow.kernels._numba` over 10⁵ values;
 * ``pair-once``: the symmetric-head kernel of ``particle_terms`` (every pair once, the

@@ -14,11 +14,16 @@ For each mesh (2.5k, 10k, 40k cells by default) and head count H ∈ {1, 4}:
   back-ends (fused numba direct sum; blocked NumPy reference, only up to
   ``--numpy-max-cells``), for comparison with the ``auto`` choice.
 
+Each of ``wflow`` (eval, steps, measure: the ``auto`` back-end), ``direct`` and ``numpy``
+runs in its own fresh process with an explicit, recorded environment and the same thread
+count (``bench/_common.py``: no inherited ``OMP_*``/``MKL_*``/``NUMBA_*``/``OPENBLAS_*``),
+warmed up there; peak RSS is each process's own.
+
 Memory of the NumPy back-end is O(block · M) (blocks of ``BLOCK_ELEMS`` scores); the
 direct back-end uses O(1) per target. Peak RSS is reported.
 
 Run: python bench/bench_pde.py [--cells 2420 9680 40500] [--heads 1 4] [--quick]
-     [--json FILE]
+     [--threads 2] [--json FILE]
 """
 
 from __future__ import annotations
@@ -26,18 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from wflow.attention.heads import Attention, Heads
-from wflow.attention.schedules import Static
-from wflow.energy import evaluate
-from wflow.geometry.density import initial_density
-from wflow.geometry.mesh import load_mesh
-from wflow.kernels import kernel_sums, plan_kernel
-from wflow.pde import PDEOptions, iterate_pde
-from wflow.pde.solver import _Run
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import call_peer, default_threads, parent_machine  # noqa: E402
 
 
 def timed(fn, repeat: int) -> float:
@@ -51,6 +52,10 @@ def timed(fn, repeat: int) -> float:
 
 def step_time(sm, rho0, heads, attn, order: int, steps: int) -> tuple[float, float]:
     """Seconds per accepted step (velocity + fluxes + update), and per measure call."""
+    from wflow.attention.schedules import Static
+    from wflow.pde import PDEOptions, iterate_pde
+    from wflow.pde.solver import _Run
+
     opts = PDEOptions(T=1.0, dt=1e-4, order=order, n_saves=2, balance=False, clusters=False,
                       max_steps=steps)
     run = _Run(sm, opts, Static.of(heads), attn, None)
@@ -69,60 +74,103 @@ def step_time(sm, rho0, heads, attn, order: int, steps: int) -> tuple[float, flo
     return dt_step, time.perf_counter() - t1
 
 
+def _setup(M: int, H: int):
+    from wflow.attention.heads import Attention, Heads
+    from wflow.attention.schedules import Static
+    from wflow.geometry.density import initial_density
+    from wflow.geometry.mesh import load_mesh
+    from wflow.pde import PDEOptions
+    from wflow.pde.solver import _Run
+
+    sm = load_mesh(f"sphere_{M}.msh")
+    rho0 = initial_density(sm, {"type": "vmf", "means": [[1, 0, 0], [0, 0, 1]],
+                                "kappas": [3.0, 3.0]})
+    heads = Heads.random_symmetric(H, 3, np.random.default_rng(0), scale=0.5)
+    attn = Attention("softmax", 1.0)
+    run = _Run(sm, PDEOptions(), Static.of(heads), attn, None)
+    return sm, rho0, heads, attn, run.fv, rho0 * run.fv.areas_glob
+
+
+def peer_wflow(M: int, H: int, steps: int) -> dict:
+    """In a fresh process: the ``auto`` evaluation, one step of each order, the measure."""
+    from wflow.energy import evaluate
+    from wflow.kernels import plan_kernel
+
+    sm, rho0, heads, attn, fv, m = _setup(M, H)
+    plan = plan_kernel(fv.qhat, fv.chat_glob, heads.Q, heads.K, beta=attn.beta,
+                       kind=attn.kind)
+    repeat = 3 if M * H <= 10_000 else 1
+    evaluate(fv.qhat[:10], heads, attn, y=fv.chat_glob, m=m)  # JIT warm-up
+    t_eval = timed(lambda: evaluate(fv.qhat, heads, attn, y=fv.chat_glob, m=m), repeat)
+    s1, t_meas = step_time(sm, rho0, heads, attn, 1, steps)
+    s2, _ = step_time(sm, rho0, heads, attn, 2, steps)
+    return {"targets": int(fv.qhat.shape[0]), "backend": plan.backend, "eval_s": t_eval,
+            "step_order1_s": s1, "step_order2_s": s2, "measure_s": t_meas,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def peer_sums(M: int, H: int, backend: str) -> dict:
+    """In a fresh process: the edge-velocity kernel sums on one exact back-end."""
+    from wflow.kernels import kernel_sums
+
+    _, _, heads, attn, fv, m = _setup(M, H)
+
+    def call(n=None):
+        q = fv.qhat if n is None else fv.qhat[:n]
+        kernel_sums(q, fv.chat_glob, m, heads.Q, heads.K, beta=attn.beta, kind=attn.kind,
+                    potential=True, backend=backend)
+
+    call(10)  # warm-up (JIT / cache load)
+    return {"time_s": timed(call, 1),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, nargs="+", default=[2420, 9680, 40500])
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2420 cells, H = 1 only")
+    ap.add_argument("--threads", type=int, default=default_threads())
     ap.add_argument("--json", default=None, help="also write the rows as JSON")
     ap.add_argument("--numpy-max-cells", type=int, default=10_000,
                     help="time the blocked NumPy back-end only up to this many cells")
     a = ap.parse_args()
     cells = [2420] if a.quick else a.cells
     heads_list = [1] if a.quick else a.heads
-    attn = Attention("softmax", 1.0)
     rows = []
+    meta = parent_machine()
+    print(f"machine: {meta['cpu']}, {meta['cores']} cores, load {meta['loadavg']}, "
+          f"{a.threads} threads per peer")
     print(f"{'cells':>7} {'H':>2} {'targets':>8} {'backend':>9} {'eval s':>8} "
           f"{'step o1 s':>10} {'step o2 s':>10} {'measure s':>10} {'direct s':>9} "
-          f"{'numpy s':>8} {'RSS MiB':>8}")
+          f"{'numpy s':>8} {'RSS MiB':>8} {'load':>5}")
     for M in cells:
-        sm = load_mesh(f"sphere_{M}.msh")
-        rho0 = initial_density(sm, {"type": "vmf", "means": [[1, 0, 0], [0, 0, 1]],
-                                    "kappas": [3.0, 3.0]})
         for H in heads_list:
-            heads = Heads.random_symmetric(H, 3, np.random.default_rng(0), scale=0.5)
-            run = _Run(sm, PDEOptions(), Static.of(heads), attn, None)
-            fv = run.fv
-            m = rho0 * fv.areas_glob
-            plan = plan_kernel(fv.qhat, fv.chat_glob, heads.Q, heads.K, beta=attn.beta,
-                               kind=attn.kind)
-            repeat = 3 if M * H <= 10_000 else 1
-            evaluate(fv.qhat[:10], heads, attn, y=fv.chat_glob, m=m)  # JIT warm-up
-            t_eval = timed(lambda fv=fv, heads=heads, m=m: evaluate(
-                fv.qhat, heads, attn, y=fv.chat_glob, m=m), repeat)
-            s1, t_meas = step_time(sm, rho0, heads, attn, 1, a.steps)
-            s2, _ = step_time(sm, rho0, heads, attn, 2, a.steps)
+            w = call_peer("bench_pde:peer_wflow", threads=a.threads, M=M, H=H, steps=a.steps)
             exact = {}
             for be in ("direct", "numpy"):
                 if be == "numpy" and M > a.numpy_max_cells:
-                    exact[be] = float("nan")
+                    exact[be] = {"time_s": float("nan")}
                     continue
-                exact[be] = timed(lambda fv=fv, heads=heads, m=m, be=be: kernel_sums(
-                    fv.qhat, fv.chat_glob, m, heads.Q, heads.K, beta=attn.beta,
-                    kind=attn.kind, potential=True, backend=be), 1)
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            row = {"cells": M, "H": H, "targets": int(fv.qhat.shape[0]),
-                   "backend": plan.backend, "eval_s": t_eval, "step_order1_s": s1,
-                   "step_order2_s": s2, "measure_s": t_meas, "direct_sums_s": exact["direct"],
-                   "numpy_sums_s": exact["numpy"], "peak_rss_mib": rss}
+                exact[be] = call_peer("bench_pde:peer_sums", threads=a.threads, M=M, H=H,
+                                      backend=be)
+            load = max(r.get("load_after", 0.0) for r in (w, *exact.values()))
+            row = {"cells": M, "H": H, **{k: w[k] for k in (
+                "targets", "backend", "eval_s", "step_order1_s", "step_order2_s",
+                "measure_s", "peak_rss_mib")},
+                "direct_sums_s": exact["direct"]["time_s"],
+                "numpy_sums_s": exact["numpy"]["time_s"], "load": load,
+                "env": {"wflow": w["env"], **{k: v.get("env") for k, v in exact.items()}}}
             rows.append(row)
-            print(f"{M:>7} {H:>2} {row['targets']:>8} {plan.backend:>9} {t_eval:>8.3f} "
-                  f"{s1:>10.3f} {s2:>10.3f} {t_meas:>10.3f} {exact['direct']:>9.3f} "
-                  f"{exact['numpy']:>8.3f} {rss:>8.0f}", flush=True)
+            print(f"{M:>7} {H:>2} {row['targets']:>8} {row['backend']:>9} "
+                  f"{row['eval_s']:>8.3f} {row['step_order1_s']:>10.3f} "
+                  f"{row['step_order2_s']:>10.3f} {row['measure_s']:>10.3f} "
+                  f"{row['direct_sums_s']:>9.3f} {row['numpy_sums_s']:>8.3f} "
+                  f"{row['peak_rss_mib']:>8.0f} {load:>5.1f}", flush=True)
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+            json.dump({"machine": meta, "threads": a.threads, "rows": rows}, fh, indent=2)
 
 
 if __name__ == "__main__":

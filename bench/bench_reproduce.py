@@ -8,7 +8,13 @@ computed every step), through ``wflow.particles.simulate(..., engine="compiled")
 workload of ``wflow reproduce`` for S² (target: ≤ 3 minutes on 2 cores; by the published
 engine's per-step times it needs about 2 hours on the same machine).
 
-Usage: ``python bench/bench_reproduce.py [--T 20] [--heads 1 10 100]``; writes
+The script re-executes itself in the clean environment of ``_common.peer_env`` (no
+inherited ``OMP_*``/``NUMBA_*``/``OPENBLAS_*``/``MKL_*`` variables, ``--threads`` for
+every library), recorded in the JSON with the CPU and the load of every run. It sets
+``OMP_WAIT_POLICY=PASSIVE`` on purpose, as the ``wflow`` command does for its own process
+(``--wait-policy default`` leaves it unset: the library's behaviour).
+
+Usage: ``python bench/bench_reproduce.py [--T 20] [--heads 1 10 100] [--threads 2]``; writes
 ``bench/results/bench_reproduce.json`` (``_T<T>`` appended for other horizons).
 """
 
@@ -24,11 +30,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import machine, table, write_json  # noqa: E402
+from _common import default_threads, ensure_clean, machine, table, write_json  # noqa: E402
 from bench_published import DT, initial_data, wflow_schedule  # noqa: E402
-
-from wflow.attention.heads import Attention  # noqa: E402
-from wflow.particles import simulate  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +39,16 @@ def main() -> int:
     ap.add_argument("--T", type=float, default=20.0)
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 10, 100])
     ap.add_argument("--paths", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=default_threads())
+    ap.add_argument("--wait-policy", default="PASSIVE",
+                    help="OMP_WAIT_POLICY of the run (PASSIVE: as the wflow command; "
+                    "'default': unset)")
     args = ap.parse_args()
+    ensure_clean(args.threads, None if args.wait_policy == "default"
+                 else {"OMP_WAIT_POLICY": args.wait_policy})
+    from wflow.attention.heads import Attention
+    from wflow.particles import simulate
+
     meta = machine()
     print(f"machine: {meta['cpu']}, {meta['cores']} cores, load {meta['loadavg']}", flush=True)
     # compile (or load the on-disk cache) outside the timed runs
@@ -69,7 +81,8 @@ def main() -> int:
                        ("steps", "steps", "{}"), ("wall_s", "wall s", "{:.1f}"),
                        ("cpu_s", "cpu s", "{:.1f}"), ("load", "load", "{:.1f}")]))
     print(f"total wall {total:.1f} s ({total / 60:.2f} min), load now {os.getloadavg()[0]:.1f}")
-    name = "bench_reproduce" + ("" if args.T == 20.0 else f"_T{args.T:g}")
+    name = ("bench_reproduce" + ("" if args.T == 20.0 else f"_T{args.T:g}")
+            + ("" if args.wait_policy == "PASSIVE" else f"_{args.wait_policy}"))
     path = write_json(name, {"machine": meta, "runs": runs, "total_wall_s": total,
                              "T": args.T, "dt": DT, "n": 200, "record_every": 5})
     print(f"wrote {path}")

@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wflow`` console script; returns the exit status."""
+    if argv is None:  # the command's own process (not a call from Python): idle OpenMP
+        # workers sleep at once instead of spinning (a shared machine); the user's value wins
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)

@@ -23,20 +23,14 @@ softmax, USA) and :data:`~wflow.attention.kinds.CODE_RELU` (``max(0, s)``), the
 
 from __future__ import annotations
 
-import os
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
-# GNU OpenMP (numba's default threading layer here) lets idle workers spin before they
-# sleep; on a machine shared with other jobs the spinning team then waits whole time
-# slices for its own threads (measured: 7.4 ms instead of 0.45 ms for a 0.4 ms kernel).
-# PASSIVE makes idle workers sleep at once. Read when libgomp starts, i.e. at the first
-# parallel call; a value set by the user wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from ..attention.kinds import CODE_EXP, CODE_RELU
 
-import numpy as np  # noqa: E402
-from numba import njit, prange, types  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
-
-from ..attention.kinds import CODE_EXP, CODE_RELU  # noqa: E402
+# No process-wide setting on import (issue 26): the OpenMP wait policy of numba's workers
+# is the user's (``OMP_WAIT_POLICY``); the ``wflow`` command sets PASSIVE for its process.
 
 __all__ = [
     "fexp_array",
