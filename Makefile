@@ -13,7 +13,7 @@ BASE_PYTHON := $(shell for p in python3.12 python3.13 python3 python; do \
 	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
 	echo $$p; break; fi; done)
 
-.PHONY: run test test-slow test-models install-models lint bench venv clean
+.PHONY: run test test-slow test-models install-models lint bench venv clean docs test-docs
 
 venv: $(STAMP)
 
@@ -43,8 +43,18 @@ test-models: install-models
 lint: $(STAMP)
 	$(VENV)/bin/ruff check wflow tests bench demos
 
+# the documentation site (docs/_build/html): warnings and broken references are errors; the
+# gallery and tutorials run in quick mode (DOCS_ARGS="-D plot_gallery=0" skips running them)
+DOCS_ARGS ?=
+docs: $(STAMP)
+	$(PY) -m sphinx -b html -n -W --keep-going $(DOCS_ARGS) docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
+test-docs: $(STAMP)
+	$(PY) -m pytest tests/test_docs.py tests/test_readme_blocks.py tests/test_cli_readme.py $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) bench/bench_kernels.py
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache docs/_build

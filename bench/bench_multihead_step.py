@@ -5,7 +5,7 @@ Tokens on S² (n = 200), H ∈ {1, 10, 100} frozen random symmetric heads
 softmax ``β = 1``; explicit Euler ``x ← (x + dt v)/|x + dt v|``, ``dt = 5e-3``.
 Every step records the energy ``E = Σ_h w_h (1/2β) ∫∫ e^{β xᵀD_h y} dμ dμ``, the
 published engine's ``G² = ∫ |v|² HM_h(Z_h) dμ`` and the running balance
-``E_k − E_0 + Σ_{i<k} dt G²_i`` (THEORY.md §3: it does not vanish for several heads).
+``E_k − E_0 + Σ_{i<k} dt G²_i`` (docs/theory.md §3: it does not vanish for several heads).
 
 Four implementations of the same step ("peers"), each in its own fresh process with an
 explicit, recorded environment and the same thread count (``bench/_common.py``), warmed up

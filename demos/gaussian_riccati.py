@@ -1,6 +1,6 @@
 """Gaussian transformer dynamics: Riccati equilibria, blow-up, reachability, particles.
 
-Maths (THEORY.md §7): tokens in R^d follow ẋ = Ax + b + V ∫ y e^{<Bx,y>} dμ / ∫ e^{<Bx,y>} dμ.
+Maths (docs/theory.md §7): tokens in R^d follow ẋ = Ax + b + V ∫ y e^{<Bx,y>} dμ / ∫ e^{<Bx,y>} dμ.
 For μ = N(m, Σ) the attention output is m + ΣBx, so Gaussians stay Gaussian with
     ṁ = (A + V)m + VΣBm + b,    Σ̇ = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ   (Riccati; rank Σ invariant).
 * V, B of opposite definiteness (with expanding A): Σ → the PD equilibrium P*^{-1},

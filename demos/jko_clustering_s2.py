@@ -1,6 +1,6 @@
 """JKO minimising movements on S² with weighted-Wasserstein optimal transport (POT).
 
-Maths (THEORY.md §3–4): one step of size τ of the ascent of the attention energy
+Maths (docs/theory.md §3–4): one step of size τ of the ascent of the attention energy
 E(μ) = Σ_h w_h (1/2β) ∫∫ e^{β xᵀA_h y} dμ dμ is
 
     μ_{k+1} ∈ argmin_ν  (1/2τ) W²_{b̂_k}(μ_k, ν) − E(ν),

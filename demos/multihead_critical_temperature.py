@@ -1,6 +1,6 @@
 """Critical temperature of multi-head attention and radial shadows.
 
-Maths (THEORY.md §6): with H heads the per-head energy rate is
+Maths (docs/theory.md §6): with H heads the per-head energy rate is
 dE_h/dt = own_h + cross_direct_h + cross_radial_h, where the other heads enter through
 their radial shadows a^{h'} = <f_{h'}(x), x> even when the head subspaces are orthogonal.
 Radial dominance, own_h ≥ ∫|∇ψ_h| Σ_{h'≠h} |a^{h'}|, is sufficient for dE_h/dt ≥ 0. For

@@ -3,7 +3,7 @@
 Maths: tokens x_i ∈ S² follow ẋ_i = P_{x_i} Σ_h w_h f_h[μ](x_i) with softmax heads
 f_h = ∫ e^{β xᵀA_h y} A_h y dμ(y) / ∫ e^{β xᵀA_h y} dμ(y) (value-aligned, V_h = A_h).
 Tokens collapse into a few clusters, G² → 0, and the chain-rule energy balance
-ΔE − ∫ power dt vanishes at the integrator's order (THEORY.md §2–3).
+ΔE − ∫ power dt vanishes at the integrator's order (docs/theory.md §2–3).
 
 Run: python demos/particles_clustering_s2.py [--quick] [--out DIR]
 """

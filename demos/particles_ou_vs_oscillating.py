@@ -1,6 +1,6 @@
 """OU (integrable) vs oscillating (non-integrable) head weights on S².
 
-Maths (THEORY.md §5; a variant of the published experiment, see the two scenario files):
+Maths (docs/theory.md §5; a variant of the published experiment, see the two scenario files):
 H heads D_h(t), score <x, D_h y>, value −D_h, w_h = 1/H, tokens around the octahedron
 vertices. With OU weights dD = (I − D) dt + σ dW_sym the path is integrable in the
 mean-field sense and G²(μ_t, t) → 0 (clustering); with weights relaxing to wflow's

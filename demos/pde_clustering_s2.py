@@ -3,7 +3,7 @@
 Maths: the token density ρ(t, ·) on S² solves the continuity equation
 ∂_t ρ + div_S(ρ v[μ_t]) = 0 with the transformer velocity
 v[μ](x) = P_x Σ_h w_h ∫ e^{β xᵀA_h y} A_h y dμ(y) / ∫ e^{β xᵀA_h y} dμ(y)
-(THEORY.md §1–2). Finite volumes on a DOLFINx sphere mesh (order 2: limited linear
+(docs/theory.md §1–2). Finite volumes on a DOLFINx sphere mesh (order 2: limited linear
 reconstruction + SSP-RK2, adaptive positivity-preserving steps) keep the mass equal to 1
 to round-off and ρ >= 0, while the mass concentrates into clusters and the energy
 E = Σ_h w_h (1/2β) ∫∫ e^{β xᵀA_h y} dμ dμ grows (value-aligned symmetric heads).

@@ -1,6 +1,6 @@
 """Gaussian tokens through a trained transformer (all-MiniLM-L6-v2), layer by layer.
 
-Maths (THEORY.md §7): for tokens μ = N(m, Σ) one softmax head with score <Bx + c, y> returns
+Maths (docs/theory.md §7): for tokens μ = N(m, Σ) one softmax head with score <Bx + c, y> returns
 the tilted mean m + Σ(Bx + c), so a multi-head attention residual x ↦ x + a(x) is *affine*
 in the mean-field limit and maps Gaussians to Gaussians:
     F = Σ_h V_h Σ B_h,   m' = m + Fm + g,   Σ' = (I + F) Σ (I + F)ᵀ

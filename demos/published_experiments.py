@@ -1,6 +1,6 @@
 """The published [TD] Section-6 experiments on S², exactly, with wflow (`wflow reproduce`).
 
-Maths (THEORY.md §5): n = 200 tokens around the octahedron vertices, H heads D_h with
+Maths (docs/theory.md §5): n = 200 tokens around the octahedron vertices, H heads D_h with
 score <x, D_h y> (β = 1), value −D_h, w_h = 1/H, D_h(0) = Z + Zᵀ; weights relaxing to the
 published oscillating frames F_h(t) (dD_h/dt = F_h − D_h) or Ornstein–Uhlenbeck
 dD = (I − D) dt + σ dW_sym with σ² = 2; explicit Euler for tokens and weights, dt = 5e-3,

@@ -1,4 +1,4 @@
-"""Gaussian dynamics (THEORY.md §7): moment ODE, closed forms, blow-up, equilibria,
+"""Gaussian dynamics (docs/theory.md §7): moment ODE, closed forms, blow-up, equilibria,
 classifier, reachability, particles."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""JKO minimising movements on sphere meshes (THEORY.md §4): the inner solver, the OT
+"""JKO minimising movements on sphere meshes (docs/theory.md §4): the inner solver, the OT
 subproblem against POT, energy monotonicity, the discrete EDI and agreement with the PDE."""
 
 from __future__ import annotations

@@ -135,7 +135,8 @@ def test_main_job_statuses_verdicts_and_flow_statements(tmp_path):
     assert set(s["statuses"]) == {"pde", "particles", "jko"}
     assert all(v["verdict"] == "PASS" for v in s["verdicts"]), s["verdicts"]
     assert {v["quantity"] for v in s["verdicts"]} >= {
-        "PDE: chain-rule residual", "particles: chain-rule residual", "JKO: EDI residual",
+        "PDE: chain-rule residual (relative)", "particles: chain-rule residual (relative)",
+        "JKO: Σ|EDI_k| (relative)",
         "JKO: locked steps", "W₂ particles vs PDE (max over t)"}
     assert all(v["meaning"] and v["tolerance"] for v in s["verdicts"])
     tab = s["jko_refinement"]
@@ -146,8 +147,9 @@ def test_main_job_statuses_verdicts_and_flow_statements(tmp_path):
     assert t["status"] == "success", t["message"]
     assert "pde_surrogate" in t["statuses"] and t["w2"]["jko_reference"] == "pde_surrogate"
     kinds = {v["quantity"]: v["verdict"] for v in t["verdicts"]}
-    assert kinds["PDE: EDI defect"] == kinds["particles: EDI defect"] == "defect (expected)"
-    assert kinds["PDE: chain-rule residual"] == "PASS"
+    assert kinds["PDE: EDI defect (relative)"] == kinds["particles: EDI defect (relative)"] \
+        == "defect (expected)"
+    assert kinds["PDE: chain-rule residual (relative)"] == "PASS"
     assert t["edi"]["pde"]["meaning"] == "defect" and s["edi"]["pde"]["meaning"] == "identity"
     # the JKO is the same in both (it discretises v̂), and so is its comparison
     # (the surrogate reference saves at the JKO times: its adaptive steps differ slightly)

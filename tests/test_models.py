@@ -380,7 +380,8 @@ def _scalar_layer(d, v, b):
 
 
 def test_attention_moment_ode_closed_form_and_rk4_order():
-    """THEORY §7 matrix check: Σ(t) = (Σ₀⁻¹ − 2vbt I)⁻¹, m(t) = m₀ e^{vt} (1 − 2vbσ₀t)^{-1/2}."""
+    """docs/theory.md §7 matrix check: Σ(t) = (Σ₀⁻¹ − 2vbt I)⁻¹,
+    m(t) = m₀ e^{vt} (1 − 2vbσ₀t)^{-1/2}."""
     d, v, b, s0, T = 3, 0.5, 0.8, 0.6, 1.0
     lay, cfg = _scalar_layer(d, v, b)
     m0 = np.array([0.3, -0.2, 0.1])

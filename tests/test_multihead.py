@@ -1,4 +1,4 @@
-"""[MH] multi-head formulas and checks (wflow.multihead, THEORY.md §6)."""
+"""[MH] multi-head formulas and checks (wflow.multihead, docs/theory.md §6)."""
 
 from __future__ import annotations
 

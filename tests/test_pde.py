@@ -400,7 +400,7 @@ def test_surrogate_edi_second_order():
 
 
 def test_transformer_edi_defect_persists_while_surrogate_residual_vanishes():
-    """THEORY.md §3: SA with several different heads is not a b̂-gradient flow. On the mesh
+    """docs/theory.md §3: SA with several different heads is not a b̂-gradient flow. On the mesh
     the transformer flow keeps an O(1) EDI defect under refinement (while its chain-rule
     residual, a discretisation error, shrinks); the surrogate v̂ satisfies the EDI up to a
     residual that decays at the scheme's order."""

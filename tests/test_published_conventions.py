@@ -1,4 +1,4 @@
-"""The published experiments' conventions, term by term (THEORY §5, issue 13).
+"""The published experiments' conventions, term by term (docs/theory.md §5, issue 13).
 
 Reference values marked *engine* were produced once by the published code
 (github alexmassucco/Transformers_as_time_dependent_gradient_flows @ 693474c, run on a
@@ -197,7 +197,7 @@ def test_G2_and_energy_are_the_published_records(H, d):
     y = x - 0.01 * v
     np.testing.assert_allclose(res.x[0], y / np.linalg.norm(y, axis=1, keepdims=True),
                                rtol=0, atol=1e-14)
-    if H > 1:  # negative control: the arithmetic mean of Z_h (THEORY's b̂) is another number
+    if H > 1:  # negative control: the arithmetic mean of Z_h (the theory's b̂) is another number
         assert abs(res.history["speed2"][0, 0] - G2) > 1e-6 * G2
 
 

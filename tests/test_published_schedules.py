@@ -1,4 +1,4 @@
-"""The published experiments' weight dynamics, term by term (THEORY §5)."""
+"""The published experiments' weight dynamics, term by term (docs/theory.md §5)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from wflow.published.td import published_frames, published_relaxed
 
 
 def _theory_frame(t: float, h: int, H: int, d: int) -> np.ndarray:
-    """THEORY §5 written out literally (0-based h, i, k as in the published code)."""
+    """docs/theory.md §5 written out literally (0-based h, i, k as in the published code)."""
     s = t + 2 * math.pi * h / H
     c, sn = math.cos, math.sin
     if d == 2:

@@ -1,7 +1,8 @@
 """wflow: the mean-field dynamics of transformers, computed and verified.
 
 Tokens are points on ``S^{d-1}``, attention heads move them, depth is time. See
-``THEORY.md`` (shipped beside the repository) for every formula. The public face:
+``docs/theory.md`` (in the repository, and on the documentation site) for every formula.
+The public face:
 
 * heads and attention: :class:`Heads`, :class:`Attention`, schedules in
   :mod:`wflow.attention.schedules`;

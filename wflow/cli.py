@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wflow",
         description="Mean-field dynamics of transformers: particles on S^{d-1}, the transformer "
         "PDE on sphere meshes, JKO schemes, and numerical verification of the theory "
-        "(see THEORY.md).",
+        "(see docs/theory.md).",
     )
     parser.add_argument("--version", action="version", version=f"wflow {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,

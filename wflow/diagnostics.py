@@ -1,4 +1,4 @@
-"""Diagnostics shared by every solver (THEORY.md §3, §5, §6).
+"""Diagnostics shared by every solver (docs/theory.md §3, §5, §6).
 
 Clustering, radial shadows, attention entropies, per-head energy rates, and the
 running energy-balance accumulator.
@@ -266,7 +266,7 @@ def simpson_balance(t: np.ndarray, E: np.ndarray, integrands: dict[str, np.ndarr
     Fourth-order quadrature (SciPy's Simpson with Cartwright's correction for an even
     number of samples), for checking 4th-order integrators: with RK4 the three residuals
     vanish at order 4 where the identity is exact (``edi`` on exact gradient flows, ``g2``
-    where ``G² = |∂E|²``, THEORY.md §3); the trapezoid forms stop at order 2. Needs every
+    where ``G² = |∂E|²``, docs/theory.md §3); the trapezoid forms stop at order 2. Needs every
     step recorded.
     """
     work = simpson(integrands["dEdt_w"], x=t)

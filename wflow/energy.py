@@ -1,4 +1,4 @@
-"""Energies, first variations, mobilities, slopes and velocities (THEORY.md §1, §3).
+"""Energies, first variations, mobilities, slopes and velocities (docs/theory.md §1, §3).
 
 Everything here is computed from one call of :func:`wflow.kernels.kernel_sums`.
 

@@ -22,7 +22,7 @@ The accuracy check of a time-dependent run is the **chain-rule residual**
 ``chain = ΔE − ∫∂_tE − ∫power − Itô − M`` (:class:`~wflow.diagnostics.BalanceAccumulator`).
 The chain rule ``dE/dt = ∂_tE + ∫<∇ψ, v> dμ`` holds along every exact solution of every
 flow (gradient or not), so the residual measures the discretisation error alone. It is
-judged relative to the energy budget of the run,
+judged relative to the energy budget of the run::
 
     rel_chain = |chain| / max(∫(|power| + |∂_tE| + |Itô|) dt, √eps · max_t |E|)
 
@@ -206,7 +206,7 @@ def worst_status(*statuses: str) -> str:
 
 
 def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:
-    """What the EDI residual of a run means (THEORY §3), from the heads at ``t = 0``.
+    """What the EDI residual of a run means (docs/theory.md §3), from the heads at ``t = 0``.
 
     * ``"identity"`` — an exact (weighted) gradient flow: ``flow = "surrogate"``, or the
       transformer flow with USA/ReLU heads, one softmax head, or softmax heads with equal

@@ -388,12 +388,17 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
         base = bal["dE"] - bal["work"] - bal["ito"] - bal["martingale"]
         if run.sign:
             band(ax[2], run.sign * bal["G2_int"], f"{'+' if run.sign > 0 else '−'}∫G²")
-            band(ax[2], base - run.sign * bal["G2_int"], "residual", color="k", lw=1.2)
+            band(ax[2], base - run.sign * bal["G2_int"], "G² balance residual (absolute)",
+                 color="k", lw=1.2)
+            what = "G² balance: ΔE − ∫∂_tE − Itô − M ∓ ∫G² (not the EDI)"
         else:
             band(ax[2], bal["power_int"], "∫power")
-            band(ax[2], base - bal["power_int"], "chain residual", color="k", lw=1.2)
+            band(ax[2], base - bal["power_int"], "chain-rule residual (absolute)", color="k",
+                 lw=1.2)
+            what = "chain rule: ΔE − ∫∂_tE − Itô − M − ∫power"
         ax[2].axhline(0.0, color="0.6", lw=0.6)
-        ax[2].set(xlabel="t (depth)", title="energy balance")
+        ax[2].set(xlabel="t (depth)", title=what)
+        ax[2].title.set_fontsize(8)
         ax[2].legend(fontsize=7, ncol=2)
     if title:
         fig.suptitle(title, fontsize=10)

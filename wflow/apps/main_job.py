@@ -10,7 +10,7 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
    ``[jko] tau = "auto"`` (default) takes ``τ`` from the mesh
    (:func:`wflow.jko.auto_step`: ``τ|v|_max ≈ 3h``, off the locking plateau);
    ``pde_surrogate`` — with ``flow = "transformer"`` the JKO scheme still discretises the
-   surrogate flow ``v̂`` (THEORY §3), so the PDE is solved once more with
+   surrogate flow ``v̂`` (docs/theory.md §3), so the PDE is solved once more with
    ``flow = "surrogate"`` as the JKO's reference;
    ``jko_refinement`` — the ``τ/h`` table: JKO and surrogate PDE on
    ``[run] jko_refinement`` coarser icospheres with ``h ∝ τ``;
@@ -720,15 +720,18 @@ def _edi_block(bal: dict, kind: str) -> dict:
 
 
 #: Particles vs PDE: ``W_2(T)`` may exceed the ``t = 0`` sampling level by the Grönwall
-#: factor ``e^{LT}`` (THEORY §5: measured ≈ 1.15–2.5 at T = 1); above 3× the particles
+#: factor ``e^{LT}`` (docs/theory.md §5: measured ≈ 1.15–2.5 at T = 1); above 3× the particles
 #: have left the PDE solution (or the flow is too unstable to compare at this ``n``).
 W2_GROWTH_TOL = 3.0
 
 
 def _order(x: list[float], y: list[float]) -> float | None:
-    """Log–log slope of ``y`` against ``x`` (``None`` for fewer than two positive points)."""
+    """Log–log slope of ``y`` against ``x`` (``None`` below two distinct positive ``x``).
+
+    Refinement rows that share ``τ`` (short runs) give no slope.
+    """
     pts = [(a, b) for a, b in zip(x, y, strict=True) if a > 0 and b is not None and b > 0]
-    if len(pts) < 2:
+    if len({a for a, _ in pts}) < 2:
         return None
     lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     return float(np.polyfit(lx, ly, 1)[0])
@@ -786,7 +789,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
     for name, res, label in (("pde", pde, "PDE"), ("particles", pres, "particles")):
         ch = res.checks.get("chain")
         if ch is not None:
-            add(f"{label}: chain-rule residual", ch["value"], f"<= {ch['tolerance']:.3g}",
+            add(f"{label}: chain-rule residual (relative)", ch["value"],
+                f"<= {ch['tolerance']:.3g}",
                 _verdict(ch["passed"]),
                 f"|ΔE − ∫∂_tE − ∫<∇ψ, v>dμ dt| relative to the energy budget "
                 f"∫(|power| + |∂_tE|) dt, along {flow_what}. The chain rule dE/dt = ∂_tE + "
@@ -796,22 +800,22 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         e = s["edi"][name]
         if e["meaning"] == "identity":
             tol = ch["tolerance"] if ch is not None else float("nan")
-            add(f"{label}: EDI residual", e["relative"], f"<= {tol:.3g}",
+            add(f"{label}: EDI residual (relative)", e["relative"], f"<= {tol:.3g}",
                 _verdict(e["relative"] <= tol),
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation. This flow is an "
                 "exact (weighted) gradient flow, so the energy–dissipation identity holds "
                 "with equality: the residual is a discretisation error, judged like the "
                 "chain-rule residual.")
         elif e["meaning"] == "defect":
-            add(f"{label}: EDI defect", e["relative"], "none (a property of the model)",
+            add(f"{label}: EDI defect (relative)", e["relative"], "none (a property of the model)",
                 "defect (expected)",
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation along the "
                 "transformer flow with several different softmax heads. This flow is NOT a "
-                "gradient flow of E (THEORY §3): the number measures how far the model is "
+                "gradient flow of E (docs/theory.md §3): the number measures how far the model is "
                 "from one; it does not shrink under refinement and says nothing about the "
                 "solver's accuracy (that is the chain-rule residual above).")
         else:
-            add(f"{label}: EDI residual", None, "—", "n/a",
+            add(f"{label}: EDI residual (relative)", None, "—", "n/a",
                 "undefined: the heads are not symmetric and value-aligned (V = ±A), so "
                 "there is no gradient-flow direction.")
     add("PDE: relative mass error", s["mass_error"], "<= 1e-10",
@@ -827,12 +831,12 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         f"cell masses. At t = 0 it is the sampling error of the initial draw (plus the "
         f"mesh's quantisation): {w['particles_vs_pde_initial']:.4f}, against the rate "
         f"n^(-1/2) = {w['n_inv_sqrt']:.4f} (up to logs and a constant). Mean-field theory "
-        f"keeps it at that level up to the Grönwall factor e^(Lt) (THEORY §5); at T it is "
+        f"keeps it at that level up to the Grönwall factor e^(Lt) (docs/theory.md §5); at T it is "
         f"{w['particles_vs_pde']:.4f} ({w['particles_vs_pde'] / w['particles_vs_pde_initial']:.2f}"
         f"× the t = 0 level).")
     if jko is not None:
         ch = jko.checks["edi"]
-        add("JKO: EDI residual", ch["value"], f"<= {ch['tolerance']:.3g}",
+        add("JKO: Σ|EDI_k| (relative)", ch["value"], f"<= {ch['tolerance']:.3g}",
             _verdict(ch["passed"]),
             "Σ_k |s(E_k+1 − E_k) − sτ∂_tE − W²/2τ − τ/4(|∂E|²_k + |∂E|²_k+1)| / dissipation: "
             "the discrete EDI of the JKO steps (first order in τ; on a mesh it also carries "
@@ -850,9 +854,10 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         if tab is not None and len(tab["rows"]) > 1:
             verdict = _verdict(tab["shrinks_w2"])
             tol = "shrinks under h ∝ τ (table below)"
-            add("JKO refinement: EDI residual shrinks", "yes" if tab["shrinks_edi"] else "no",
+            add("JKO refinement: Σ|EDI_k| (relative) shrinks",
+                "yes" if tab["shrinks_edi"] else "no",
                 "shrinks under h ∝ τ (table below)", "PASS" if tab["shrinks_edi"] else "WARN",
-                "the summed JKO EDI residual along the τ/h table, coarsest row first. It is "
+                "the JKO's Σ|EDI_k| (relative) along the τ/h table, coarsest row first. It is "
                 "first order in τ for a converged scheme; a table where it does not shrink "
                 "is not in the asymptotic regime (or the step locks): the JKO numbers are not "
                 "yet converged.")
@@ -864,7 +869,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         add(f"W₂ JKO vs {'surrogate ' if surr else ''}PDE (max over the JKO times)",
             w["jko_vs_pde"], tol, verdict,
             f"exact W₂ between the JKO measures and {ref}. The JKO scheme agrees with it at "
-            "first order in τ (THEORY §4): the number is the O(τ) error of the step the mesh "
+            "first order in τ (docs/theory.md §4): the number is the O(τ) error of the step the "
+            "mesh "
             "allows, and must shrink under joint refinement of τ and h.")
     return rows
 

@@ -94,7 +94,7 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
         ax.plot(ts, sign * diss, label="±∫ (½|μ'|² + ½|∂E|²)")
         defect = summary["edi"]["pde"]["meaning"] == "defect"
         ax.plot(ts, E - E[0] - work - sign * diss, "k", lw=0.8,
-                label="EDI defect (model)" if defect else "EDI residual")
+                label="EDI defect (model, absolute)" if defect else "EDI residual (absolute)")
         ax.set(xlabel="t", title="EDI balance (PDE): defect of the transformer flow"
                if defect else "EDI balance (PDE)")
         ax.legend(fontsize=8)
@@ -128,11 +128,11 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
             ax.loglog(tau, [r["w2_max"] for r in tab["rows"]], "s-",
                       label=f"max W₂(JKO, PDE) (order {_fmt_order(tab['order_w2'])})")
             ax.loglog(tau, [r["edi_abs_relative"] for r in tab["rows"]], "o-",
-                      label=f"JKO EDI residual (order {_fmt_order(tab['order_edi'])})")
+                      label=f"JKO Σ|EDI_k| relative (order {_fmt_order(tab['order_edi'])})")
             ax.loglog(tau, [tau_ / tau[0] * tab["rows"][0]["w2_max"] for tau_ in tau], "k:",
                       lw=0.8, label="slope 1")
             ax.axhline(summary["checks"]["jko"]["edi"]["tolerance"], color="C1", ls="--",
-                       lw=0.8, label="JKO EDI tolerance")
+                       lw=0.8, label="JKO Σ|EDI_k| tolerance")
             ax.set(xlabel="τ (h ∝ τ)", title="JKO under joint refinement")
             ax.legend(fontsize=8)
             return fig
@@ -165,14 +165,15 @@ def _flow_statement(s: dict) -> list[str]:
     heads = f"{s['heads']} {s['attention']} head{'s' if s['heads'] > 1 else ''}"
     if s["flow"] == "surrogate":
         out = [f"**Flow: `surrogate`** — the effective-mobility flow v̂ = b̂ P∇ψ of {heads} "
-               "(THEORY §3), an exact weighted-Wasserstein gradient flow of E. The "
+               "(docs/theory.md §3), an exact weighted-Wasserstein gradient flow of E. The "
                "energy–dissipation identity (EDI) holds with equality, so every EDI "
                "residual below is a discretisation error and must be small; the JKO scheme "
                "discretises the same flow and is compared with the same PDE."]
     elif kind == "defect":
         out = [f"**Flow: `transformer`** — the transformer velocity v = P Σ_h w_h f_h of "
                f"{heads} with different normalisers. This flow is **not** a gradient flow "
-               "of E (THEORY §3): its EDI residual is the *defect* of the model — a measured "
+               "of E (docs/theory.md §3): its EDI residual is the *defect* of the model — a "
+               "measured "
                "property that does not shrink under refinement, not an error of the "
                "solvers. The accuracy of the PDE and particle runs is judged by the "
                "chain-rule residual instead. The JKO scheme always discretises the "
@@ -227,17 +228,18 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     if "jko_tau" in s:
         lines += ["## JKO step and refinement", "", f"JKO step: {s['jko_tau']['what']}.", ""]
     if tab is not None:
-        lines += [f"Joint refinement ({tab['rule']}): the JKO EDI residual and W₂(JKO, PDE) "
+        lines += [f"Joint refinement ({tab['rule']}): the JKO Σ|EDI_k| (relative) and W₂(JKO, PDE) "
                   "must shrink; W₂ at first order in τ.", "",
                   "| cells | h | τ | steps | τ\\|v\\|max/h | status | locked | "
-                  "JKO EDI residual | max W₂(JKO, PDE) |", "|---|---|---|---|---|---|---|---|---|"]
+                  "JKO Σ\\|EDI_k\\| (relative) | max W₂(JKO, PDE) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in tab["rows"]:
             lines.append(f"| {r['cells']} | {r['h']:.4f} | {r['tau']:.4g} | {r['steps']} | "
                          f"{_num(r['cells_per_step'])} | {r['status']} | {r['locked_steps']} | "
                          f"{_num(r['edi_abs_relative'])} | {_num(r['w2_max'])} |")
-        lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, EDI residual "
+        lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, JKO Σ|EDI_k| "
                   f"{_fmt_order(tab['order_edi'])}. Shrinking under refinement: W₂ "
-                  f"{_yes_no(tab['shrinks_w2'])}, EDI residual "
+                  f"{_yes_no(tab['shrinks_w2'])}, JKO Σ|EDI_k| "
                   f"{_yes_no(tab['shrinks_edi'])} (a table that does not shrink is judged "
                   "in the verdicts above).", ""]
         if len(tab["rows"]) > 1:

@@ -1,16 +1,16 @@
 """``wflow reproduce``: the published [TD] Section-6 experiments, exactly, and their claims.
 
-The four multi-head experiments of the published code (THEORY.md §5), with its
+The four multi-head experiments of the published code (docs/theory.md §5), with its
 conventions term by term:
 
-=================  =====  ==============  ======  ============================
-experiment         d      weights         paths   published claim
-=================  =====  ==============  ======  ============================
-``s2_oscillating``  3     relaxed frames  1       ``G²`` ~ ``H^0`` (no decay)
-``s2_ou``           3     OU, ``σ² = 2``  10      ``G²`` ~ ``H^-1``
-``hd_oscillating``  5     relaxed frames  1       ``G²`` ~ ``H^0``
-``hd_ou``           5     OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
-=================  =====  ==============  ======  ============================
+==================  =====  ==============  ======  ============================
+experiment          d      weights         paths   published claim
+==================  =====  ==============  ======  ============================
+``s2_oscillating``  3      relaxed frames  1       ``G²`` ~ ``H^0`` (no decay)
+``s2_ou``           3      OU, ``σ² = 2``  10      ``G²`` ~ ``H^-1``
+``hd_oscillating``  5      relaxed frames  1       ``G²`` ~ ``H^0``
+``hd_ou``           5      OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
+==================  =====  ==============  ======  ============================
 
 Common: ``n = 200`` tokens (:func:`~wflow.published.td.sample_published_clusters`, seed 42),
 ``H ∈ {1, 10, 100}`` heads (:func:`~wflow.published.td.published_heads`, seed ``42 + H``, score
@@ -683,6 +683,6 @@ def _report(names: tuple[str, ...], runs: dict[str, list[dict[str, Any]]],
     lines += ["", "The EDI defect is ΔE − ∫∂_tE − Itô − M + ∫G²: zero (up to O(dt)) for one "
               "head, where the flow is a gradient flow; for several different softmax heads "
               "the transformer flow is not the gradient flow of E and the defect is a "
-              "property of the model (THEORY §3). The chain residual ΔE − ∫∂_tE − ∫power − "
+              "property of the model (docs/theory.md §3). The chain residual ΔE − ∫∂_tE − ∫power − "
               "Itô − M is the discretisation error of the run (O(dt)).", ""]
     return "\n".join(lines)

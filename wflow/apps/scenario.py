@@ -62,6 +62,7 @@ from ..geometry.sphere import (
     sample_uniform,
     sample_vmf_mixture,
 )
+from ..infra.callables import resolve_callable
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from ..infra.schema import array as _array
 from ..particles.options import PARTICLES_SCHEMA, ParticleOptions
@@ -348,7 +349,10 @@ class Scenario:
         stype = SCHEDULE_TYPES.lookup(self.schedule["type"], "schedule.type")
         ctx = ScheduleContext(heads=heads, d=self.d, sigma=self._sigma,
                               heads_file=self._layer_heads, published_relaxed=published_relaxed)
-        return stype.build(self.schedule, ctx)
+        table = dict(self.schedule)
+        if isinstance(table.get("function"), str):  # a module beside the scenario resolves there
+            table["function"] = resolve_callable(table["function"], self.base_dir)
+        return stype.build(table, ctx)
 
     def _layer_heads(self, name: Any, key: str) -> Heads:
         """Heads of one ``schedule.files`` entry with the scenario's mixing weights."""

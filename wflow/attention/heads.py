@@ -1,6 +1,6 @@
 """Attention heads: parameters ``(Q_h, K_h, V_h, w_h)`` and the attention kind.
 
-Conventions (THEORY.md §1): head ``h`` has ``Q_h, K_h ∈ R^{k×d}``,
+Conventions (docs/theory.md §1): head ``h`` has ``Q_h, K_h ∈ R^{k×d}``,
 ``V_h ∈ R^{d×d}`` and a mixing weight ``w_h >= 0``; its score is
 ``s_h(x, y) = β <Q_h x, K_h y> = β xᵀ A_h y`` with ``A_h = Q_hᵀ K_h``.
 ``w_h = 1/H`` is the mean-field average of [TD], ``w_h = 1`` the sum of [MH].
@@ -137,7 +137,7 @@ class Heads:
     def value_alignment(self, tol: float = 1e-12) -> int:
         """``+1`` if ``V_h = A_h`` for all heads, ``-1`` if ``V_h = -A_h``, else ``0``.
 
-        ``+1`` is the ascent convention of THEORY.md §3 (``E`` increases);
+        ``+1`` is the ascent convention of docs/theory.md §3 (``E`` increases);
         ``-1`` is the descent convention of the published experiments.
         """
         scale = max(1.0, float(np.max(np.abs(self.A))))

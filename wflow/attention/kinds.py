@@ -1,7 +1,7 @@
 """The attention kinds: ONE registered object per kind, read by every path.
 
 An attention kind fixes the kernel ``k`` of the scores ``s = β <Q x, K y>`` and whether
-the head output is normalised (THEORY.md §1)::
+the head output is normalised (docs/theory.md §1)::
 
     f_h(x) = ∫ k(s) V_h y dμ(y) / Z_h(x)   (normalised, Z_h = ∫ k(s) dμ)
     f_h(x) = ∫ k(s) V_h y dμ(y)            (unnormalised)

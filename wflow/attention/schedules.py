@@ -1,10 +1,10 @@
-"""Time dependence of the heads ``θ_h(t)`` (THEORY.md §1): depth is time.
+"""Time dependence of the heads ``θ_h(t)`` (docs/theory.md §1): depth is time.
 
 A schedule evolves a parameter array ``θ`` and maps it to :class:`~wflow.attention.heads.Heads`
 through a :class:`Parametrisation`:
 
 * ``"bilinear"``: ``θ_h = A_h`` (``d×d``), ``Q_h = I``, ``K_h = A_h`` and the value is
-  tied, ``V_h = value_sign · A_h`` (``+1`` ascent / THEORY convention, ``-1`` the
+  tied, ``V_h = value_sign · A_h`` (``+1`` ascent / convention of docs/theory.md, ``-1`` the
   descent convention of the published experiments), or fixed ``V_h``;
 * ``"qkv"``: ``θ_h`` stacks the rows of ``Q_h`` (k), ``K_h`` (k) and ``V_h`` (d), shape
   ``(2k + d, d)``.
@@ -18,7 +18,7 @@ Schedules:
   published OU experiment (``σ² = 2``);
 * :class:`Oscillating` — ``θ(t) = θ_∞ + a ⊙ sin(ωt + φ_h)``, ``φ_h = 2πh/H``;
 * :class:`Relaxed` — ``dθ/dt = κ(F_h(t) − θ)`` towards an oscillating target
-  (built-in: the published frames of :mod:`wflow.published.td`, THEORY §5, and wflow's
+  (built-in: the published frames of :mod:`wflow.published.td`, docs/theory.md §5, and wflow's
   rotating-reflection variant);
 * :class:`Layers` — piecewise constant, layer ``ℓ`` acts on ``[ℓΔ, (ℓ+1)Δ)``;
 * :class:`CallableSchedule` — any ``dθ/dt = f(θ, t)`` (+ optional noise), also given as
@@ -203,7 +203,7 @@ class Schedule(ABC):
         the midpoint needed by RK4 particle stages is 4th-order accurate) for deterministic
         drifts; ``method="euler"``: the explicit Euler step ``θ + f(θ, t) dt`` — the scheme
         of the published experiments, which advance tokens and weights with the same
-        explicit Euler step (THEORY §5). Noisy schedules always take the Euler–Maruyama
+        explicit Euler step (docs/theory.md §5). Noisy schedules always take the Euler–Maruyama
         step ``θ + f(θ, t) dt + σ(t) √dt ξ``. For Euler steps the returned midpoint is the
         average of the end points.
         """
@@ -385,7 +385,7 @@ class Relaxed(Schedule):
     ``target`` is a callable ``F(t) -> (H, rows, d)``. Built-in targets:
 
     * :func:`wflow.published.td.published_relaxed` — the frames of the published
-      experiments (:class:`~wflow.published.td.PublishedFrames`, THEORY §5), ``κ = 1``,
+      experiments (:class:`~wflow.published.td.PublishedFrames`, docs/theory.md §5), ``κ = 1``,
       value ``V_h = −A_h``;
     * :meth:`rotating` — wflow's own variant ``F_h(t) = c I + α P(ω (t + 2πh/H))`` with
       the rotating reflection :func:`oscillating_pattern` (not the published experiment).
@@ -703,7 +703,7 @@ class RelaxedType(ScheduleType):
         target = "published" if table["target"] is None else table["target"]
         if target not in ("published", "rotating"):
             raise ScenarioError("schedule.target: for type = 'relaxed' must be 'published' (the "
-                                "frames of THEORY §5) or 'rotating' (wflow's variant), got "
+                                "frames of docs/theory.md §5) or 'rotating' (wflow's variant), got "
                                 f"{target!r}")
         if ctx.sigma() != 0.0:
             raise ScenarioError("schedule.sigma: type = 'relaxed' is deterministic")

@@ -1,4 +1,4 @@
-"""``wflow gaussian``: Gaussian transformer dynamics (THEORY.md §7).
+"""``wflow gaussian``: Gaussian transformer dynamics (docs/theory.md §7).
 
 Three forms::
 
@@ -18,7 +18,7 @@ from . import add_output, finish, prepare
 _HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
 
 _DESCRIPTION = """\
-Gaussian transformer dynamics in R^d (THEORY.md §7): tokens follow
+Gaussian transformer dynamics in R^d (docs/theory.md §7): tokens follow
   dx/dt = A x + b + V ∫ y e^{<Bx,y>} dμ(y) / ∫ e^{<Bx,y>} dμ(y),
 and a Gaussian N(m, Σ) stays Gaussian with the moment ODE
   dm/dt = (A + V) m + V Σ B m + b,   dΣ/dt = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ (Riccati).

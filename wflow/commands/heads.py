@@ -1,4 +1,4 @@
-"""``wflow heads``: multi-head formulas of THEORY.md §6 ([MH]).
+"""``wflow heads``: multi-head formulas of docs/theory.md §6 ([MH]).
 
 Sub-commands: ``beta-star`` (critical cosine ``c*(H)`` and inverse temperature ``β*``),
 ``lambda-c`` (convexity threshold of ``φ``) and ``radial-dominance`` (own power,
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "heads",
         help="multi-head formulas: critical temperature, λ_c, radial dominance",
-        description="Quantitative multi-head results (THEORY.md §6): the critical inverse "
+        description="Quantitative multi-head results (docs/theory.md §6): the critical inverse "
         "temperature β* of radial dominance, the convexity threshold λ_c of the early rate φ, "
         "and a radial-dominance check of given tokens and heads.",
     )

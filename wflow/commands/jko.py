@@ -51,9 +51,11 @@ def _main(args: argparse.Namespace) -> int:
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot}, confirm=args.yes)
     st = res.stats
+    rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "
           f"({st['inner_iters_total']} inner iterations, max relative gap "
           f"{st['gap_rel_max']:.1e}) in {st['wall_time']:.2f} s; E {res.history['E'][0]:.6g} -> "
-          f"{res.history['E'][-1]:.6g}, summed EDI residual "
-          f"{float(res.history['edi_step'].sum()):.3e}; wrote {args.out}")
+          f"{res.history['E'][-1]:.6g}, EDI residual (absolute, summed over the steps) "
+          f"{float(res.history['edi_step'].sum()):.3e}, Σ|EDI_k| (relative) "
+          f"{rel:.2e}; wrote {args.out}")
     return finish("jko", res.status, res.message)

@@ -40,6 +40,7 @@ def _main(args: argparse.Namespace) -> int:
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif, confirm=args.yes)
     fin = res.final()
+    rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
     adj, o = "", getattr(res, "options", None)
     if o is not None:  # no silent change: a dt that does not divide T (summary.json "dt")
         steps = max(1, math.ceil(o.T / o.dt - 1e-9))
@@ -47,6 +48,7 @@ def _main(args: argparse.Namespace) -> int:
             adj = (f" (dt = {o.dt:g} does not divide T = {o.T:g}: {steps} steps of dt = "
                    f"{o.T / steps:.6g})")
     print(f"particles: {res.status} in {res.wall_time:.2f} s{adj}; E(T) = {fin['E']['mean']:.6g}, "
-          f"G2(T) = {fin['G2']['mean']:.4g}, balance chain residual = "
-          f"{res.balance_summary()['chain']['mean']:.3e}; wrote {args.out}")
+          f"G2(T) = {fin['G2']['mean']:.4g}, chain-rule residual (absolute) "
+          f"{res.balance_summary()['chain']['mean']:.3e}, (relative) "
+          f"{rel:.2e}; wrote {args.out}")
     return finish("particles", res.status, res.message)

@@ -59,7 +59,10 @@ def _main(args: argparse.Namespace) -> int:
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]
         edi = res.balance.get("edi", math.nan)
-        edi_s = (f"EDI residual {edi:.3e}" if math.isfinite(edi) else
+        diss = res.balance.get("dissipation", math.nan)
+        rel = abs(edi) / diss if math.isfinite(edi) and diss > 0 else math.nan
+        edi_s = (f"EDI residual (absolute) {edi:.3e}, (relative) {rel:.2e}"
+                 if math.isfinite(edi) else
                  "EDI not applicable (heads not value-aligned)" if res.sign == 0 else
                  "EDI not recorded")
         print(f"pde: {res.status}, {res.stats['cells']} cells, {res.stats['steps']} steps "

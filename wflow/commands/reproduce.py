@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reproduce",
         help="run the published [TD] Section-6 experiments exactly and judge their claims",
         description="Run the published multi-head experiments with their conventions term by "
-        "term (THEORY.md §5): n = 200 tokens around the octahedron (S²) or cross-polytope "
+        "term (docs/theory.md §5): n = 200 tokens around the octahedron (S²) or cross-polytope "
         "(d = 5) vertices, H = 1, 10, 100 heads D_h(0) = Z + Zᵀ (value −D_h, w_h = 1/H, β = 1), "
         "weights relaxing to the published oscillating frames or Ornstein–Uhlenbeck with "
         "σ² = 2 (10 Monte-Carlo paths on S², 20 in d = 5), explicit Euler for tokens and "

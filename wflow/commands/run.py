@@ -61,9 +61,12 @@ def _main(args: argparse.Namespace) -> int:
                 f"{rs['restored_wall_s']:.1f} s; this session {rs['this_session_wall_s']:.1f} s)"
                 if rs.get("restored_phases") else "")
     msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s{restored} — EDI residual "
-           f"(rel.) pde {rel(e['pde'])}, particles {rel(e['particles'])}")
+           f"(relative) pde {rel(e['pde'])}, particles {rel(e['particles'])}")
     if "jko" in e:
         msg += f", jko {rel(e['jko'])}"
+        ch = s.get("checks", {}).get("jko", {}).get("edi")
+        if ch is not None:
+            msg += f" (JKO Σ|EDI_k| (relative) {ch['value']:.2e}, tolerance {ch['tolerance']:g})"
     msg += f"; W2 particles vs PDE {s['w2']['particles_vs_pde']:.4f}"
     if "jko_vs_pde" in s["w2"]:
         msg += f", JKO vs PDE {s['w2']['jko_vs_pde']:.4f}"

@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
         help="run a verification study: fit what the theory predicts, write a verdict",
-        description="Run one verification study of THEORY.md (§5, §6, §7): it computes, fits the "
+        description="Run one verification study of docs/theory.md (§5, §6, §7): it computes, "
+                    "fits the "
         "predicted quantities (orders, rates, slopes), compares them with the theory and "
         "writes DIR/summary.json (fits, verdict, raw series) and a plot. Independent runs "
         "are distributed over MPI ranks under `mpirun -n P wflow verify ...` with identical "

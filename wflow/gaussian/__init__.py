@@ -1,4 +1,4 @@
-"""Gaussian transformer dynamics in ``R^d`` (THEORY.md §7): one package, the solver rooms.
+"""Gaussian transformer dynamics in ``R^d`` (docs/theory.md §7): one package, the solver rooms.
 
 Model (self-attention + affine feed-forward, tokens in ``R^d``, no normalisation)::
 

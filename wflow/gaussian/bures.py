@@ -1,4 +1,4 @@
-"""Bures–Wasserstein geometry of Gaussians: distance and the SPD transport map (THEORY.md §7)."""
+"""Bures–Wasserstein geometry of Gaussians: distance and SPD transport map (docs/theory.md §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Long-time classifier of the covariance for constant parameters (THEORY.md §7).
+"""Long-time classifier of the covariance for constant parameters (docs/theory.md §7).
 
 ``classify(params)`` describes every full-rank initial covariance
 (``scope="all"``); ``classify(params, Sigma0=S)`` the trajectory from ``S``

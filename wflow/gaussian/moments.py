@@ -1,4 +1,4 @@
-"""The moment ODE of Gaussian token distributions (THEORY.md §7): right-hand side and factors.
+"""The moment ODE of Gaussian token distributions (docs/theory.md §7): right-hand side and factors.
 
 For ``μ = N(m, Σ)`` the attention output is the tilted mean ``m + Σ B x``, the
 velocity is affine in ``x`` and Gaussians stay Gaussian::
@@ -29,7 +29,7 @@ _EPS = np.finfo(np.float64).eps
 
 def moment_rhs(params: GaussianParams, m: np.ndarray, Sigma: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-    """Right-hand side of the moment ODE (THEORY.md §7).
+    """Right-hand side of the moment ODE (docs/theory.md §7).
 
     ``ṁ = (A + V) m + V Σ B m + b``, ``Σ̇ = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ``.
 

@@ -1,4 +1,4 @@
-"""Parameters ``(A, b, V, B)`` of the Gaussian model and their time dependence (THEORY.md §7).
+"""Parameters ``(A, b, V, B)`` of the Gaussian model and their time dependence (docs/theory.md §7).
 
 Parameters may depend on time (depth) along a *parameter path* (:class:`ParamPath`):
 :class:`ConstantParams`, :class:`CallableParams` (any ``t ↦ (A, b, V, B)``),

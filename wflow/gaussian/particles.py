@@ -1,4 +1,4 @@
-"""The Euclidean n-particle system whose mean-field limit is the moment ODE (THEORY.md §7).
+"""The Euclidean n-particle system whose mean-field limit is the moment ODE (docs/theory.md §7).
 
 ``ẋ_i = A x_i + b + V Σ_j softmax_j(<B x_i, x_j>) x_j``; the Gaussian moment ODE
 (:mod:`wflow.gaussian.solver`) is its mean-field limit for Gaussian data.

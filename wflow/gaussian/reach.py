@@ -1,4 +1,4 @@
-"""Exact finite-time reachability of Gaussian targets by time-varying controls (THEORY.md §7).
+"""Exact finite-time reachability of Gaussian targets by time-varying controls (docs/theory.md §7).
 
 Given ``N(m₀, Σ₀)``, a target ``N(m₁, Σ₁)`` with ``rank Σ₁ = rank Σ₀`` and a
 horizon ``T``, we build feed-forward controls ``A(t), b(t)`` (the attention

@@ -1,7 +1,7 @@
 """Constant parameters: Riccati equilibria, their stability, and the long-time classifier.
 
 For constant ``(A, b, V, B)`` the covariance obeys the autonomous Riccati equation
-(THEORY.md §7)::
+(docs/theory.md §7)::
 
     Σ̇ = F(Σ) = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ.
 
@@ -179,7 +179,7 @@ def blowup_time_scalar(a: float, v: float, b: float, sigma0: float) -> float:
     """Blow-up time of ``σ̇ = 2aσ + 2vbσ²`` from ``σ₀ > 0`` (``inf`` if none).
 
     With ``c = 2vb``: ``t* = ln(1 + 2a/(cσ₀)) / (2a)``, and ``t* = 1/(cσ₀)`` for
-    ``a = 0`` (THEORY.md §7: ``1/(2vbσ₀)``). Blow-up happens iff ``c > 0`` and
+    ``a = 0`` (docs/theory.md §7: ``1/(2vbσ₀)``). Blow-up happens iff ``c > 0`` and
     ``2a + cσ₀ > 0``.
     """
     c = 2.0 * v * b
@@ -194,7 +194,7 @@ def blowup_time_scalar(a: float, v: float, b: float, sigma0: float) -> float:
 def blowup_time_isotropic(a: float, v: float, b: float, Sigma0: np.ndarray) -> float:
     """Blow-up time for ``A = aI, V = vI, B = bI``: the scalar time with ``σ₀ = λ_max(Σ₀)``.
 
-    For ``a = 0`` this is ``t* = 1/(2vb λ_max(Σ₀))`` (THEORY.md §7): every
+    For ``a = 0`` this is ``t* = 1/(2vb λ_max(Σ₀))`` (docs/theory.md §7): every
     eigenvalue of Σ follows the scalar Riccati equation.
     """
     lam = float(np.linalg.eigvalsh(np.asarray(Sigma0, dtype=np.float64))[-1])

@@ -1,4 +1,4 @@
-"""Gaussian transformer dynamics in ``R^d``: the moment ODE, blow-up, closed forms (THEORY.md §7).
+"""Gaussian transformer dynamics in ``R^d``: moment ODE, blow-up, closed forms (docs/theory.md §7).
 
 Model (self-attention + affine feed-forward, tokens in ``R^d``, no normalisation)::
 
@@ -15,7 +15,7 @@ factorises as ``Σ̇ = MΣ + ΣMᵀ``, a factor ``L`` (``d × r``, ``Σ = L Lᵀ
 solves ``L̇ = M L`` gives the exact solution ``Σ(t) = Φ(t) Σ₀ Φ(t)ᵀ`` with
 ``Φ̇ = MΦ`` invertible. :func:`integrate_moments` integrates ``(m, L)``: Σ is
 symmetric positive semi-definite by construction and its rank ``r`` is
-invariant (THEORY.md §7), also for rank-deficient ``Σ₀``.
+invariant (docs/theory.md §7), also for rank-deficient ``Σ₀``.
 
 Blow-up. With ``V = vI`` the substitution ``P = Σ^{-1}`` linearises the
 equation (Bernoulli): ``Ṗ = −AᵀP − PA − C`` with ``C = v(B + Bᵀ)``, whence the

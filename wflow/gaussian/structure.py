@@ -1,4 +1,4 @@
-r"""Structural long-time analysis of the covariance (constant parameters, THEORY.md §7).
+r"""Structural long-time analysis of the covariance (constant parameters, docs/theory.md §7).
 
 ``Σ̇ = F(Σ) = AΣ + ΣAᵀ + Q(Σ)``, ``Q(Σ) = VΣBΣ + ΣBᵀΣVᵀ``, and
 ``Σ(t) = Φ(t)Σ₀Φ(t)ᵀ`` with ``Φ̇ = (A + VΣB)Φ``. Three rules decide the

@@ -171,6 +171,12 @@ DENSITY_SCHEMA: Spec = {
     "function": (None, string),
 }
 
+#: The keys each ``[density] type`` reads (the others' defaults are not carried along).
+_TYPE_KEYS: dict[str, tuple[str, ...]] = {
+    "uniform": (), "vmf": ("means", "kappas", "weights"), "cap": ("center", "radius"),
+    "file": ("file",), "callable": ("function",),
+}
+
 #: Keys of the ``[density]`` section.
 DENSITY_SPEC = ("type", "means", "kappas", "weights", "center", "radius", "file", "function")
 
@@ -181,7 +187,10 @@ def density_spec_from_scenario(sc: Any) -> dict[str, Any]:
     ``[density]`` keys: ``type = "uniform" | "vmf" | "cap" | "file" | "callable"``,
     ``means``, ``kappas``, ``weights`` (vmf), ``center``, ``radius`` (cap, radians),
     ``file`` (.npy of cell values, relative to the scenario), ``function``
-    (``"pkg.module:function"`` mapping points (M, 3) to densities). Without a
+    (``"pkg.module:function"`` mapping points (M, 3) to densities; a module file beside
+    the scenario, ``mydens.py`` for ``"mydens:f"``, is found there first, see
+    :func:`wflow.infra.callables.resolve_callable`). Only the keys of the chosen type are
+    returned. Without a
     ``[density]`` table the token law of ``[tokens]`` is used (``uniform`` or
     ``vmf`` samplers), so particles and PDE start from the same distribution.
     """
@@ -189,7 +198,12 @@ def density_spec_from_scenario(sc: Any) -> dict[str, Any]:
         vals = take(sc.sections["density"], DENSITY_SCHEMA, "density")
         if vals["file"] is not None:
             vals["file"] = str(sc.path(vals["file"]))
-        return {k: v for k, v in vals.items() if v is not None}
+        if vals["function"] is not None:  # a module beside the scenario resolves there
+            from ..infra.callables import resolve_callable
+
+            vals["function"] = resolve_callable(vals["function"], sc.base_dir)
+        keys = ("type", *_TYPE_KEYS.get(vals["type"], ()))  # no defaults of other types
+        return {k: vals[k] for k in keys if vals[k] is not None}
     tok = sc.tokens
     if tok["sampler"] == "uniform":
         return {"type": "uniform"}

@@ -1,4 +1,4 @@
-"""JKO minimising movements on a sphere mesh with (weighted) optimal transport (THEORY.md §4).
+"""JKO minimising movements on a sphere mesh with (weighted) optimal transport (docs/theory.md §4).
 
 Two discretisations of the step (``JKOOptions.scheme``): the finite-volume dynamic form
 (default where the mesh connectivity is given) and discrete OT between cell measures.

@@ -1,4 +1,4 @@
-"""Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (THEORY.md §4).
+"""Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (docs/theory.md §4).
 
 The finite-volume JKO step (:mod:`wflow.jko.fv`) needs, for every cell ``K`` a centre
 ``x_K`` and for every edge ``σ = K|L`` its length ``|σ|`` and the distance ``d_σ``
@@ -29,7 +29,7 @@ Quantities (all on the *unit sphere*, radians and steradians):
 * ``areas`` — the spherical-triangle areas ``|K|`` (Van Oosterom–Strackee solid angle;
   they sum to ``4π`` to round-off). The FV densities are ``ρ_K = m_K/|K|`` with these
   areas; masses ``m_K`` are what the scheme transports, so the flat areas of
-  :class:`~wflow.mesh.SphereMesh` enter only where a caller converts masses to
+  :class:`~wflow.geometry.mesh.SphereMesh` enter only where a caller converts masses to
   densities.
 * ``edge_length`` — the geodesic length ``|σ| = arccos⟨a, b⟩``;
 * ``dist`` — ``d_σ = arccos⟨x_K, x_L⟩`` (> 0 on a well-centred mesh);
@@ -141,7 +141,7 @@ def dual_geometry(points: np.ndarray, cells: np.ndarray, *, strict: bool = True
         Vertices (projected to the unit sphere here).
     cells : (M, 3) int array
         Triangles of a closed single-cover triangulation (as validated by
-        :func:`wflow.mesh.validate_sphere`); inward-oriented cells are flipped.
+        :func:`wflow.geometry.mesh.validate_sphere`); inward-oriented cells are flipped.
     strict : bool
         Raise :class:`NotWellCentredError` for a mesh that is not well centred
         (default); otherwise warn (``UserWarning``) and continue.

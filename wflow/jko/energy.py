@@ -24,7 +24,7 @@ def _check_heads(heads: Heads) -> int:
     s = heads.value_alignment()
     if s == 0:
         raise ValueError("heads: the JKO scheme needs value-aligned heads V_h = ±A_h (the "
-                         "gradient-flow surrogate of THEORY.md §3); got other value matrices")
+                         "gradient-flow surrogate of docs/theory.md §3); got other value matrices")
     return int(s)
 
 

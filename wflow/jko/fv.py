@@ -1,4 +1,4 @@
-"""The finite-volume (dynamic, Benamou–Brenier) JKO step on a sphere mesh (THEORY.md §4).
+"""The finite-volume (dynamic, Benamou–Brenier) JKO step on a sphere mesh (docs/theory.md §4).
 
 One step of size ``τ`` of the ascent of ``E`` (``s = +1``; ``s = −1`` descent)::
 
@@ -65,7 +65,7 @@ majorant — see "The Hamiltonian" for the default):
 like the implicit step, never iterates).
 
 The Hamiltonian (``hamiltonian = "pointwise"`` default, ``"discrete"``)
----------------------------------------------------------------------
+------------------------------------------------------------------------
 The HJ term of the KKT system, ``(δ b̂_K/2|K|) Σ_L w_σ ((λ_L − λ_K)⁺)²``, is the upwind
 Hamiltonian of the variational scheme. On triangles it is *not consistent* with
 ``½ b̂ |∇λ|²``: for a constant gradient it sums over the one or two outflow edges

@@ -1,10 +1,10 @@
-"""The JKO time loop on a sphere mesh (THEORY.md §4): :func:`iterate_jko`, :func:`solve_jko`.
+"""The JKO time loop on a sphere mesh (docs/theory.md §4): :func:`iterate_jko`, :func:`solve_jko`.
 
 One step of size ``τ`` of the ascent of ``E`` (descent of ``F = −sE``)::
 
     μ_{k+1} ∈ argmin_ν  J_k(ν) = (1/2τ) W²_{b̂_k}(μ_k, ν) − s E(ν, t_{k+1}),
 
-``s = +1`` for value-aligned heads ``V_h = A_h`` (ascent, THEORY convention) and
+``s = +1`` for value-aligned heads ``V_h = A_h`` (ascent, convention of docs/theory.md) and
 ``s = −1`` for ``V_h = −A_h`` (descent convention of the published experiments).
 
 The pieces: transport costs and candidate pairs (:mod:`wflow.jko.cost`), the energy
@@ -178,7 +178,7 @@ def as_dual(mesh: Any, M: int) -> DualGeometry:
     """The FV geometry of ``mesh`` (Triangulation, SphereMesh, DualGeometry or ``(V, C)``).
 
     Cells must be in the order of the cell arrays given to the solver (for a
-    :class:`~wflow.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
+    :class:`~wflow.geometry.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
     """
     if mesh is None:
         raise ValueError("jko.scheme: 'fv' needs the mesh connectivity; pass mesh= (a "

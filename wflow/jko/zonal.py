@@ -2,7 +2,7 @@
 
 For measures invariant under the rotations about the ``z`` axis (*zonal*), ``W₂`` on
 ``S²`` equals the 1-D ``W₂`` of the polar-angle marginals with cost ``|θ − θ'|²``
-(THEORY.md §4: ``d_S(x, y) >= |θ(x) − θ(y)|``, attained by meridian transport). For a
+(docs/theory.md §4: ``d_S(x, y) >= |θ(x) − θ(y)|``, attained by meridian transport). For a
 head ``A = diag(a, a, b)`` (axisymmetric) the energy of a zonal measure with polar-angle
 law ``ν`` is ``E = (1/2β) ∫∫ k(θ, θ') dν dν`` with the ring kernel (azimuthal average)::
 

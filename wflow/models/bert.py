@@ -13,7 +13,7 @@ with ``LN(x) = γ ⊙ (x − mean(x)) / sqrt(var(x) + ε) + β`` over the ``d`` 
 token and the exact GELU ``gelu(z) = z Φ(z) = z (1 + erf(z/√2)) / 2``. Weight matrices are
 stored ``(out, in)`` as in PyTorch (``y = W x + b``). Every token attends to every token
 (no mask), so the layers act on the empirical measure of the tokens: with ``n`` Gaussian
-samples as the "sequence" this is the mean-field particle system of THEORY.md §7.
+samples as the "sequence" this is the mean-field particle system of docs/theory.md §7.
 
 The attention sums are evaluated by :func:`wflow.kernels.kernel_sums` (the one place for
 nonlocal attention sums), one head at a time with the key and value vectors stacked as

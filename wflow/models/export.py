@@ -1,4 +1,4 @@
-"""Trained attention heads as a piecewise-constant weight schedule (THEORY.md §1, "layers").
+"""Trained attention heads as a piecewise-constant weight schedule (docs/theory.md §1, "layers").
 
 Layer ``ℓ`` of a BERT encoder has, for every head ``h`` (rows ``h k … (h+1)k − 1``)::
 

@@ -1,4 +1,4 @@
-"""Gaussianity of a trained transformer's layers fed with Gaussian tokens (THEORY.md §7).
+"""Gaussianity of a trained transformer's layers fed with Gaussian tokens (docs/theory.md §7).
 
 Study (:func:`gaussianity_study`, :func:`pretrained_gaussianity`): draw ``n`` tokens
 ``x_i ~ N(m₀, Σ₀)`` — by default the Gaussian moment-matched to the model's embedding-layer
@@ -39,7 +39,7 @@ the tokens stay close to Gaussian in layers 0–2 (W2 ratio ≤ 1.01 in the top-
 one-layer Bures–Wasserstein error 11–18 % of ``sqrt(tr Σ̂)``) and become clearly
 non-Gaussian in layers 3–5 (PCA-16 Mardia kurtosis z from 19 to ~1000, skewness 17–190×
 the Gaussian reference, W2 ratio 1.04–1.7; open-loop error 48 % → 170 %). The attention
-moment ODE over unit time blows up (Riccati, THEORY §7) for some layers; the discrete map
+moment ODE over unit time blows up (Riccati, docs/theory.md §7) for some layers; the discrete map
 is the better description of a residual layer.
 """
 

@@ -1,4 +1,4 @@
-"""Gaussian moment maps of the BERT sublayers (THEORY.md §7 for a trained encoder).
+"""Gaussian moment maps of the BERT sublayers (docs/theory.md §7 for a trained encoder).
 
 Each map takes the mean ``m`` and covariance ``Σ`` of the tokens entering a sublayer and
 returns the mean and covariance of the tokens leaving it, *computed as if the entering
@@ -17,7 +17,7 @@ Attention (exact for a Gaussian in the mean-field limit)
 
     * discrete map (the residual layer ``x ↦ x + a(x)``, one Euler step of size 1):
       ``m' = m + F m + g``, ``Σ' = (I + F) Σ (I + F)ᵀ``  — :func:`attention_moment_map`;
-    * moment ODE (depth as time, THEORY §7 with ``A = 0``, several heads and biases):
+    * moment ODE (depth as time, docs/theory.md §7 with ``A = 0``, several heads and biases):
       ``ṁ = F(m, Σ) m + g(m, Σ)``, ``Σ̇ = F Σ + Σ Fᵀ`` on ``[0, T]``, RK4 —
       :func:`attention_moment_ode`. For one head, ``V = vI``, ``B = bI`` and no biases it
       is ``Σ̇ = 2vbΣ²``, ``Σ(t) = (Σ₀⁻¹ − 2vbt I)⁻¹``.

@@ -1,4 +1,4 @@
-"""Quantitative multi-head results of [MH] (THEORY.md §6): formulas and checks.
+"""Quantitative multi-head results of [MH] (docs/theory.md §6): formulas and checks.
 
 Conventions: softmax heads, ``w_h = 1`` (the [MH] sum over heads) unless stated, value
 aligned (``V_h = A_h``), masses ``m_j = 1/n``, so that for token ``i`` and head ``h``
@@ -16,7 +16,7 @@ For static heads the per-head energy rate splits (see :mod:`wflow.diagnostics`) 
 * ``cross_radial_i = −<∇ψ_h, x> Σ_{h'≠h} w_h' a^{h'}``, radial shadows ``a^h = <f_h, x>``.
 
 The *radial-dominance condition* of [MH] compares the own power with the cross-head
-radial-shadow terms bounded by Cauchy–Schwarz, ``|<∇ψ_h, x>| ≤ |∇ψ_h|``:
+radial-shadow terms bounded by Cauchy–Schwarz, ``|<∇ψ_h, x>| ≤ |∇ψ_h|``::
 
     own_h  ≥  R_h := ∫ |∇ψ_h(x)| Σ_{h'≠h} w_h' |a^{h'}(x)| dμ(x).          (RD)
 
@@ -35,7 +35,7 @@ value-aligned heads ``‖A_h V_h'‖ = ‖A_h A_h'‖ ≤ δ``). The resulting *
 **Which configuration gives** ``β*``. Take ``n ≤ d`` orthonormal tokens and ``H``
 *identical* scalar heads ``A_h = V_h = α I`` sharing the token space (``w_h`` equal;
 their common value cancels). With ``u = e^{αβ}`` every token sees
-``f = α(u x_i + Σ_{j≠i} x_j)/(u + n − 1)``, so ``a = |f| c`` with the cosine
+``f = α(u x_i + Σ_{j≠i} x_j)/(u + n − 1)``, so ``a = |f| c`` with the cosine::
 
     c(β) = <f, x_i>/|f| = u / sqrt(u² + n − 1),
 
@@ -48,7 +48,7 @@ and, ``c`` being increasing in ``β``, (RD) ⇔ ``β ≤ β*`` with
 
     β* = (1/2α) ln( c*² (n−1) / (1 − c*²) ).
 
-This reproduces THEORY.md exactly; the *sharp* radial term instead (``own ≥ |cross_radial|``,
+This reproduces docs/theory.md exactly; the *sharp* radial term instead (``own ≥ |cross_radial|``,
 ``|cross_radial| = Z (H−1) a²``) gives ``c² ≤ 1/H``, i.e.
 ``β ≤ β*_exact = (1/2α) ln((n−1)/(H−1))`` (:func:`beta_star_exact`), and ``β* < β*_exact``
 because (RD) is only sufficient. In this shared-space configuration ``cross_direct > 0``

@@ -38,8 +38,8 @@ class RadialDominance:
         any heads.
     margin_pointwise : ``min_i (own_i − R_{h,i})`` (RD token by token), shape ``(H,)``.
     shadows : radial shadows ``a^h_i``, shape ``(H, n)``.
-    direct_bound : ``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (``>=
-        |cross_direct|`` for symmetric heads; NaN for non-symmetric ones).
+    direct_bound : ``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ``
+        (``>= |cross_direct|`` for symmetric heads; NaN for non-symmetric ones).
     """
 
     own: np.ndarray

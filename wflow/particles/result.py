@@ -70,7 +70,9 @@ class ParticleResult:
     theta : (P, H, rows, d) array
         Final weight parameters per path.
     trajectory, theta_trajectory : arrays or None
-        Tokens ``(P, K, n, d)`` / weights ``(P, K, H, rows, d)`` at recorded times.
+        Tokens ``(P, K, n, d)`` / weights ``(P, K, H, rows, d)`` at recorded times (with
+        ``save_trajectory=True``): path first, then time. The last tokens of path 0 are
+        ``trajectory[0, -1]``; ``trajectory[-1]`` is the whole last *path*.
     checks : dict
         Accuracy checks behind the status (``"chain"``: relative chain-rule residual of
         the worst path, its tolerance, pass/fail and rule; :func:`wflow.status.chain_check`).

@@ -1,4 +1,4 @@
-"""Particle solver: tokens on ``S^{d-1}`` moved by multi-head attention (THEORY.md §2).
+"""Particle solver: tokens on ``S^{d-1}`` moved by multi-head attention (docs/theory.md §2).
 
 ``ẋ_i = v[μ^n_t, Θ_t](x_i)`` with ``μ^n = (1/n) Σ δ_{x_i}``, the transformer velocity
 ``v = P_x Σ_h w_h f_h`` or the effective-mobility surrogate ``v̂`` (``flow="surrogate"``).

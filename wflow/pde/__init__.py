@@ -1,7 +1,7 @@
-"""The transformer PDE on a triangulated sphere: finite volumes on a DOLFINx mesh (THEORY.md §2).
+"""The transformer PDE on a triangulated sphere: finite volumes on DOLFINx (docs/theory.md §2).
 
 Solves ``∂_t ρ + div_S(ρ v[μ_t, Θ_t]) = 0`` on S² for the transformer velocity ``v`` or
-its effective-mobility surrogate ``v̂`` (THEORY.md §3), or for a prescribed velocity.
+its effective-mobility surrogate ``v̂`` (docs/theory.md §3), or for a prescribed velocity.
 
 Rooms (the same in every solver package):
 

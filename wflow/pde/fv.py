@@ -1,6 +1,6 @@
 """Finite volumes on a DOLFINx sphere mesh: geometry, reconstruction, fluxes, positivity bound.
 
-Discretises ``∂_t ρ + div_S(ρ v) = 0`` on S² (THEORY.md §2).
+Discretises ``∂_t ρ + div_S(ρ v) = 0`` on S² (docs/theory.md §2).
 
 Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
 -----------------------------------------------------------------------------
@@ -29,7 +29,7 @@ Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
   and added to the other (the identical number), so ``Σ_K m_K`` is conserved to
   round-off. Time stepping: forward Euler (order 1), SSP-RK2 or SSP-RK3 (order 2).
 * Positivity: a forward-Euler stage keeps ``m_K >= 0`` iff
-  ``Δt · out_K <= m_K`` with ``out_K = Σ_{e ∋ K} |F_e|⁺`` the outflow (THEORY.md §2
+  ``Δt · out_K <= m_K`` with ``out_K = Σ_{e ∋ K} |F_e|⁺`` the outflow (docs/theory.md §2
   CFL bound). Each step takes ``Δt = min(dt, cfl · min_K m_K/out_K, time to the
   next output / jump)``; every SSP stage is a convex combination of such stages and
   is checked again; a step whose later stage would violate the bound (the

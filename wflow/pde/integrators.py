@@ -1,7 +1,7 @@
 """Time integrators of the finite-volume PDE: SSP Runge–Kutta methods as registered objects.
 
 Every integrator is a convex combination of positivity-checked forward-Euler stages
-(Shu–Osher form, THEORY.md §2), so a step keeps ``m_K >= 0`` whenever each of its
+(Shu–Osher form, docs/theory.md §2), so a step keeps ``m_K >= 0`` whenever each of its
 Euler stages does. An integrator declares its ``order()`` and ``stages`` and combines
 the stages in :meth:`TimeIntegrator.step`; :data:`TIME_INTEGRATORS` is the only list of
 them (the ``[pde] time_integrator`` choices derive from it).

@@ -1,11 +1,11 @@
 """The PDE solver loop: :func:`iterate_pde` (accepted time levels), :func:`solve_pde`, result.
 
-Solves the continuity equation (THEORY.md §2)
+Solves the continuity equation (docs/theory.md §2)
 
     ∂_t ρ + div_S(ρ v[μ_t, Θ_t]) = 0   on S²,
 
 for the transformer velocity ``v`` or its effective-mobility surrogate ``v̂``
-(``flow = "transformer" | "surrogate"``, THEORY.md §3), or for a prescribed
+(``flow = "transformer" | "surrogate"``, docs/theory.md §3), or for a prescribed
 velocity field ``v(x, t)`` (used by the rigid-rotation tests).
 
 The discretisation (cell-centred finite volumes, upwind or limited linear

@@ -103,7 +103,7 @@ def torch_cpu_normal(seed: int, shape: tuple[int, ...]) -> np.ndarray:
 def published_heads(H: int, d: int, *, seed: int | None = None,
               rng: np.random.Generator | None = None,
               generator: str = "numpy") -> Heads:
-    """The published experiments' initial heads (THEORY §5).
+    """The published experiments' initial heads (docs/theory.md §5).
 
     ``D_h = Z_h + Z_hᵀ`` with ``Z`` standard normal of shape ``(H, d, d)`` (C order,
     head ``h`` gets ``Z[h]``; no scaling: diagonal ``N(0, 4)``, off-diagonal
@@ -175,7 +175,9 @@ def published_ou(theta0: np.ndarray, *, sigma2: float = 2.0,
 
 
 def published_frames(t: float, H: int, d: int) -> np.ndarray:
-    """The oscillating targets ``F_h(t)`` of the published experiments (THEORY §5), ``(H, d, d)``.
+    """The oscillating targets ``F_h(t)`` of the published experiments, ``(H, d, d)``.
+
+    docs/theory.md §5.
 
     With ``s = t + 2πh/H`` for heads ``h = 0, …, H−1`` (phases spread over a whole period):
 

@@ -1,4 +1,4 @@
-"""Study ``asymptotics``: integrable (OU) vs oscillating weights on S² (THEORY.md §5).
+"""Study ``asymptotics``: integrable (OU) vs oscillating weights on S² (docs/theory.md §5).
 
 What it checks — the two asymptotic claims of [TD], not the published experiments
 (those are ``wflow reproduce``, exactly as published):

@@ -1,9 +1,9 @@
-"""Study ``edi``: the energy–dissipation identity under refinement (THEORY.md §3, §5).
+"""Study ``edi``: the energy–dissipation identity under refinement (docs/theory.md §3, §5).
 
 Along a solution of an exact gradient flow the EDI
 ``E(T) − E(0) − ∫∂_tE = ∫(½|μ'|²_b̂ + ½|∂E|²) dt`` holds with equality, so the discrete
 residual of a numerical solution must vanish at the scheme's order. The exact gradient
-flows of THEORY §3 (ascent, ``V_h = A_h`` symmetric):
+flows of docs/theory.md §3 (ascent, ``V_h = A_h`` symmetric):
 
 * ``usa``: unnormalised attention, two different heads (``ẋ = P∇ψ``, ``b̂ ≡ 1``);
 * ``sa1``: one softmax head (mobility ``1/Z``);
@@ -195,7 +195,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         criteria.append(Criterion(
             "transformer_defect_persists", persist, lo=DEFECT_PERSISTS,
             what="|EDI defect(finest dt)| / |defect(coarsest dt)| of the transformer flow",
-            why="THEORY §3: different softmax heads, not a gradient flow"))
+            why="docs/theory.md §3: different softmax heads, not a gradient flow"))
         fits["transformer_defect"] = {"finest": defect[-1], "ratio": persist}
         sur = table["particles_rk4_surrogate"]
         notes.append(
@@ -269,13 +269,18 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         if "jko" in table:
             ax[0].loglog(table["jko"]["tau"], np.abs(table["jko"]["edi"]), "^-",
                          label=f"JKO τ ({fits['jko']['slope']:.2f})")
-        ax[0].set(xlabel="dt / τ", ylabel="|EDI residual|", title="particles (and JKO)")
+        ax[0].set(xlabel="dt / τ", ylabel="|EDI residual| (absolute)",
+                  title="particles (and JKO)")
+        ax[0].xaxis.set_minor_formatter(plt.NullFormatter())  # decade labels only
         ax[0].legend(fontsize=7)
         if "pde" in table:
             ax[1].loglog(table["pde"]["h"], np.abs(table["pde"]["edi"]), "o-",
                          label=f"PDE order 2 ({fits['pde']['slope']:.2f})")
             ax[1].legend(fontsize=8)
-        ax[1].set(xlabel="h (mean cell size)", ylabel="|EDI residual|", title="PDE")
+            # less than a decade of h: label the measured sizes, not the crowded minor ticks
+            ax[1].xaxis.set_minor_formatter(plt.NullFormatter())
+            ax[1].set_xticks(table["pde"]["h"], [f"{h:.3g}" for h in table["pde"]["h"]])
+        ax[1].set(xlabel="h (mean cell size)", ylabel="|EDI residual| (absolute)", title="PDE")
         fig.tight_layout()
         fig.savefig(stage / "edi.png", dpi=120)
         plt.close(fig)

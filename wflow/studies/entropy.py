@@ -1,6 +1,6 @@
 """Study ``entropy``: attention-entropy production identity and monotone entropy.
 
-Theory (THEORY.md §6): the entropy ``H^h_i = −Σ_j p_ij log p_ij`` of head ``h``'s attention
+Theory (docs/theory.md §6): the entropy ``H^h_i = −Σ_j p_ij log p_ij`` of head ``h``'s attention
 row ``i`` (``p_ij = softmax_j(β s_ij)``, ``s_ij = <x_i, A_h x_j>``) obeys exactly
 ``dH^h_i/dt = −β² Cov_{p_i}(s, ṡ)`` along any trajectory, for any heads. For scalar heads
 and equiangular tokens the entropy is non-decreasing and tends to ``log n``.

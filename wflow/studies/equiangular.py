@@ -1,6 +1,6 @@
 """Study ``equiangular``: equiangular tokens stay equiangular; early and late rates.
 
-Theory (THEORY.md §6, :mod:`wflow.multihead`): for scalar softmax heads ``λ_h I``
+Theory (docs/theory.md §6, :mod:`wflow.multihead`): for scalar softmax heads ``λ_h I``
 (``w_h = 1``) an equiangular configuration ``<x_i, x_j> = γ`` stays equiangular and
 ``γ̇ = F(γ) = 2κ(γ)(1−γ)(1+(n−1)γ)``; at ``γ = 0`` the rate is ``Σ_h φ(λ_h)``,
 ``φ(λ) = 2λ/(e^{λβ}+n−1)``, and ``1 − γ(t) ≈ C e^{−2Λt}``, ``Λ = Σ_h λ_h``.

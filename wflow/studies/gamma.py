@@ -1,6 +1,6 @@
-"""Study ``gamma``: stability under weight perturbation (Γ-convergence, THEORY.md §5).
+"""Study ``gamma``: stability under weight perturbation (Γ-convergence, docs/theory.md §5).
 
-Claim (THEORY §5): if the weight law ``Θ^ε → Θ`` then ``E^ε → E`` and the flows converge,
+Claim (docs/theory.md §5): if the weight law ``Θ^ε → Θ`` then ``E^ε → E`` and the flows converge,
 ``sup_t W_2(μ^ε_t, μ_t) → 0``. Two families: perturbed initialisation
 ``A^ε_h = A_h + ε Δ_h`` (``Δ_h`` symmetric, ``|Δ_h|_F = 1``) and weight decay
 ``A^ε_h = (1 − ε) A_h`` (values tied, ``V = A``). From the same initial tokens the study
@@ -9,7 +9,7 @@ least) a decade and judges *convergence*: both decrease monotonically as ``ε``
 decreases, and the value at the smallest ``ε`` is at most :data:`CONV_FRACTION` of the
 value at the largest.
 
-Rate. THEORY states convergence, not a rate; the study reports the observed one and
+Rate. docs/theory.md states convergence, not a rate; the study reports the observed one and
 requires the rate that smooth dependence on the weights implies: the softmax field is
 smooth in ``A``, so ``|v^ε[μ] − v[μ]| <= C ε`` uniformly on the sphere, and the Grönwall
 argument of the ``stability`` study with this forcing gives

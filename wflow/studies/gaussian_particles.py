@@ -1,6 +1,6 @@
 """Study: the n-particle Euclidean system tracks the Gaussian moment ODE at rate n^{-1/2}.
 
-THEORY.md §7 (validation): particles ``ẋ_i = A x_i + b + V Σ_j softmax_j(<Bx_i, x_j>) x_j``
+docs/theory.md §7 (validation): particles ``ẋ_i = A x_i + b + V Σ_j softmax_j(<Bx_i, x_j>) x_j``
 with ``x_i(0) ~ N(m₀, Σ₀)`` i.i.d. have empirical mean and covariance that follow
 ``ṁ = (A + V)m + VΣBm + b``, ``Σ̇ = AΣ + ΣAᵀ + VΣBΣ + ΣBᵀΣVᵀ`` up to
 ``O(n^{-1/2})`` (sampling fluctuations carried by a Lipschitz flow; the

@@ -1,6 +1,6 @@
 """Study ``head-monotonicity``: per-head energy monotonicity below / above ``β*``, δ sweep.
 
-Theory (THEORY.md §6, :mod:`wflow.multihead`): with heads in orthogonal subspaces
+Theory (docs/theory.md §6, :mod:`wflow.multihead`): with heads in orthogonal subspaces
 (``A_{h'}A_h = 0``) the per-head rate is ``dE_h/dt = own_h + cross_radial_h``, and radial
 dominance (RD) ``own_h ≥ R_h = ∫|∇ψ_h| Σ_{h'≠h}|a^{h'}|`` is sufficient for
 ``dE_h/dt ≥ 0``. For approximately orthogonal heads (``‖A_{h'}A_h‖_op = δ``) a direct cross

@@ -1,4 +1,4 @@
-"""Study ``mean-field``: particles vs the transformer PDE as ``n`` grows (THEORY.md §5).
+"""Study ``mean-field``: particles vs the transformer PDE as ``n`` grows (docs/theory.md §5).
 
 With ``x_i(0)`` i.i.d. from ``ρ_0`` the empirical measure stays close to the mean-field
 solution: ``W_2(μ^n_t, μ_t)`` decays like the initial sampling error, ``≈ n^{-1/2}`` up to
@@ -19,7 +19,7 @@ independent replicates of the same ``n``):
   Independent fluctuations add in ``W_2²``: ``E twoT² ≈ W_2(X_T, ρ_T)² + W_2(Z_T, ρ_T)²
   ≈ E pred_T²``, while a PDE that misses the particles' limit by ``δ`` adds ``δ²``;
 * ``raw = W_2(X_T, Σ_K m_K δ_{c_K})``: particles against the PDE cell masses at the cell
-  centroids (THEORY §5's measurement); it flattens at the mesh resolution ``O(h)``, so it
+  centroids (docs/theory.md §5's measurement); it flattens at the mesh resolution ``O(h)``, so it
   is reported, not judged (two atomic measures on the mesh are no remedy: a mass
   perturbation ``δ`` on atoms ``h`` apart costs ``W_2 ~ h|δ|^{1/2}``, rate ``n^{-1/4}``).
 
@@ -228,7 +228,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"twoT/two0 = {table['twoT'][-1] / table['two0'][-1]:.2f} and the particles' "
                f"own amplification W2(X_T, Y_T)/W2(x_0, y_0) = {amp[-1]:.2f} at n = "
                f"{ns[-1]}). Particles vs the PDE cell masses at the centroids of "
-               f"{int(chat.shape[0])} cells (THEORY §5; reported, not judged): W2 = "
+               f"{int(chat.shape[0])} cells (docs/theory.md §5; reported, not judged): W2 = "
                f"{table['rawT'][-1]:.3f} rad at n = {ns[-1]} (t = 0: {table['raw0'][-1]:.3f}), "
                f"slope {fits['rawT']['slope']:.2f}.")
     passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,

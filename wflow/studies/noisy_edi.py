@@ -1,4 +1,4 @@
-"""Study ``noisy-edi``: the energy balance with noisy (OU) weights (THEORY.md §5).
+"""Study ``noisy-edi``: the energy balance with noisy (OU) weights (docs/theory.md §5).
 
 With ``dA_h = −κ(A_h − I) dt + σ dW_sym`` the energy obeys
 ``dE = ∂_tE dt + power dt + Itô dt + dM`` with the Itô correction

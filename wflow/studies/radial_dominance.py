@@ -1,6 +1,6 @@
 """Study ``radial-dominance``: the margin of (RD) changes sign at the critical ``β*``.
 
-Theory (THEORY.md §6, :mod:`wflow.multihead`): for ``n <= d`` orthonormal tokens and ``H``
+Theory (docs/theory.md §6, :mod:`wflow.multihead`): for ``n <= d`` orthonormal tokens and ``H``
 identical scalar heads ``αI`` the radial-dominance margin
 ``own_h − ∫|∇ψ_h| Σ_{h'≠h} |a^{h'}|`` is positive for ``β < β*`` and negative for
 ``β > β*``, ``β* = (1/2α) ln(c*(H)² (n−1)/(1 − c*(H)²))``; ``H = 1``: no cross term,

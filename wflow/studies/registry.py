@@ -1,4 +1,4 @@
-"""The one registry of ``wflow verify`` studies: name → module, and the THEORY.md section.
+"""The one registry of ``wflow verify`` studies: name → module, and the docs/theory.md section.
 
 Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict);
 a study with negative controls also takes ``fault=NAME`` for a name of its ``FAULTS``
@@ -13,7 +13,7 @@ from types import ModuleType
 
 __all__ = ["STUDIES", "SECTION", "all_studies", "load_study", "seed_independent"]
 
-#: Study name → module, in THEORY.md order.
+#: Study name → module, in docs/theory.md order.
 STUDIES: dict[str, str] = {
     # §3, §5: [TD] — particles, PDE, JKO
     "edi": "wflow.studies.edi",
@@ -33,7 +33,7 @@ STUDIES: dict[str, str] = {
     "gaussian-particles": "wflow.studies.gaussian_particles",
 }
 
-#: Study name → the THEORY.md section whose claims it checks.
+#: Study name → the docs/theory.md section whose claims it checks.
 SECTION: dict[str, str] = {
     **{k: "§5" for k in ("edi", "mean-field", "stability", "gamma", "asymptotics", "noisy-edi")},
     **{k: "§6" for k in ("radial-dominance", "head-monotonicity", "equiangular",

@@ -1,6 +1,6 @@
 """Study ``relu-vs-softmax``: clustering times over ``n`` and ``d``.
 
-Theory (THEORY.md §6, :mod:`wflow.multihead`): near random initialisation (``γ ≈ 0``)
+Theory (docs/theory.md §6, :mod:`wflow.multihead`): near random initialisation (``γ ≈ 0``)
 softmax has a positive driving force ``γ̇(0) = Σ_h φ(λ_h) > 0`` while ReLU has none
 (``F(0) = 0``, ``γ̇ ≈ (2βΣλ²/n) γ``); from ``γ_0 ~ d^{-1/2}`` the ReLU clustering time is
 ``O(n log d)`` with ``dT/d ln d → n/(4βΣλ²)`` (``d ≫ n²``), whereas the softmax time depends

@@ -1,4 +1,4 @@
-"""Study ``stability``: Grönwall stability under input perturbation (THEORY.md §5).
+"""Study ``stability``: Grönwall stability under input perturbation (docs/theory.md §5).
 
 Claim: ``W_2(μ_t, ν_t) <= e^{L t} W_2(μ_0, ν_0)``; measure the effective ``L``.
 
@@ -118,7 +118,7 @@ FAMILIES = {
 }
 #: Accepted relative error of the first-step growth rate against λ_w (module docstring):
 #: the Richardson estimate's O(dt²) error and the linearisation error; measured
-#: |g/λ_w − 1| = 3.6e-5 … 7.4e-4 on the correct solver over seeds 0–19 (quick mode,
+#: ``|g/λ_w − 1|`` = 3.6e-5 … 7.4e-4 on the correct solver over seeds 0–19 (quick mode,
 #: docs/studies_power.md), 4× below; a velocity error of ±0.5 % is caught.
 GROWTH_TOL = 3e-3
 

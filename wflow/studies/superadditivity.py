@@ -1,6 +1,6 @@
 """Study ``superadditivity``: heterogeneous vs equal head strengths at equal total.
 
-Theory (THEORY.md §6, :mod:`wflow.multihead`): the early clustering rate of scalar
+Theory (docs/theory.md §6, :mod:`wflow.multihead`): the early clustering rate of scalar
 softmax heads from orthonormal tokens is ``Σ_h φ(λ_h)``, ``φ(λ) = 2λ/(e^{λβ} + n − 1)``.
 ``φ`` is concave for ``λ < λ_c`` and convex for ``λ > λ_c`` (``λ_c`` from
 ``(s−2)e^s = (n−1)(s+2)``, ``s = βλ``). By Jensen, heads ``λ̄(1 ± ε)`` with the same total

@@ -120,9 +120,12 @@ class SphereMesh:
     original_index : (num_local,) int64
         Index of each local cell in the input triangulation (DOLFINx reorders).
     areas : (num_local,) float64
-        ``|K| = ∫_K 1 dx`` (flat triangles).
+        ``|K| = ∫_K 1 dx`` (flat triangles; they sum to slightly less than ``4π``), in
+        DOLFINx order. Densities and solver results are in the mesh file's order:
+        ``gather_owned(areas)`` gives the areas in that order, so
+        ``(rho * mesh.gather_owned(mesh.areas)).sum() == 1`` (docs/theory.md §8).
     centroids : (num_local, 3) float64
-        ``c_K = ∫_K x dx / |K|`` (inside the sphere, ``|c_K| < 1``).
+        ``c_K = ∫_K x dx / |K|`` (inside the sphere, ``|c_K| < 1``), DOLFINx order.
     normals : (num_local, 3) float64
         Unit ``CellNormal`` of DOLFINx (outward for a validated mesh).
     cell_vertices : (num_local, 3, 3) float64
