@@ -36,7 +36,8 @@ RANKS = {
     "wflow.jko": 8,
     "wflow.gaussian": 7,
     "wflow.models": 8,
-    "wflow.published": 9,
+    # the field's reproductions run, judge and write like studies (their StudyResult)
+    "wflow.published": 10.5,
     "wflow.studies": 10,
     "wflow.apps": 11,
     "wflow.commands": 12,
