@@ -18,8 +18,7 @@ DEMOS = sorted((ROOT / "demos").glob("*.py"))
 TOMLS = sorted((ROOT / "demos").glob("*.toml"))
 #: The command of a shipped scenario, from its name.
 COMMAND = {"particles": ["particles"], "pde": ["pde"], "jko": ["jko"], "gaussian": ["gaussian"],
-           "published": ["particles"],  # one H of a published experiment (reproduce: all H)
-           "run": ["run"]}
+           "published": ["particles"]}  # one H of a published experiment (reproduce: all H)
 
 
 def test_every_shipped_scenario_has_a_command():
