@@ -89,3 +89,14 @@ def test_bookkeeping_resume_and_merged_table(tmp_path):
     table = sp.markdown(sp.load([main, edi]))
     assert "| edi | quick | 1 (seed-independent) |" in table
     assert "| gamma | quick | 3 |" in table and "**1/3**" in table
+
+
+def test_mean_field_quotes_the_measured_power():
+    # the verdict's "Detectable: a PDE velocity error of ..." is the measured power
+    from wflow.studies.mean_field import MEASURED_VELOCITY_POWER
+
+    doc = _documented()["mean-field"]
+    for mode, (sp, sm) in MEASURED_VELOCITY_POWER.items():
+        fams = doc[mode]["power"]["families"]
+        assert (fams["pde-velocity:+"]["smallest_caught"],
+                fams["pde-velocity:-"]["smallest_caught"]) == (sp, sm), mode
