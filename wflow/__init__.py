@@ -19,7 +19,7 @@ from __future__ import annotations
 
 # first: the wflow command's process holds a SIGTERM/SIGHUP/Ctrl-C that arrives while the
 # package imports (nothing anywhere else; see the module)
-from .infra import early_signals as _early_signals  # noqa: F401
+from .infra import interrupts as _interrupts  # noqa: F401
 
 # isort: split
 from .apps.scenario import Scenario, load_scenario

@@ -48,6 +48,8 @@ import time
 from collections.abc import Callable
 
 from . import commands
+from .infra import interrupts
+from .infra.interrupts import Terminated
 from .infra.version import __version__
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERRUPTED",
@@ -71,14 +73,6 @@ _USES_MPI = frozenset({"pde", "verify", "reproduce", "run", "jko"})
 
 #: Signals handled like Ctrl-C (exit status 128 + signal).
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP received: unwinds like Ctrl-C (staging removed, checkpoint kept)."""
-
-    def __init__(self, signum: int, *args: object) -> None:
-        super().__init__(*args)
-        self.signum = int(signum)
 
 
 #: Seconds a rank of an mpirun job gets to unwind normally after SIGTERM/SIGHUP.
@@ -173,10 +167,6 @@ def _mpi_watchdog(name: str, rank: int) -> Callable[[], None]:
     return stop
 
 
-def _on_signal(signum: int, frame: object) -> None:
-    raise Terminated(signum)
-
-
 def _on_signal_deferred(signum: int, frame: object) -> None:
     """Rank ≠ 0 of an mpirun job: hold the signal, rank 0 ends the job."""
     if not _DEFERRED:
@@ -192,12 +182,14 @@ def _interrupted_line(name: str, signum: int, detail: str) -> str:
 def _install_handlers(rank: int, size: int) -> None:
     """SIGTERM/SIGHUP raise :class:`Terminated`, Ctrl-C :class:`KeyboardInterrupt`.
 
-    Ranks other than 0 of an mpirun job hold all three (:func:`_on_signal_deferred`).
+    Both recorded first (:func:`wflow.infra.interrupts.handle`: an exception raised where
+    Python drops it, in a ctypes callback say, is raised again by
+    :func:`~wflow.infra.interrupts.check`). Ranks other than 0 of an mpirun job hold all
+    three (:func:`_on_signal_deferred`).
     """
     leader = size == 1 or rank == 0
     for s in (*_SIGNALS, signal.SIGINT):
-        handler = _on_signal_deferred if not leader else \
-            signal.default_int_handler if s == signal.SIGINT else _on_signal
+        handler = interrupts.handle if leader else _on_signal_deferred
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(s, handler)
 
@@ -208,7 +200,10 @@ def _signals_like_ctrl_c(rank: int = 0, size: int = 1, *, mpi: bool = False):
 
     ``mpi``: initialise MPI first (:mod:`mpi4py`), whose start-up installs a SIGHUP
     handler of its own, then install the CLI's handlers again, so that they are the ones
-    in force. The handlers found on entry are restored on exit.
+    in force. An interruption Python would report as "Exception ignored" (raised in a
+    ctypes callback) is silent (:data:`sys.unraisablehook`): it is recorded, and raised
+    again by :func:`wflow.infra.interrupts.check`. The handlers and the hook found on
+    entry are restored on exit.
     """
     old_env = os.environ.get("PETSC_OPTIONS")
     if "-no_signal_handler" not in (old_env or ""):
@@ -217,6 +212,17 @@ def _signals_like_ctrl_c(rank: int = 0, size: int = 1, *, mpi: bool = False):
     for s in (*_SIGNALS, signal.SIGINT):
         with contextlib.suppress(ValueError, OSError):
             old[s] = signal.getsignal(s)
+    old_hook = sys.unraisablehook
+
+    def unraisable(info: object) -> None:
+        # the interruption raised where Python drops it (a ctypes callback): recorded and
+        # raised again by interrupts.check(), so no "Exception ignored" traceback
+        if isinstance(getattr(info, "exc_value", None), KeyboardInterrupt) and \
+                interrupts.interrupted() is not None:
+            return
+        old_hook(info)
+
+    sys.unraisablehook = unraisable
     try:
         _install_handlers(rank, size)
         if mpi:
@@ -225,6 +231,7 @@ def _signals_like_ctrl_c(rank: int = 0, size: int = 1, *, mpi: bool = False):
             _install_handlers(rank, size)
         yield
     finally:
+        sys.unraisablehook = old_hook
         for s, h in old.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(s, h)
@@ -256,7 +263,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wflow`` console script; returns the exit status."""
-    from .infra import early_signals
     from .infra.parallel import launched_rank_size
 
     if argv is None:  # the command's own process (not a call from Python): idle OpenMP
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 with contextlib.suppress(ImportError):  # every rank initialises MPI
                     from mpi4py import MPI  # noqa: F401
                 _install_handlers(rank, size)  # MPI's start-up replaced SIGHUP's
-            early = early_signals.take()  # arrived while the package imported
+            early = interrupts.take()  # arrived while the package imported
             if early is not None:
                 if size > 1 and rank != 0:
                     _on_signal_deferred(early, None)
@@ -289,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
             return 128 + int(signum)
         finally:
+            interrupts.reset()
             if stop_watchdog is not None:
                 stop_watchdog()
 
@@ -337,6 +344,7 @@ def _main(argv: list[str], rank: int, size: int) -> int:
             if _DEFERRED:
                 _leave_mpi_job(128 + _DEFERRED[0][0], rank,
                                _interrupted_line(name, _DEFERRED[0][0], ""))
+            interrupts.check()  # a signal whose exception was dropped is not a success
             return code
     except OutputChangedError as exc:
         # the location changed during the run: kept, the results are in staging
