@@ -85,7 +85,7 @@ def test_pde_with_absurd_T_is_bounded_by_max_steps_and_needs_yes():
 
 
 def test_jko_on_a_huge_mesh_needs_yes_and_memory():
-    e = estimate_jko(cells=10**6, steps=10)  # the candidate list is capped (max_pairs) ...
+    e = estimate_jko(cells=10**6, steps=10, scheme="ot")  # the candidate list is capped ...
     with pytest.raises(EstimateError, match="--yes"):  # ... the time is not
         check_estimate(e, interactive=True, available=8 * 2**30)
     with pytest.raises(EstimateError, match="candidate pairs"):

@@ -173,6 +173,20 @@ def _on_signal_deferred(signum: int, frame: object) -> None:
         _DEFERRED.append((int(signum), time.monotonic()))
 
 
+def _ignore_late_signals() -> None:
+    """The work done and reported: ignore SIGTERM, SIGHUP and Ctrl-C until the exit.
+
+    MPI's finalisation (which waits for the other ranks) runs at the interpreter's exit,
+    after Python has reset the handlers it installed to the defaults: a SIGTERM that came
+    as the job ended killed the rank (``mpirun`` exit status 15, no line). Ignored
+    signals are left alone by the interpreter's exit; one that comes now comes after the
+    results were written and reported.
+    """
+    for s in (*_SIGNALS, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(s, signal.SIG_IGN)
+
+
 def _interrupted_line(name: str, signum: int, detail: str) -> str:
     what = "interrupted" if signum == signal.SIGINT else \
         f"interrupted by {signal.Signals(signum).name}"
@@ -265,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wflow`` console script; returns the exit status."""
     from .infra.parallel import launched_rank_size
 
+    from_shell = argv is None
     if argv is None:  # the command's own process (not a call from Python): idle OpenMP
         # workers sleep at once instead of spinning (a shared machine); the user's value wins
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -272,20 +287,29 @@ def main(argv: list[str] | None = None) -> int:
     rank, size = launched_rank_size()
     words = [a for a in argv if not a.startswith("-")]
     name = f"wflow {words[0]}" if words else "wflow"
-    with _signals_like_ctrl_c(rank, size):  # from here on a signal is one line
+    mpi_first = size > 1 and bool(words) and words[0] in MPI_AWARE
+    # from here on a signal is one line (held by every rank until MPI is initialised)
+    with contextlib.ExitStack() as stack, _signals_like_ctrl_c(1 if mpi_first else rank, size):
         stop_watchdog = _mpi_watchdog(name, rank) if size > 1 else None
         try:
-            if size > 1 and words and words[0] in MPI_AWARE:
-                with contextlib.suppress(ImportError):  # every rank initialises MPI
+            if mpi_first:
+                # every rank initialises MPI before it may leave (a rank waiting in MPI_Init
+                # for one that left waits forever): rank 0 holds a signal meanwhile too
+                with contextlib.suppress(ImportError):
                     from mpi4py import MPI  # noqa: F401
-                _install_handlers(rank, size)  # MPI's start-up replaced SIGHUP's
+                _install_handlers(rank, size)  # (MPI's start-up replaced SIGHUP's)
+                if rank == 0 and _DEFERRED:
+                    interrupts.handle(_DEFERRED.pop()[0])
             early = interrupts.take()  # arrived while the package imported
             if early is not None:
                 if size > 1 and rank != 0:
                     _on_signal_deferred(early, None)
                     _leave_mpi_job(128 + early, rank, _interrupted_line(name, early, ""))
                 raise Terminated(early) if early != signal.SIGINT else KeyboardInterrupt
-            return _main(argv, rank, size)
+            code = _main(argv, rank, size)
+            if from_shell and "mpi4py.MPI" in sys.modules:
+                stack.callback(_ignore_late_signals)  # after the handlers are restored
+            return code
         except KeyboardInterrupt as exc:
             # one line, no traceback; the message (if any) says how to resume
             signum = getattr(exc, "signum", signal.SIGINT)
@@ -293,6 +317,14 @@ def main(argv: list[str] | None = None) -> int:
             if size > 1:
                 _leave_mpi_job(128 + int(signum), rank, line, say=rank == 0)
             print(line, file=sys.stderr)
+            if from_shell:  # the command's process: end now, without the interpreter's
+                # finalisation (an interruption inside numba's compiler or loader left
+                # state that crashed it at exit: SIGSEGV, or death by the signal)
+                logging.shutdown()
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(128 + int(signum))
             return 128 + int(signum)
         finally:
             interrupts.reset()
