@@ -47,9 +47,9 @@ logger = logging.getLogger(__name__)
 #: Above this estimated wall time (s) a run asks for ``--yes`` (warns in batch mode).
 CONFIRM_SECONDS = 3600.0
 
-#: Seconds per kernel pair and head of a direct fused sum (order of magnitude; numba, one
-#: core: ~1–3 ns measured by ``bench/bench_kernels.py``, rounded up).
-PAIR_SECONDS = 3e-9
+#: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
+#: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
+PAIR_SECONDS = 5e-10
 
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
@@ -59,9 +59,9 @@ STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
 #: measured on ``wflow pde`` with 80 cells, order 1 (≈ 2.5 ms a step).
 PDE_STAGE_SECONDS = 2.5e-3
 
-#: Seconds per cell pair and head of the PDE's kernel sums (two threads; measured 3.7e-10
-#: at 9 680 cells, rounded up).
-PDE_PAIR_SECONDS = 5e-10
+#: Seconds per cell pair, head and stage of the PDE's kernel sums (1e-10 CPU seconds
+#: measured at 9 680 cells).
+PDE_PAIR_SECONDS = 1e-10
 
 #: Resident size (bytes) of the interpreter and the libraries each command loads, measured
 #: on the smallest runs of the calibration grid (NumPy, numba and the compiled loops for
@@ -69,9 +69,9 @@ PDE_PAIR_SECONDS = 5e-10
 BASELINE_BYTES = {"particles": 220 * 2**20, "pde": 290 * 2**20, "jko": 300 * 2**20,
                   "run": 330 * 2**20}
 
-#: Start-up seconds of each command (interpreter, imports, loading the compiled loops),
-#: measured on the smallest runs of the calibration grid.
-STARTUP_SECONDS = {"particles": 4.0, "pde": 5.0, "jko": 3.5, "run": 6.0}
+#: Start-up seconds of each command (interpreter, imports, loading the compiled loops), the
+#: CPU seconds of the smallest runs of the calibration grid (an idle machine's wall time).
+STARTUP_SECONDS = {"particles": 1.7, "pde": 1.4, "jko": 1.8, "run": 2.5}
 
 #: Bytes per cost entry of a dense ``W₂`` (cost matrix and the network simplex's copies:
 #: 1.13 GB at 5 120 × 5 120, ``bench/README.md`` §9).
@@ -79,8 +79,9 @@ W2_DENSE_BYTES = 45.0
 #: Bytes per support point of the certified sparse ``W₂`` (k-NN graph, its enlargements,
 #: the duals: 425 MB peak at 40 500 cells with the libraries, §9).
 W2_SPARSE_BYTES = 8000.0
-#: Seconds per cost entry of a dense ``W₂`` (6.8 s at 5 120², §9).
-W2_DENSE_SECONDS = 2.6e-7
+#: Seconds per cost entry of a dense ``W₂`` (fitted on ``wflow run``, whose measures are
+#: close: 1.2e-7; 2.6e-7 for the bench's rotated measures, §9).
+W2_DENSE_SECONDS = 1.2e-7
 #: Seconds of a sparse cells-vs-cells ``W₂`` at 40 500 cells (36.6 s, growing like N^1.9).
 W2_SPARSE_SECONDS_40500 = 36.6
 
@@ -215,7 +216,7 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
     libraries, the time grid ``8 S``, the per-step integrands ``160 S`` and the recorded
     rows ``8 R (24 + 8 H)`` per path, the trajectory ``8 R n d`` per path (if saved); time:
-    ``STARTUP + P (S (STEP + stages n² H PAIR) + R (RECORD + 4 n² H PAIR))``
+    ``STARTUP + P (S (STEP + stages n² H PAIR) + R RECORD)``
     (``stages`` = 4 for RK4, 1 for Euler).
     """
     S = _steps(T, dt)
@@ -229,8 +230,7 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
     secs = STARTUP_SECONDS["particles"] + paths * (
-        S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS)
-        + R * (RECORD_SECONDS + 4 * pairs * PAIR_SECONDS))
+        S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS) + R * RECORD_SECONDS)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
 
 
@@ -263,15 +263,17 @@ def estimate_pde(*, cells: int, H: int = 1, T: float, dt: float, n_saves: int = 
 
 def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
                  max_pairs: int = 50_000_000, dense_ot_max_cells: int = 6000,
-                 scheme: str = "fv", what: str = "jko", startup: bool = True) -> Estimate:
+                 scheme: str = "fv", verify_max_cells: int = 2500, what: str = "jko",
+                 startup: bool = True) -> Estimate:
     """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
 
     ``scheme="fv"`` (the default scheme): memory, the libraries and the finite-volume
     graph (~2 kB a cell); time per step ``FV_CELL M`` plus ``inner / 3`` potential
-    evaluations of ``M² H`` cell pairs. ``scheme="ot"``: memory, the candidate pairs
-    ``24 min(M², max_pairs)`` and a dense transport problem ``24 M²`` (cost, plan, work)
-    when ``M <= dense_ot_max_cells``; time per step ``inner`` oracle calls of
-    ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
+    evaluations of ``M² H`` cell pairs; up to ``verify_max_cells`` cells the POT referee
+    (a dense ``W²`` between consecutive steps, :func:`estimate_w2`). ``scheme="ot"``:
+    memory, the candidate pairs ``24 min(M², max_pairs)`` and a dense transport problem
+    ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per step
+    ``inner`` oracle calls of ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
     """
     M = float(cells)
     parts = _base("jko", what) if startup else {}
@@ -284,6 +286,10 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     else:
         parts["finite-volume graph"] = 2000.0 * M
         secs = steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
+        if M <= verify_max_cells:
+            ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2")
+            parts.update(ref.parts)
+            secs += ref.seconds
     secs += STARTUP_SECONDS["jko"] if startup else 0.0
     return Estimate(what, sum(parts.values()), steps, secs, parts)
 
@@ -307,13 +313,14 @@ def estimate_w2(n: int, m: int, *, calls: int = 1, dense_max_points: float = mat
 
 def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
                       steps_per_save: int, jko: bool, refinement: int,
-                      max_ot_points: int = 6000,
-                      w2_dense_max_points: float = math.inf) -> Estimate:
+                      max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
+                      jko_steps: int | None = None) -> Estimate:
     """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
 
     The phases run one after the other: the memory is the libraries plus the largest
-    phase, the time the start-up plus the sum. The JKO step count is taken as
-    ``N = ceil(T / (3 h))`` (``tau = "auto"``'s rule, ``vmax ≈ 1``). The ``τ/h`` table's
+    phase, the time the start-up plus the sum. The JKO step count is ``jko_steps`` when
+    known (``T/τ``), else ``N = ceil(T / (3 h))`` (``tau = "auto"``'s rule with
+    ``vmax ≈ 1``: an upper bound). The ``τ/h`` table's
     row ``k`` (``1..refinement``) runs the JKO and the surrogate PDE with ``N_k ≈ N/1.5^k``
     steps on ``M_k ≈ M N_k²/N²`` cells and ``N_k + 1`` cell-vs-cell ``W₂``; the coarsest
     row once more with the OT scheme. The comparison computes ``n_saves`` particle-vs-cell
@@ -336,7 +343,7 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                               what="W2 particles vs PDE"))
     if jko:
         h = math.sqrt(4 * math.pi / max(M, 1.0))
-        N = max(1.0, math.ceil(T / (3 * h)))
+        N = float(jko_steps) if jko_steps else max(1.0, math.ceil(T / (3 * h)))
         phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False))
         phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
                                    what="pde_surrogate", startup=False))
