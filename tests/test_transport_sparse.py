@@ -55,6 +55,10 @@ def _check(res: W2Result, dense: float, n: int, m: int) -> None:
     np.testing.assert_allclose(res.value, dense, rtol=_rtol(n, m), atol=0.0)
     # the certified bound holds against the referee: 0 <= W2sq − W₂² <= bound (+ round-off)
     assert res.W2sq - dense**2 <= res.bound + _rtol(n, m) * dense**2
+    # and it is tight: the duals recomputed on the support tree are of the size of the costs
+    # (<= π²) with reduced costs exact to a few roundings, so gap + their largest violation
+    # stays at round-off of π² (64 ε π² ≈ 1.4e-13 rad²)
+    assert res.bound <= 64 * EPS * np.pi**2
 
 
 def test_cells_small_displacement_equals_dense():
