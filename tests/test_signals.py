@@ -90,7 +90,7 @@ def test_signal_on_pde_is_like_ctrl_c(tmp_path, sig):
     out = tmp_path / "o"
     proc = _start(["pde", "p.toml", "--out", str(out), "--progress"], tmp_path)
     _, err = _signal_when(proc, b"pde", sig)
-    assert proc.returncode == 128 + sig, err
+    assert proc.returncode == 128 + sig, f"exit {proc.returncode}: {err}"
     assert "Traceback" not in err and "PETSC" not in err.upper() and "MPI_Abort" not in err
     assert _last_line(err) == f"wflow pde: interrupted by {signal.Signals(sig).name}"
     _clean(tmp_path, out)
@@ -313,3 +313,39 @@ n = 64
 T = 20.0
 dt = 0.01
 """
+
+
+@pytest.mark.parametrize("watchdog", [True, False], ids=["watchdog", "control"])
+def test_a_dropped_interruption_is_delivered_again_by_the_watchdog(watchdog):
+    """A SIGTERM whose exception is dropped (raised in a ctypes callback) reaches the main
+    thread again a moment later, in plain Python code — every command, not only the loops
+    that call ``check``. Control: without the CLI's watchdog the loop runs to its end."""
+    import ctypes
+
+    from wflow import cli
+
+    interrupts.reset()
+    with cli._signals_like_ctrl_c():
+        stop = cli._signal_watchdog("wflow test", 0, 1) if watchdog else (lambda: None)
+        try:
+            def callback():  # the handler runs (and raises) inside the callback: dropped
+                signal.raise_signal(signal.SIGTERM)
+                for _ in range(100):
+                    pass
+
+            ctypes.CFUNCTYPE(None)(callback)()
+            assert interrupts.interrupted() == signal.SIGTERM
+            t0, raised = time.monotonic(), None
+            try:
+                while time.monotonic() - t0 < 1.5:  # plain Python: no check() here
+                    sum(range(1000))
+            except Terminated as exc:
+                raised = exc
+        finally:
+            stop()
+            interrupts.reset()
+    if watchdog:
+        assert raised is not None and raised.signum == signal.SIGTERM
+        assert time.monotonic() - t0 < 1.0  # a moment later (REDELIVER_SECONDS)
+    else:
+        assert raised is None

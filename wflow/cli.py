@@ -129,18 +129,44 @@ def _leave_mpi_job(code: int, rank: int, line: str, *, say: bool = False) -> Non
     os._exit(code)
 
 
-def _mpi_watchdog(name: str, rank: int) -> Callable[[], None]:
-    """A thread that ends a rank stuck in MPI after SIGTERM/SIGHUP; returns its stopper.
+def _redeliver_dropped(signum: int, seconds: float, stopped: threading.Event) -> None:
+    """For ``seconds``: deliver ``signum`` to the main thread again whenever it was dropped.
 
-    Python runs signal handlers between bytecodes of the main thread: a rank blocked in a
-    collective operation would never run them. The C-level handler also writes the signal
-    number to a wake-up pipe (:func:`signal.set_wakeup_fd`); this thread reads it and, if
-    the main thread has not ended the rank within :data:`MPI_SIGNAL_GRACE` seconds (rank
-    0) or :data:`MPI_FALLBACK` seconds (the others), ends it: :func:`_leave_mpi_job`.
+    An interruption raised inside a ctypes callback (numba's, llvmlite's) is dropped by
+    Python; :func:`_signals_like_ctrl_c`'s hook notes it
+    (:func:`wflow.infra.interrupts.note_dropped`), and it is delivered again here a
+    moment later, when the main thread is most likely out of the callback. Only a dropped
+    one: one that propagates is unwinding, and a second exception would cut its clean-up.
     """
+    import _thread
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not stopped.wait(REDELIVER_SECONDS):
+        if interrupts.take_dropped():
+            _thread.interrupt_main(signum)
+
+
+#: Seconds between a dropped interruption and its delivery again.
+REDELIVER_SECONDS = 0.1
+
+
+def _signal_watchdog(name: str, rank: int, size: int) -> Callable[[], None]:
+    """A thread that follows every signal up; returns its stopper.
+
+    Python runs signal handlers between bytecodes of the main thread. The C-level handler
+    also writes the signal number to a wake-up pipe (:func:`signal.set_wakeup_fd`); this
+    thread reads it and delivers the interruption again if its exception was dropped
+    (:func:`_redeliver_dropped`). Under mpirun a rank blocked in a collective operation
+    would never run the handler: if the main thread has not ended the rank within
+    :data:`MPI_SIGNAL_GRACE` seconds (rank 0) or :data:`MPI_FALLBACK` seconds (the
+    others), this thread ends it: :func:`_leave_mpi_job`.
+    """
+    if threading.current_thread() is not threading.main_thread():  # main() from a thread
+        return lambda: None
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
     old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+    stopped = threading.Event()
 
     def watch() -> None:
         while True:
@@ -153,14 +179,20 @@ def _mpi_watchdog(name: str, rank: int) -> Callable[[], None]:
             signum = data[0]
             if signum not in (*_SIGNALS, signal.SIGINT):
                 continue
+            if size == 1:
+                _redeliver_dropped(signum, 10 * MPI_SIGNAL_GRACE, stopped)
+                continue
             line = _interrupted_line(name, signum, "")
             if rank == 0:  # the main thread had its chance to unwind: it is stuck in MPI
-                time.sleep(MPI_SIGNAL_GRACE)
+                _redeliver_dropped(signum, MPI_SIGNAL_GRACE, stopped)
+                if stopped.is_set():  # the command ended meanwhile
+                    return
             _leave_mpi_job(128 + signum, rank, line, say=True)
 
     threading.Thread(target=watch, name="wflow-signal-watchdog", daemon=True).start()
 
     def stop() -> None:
+        stopped.set()
         signal.set_wakeup_fd(old)
         os.close(wfd)
 
@@ -233,6 +265,7 @@ def _signals_like_ctrl_c(rank: int = 0, size: int = 1, *, mpi: bool = False):
         # raised again by interrupts.check(), so no "Exception ignored" traceback
         if isinstance(getattr(info, "exc_value", None), KeyboardInterrupt) and \
                 interrupts.interrupted() is not None:
+            interrupts.note_dropped()  # delivered again by the watchdog
             return
         old_hook(info)
 
@@ -290,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     mpi_first = size > 1 and bool(words) and words[0] in MPI_AWARE
     # from here on a signal is one line (held by every rank until MPI is initialised)
     with contextlib.ExitStack() as stack, _signals_like_ctrl_c(1 if mpi_first else rank, size):
-        stop_watchdog = _mpi_watchdog(name, rank) if size > 1 else None
+        stop_watchdog = _signal_watchdog(name, rank, size)
         try:
             if mpi_first:
                 # every rank initialises MPI before it may leave (a rank waiting in MPI_Init

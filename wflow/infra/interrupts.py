@@ -7,7 +7,8 @@ thread happens to be, and an exception raised inside a ctypes callback (numba's 
 llvmlite's, while compiled code is loaded or compiled), a ``__del__`` method or a
 weakref callback is printed as "Exception ignored" and dropped: the run went on and
 exited 0. The record survives: long loops call :func:`check` between their compiled
-blocks (:mod:`wflow.particles.compiled`), and the CLI calls it before it reports
+blocks (:mod:`wflow.particles.compiled`), the CLI's watchdog delivers a dropped one again
+a moment later (:func:`note_dropped`), and the CLI calls :func:`check` before it reports
 success, so a swallowed signal still ends the command (one line, ``128 + signal``).
 
 Importing :mod:`wflow` takes one to three seconds (NumPy, numba, SciPy). A signal in that
@@ -28,7 +29,7 @@ import signal
 import sys
 
 __all__ = ["Terminated", "is_cli_process", "take", "installed", "handle", "check",
-           "interrupted", "reset"]
+           "interrupted", "note_dropped", "take_dropped", "reset"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -45,6 +46,7 @@ _HELD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if has
 _PENDING: list[int] = []
 _ORIGINAL: dict[int, object] = {}
 _SEEN: list[int] = []
+_DROPPED: list[bool] = []
 
 
 def is_cli_process() -> bool:
@@ -99,9 +101,20 @@ def check() -> None:
         raise _exception(_SEEN[0])
 
 
+def note_dropped() -> None:
+    """The interruption's exception was dropped (the CLI's :data:`sys.unraisablehook`)."""
+    _DROPPED.append(True)
+
+
+def take_dropped() -> bool:
+    """True once for each :func:`note_dropped` (the CLI's watchdog delivers it again)."""
+    return bool(_DROPPED) and _DROPPED.pop() is True
+
+
 def reset() -> None:
     """Forget the recorded signal (the CLI, when a command ends)."""
     _SEEN.clear()
+    _DROPPED.clear()
 
 
 if is_cli_process():
