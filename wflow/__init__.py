@@ -17,6 +17,11 @@ Heavy or optional pieces (DOLFINx, plotting, model readers) are imported lazily.
 
 from __future__ import annotations
 
+# first: the wflow command's process holds a SIGTERM/SIGHUP/Ctrl-C that arrives while the
+# package imports (nothing anywhere else; see the module)
+from .infra import interrupts as _interrupts  # noqa: F401
+
+# isort: split
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
 from .attention.schedules import (
@@ -37,7 +42,7 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
-from .geometry.transport import w2_sphere
+from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
 from .kernels import (
     KernelInfo,
@@ -86,6 +91,8 @@ __all__ = [
     "Scenario",
     "load_scenario",
     "w2_sphere",
+    "w2_sphere_sparse",
+    "W2Result",
     "beta_star",
     "c_star",
     "lambda_c",
