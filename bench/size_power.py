@@ -71,7 +71,7 @@ def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path,
         logger.info("%s %s seed %d: %s", name, fault, seed, e)
         return {"passed": True, "criteria": {}, "error": f"{type(e).__name__}: {e}",
                 "wall_s": round(time.perf_counter() - t0, 2)}
-    crit = {c["name"]: {"value": c["value"], "ok": c["ok"], "accepted": c["accepted"]}
+    crit = {c["name"]: {"value": c["value"], "ok": bool(c["ok"]), "accepted": c["accepted"]}
             for c in res.summary["criteria"]}
     return {"passed": bool(res.passed), "criteria": crit,
             "wall_s": round(time.perf_counter() - t0, 2)}
