@@ -341,7 +341,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
                          label=f"{key.removeprefix('particles_')} ({fits[key]['slope']:.2f})")
         if "jko" in table:
             ax[0].loglog(table["jko"]["tau"], np.abs(table["jko"]["edi"]), "^-",
-                         label=f"JKO τ ({fits['jko']['slope']:.2f})")
+                         label=f"JKO {table['jko']['scheme'][0]} τ ({fits['jko']['slope']:.2f})")
         ax[0].set(xlabel="dt / τ", ylabel="|EDI residual| (absolute)",
                   title="particles (and JKO)")
         ax[0].xaxis.set_minor_formatter(plt.NullFormatter())  # decade labels only
