@@ -26,7 +26,9 @@ Checks (each a named criterion):
   shipped icospheres 720 … 40 500 cells) with the finite-volume scheme (``scheme = "fv"``,
   the mesh connectivity given; docs/jko.md), the EDI in the scheme's own metric
   (``W²_h``, discrete slope): a first-order scheme, judged at ``1 ±`` :data:`JKO_ORDER_TOL`
-  in ``τ`` (measured 1.02 quick, 1.01 full; no locked step, no empty cell). The former
+  in ``τ``, both the log–log fit (``jko_edi_order``, measured 1.02 quick, 1.01 full) and
+  every local order between consecutive levels, with one sign (``jko_edi_local_order``,
+  measured 1.05, 0.99, 0.99, 0.99); no locked step, no empty cell. The former
   entropic discrete-OT sweep (``ε = 4τ²``, no connectivity; 1.18 quick, 1.1 full, with
   partial locking on 2 of 4 steps) stays available as ``jko_refinement(scheme="ot")``.
   On a fixed mesh the FV residual keeps order 1 (the scheme's EDI in its own metric holds
