@@ -91,6 +91,13 @@ NAME = "edi"
 #: three-point fits are exact to ±0.1 (measured 3.89–4.01 and 0.99–1.02 over seeds 0–2);
 #: a broken identity gives order ≈ 0.
 ORDER_TOL = 0.4
+#: The RK4 orders are fitted over the three finest ``dt`` (full mode drops dt = 0.05; quick
+#: mode has three). Measured (full mode, seeds 0–149, the four-point fit): 2 of 150 seeds
+#: failed — seed 77 (surrogate, 4.71) and seed 125 (sa1, 3.49) — where the ``dt⁴``
+#: coefficient nearly cancels at dt = 0.05 (residual 2e-11 against 1e-9 at other seeds):
+#: local orders 5.7, 4.5, 3.97 (seed 77) and 2.6, 3.8, 3.94 (seed 125), i.e. the coarsest
+#: pair is pre-asymptotic, the finest at order 4.
+RK4_FIT_LEVELS = 3
 #: Accepted shortfall of the PDE order below the scheme's order 2 (measured 1.92 and 1.95
 #: in quick and full mode; the first-order scheme: 0.93).
 PDE_ORDER_TOL = 0.5
@@ -270,7 +277,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
             table[key] = {"dt": dts, "flow": _case(case)[2], "attention": _case(case)[1].kind,
                           "heads": _case(case)[0].H,
                           **{q: [r[q] for r in rows] for q in rows[0]}}
-            fits[key] = fit_loglog(dts, table[key]["edi"]).as_dict()
+            # RK4: the fit over the RK4_FIT_LEVELS finest dt (the coarsest level can be
+            # pre-asymptotic, see RK4_FIT_LEVELS)
+            k0 = max(0, k - RK4_FIT_LEVELS)
+            fits[key] = fit_loglog(dts[k0:], table[key]["edi"][k0:]).as_dict()
+            fits[key]["dt_fitted"] = dts[k0:]
             if label != "transformer":
                 criteria.append(Criterion(
                     f"rk4_edi_order_{label}", fits[key]["slope"], 4 - ORDER_TOL,
