@@ -214,3 +214,8 @@ def test_a_table_that_does_not_shrink_fails():
     mj._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict), tab,
                             "PDE")
     assert got[W2] == got[L1] == got[EDI] == "FAIL" and got[TIMES] == "PASS"
+    # two levels (a scenario with few steps): a miss is a WARN, never a PASS
+    got.clear()
+    mj._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict),
+                            mj._fit_table(rows[2:], None), "PDE")
+    assert got[W2] == "WARN"
