@@ -501,12 +501,18 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
 def _estimate(sc: Scenario, mesh, popts, ropts: RunOptions, *, confirm: bool) -> None:
     """Cost estimate of the phases before any runs (refuses what cannot fit)."""
     from ..infra.estimate import check_estimate, estimate_main_job
+    from ..jko import jko_options_from_dict
 
     H = int(sc.build_heads().H)
+    jko_steps = None
+    if ropts.jko:  # a given τ: its step count (else the estimate's "auto" bound)
+        _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+        jko_steps = None if extras["tau_auto"] else int(jopts.steps)
     est = estimate_main_job(cells=int(mesh.num_global), n=ropts.n_particles, H=H,
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
-                            refinement=ropts.jko_refinement)
+                            refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
+                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps)
     check_estimate(est, confirm=confirm)
 
 
