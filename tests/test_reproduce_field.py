@@ -135,9 +135,69 @@ def _check_castin(runs, pub, case):
     assert sum(runs[case][d]["exceptions"] for d in (3, 4, 5)) == pub[case]["exceptions"]
 
 
-def test_castin_identity_equals_the_published_run(castin_pub):
-    runs = cr.run_ranks(cr.RankOptions(n_per_dim=3, cases=("identity",), exact=False))
+@pytest.mark.parametrize("lanes", [0, 128])  # the scalar loop and the batched engine
+def test_castin_identity_equals_the_published_run(castin_pub, lanes):
+    runs = cr.run_ranks(cr.RankOptions(n_per_dim=3, cases=("identity",), exact=False,
+                                       lanes=lanes))
     _check_castin(runs, castin_pub, "identity")
+
+
+def test_castin_batched_step_is_the_published_step():
+    """Seven lanes of one batched iteration against the published scalar calls, bit for bit."""
+    rng = np.random.default_rng(5)
+    d, L, h = 4, 7, 0.06
+    Q = rng.standard_normal((L, d // 2, d))
+    G = rng.standard_normal((L, d, d))
+    W = rng.standard_normal((L, d, d))
+    S = G @ np.swapaxes(G, 1, 2)
+    V = np.swapaxes(W, 1, 2) @ W
+    A = np.stack([np.dot(-q.T, q) / np.sqrt(d) for q in Q])
+    Sn, conv, div = cr.batched_euler_step(S, V, A, step=h, tol=5e-5)
+    for m in range(L):
+        R = cr.rhs_softmax(S[m], Q[m], -Q[m], V[m], d)
+        np.testing.assert_array_equal(Sn[m], cr.psd_project(S[m] + h * R))
+        assert conv[m] == (np.linalg.norm(R) < 5e-5)
+        assert div[m] == (np.trace(Sn[m]) > 1e3)
+
+
+_SMALL = {"dims": (3,), "n_per_dim": 3, "cases": ("identity", "random"), "max_iter": 2000,
+          "exact": False}
+
+
+def _sig(runs):
+    return [(a["index"], a["iterations"], a["converged"], a["eigenvalues"].tobytes())
+            for c in runs for a in runs[c][3]["attempts"]]
+
+
+@pytest.fixture(scope="module")
+def castin_scalar_small():
+    return cr.run_ranks(cr.RankOptions(lanes=0, **_SMALL))
+
+
+@pytest.mark.parametrize("lanes", [4, 64])
+def test_castin_batched_loop_equals_the_scalar_loop(castin_scalar_small, lanes):
+    """The speculative engine commits the published loop's attempts whatever it guesses.
+
+    d = 3, both rows, ``max_iter = 2000``: converged attempts, attempts that stop at
+    ``max_iter`` and attempts rejected for divergence (``tr Σ > 10³``), so the path of
+    ``(attempt, draw)`` nodes branches; each lane count gives the scalar loop's attempts
+    (iterations, outcome, limit eigenvalues bit for bit).
+    """
+    ref = castin_scalar_small
+    got = cr.run_ranks(cr.RankOptions(lanes=lanes, **_SMALL))
+    assert _sig(got) == _sig(ref)
+    att = ref["random"][3]["attempts"]
+    its = [a["iterations"] for a in att]
+    assert 2000 in its and min(its) < 100 and any(a["converged"] for a in att)
+    for c in got:
+        assert got[c][3]["path_steps"] == ref[c][3]["path_steps"] == ref[c][3]["lane_steps"]
+        assert got[c][3]["lane_steps"] >= got[c][3]["path_steps"]
+
+
+def test_castin_loop_comparison_sees_a_changed_convention(castin_scalar_small):
+    """Negative control of the comparison above: one step fewer changes the attempts."""
+    other = cr.run_ranks(cr.RankOptions(lanes=16, **{**_SMALL, "max_iter": 1999}))
+    assert _sig(other) != _sig(castin_scalar_small)
 
 
 @pytest.mark.slow
