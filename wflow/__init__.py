@@ -37,7 +37,7 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
-from .geometry.transport import w2_sphere
+from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
 from .kernels import (
     KernelInfo,
@@ -86,6 +86,8 @@ __all__ = [
     "Scenario",
     "load_scenario",
     "w2_sphere",
+    "w2_sphere_sparse",
+    "W2Result",
     "beta_star",
     "c_star",
     "lambda_c",

@@ -310,7 +310,14 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         else:
             m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=fe.bhat,
                                    slope2=s2, energy=e, _geo=geo, _warm=warm)
-        if not info.converged:
+        if not info.converged and fv:
+            warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}): the concave–convex "
+                          f"iteration stopped after {info.inner_iters} iterations (jko.ccp_max)"
+                          f" with relative change {info.gap_rel:.2e} > jko.ccp_tol = "
+                          f"{opts.ccp_tol:g}; a step this long (τ = {tau:g}) may be past the "
+                          "flow's time scale: lower jko.tau or raise jko.ccp_max",
+                          JKOWarning, stacklevel=2)
+        elif not info.converged:
             warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}) stopped after "
                           f"{info.inner_iters} inner iterations with optimality gap "
                           f"{info.gap_rel:.2e} (relative) > jko.gap_rtol = {opts.gap_rtol:g}; "
@@ -588,8 +595,12 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                 f"jko.lock_fraction = {opts.lock_fraction:g} of the first-order predicted "
                 f"transport τ²½(|∂E|²_k + |∂E|²_k+1) (moved fractions of the locked steps: "
                 + ", ".join(f"{v:.2f}" for v in fr[lk][:8]) + ("…" if lk.sum() > 8 else "")
-                + "); the OT scheme locks when τ|v| is below about half a cell: use "
-                  "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh")
+                + ("); the FV step moves mass continuously and cannot stay put, so its "
+                   "transport falls short of the first-order prediction only when the step "
+                   "is longer than the flow's time scale or the density has collapsed to "
+                   "the mesh scale: lower jko.tau or refine the mesh" if opts.scheme == "fv"
+                   else "); the OT scheme locks when τ|v| is below about half a cell: use "
+                        "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh"))
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
         status = worst_status(status, "locked" if n_locked == steps else "inaccurate")
