@@ -212,8 +212,10 @@ def _eigh(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if _eigh_lo is None:  # pragma: no cover
         return np.linalg.eigh(S)
     lam, U = _eigh_lo(S, signature="d->dd")
-    if lam[0] != lam[0]:  # np.linalg.eigh raises on non-convergence (NaN from the gufunc)
-        raise np.linalg.LinAlgError("Eigenvalues did not converge")
+    if lam[0] != lam[0]:
+        # NaN (a non-finite input or a LAPACK failure): the public call decides, as in
+        # the published code, whether this raises or returns NaN (then carried on)
+        return np.linalg.eigh(S)
     return lam, U
 
 
@@ -397,10 +399,10 @@ def batched_euler_step(S: np.ndarray, V: np.ndarray, A: np.ndarray, *, step: flo
     Sn = S + step * R
     try:
         lam, U = np.linalg.eigh(Sn)
-    except np.linalg.LinAlgError:  # pragma: no cover - the published call raises too
-        for m in range(Sn.shape[0]):
-            np.linalg.eigh(Sn[m])
-        raise
+    except np.linalg.LinAlgError:  # pragma: no cover - some lane is NaN: decide per lane
+        pairs = [np.linalg.eigh(Sn[m]) for m in range(Sn.shape[0])]  # raises as published
+        lam = np.stack([p[0] for p in pairs])
+        U = np.stack([p[1] for p in pairs])
     lam[lam < 0] = 1e-14
     d = S.shape[1]
     D = np.zeros_like(Sn)
