@@ -38,6 +38,19 @@ GLPR_FULL = {"verdict": "reproduced", "counts_sum": 15931071320, "final_sum": 10
 #: castin_ranks V = I row (published solver's histograms, rank 0..d)
 CASTIN_IDENTITY_FULL = {3: [3, 48, 49, 0], 4: [11, 47, 42, 0, 0], 5: [0, 5, 54, 41, 0, 0]}
 
+#: castin_ranks, both rows, the published solver (measured twice, by the batched engine and
+#: by the scalar loop: the same attempts): per (row, d) the histogram of ranks 0..d, the
+#: exceptions (rank > ceil(d/2), left out as published), attempts, converged attempts and
+#: the projected-Euler steps of the published loop
+CASTIN_PUBLISHED_FULL = {
+    ("identity", 3): ([3, 48, 49, 0], 0, 100, 100, 181400),
+    ("identity", 4): ([11, 47, 42, 0, 0], 0, 100, 100, 694247),
+    ("identity", 5): ([0, 5, 54, 41, 0, 0], 0, 103, 100, 972029),
+    ("random", 3): ([4, 64, 31, 0], 1, 113, 100, 872881),
+    ("random", 4): ([21, 68, 11, 0, 0], 0, 592, 100, 2120842),
+    ("random", 5): ([0, 25, 64, 11, 0, 0], 0, 247, 100, 6835384),
+}
+
 #: metastable_staircase: first NaN energy (1-based step) after the full merge, the number
 #: of plateaus and the fraction of the records on them
 STAIRCASE_FULL = {"500": (12238, 2, 0.44042170644001305),
@@ -71,6 +84,17 @@ def test_castin_identity_full_scale():
         assert np.bincount(r["ranks"], minlength=d + 1).tolist() == CASTIN_IDENTITY_FULL[d]
         assert all(a["exact_rank"] == (d + 1) // 2 for a in r["attempts"])
     assert cr.judge_ranks(runs, 100).verdict == "reproduced"
+
+
+def test_castin_published_solver_full_scale():
+    """Both rows at the published scale, the published solver alone (~2.5 min of CPU)."""
+    runs = cr.run_ranks(cr.RankOptions(exact=False))
+    for (case, d), (hist, exc, att, conv, steps) in CASTIN_PUBLISHED_FULL.items():
+        r = runs[case][d]
+        assert np.bincount(r["ranks"], minlength=d + 1).tolist() == hist, (case, d)
+        assert r["exceptions"] == exc and len(r["attempts"]) == att, (case, d)
+        assert sum(a["converged"] for a in r["attempts"]) == conv, (case, d)
+        assert r["path_steps"] == steps, (case, d)
 
 
 def test_staircase_full_scale(tmp_path):

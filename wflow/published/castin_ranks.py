@@ -340,8 +340,8 @@ def exact_limit(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
     while uns.any() and t < t_max:
         y, info = odeint(f, S2.ravel(), [t, 10 * t], rtol=1e-10, atol=1e-13, tfirst=True,
                          mxstep=50000, full_output=True)
-        if info["message"] != "Integration successful.":
-            break
+        if info["message"] != "Integration successful." or not np.isfinite(y[-1]).all():
+            break  # blows up or crawls: the directions stay unsettled
         S1, S2, t = S2, y[-1].reshape(d, d), 10 * t
         lam2, U2, kept, uns = _classify(S1, S2)
     Sinf = (U2[:, kept | uns] * lam2[kept | uns]) @ U2[:, kept | uns].T
