@@ -18,7 +18,8 @@ DEMOS = sorted((ROOT / "demos").glob("*.py"))
 TOMLS = sorted((ROOT / "demos").glob("*.toml"))
 #: The command of a shipped scenario, from its name.
 COMMAND = {"particles": ["particles"], "pde": ["pde"], "jko": ["jko"], "gaussian": ["gaussian"],
-           "published": ["particles"]}  # one H of a published experiment (reproduce: all H)
+           "published": ["particles"],  # one H of a published experiment (reproduce: all H)
+           "run": ["run", "--yes"]}  # the main job (run_jko_refinement_s2: ~30 min, slow)
 
 
 def test_every_shipped_scenario_has_a_command():

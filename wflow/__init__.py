@@ -17,6 +17,11 @@ Heavy or optional pieces (DOLFINx, plotting, model readers) are imported lazily.
 
 from __future__ import annotations
 
+# first: the wflow command's process holds a SIGTERM/SIGHUP/Ctrl-C that arrives while the
+# package imports (nothing anywhere else; see the module)
+from .infra import interrupts as _interrupts  # noqa: F401
+
+# isort: split
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
 from .attention.schedules import (

@@ -127,6 +127,10 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
             tau = [r["tau"] for r in tab["rows"]]
             ax.loglog(tau, [r["w2_max"] for r in tab["rows"]], "s-",
                       label=f"max W₂(JKO, PDE) (order {_fmt_order(tab['order_w2'])})")
+            l1 = [r.get("l1_max", float("nan")) for r in tab["rows"]]
+            if all(np.isfinite(l1)):
+                ax.loglog(tau, l1, "^-",
+                          label=f"max L¹(JKO, PDE) (order {_fmt_order(tab.get('order_l1'))})")
             ax.loglog(tau, [r["edi_abs_relative"] for r in tab["rows"]], "o-",
                       label=f"JKO Σ|EDI_k| relative (order {_fmt_order(tab['order_edi'])})")
             ax.loglog(tau, [tau_ / tau[0] * tab["rows"][0]["w2_max"] for tau_ in tau], "k:",
@@ -194,6 +198,46 @@ def _yes_no(shrinks: bool | None) -> str:
     return "not judged (one row)" if shrinks is None else ("yes" if shrinks else "NO")
 
 
+def _refinement_lines(tab: dict) -> list[str]:
+    """The ``τ/h`` table of ``report.md``: rows, fitted orders, the OT cross-check."""
+    thr = tab.get("thresholds", {})
+    lines = [f"Joint refinement ({tab['rule']}): W₂ and L¹ of the JKO against the PDE and the "
+             "JKO Σ|EDI_k| (relative) must shrink, at first order in τ.", "",
+             "| cells | h | τ | steps | τ\\|v\\|max/h | status | locked | "
+             "JKO Σ\\|EDI_k\\| (relative) | max W₂(JKO, PDE) | max L¹(JKO, PDE) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tab["rows"]:
+        lines.append(f"| {r['cells']} | {r['h']:.4f} | {r['tau']:.4g} | {r['steps']} | "
+                     f"{_num(r['cells_per_step'])} | {r['status']} | {r['locked_steps']} | "
+                     f"{_num(r['edi_abs_relative'])} | {_num(r['w2_max'])} | "
+                     f"{_num(r.get('l1_max'))} |")
+
+    def order(key: str) -> str:
+        t = thr.get(f"order_{key}")
+        return _fmt_order(tab.get(f"order_{key}")) + (f" (pass >= {t:g})" if t else "")
+
+    lines += ["", f"Fitted orders in τ (log–log, h ∝ τ): W₂ {order('w2')}, L¹ {order('l1')}, "
+              f"JKO Σ|EDI_k| {order('edi')}. Shrinking under refinement: W₂ "
+              f"{_yes_no(tab['shrinks_w2'])}, L¹ {_yes_no(tab.get('shrinks_l1'))}, JKO "
+              f"Σ|EDI_k| {_yes_no(tab['shrinks_edi'])} (judged in the verdicts above).", ""]
+    ot = tab.get("ot_crosscheck")
+    if ot is not None:
+        if ot.get("status") == "failed":
+            lines += [f"OT cross-check on {ot['cells']} cells: failed ({_cell(ot['message'])}).",
+                      ""]
+        else:
+            fv = tab["rows"][0]
+            lines += [f"OT cross-check (the coarsest level once more with `scheme = \"ot\"`, "
+                      f"not a row of the fit): {ot['cells']} cells, τ = {ot['tau']:.4g}, "
+                      f"status {ot['status']}, {ot['locked_steps']} locked steps, max W₂ "
+                      f"{_num(ot['w2_max'])}, max L¹ {_num(ot['l1_max'])}, Σ|EDI_k| "
+                      f"{_num(ot['edi_abs_relative'])} (FV on the same level: W₂ "
+                      f"{_num(fv['w2_max'])}, L¹ {_num(fv.get('l1_max'))}).", ""]
+    if len(tab["rows"]) > 1:
+        lines += ["![JKO refinement](jko_refinement.png)", ""]
+    return lines
+
+
 def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     status = s["status"]
     warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == "WARN"]
@@ -228,22 +272,7 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     if "jko_tau" in s:
         lines += ["## JKO step and refinement", "", f"JKO step: {s['jko_tau']['what']}.", ""]
     if tab is not None:
-        lines += [f"Joint refinement ({tab['rule']}): the JKO Σ|EDI_k| (relative) and W₂(JKO, PDE) "
-                  "must shrink; W₂ at first order in τ.", "",
-                  "| cells | h | τ | steps | τ\\|v\\|max/h | status | locked | "
-                  "JKO Σ\\|EDI_k\\| (relative) | max W₂(JKO, PDE) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in tab["rows"]:
-            lines.append(f"| {r['cells']} | {r['h']:.4f} | {r['tau']:.4g} | {r['steps']} | "
-                         f"{_num(r['cells_per_step'])} | {r['status']} | {r['locked_steps']} | "
-                         f"{_num(r['edi_abs_relative'])} | {_num(r['w2_max'])} |")
-        lines += ["", f"Fitted orders in τ: W₂ {_fmt_order(tab['order_w2'])}, JKO Σ|EDI_k| "
-                  f"{_fmt_order(tab['order_edi'])}. Shrinking under refinement: W₂ "
-                  f"{_yes_no(tab['shrinks_w2'])}, JKO Σ|EDI_k| "
-                  f"{_yes_no(tab['shrinks_edi'])} (a table that does not shrink is judged "
-                  "in the verdicts above).", ""]
-        if len(tab["rows"]) > 1:
-            lines += ["![JKO refinement](jko_refinement.png)", ""]
+        lines += _refinement_lines(tab)
     if snaps:
         lines += ["## Density on the sphere", ""]
         lines += [f"![density at t = {t:.3g}]({name})" for t, name in snaps] + [""]

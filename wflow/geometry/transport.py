@@ -315,14 +315,18 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
     Step 5 replaces ``bound`` by ``gap' + max(η', 16 ε S')`` when smaller (measured:
     ~1e-15 rad², i.e. ~1e-12 of ``W_2²``, where step 3 alone gives ~1e-10).
 
-    Tolerance. ``tol = max(rtol · S, 2 δ)``. ``S = max(max|u| + max|v|, max c_E)`` is the
+    Tolerance. ``tol = max(rtol · S, 2 δ, 2 δ_E)``. ``S = max(max|u| + max|v|, max c_E)`` is the
     magnitude of the terms of a reduced cost; the default ``rtol = 16 ε`` (``ε`` = float64
     machine epsilon) covers POT's own stopping test (reduced costs ``>= −ε·S``, its
     ``EPSILON``) and the ~3 roundings of ``c − u − v`` re-evaluated here (``c_ij`` is
     recomputed by the same float formula every time). ``δ = max |u_i + v_j − c_ij|`` over
     the plan's support, where LP theory gives exactly 0: the simplex updates its potentials
     incrementally and they drift by accumulated round-off (measured ``δ ~ 10⁴ ε`` at
-    ~10⁴ cells), so reduced costs below ``2 δ`` carry no information. Whatever ``tol`` is,
+    ~10⁴ cells), so reduced costs below ``2 δ`` carry no information. ``δ_E`` is the largest
+    violation ``u_i + v_j − c_ij`` over the graph's own arcs: the level to which the simplex
+    solved its problem (about ``1e-12`` on degenerate problems such as two identical
+    measures, where the plan has zero cost and the duals a large null space; ``0`` up to
+    round-off otherwise). Whatever ``tol`` is,
     the bound above is rigorous (up to the round-off of the check itself); ``tol`` only sets
     how tight it is. A genuine sub-optimality of the plan shows as a violation far above
     ``tol`` and its pair is added.
@@ -411,7 +415,14 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
         # the simplex updates its potentials incrementally, so they drift by round-off
         # accumulated over the pivots. Reduced costs below that level carry no information.
         drift = float(np.max(np.abs(u[fi] + v[fj] - cf))) if fi.size else 0.0
-        tol = max(rtol * scale, 2.0 * drift)
+        # the simplex's own optimality level on its graph: it stops pivoting once every
+        # reduced cost is above about −1e-12 of its internal scale, so on a degenerate
+        # problem (identical measures: a plan of zero cost, duals defined up to a large
+        # null space) graph arcs violate u_i + v_j <= c_ij by ~1e-12 although the plan is
+        # optimal to that level. Off-graph pairs below the same level carry no more
+        # information; the bound gap + tol stays rigorous whatever tol is.
+        on_graph = float(np.max(u[i] + v[j] - c)) if c.size else 0.0
+        tol = max(rtol * scale, 2.0 * drift, 2.0 * max(on_graph, 0.0))
         if clusters is None:
             s = cluster_size or int(np.clip(np.sqrt(m / 8.0), 16, 256))
             clusters = _clusters(y, s)

@@ -13,12 +13,18 @@ before the first step:
 * a step adjusted to divide ``T`` is reported by :func:`dt_record` (logged, recorded in
   ``summary.json``).
 
-The models are order-of-magnitude (a factor of a few on a 2-core laptop-class machine):
-the pair sums of the attention kernel cost :data:`PAIR_SECONDS` per pair and head (direct
-fused sums), every step and every recorded row a fixed overhead; arrays are float64.
-Memory counts the arrays whose size grows with the run (time grids, recorded rows,
-trajectories, saved densities, candidate pairs and dense transport problems of the JKO
-scheme), not the interpreter and libraries already loaded (``MemAvailable`` excludes them).
+The models are calibrated against measured peak RSS (``/usr/bin/time -v``) and wall time
+of every command on a grid of small sizes (``docs/guide/cli.md``, "Cost estimates";
+``tests/test_estimates.py`` pins them on the recorded measurements): within a factor 2
+there, order-of-magnitude beyond. **Memory** is the predicted peak resident size: the
+interpreter and the libraries a command loads (:data:`BASELINE_BYTES`) plus the arrays
+whose size grows with the run (time grids, recorded rows, trajectories, saved densities,
+the JKO's candidate pairs and dense transport problems, the ``W₂`` distances of ``wflow
+run``: dense ``n × m`` or sparse ``O(n + m)``); the refusal compares what the run adds
+to the memory available now. **Time** is the start-up (:data:`STARTUP_SECONDS`: imports,
+loading the compiled loops) plus the pair sums of the attention kernel
+(:data:`PAIR_SECONDS` a pair and head for particles, :data:`PDE_PAIR_SECONDS` for the
+PDE's cell sums), a fixed cost per step and per recorded row, and the transport problems.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-__all__ = ["Estimate", "EstimateError", "CONFIRM_SECONDS", "PAIR_SECONDS",
+__all__ = ["Estimate", "EstimateError", "CONFIRM_SECONDS", "PAIR_SECONDS", "PDE_PAIR_SECONDS",
+           "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_w2", "current_rss",
            "available_memory", "estimate_particles", "estimate_pde", "estimate_jko",
            "estimate_main_job", "check_estimate", "dt_record", "format_seconds",
            "format_bytes", "current_estimate"]
@@ -40,9 +47,9 @@ logger = logging.getLogger(__name__)
 #: Above this estimated wall time (s) a run asks for ``--yes`` (warns in batch mode).
 CONFIRM_SECONDS = 3600.0
 
-#: Seconds per kernel pair and head of a direct fused sum (order of magnitude; numba, one
-#: core: ~1–3 ns measured by ``bench/bench_kernels.py``, rounded up).
-PAIR_SECONDS = 3e-9
+#: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
+#: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
+PAIR_SECONDS = 5e-10
 
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
@@ -51,6 +58,36 @@ STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
 #: Fixed cost of one stage of a PDE step (s): flux assembly and the PETSc vector updates —
 #: measured on ``wflow pde`` with 80 cells, order 1 (≈ 2.5 ms a step).
 PDE_STAGE_SECONDS = 2.5e-3
+
+#: Seconds per cell pair, head and stage of the PDE's kernel sums (1e-10 CPU seconds
+#: measured at 9 680 cells).
+PDE_PAIR_SECONDS = 1e-10
+
+#: Resident size (bytes) of the interpreter and the libraries each command loads, measured
+#: on the smallest runs of the calibration grid (NumPy, numba and the compiled loops for
+#: ``particles``; DOLFINx, PETSc and POT besides for the others).
+BASELINE_BYTES = {"particles": 220 * 2**20, "pde": 290 * 2**20, "jko": 300 * 2**20,
+                  "run": 330 * 2**20}
+
+#: Start-up seconds of each command (interpreter, imports, loading the compiled loops), the
+#: CPU seconds of the smallest runs of the calibration grid (an idle machine's wall time).
+STARTUP_SECONDS = {"particles": 1.7, "pde": 1.4, "jko": 1.8, "run": 2.5}
+
+#: Bytes per cost entry of a dense ``W₂`` (cost matrix and the network simplex's copies:
+#: 1.13 GB at 5 120 × 5 120, ``bench/README.md`` §9).
+W2_DENSE_BYTES = 45.0
+#: Bytes per support point of the certified sparse ``W₂`` (k-NN graph, its enlargements,
+#: the duals: 425 MB peak at 40 500 cells with the libraries, §9).
+W2_SPARSE_BYTES = 8000.0
+#: Seconds per cost entry of a dense ``W₂`` (fitted on ``wflow run``, whose measures are
+#: close: 1.2e-7; 2.6e-7 for the bench's rotated measures, §9).
+W2_DENSE_SECONDS = 1.2e-7
+#: Seconds of a sparse cells-vs-cells ``W₂`` at 40 500 cells (36.6 s, growing like N^1.9).
+W2_SPARSE_SECONDS_40500 = 36.6
+
+#: Seconds per cell and step of the finite-volume JKO step (0.32 s per step at 40 500
+#: cells, ``docs/jko.md``).
+FV_CELL_SECONDS = 8e-6
 
 #: Doubles in one score block of the kernel sums (:data:`wflow.kernels.BLOCK_ELEMS`: a block
 #: of targets holds about this many, at least one row of ``n`` sources).
@@ -158,86 +195,183 @@ def _steps(T: float, dt: float) -> float:
     return max(1.0, math.ceil(T / dt - 1e-9)) if dt > 0 and math.isfinite(T / dt) else math.inf
 
 
+def current_rss() -> float:
+    """Resident size of this process now (bytes; ``0`` where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return float(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):  # pragma: no cover
+        return 0.0
+
+
+def _base(cmd: str, what: str) -> dict[str, float]:
+    return {"libraries": float(BASELINE_BYTES[cmd])}
+
+
 def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        paths: int = 1, record_every: int = 1, integrator: str = "rk4",
                        save_trajectory: bool = False, what: str = "particles") -> Estimate:
-    """Estimate of :func:`wflow.particles.simulate`: ``n`` tokens in ``d``, ``H`` heads.
+    """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
-    Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the time
-    grid ``8 S``, the recorded rows ``8 R (24 + 8 H)`` per path, the trajectory
-    ``8 R n d`` per path (if saved), kernel score blocks ``32 max(KERNEL_BLOCK, n) H`` (a
-    block and its work arrays); time:
-    ``P (S (STEP + stages n² H PAIR) + R (RECORD + 4 n² H PAIR))``.
+    Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
+    libraries, the time grid ``8 S``, the per-step integrands ``160 S`` and the recorded
+    rows ``8 R (24 + 8 H)`` per path, the trajectory ``8 R n d`` per path (if saved); time:
+    ``STARTUP + P (S (STEP + stages n² H PAIR) + R RECORD)``
+    (``stages`` = 4 for RK4, 1 for Euler).
     """
     S = _steps(T, dt)
     R = S / max(1, record_every) + 1
     stages = 4 if integrator == "rk4" else 1
     pairs = float(n) * n * H
-    parts = {"time grid": 8.0 * S, "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
-             "kernel blocks": 32.0 * max(KERNEL_BLOCK, n) * H}
+    parts = _base("particles", what)
+    parts.update({"time grid": 8.0 * S, "per-step integrands": 160.0 * S * paths,
+                  "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
+                  "tokens": 8.0 * n * max(d, 3) * 4 * paths})
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
-    secs = paths * (S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS)
-                    + R * (RECORD_SECONDS + 4 * pairs * PAIR_SECONDS))
+    secs = STARTUP_SECONDS["particles"] + paths * (
+        S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS) + R * RECORD_SECONDS)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
+
+
+def _pde_steps(cells: float, T: float, dt: float, cfl: float, vmax: float,
+               max_steps: int) -> float:
+    h = math.sqrt(4 * math.pi / max(cells, 1.0))
+    return min(float(max_steps), max(_steps(T, dt), math.ceil(T * vmax / (cfl * h))))
 
 
 def estimate_pde(*, cells: int, H: int = 1, T: float, dt: float, n_saves: int = 11,
                  cfl: float = 0.9, order: int = 2, max_steps: int = 1_000_000,
-                 vmax: float = 1.0, what: str = "pde") -> Estimate:
-    """Estimate of :func:`wflow.pde.solve_pde` on ``cells`` cells.
+                 vmax: float = 1.5, what: str = "pde", startup: bool = True) -> Estimate:
+    """Estimate of ``wflow pde`` on ``cells`` cells.
 
-    Steps ``min(max_steps, max(T/dt, T vmax/(cfl h)))`` with ``h = sqrt(4π/M)`` (the
-    CFL bound with ``|v| ≈ vmax``); memory: the mesh and its connectivity (~400 bytes a
-    cell), the saved densities ``8 n_saves M``; time: ``stages (PDE_STAGE + M² H PAIR)``
-    a step (``stages`` = 1 upwind, 3 SSP-RK).
+    Steps ``min(max_steps, max(T/dt, T vmax/(cfl h)))`` with ``h = sqrt(4π/M)`` (the CFL
+    bound with ``|v| ≈ vmax``); memory: the libraries, the mesh, its connectivity and the
+    solver's vectors (~1.2 kB a cell, measured), the saved densities ``16 n_saves M``; time:
+    ``STARTUP + stages (PDE_STAGE + M² H PDE_PAIR)`` a step (``stages`` = 1 upwind, 3
+    SSP-RK). ``startup=False``: a phase of a longer job (no libraries, no start-up).
     """
     M = float(cells)
-    h = math.sqrt(4 * math.pi / max(M, 1.0))
-    S = min(float(max_steps), max(_steps(T, dt), math.ceil(T * vmax / (cfl * h))))
+    S = _pde_steps(M, T, dt, cfl, vmax, max_steps)
     stages = 1 if order == 1 else 3
-    parts = {"mesh": 400.0 * M, "saved densities": 8.0 * n_saves * M * 2}
-    secs = S * stages * (PDE_STAGE_SECONDS + M * M * H * PAIR_SECONDS)
+    parts = _base("pde", what) if startup else {}
+    parts.update({"mesh and solver": 1200.0 * M, "saved densities": 8.0 * n_saves * M * 2})
+    secs = S * stages * (PDE_STAGE_SECONDS + M * M * H * PDE_PAIR_SECONDS)
+    secs += STARTUP_SECONDS["pde"] if startup else 0.0
     return Estimate(what, sum(parts.values()), S, secs, parts)
 
 
 def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
                  max_pairs: int = 50_000_000, dense_ot_max_cells: int = 6000,
-                 what: str = "jko") -> Estimate:
-    """Estimate of the JKO scheme: ``steps`` steps of ``inner`` oracle calls on ``cells``.
+                 scheme: str = "fv", verify_max_cells: int = 2500, what: str = "jko",
+                 startup: bool = True) -> Estimate:
+    """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
 
-    Memory: the candidate pairs ``24 min(M², max_pairs)``, a dense transport problem
-    ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per oracle call
-    ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
+    ``scheme="fv"`` (the default scheme): memory, the libraries and the finite-volume
+    graph (~2 kB a cell); time per step ``FV_CELL M`` plus ``inner / 3`` potential
+    evaluations of ``M² H`` cell pairs; up to ``verify_max_cells`` cells the POT referee
+    (a dense ``W²`` between consecutive steps, :func:`estimate_w2`). ``scheme="ot"``:
+    memory, the candidate pairs ``24 min(M², max_pairs)`` and a dense transport problem
+    ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per step
+    ``inner`` oracle calls of ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
     """
     M = float(cells)
-    pairs = min(M * M, float(max_pairs))
-    parts = {"candidate pairs": 24.0 * pairs}
-    if M <= dense_ot_max_cells:
-        parts["dense transport problem"] = 24.0 * M * M
-    secs = steps * inner * (pairs * 10 * PAIR_SECONDS + M * M * H * PAIR_SECONDS)
+    parts = _base("jko", what) if startup else {}
+    if scheme == "ot":
+        pairs = min(M * M, float(max_pairs))
+        parts["candidate pairs"] = 24.0 * pairs
+        if M <= dense_ot_max_cells:
+            parts["dense transport problem"] = 24.0 * M * M
+        secs = steps * inner * (pairs * 10 * PAIR_SECONDS + M * M * H * PAIR_SECONDS)
+    else:
+        parts["finite-volume graph"] = 2000.0 * M
+        secs = steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
+        if M <= verify_max_cells:
+            ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2")
+            parts.update(ref.parts)
+            secs += ref.seconds
+    secs += STARTUP_SECONDS["jko"] if startup else 0.0
     return Estimate(what, sum(parts.values()), steps, secs, parts)
 
 
-def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
-                      steps_per_save: int, jko: bool, refinement: int) -> Estimate:
-    """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO and its table.
+def estimate_w2(n: int, m: int, *, calls: int = 1, dense_max_points: float = math.inf,
+                what: str = "W2") -> Estimate:
+    """Estimate of ``calls`` exact ``W₂`` distances between ``n`` and ``m`` points.
 
-    The JKO step count is taken as ``ceil(T / (3 h / vmax))`` (``tau = "auto"``'s rule,
-    ``vmax ≈ 1``); the refinement rows are coarser and add at most the main JKO's cost.
+    Dense (``max(n, m) <= dense_max_points``): ``W2_DENSE_BYTES n m`` bytes and
+    ``W2_DENSE_SECONDS n m`` seconds each; sparse (certified, ``O(n + m)`` memory):
+    ``W2_SPARSE_BYTES max(n, m)`` bytes, ``36.6 s (max(n, m) / 40 500)^1.9`` each.
     """
-    est = estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves, what="run")
+    big = float(max(n, m))
+    if big <= dense_max_points:
+        mem, secs, kind = W2_DENSE_BYTES * n * m, W2_DENSE_SECONDS * n * m, "dense"
+    else:
+        mem = W2_SPARSE_BYTES * big
+        secs, kind = W2_SPARSE_SECONDS_40500 * (big / 40500.0) ** 1.9, "sparse"
+    return Estimate(what, mem, 0.0, calls * secs, {f"{what} ({kind}, {n} x {m})": mem})
+
+
+def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
+                      steps_per_save: int, jko: bool, refinement: int,
+                      max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
+                      jko_steps: int | None = None) -> Estimate:
+    """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
+
+    The phases run one after the other: the memory is the libraries plus the largest
+    phase, the time the start-up plus the sum. The JKO step count is ``jko_steps`` when
+    known (``T/τ``), else ``N = ceil(T / (3 h))`` (``tau = "auto"``'s rule with
+    ``vmax ≈ 1``: an upper bound). The ``τ/h`` table's
+    row ``k`` (``1..refinement``) runs the JKO and the surrogate PDE with ``N_k ≈ N/1.5^k``
+    steps on ``M_k ≈ M N_k²/N²`` cells and ``N_k + 1`` cell-vs-cell ``W₂``; the coarsest
+    row once more with the OT scheme. The comparison computes ``n_saves`` particle-vs-cell
+    ``W₂`` (at most ``max_ot_points`` particles) and ``N + 1`` cell-vs-cell ones. A ``W₂``
+    is dense up to ``w2_dense_max_points`` support points, certified sparse beyond
+    (:func:`estimate_w2`; the default, no limit: every ``W₂`` dense).
+    """
+    M = float(cells)
+    base = float(BASELINE_BYTES["run"])
+    phases: list[Estimate] = [estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
+                                           what="pde", startup=False)]
     p_steps = max(1, n_saves - 1) * steps_per_save
-    est = est + estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
-                                   save_trajectory=True)
+    part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
+                              save_trajectory=True)
+    phases.append(Estimate("particles", part.memory - BASELINE_BYTES["particles"],
+                           part.steps, part.seconds - STARTUP_SECONDS["particles"],
+                           {k: v for k, v in part.parts.items() if k != "libraries"}))
+    n_ot = min(int(n), int(max_ot_points))
+    phases.append(estimate_w2(n_ot, cells, calls=n_saves, dense_max_points=w2_dense_max_points,
+                              what="W2 particles vs PDE"))
     if jko:
-        h = math.sqrt(4 * math.pi / max(cells, 1))
-        k = max(1.0, math.ceil(T / (3 * h)))
-        j = estimate_jko(cells=cells, H=H, steps=k)
-        est = est + j + estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves)
-        if refinement:
-            est = est + j
-    return Estimate("run", est.memory, est.steps, est.seconds, est.parts, est.notes)
+        h = math.sqrt(4 * math.pi / max(M, 1.0))
+        N = float(jko_steps) if jko_steps else max(1.0, math.ceil(T / (3 * h)))
+        phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False))
+        phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
+                                   what="pde_surrogate", startup=False))
+        phases.append(estimate_w2(cells, cells, calls=int(N) + 1,
+                                  dense_max_points=w2_dense_max_points,
+                                  what="W2 JKO vs PDE"))
+        seen, last = {N}, None
+        for k in range(1, int(refinement) + 1):
+            Nk = max(1, math.floor(N / 1.5 ** k + 0.5))
+            if Nk in seen:
+                continue
+            seen.add(Nk)
+            n_ico = max(2, math.floor(math.sqrt(M / 20.0) * Nk / N + 0.5))
+            Mk = 20 * n_ico * n_ico
+            phases.append(estimate_jko(cells=Mk, H=H, steps=Nk, startup=False,
+                                       what=f"table row {k} jko"))
+            phases.append(estimate_pde(cells=Mk, H=H, T=T, dt=T / Nk, n_saves=Nk + 1,
+                                       what=f"table row {k} pde", startup=False))
+            phases.append(estimate_w2(Mk, Mk, calls=Nk + 1, dense_max_points=w2_dense_max_points,
+                                      what=f"W2 table row {k}"))
+            last = (Mk, Nk)
+        if last is not None:
+            phases.append(estimate_jko(cells=last[0], H=H, steps=last[1], scheme="ot",
+                                       startup=False, what="table OT cross-check"))
+    big = max(phases, key=lambda e: e.memory)
+    parts = {"libraries": base, **{f"{big.what}: {k}": v for k, v in big.parts.items()}}
+    secs = STARTUP_SECONDS["run"] + sum(e.seconds for e in phases)
+    return Estimate("run", base + big.memory, sum(e.steps for e in phases), secs, parts)
 
 
 def _interactive() -> bool:
@@ -265,12 +399,15 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
     Raises
     ------
     EstimateError
-        Memory above ``available``; or time above :data:`CONFIRM_SECONDS` on a terminal
+        Memory the run adds to this process (the estimate less the resident size now)
+        above ``available``; or time above :data:`CONFIRM_SECONDS` on a terminal
         without ``confirm``.
     """
     avail = available_memory() if available is None else available
     logger.info("estimate of %s: %s", est.what, est.describe())
-    if not math.isfinite(est.memory) or est.memory > avail:
+    # what the run adds to this process (already resident: the libraries loaded so far)
+    adds = est.memory - (current_rss() if available is None else 0.0)
+    if not math.isfinite(est.memory) or adds > avail:
         raise EstimateError(
             f"{est.what}: would need {est.describe()}, more memory than this machine has "
             f"available ({format_bytes(avail)}); reduce the size (tokens, cells, T/dt, "

@@ -319,6 +319,21 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.shrinks_edi", "the JKO Σ|edi_k| relative decreases along the table",
       "bool", where=_RUN),
     K("jko_refinement.rule", "how the rows are built", "text", where=_RUN),
+    K("jko_refinement.rows[].time_error", "its max_k |t_k − kτ| / T over the JKO's recorded "
+      "times (0: every iterate is compared with the PDE at its own time)", "1", "≥ 0", _RUN),
+    K("jko_refinement.rows[].wall_s.*", "wall time of the row's surrogate PDE, JKO and W₂ "
+      "(pde, jko, w2; not on the finest row, whose phases are timed in wall_time_s)", "s",
+      "≥ 0", _RUN),
+    K("jko_refinement.rows[].w2_uncertified", "largest dual violation of a sparse W₂ whose "
+      "certificate failed (its plan's value, an upper bound, is used; 0: every W₂ dense or "
+      "certified)", "rad²", "≥ 0", _RUN),
+    K("jko_refinement.shrinks_l1", "the L¹ distance decreases along the table", "bool",
+      where=_RUN),
+    K("jko_refinement.time_error_max", "max over the rows of rows[].time_error", "1", "≥ 0",
+      _RUN),
+    K("jko_refinement.thresholds.*", "the verdicts' thresholds: smallest passing order_w2, "
+      "order_l1, order_edi (measured, wflow/apps/main_job.py ORDER_MIN_*) and largest "
+      "time_error", "1", where=_RUN),
     K("verdicts[].quantity", "the number judged, named as in the report's first table",
       "text", where=_RUN),
     K("verdicts[].value", "its value", "as named", where=_RUN),

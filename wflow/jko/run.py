@@ -144,7 +144,11 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         max(1, int(np.ceil(opts.T / (3 * np.sqrt(4 * np.pi / M)))))
     check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
                                 steps=k, max_pairs=opts.max_pairs,
-                                dense_ot_max_cells=opts.dense_ot_max_cells), confirm=confirm)
+                                dense_ot_max_cells=opts.dense_ot_max_cells,
+                                scheme="ot" if opts.scheme == "ot" else "fv",
+                                verify_max_cells=(0 if opts.verify is False else
+                                                  M if opts.verify else opts.verify_max_cells)),
+                   confirm=confirm)
     rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
     cen = sm.gather_owned(sm.centroids)
     areas = sm.gather_owned(sm.areas)

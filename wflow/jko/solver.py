@@ -144,8 +144,9 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
 
     ``τ`` = :func:`~wflow.jko.options.auto_tau` ``(T, h, |v|_max)`` with ``h = √(mean |K|)``
     and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
-    mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and
-    ``≈ h`` for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV`). ``ε = h²/min b̂`` (the
+    mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and, by
+    the same rule, for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV` = 3; the FV
+    step accepts any ``τ``). ``ε = h²/min b̂`` (the
     Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
 
     Returns

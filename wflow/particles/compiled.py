@@ -43,6 +43,7 @@ from ..attention.kinds import get_kind
 from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
 from ..diagnostics import BalanceAccumulator
 from ..geometry.sphere import check_on_sphere
+from ..infra import interrupts
 from ..infra.progress import progress_bar
 from ..kernels import (
     KernelInfo,
@@ -417,6 +418,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
                 todo = [p for p in range(P) if STAT[p, 0] == pn.FAIL_NONE]
                 list(pool.map(partial(_run_path, args), todo))
             evals += (k1 - k0 + (k0 == 0)) * (4 if rk4 else 1)
+            # a Ctrl-C/SIGTERM whose exception was dropped (raised in a ctypes callback
+            # while numba loaded the compiled loop) still ends the run here
+            interrupts.check()
             failed = np.flatnonzero(STAT[:, 0] != pn.FAIL_NONE)
             if failed.size:
                 p = int(failed[0])
