@@ -51,6 +51,14 @@ CASTIN_PUBLISHED_FULL = {
     ("random", 5): ([0, 25, 64, 11, 0, 0], 0, 247, 100, 6835384),
 }
 
+#: castin_ranks through the command line, both solvers: verdict, control, and per (row, d)
+#: the exact limit's rank over all attempts (settled directions) and the attempts with
+#: unsettled directions at t = 1e10
+CASTIN_FULL = {"verdict": "inconclusive", "control": "not reproduced", "exact": {
+    ("identity", 3): ([0, 0, 100, 0], 0), ("identity", 4): ([0, 0, 100, 0, 0], 0),
+    ("identity", 5): ([0, 0, 0, 103, 0, 0], 0), ("random", 3): ([0, 6, 107, 0], 6),
+    ("random", 4): ([2, 12, 578, 0, 0], 15), ("random", 5): ([0, 0, 19, 228, 0, 0], 21)}}
+
 #: metastable_staircase: first NaN energy (1-based step) after the full merge, the number
 #: of plateaus and the fraction of the records on them
 STAIRCASE_FULL = {"500": (12238, 2, 0.44042170644001305),
@@ -95,6 +103,27 @@ def test_castin_published_solver_full_scale():
         assert r["exceptions"] == exc and len(r["attempts"]) == att, (case, d)
         assert sum(a["converged"] for a in r["attempts"]) == conv, (case, d)
         assert r["path_steps"] == steps, (case, d)
+
+
+def test_castin_full_scale(tmp_path):
+    """``wflow reproduce castin_ranks``: both rows, both solvers (~7 min of CPU).
+
+    INCONCLUSIVE: no draw has a settled exact rank above ceil(d/2), but the published
+    solver has one exception (d = 3, exact rank 2) and 8 draws (nearly singular V) may
+    exceed the bound through directions still unsettled at t = 1e10.
+    """
+    out = tmp_path / "castin"
+    assert main(["reproduce", "castin_ranks", "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["verdict"] == CASTIN_FULL["verdict"], s["reasons"]
+    assert s["control_bound_floor_d_over_2"] == CASTIN_FULL["control"]
+    for (case, d), (hist, exc, att, conv, steps) in CASTIN_PUBLISHED_FULL.items():
+        t = s["cases"][case][str(d)]
+        assert t["published_histogram"] == hist and t["exceptions"] == exc, (case, d)
+        assert (t["attempts"], t["converged"], t["iterations_total"]) == (att, conv, steps)
+        ex_hist, uns = CASTIN_FULL["exact"][(case, d)]
+        assert t["exact_rank_histogram_all_attempts"] == ex_hist, (case, d)
+        assert t["exact_unsettled_attempts"] == uns, (case, d)
 
 
 def test_staircase_full_scale(tmp_path):
