@@ -38,8 +38,9 @@ GLPR_FULL = {"verdict": "reproduced", "counts_sum": 15931071320, "final_sum": 10
 #: castin_ranks V = I row (published solver's histograms, rank 0..d)
 CASTIN_IDENTITY_FULL = {3: [3, 48, 49, 0], 4: [11, 47, 42, 0, 0], 5: [0, 5, 54, 41, 0, 0]}
 
-#: castin_ranks, both rows, the published solver (measured twice, by the batched engine and
-#: by the scalar loop: the same attempts): per (row, d) the histogram of ranks 0..d, the
+#: castin_ranks, both rows, the published solver (measured by the batched engine, by the
+#: scalar loop, and by the published code itself at full scale on this machine: the same
+#: numbers, docs/reproduce_field.md): per (row, d) the histogram of ranks 0..d, the
 #: exceptions (rank > ceil(d/2), left out as published), attempts, converged attempts and
 #: the projected-Euler steps of the published loop
 CASTIN_PUBLISHED_FULL = {
