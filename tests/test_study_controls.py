@@ -64,7 +64,8 @@ CONTROLS = [
 ]
 #: Controls that need full mode (the bias is below the quick mode's sampling error) or
 #: run in the slow suite for their cost (test_study_full.py).
-FULL_ONLY = {("mean-field", "pde-beta-1.5"), ("edi", "jko-fixed-mesh")}
+FULL_ONLY = {("mean-field", "pde-beta-1.5"), ("edi", "jko-ot-fixed-mesh"),
+             ("edi", "no-mobility"), ("edi", "mobility:-0.5")}  # edi JKO: test_edi_fv.py
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
 #: Controls of a part that the default skips.

@@ -45,7 +45,8 @@ def test_mean_field_full_mode_detects_a_wrong_beta(tmp_path):
     ("gamma", "non-vanishing", "_converges", {}),
     ("mean-field", "pde-velocity:1", "level_at_largest_n", {}),
     ("edi", "pde-first-order", "pde_edi_order", {"parts": ("pde",)}),
-    ("edi", "jko-fixed-mesh", "jko_edi_order", {"parts": ("jko",)}),
+    ("edi", "jko-ot-fixed-mesh", "jko_edi_order", {"parts": ("jko",)}),
+    ("edi", "no-mobility", "jko_edi_order", {"parts": ("jko",)}),
 ])
 def test_full_mode_negative_controls(name, fault, criterion, kw, tmp_path):
     res = load_study(name).run(out=tmp_path / name, quick=False, seed=0, fault=fault, **kw)

@@ -209,15 +209,20 @@ def _resolve_scheme(opts: JKOOptions, mesh: Any) -> JKOOptions:
 
 
 def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
-             fe: Any, sign: int, nsub: int) -> tuple[np.ndarray, JKOStepInfo]:
-    """One FV step as a :class:`JKOStepInfo` (POT referee on small meshes)."""
+             fe: Any, sign: int, nsub: int, bhat: np.ndarray | None = None
+             ) -> tuple[np.ndarray, JKOStepInfo]:
+    """One FV step as a :class:`JKOStepInfo` (POT referee on small meshes).
+
+    ``bhat``: the mobility of the step's metric (default ``fe.bhat``).
+    """
+    bhat = fe.bhat if bhat is None else bhat
     from ..geometry.sphere import project_tangent
 
     fields0 = np.empty((m.size, 4))
     fields0[:, 0] = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
     fields0[:, 1:] = project_tangent(graph.geo.centres,
                                      np.einsum("h,hmd->md", heads.w, fe.grad_psi))
-    r = fv_step(graph, m, heads, attn, tau=opts.tau, sign=sign, bhat=fe.bhat, substeps=nsub,
+    r = fv_step(graph, m, heads, attn, tau=opts.tau, sign=sign, bhat=bhat, substeps=nsub,
                 energy=opts.energy, hamiltonian=opts.hamiltonian, fields0=fields0,
                 ccp_tol=opts.ccp_tol, ccp_max=opts.ccp_max)
     verify = opts.verify if opts.verify is not None else graph.geo.M <= opts.verify_max_cells
@@ -227,7 +232,7 @@ def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts:
 
         from .cost import cost_matrix
 
-        C = cost_matrix(graph.geo.centres, fe.bhat, mean=opts.mobility_mean)
+        C = cost_matrix(graph.geo.centres, bhat, mean=opts.mobility_mean)
         W2_pot = float(ot.emd2(m / m.sum(), r.m / r.m.sum(), C,
                                numItermax=opts.emd_max_iter))
     info = JKOStepInfo(
@@ -242,7 +247,8 @@ def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts:
 
 def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                 heads_or_schedule: Any, attn: Attention, *,
-                options: JKOOptions | None = None, mesh: Any = None) -> Iterator[JKOState]:
+                options: JKOOptions | None = None, mesh: Any = None,
+                step_mobility: Any = None) -> Iterator[JKOState]:
     """Generate the JKO sequence ``(t_k, μ_k)``, ``t_k = kτ``, ``k = 0..T/τ``.
 
     Parameters
@@ -261,6 +267,14 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         The mesh connectivity (required by ``scheme = "fv"``; cells in the order of
         ``points``). The FV scheme places the masses at the spherical circumcentres and
         evaluates the energy there (``points`` are then only checked for their count).
+    step_mobility : callable, optional
+        ``b̂ -> b̂'`` (arrays of shape ``(M,)``): the mobility of the step's metric
+        ``W²_{b̂'}`` as a function of the model's lagged ``b̂[μ_k]`` (default: ``b̂``
+        itself). For negative controls only (a missing or wrong mobility factor, e.g.
+        ``lambda b: 2 * b`` or ``np.ones_like``): the step then reports its transport
+        cost ``W2sq`` in its own metric ``W²_{b̂'}``, while the slopes and the EDI keep the
+        model's ``b̂``, so the EDI residual of a wrong mobility is first order in the
+        error (``τ(c − 1)/2 |∂E|²`` per step for ``b̂' = c b̂``). Not a scenario option.
 
     Yields
     ------
@@ -306,10 +320,11 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         fe = evaluate(x, heads_new, attn, m=m)
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
+        bh = fe.bhat if step_mobility is None else np.asarray(step_mobility(fe.bhat), float)
         if fv:
-            m_new, info = _fv_step(graph, m, heads_new, attn, opts, fe, sign, int(nsub))
+            m_new, info = _fv_step(graph, m, heads_new, attn, opts, fe, sign, int(nsub), bh)
         else:
-            m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=fe.bhat,
+            m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=bh,
                                    slope2=s2, energy=e, _geo=geo, _warm=warm)
         if not info.converged and fv:
             warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}): the concave–convex "
@@ -408,7 +423,7 @@ class JKOResult:
 
 def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
               heads_or_schedule: Any, attn: Attention, *, options: JKOOptions | None = None,
-              mesh: Any = None, **kwargs: Any) -> JKOResult:
+              mesh: Any = None, step_mobility: Any = None, **kwargs: Any) -> JKOResult:
     """Run the JKO scheme on ``[0, T]`` and collect diagnostics (see :class:`JKOResult`).
 
     Parameters
@@ -419,6 +434,9 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         Keyword arguments override its fields.
     mesh : Triangulation, SphereMesh or DualGeometry, optional
         Required by ``scheme = "fv"`` (the default): see :func:`iterate_jko`.
+    step_mobility : callable, optional
+        Negative controls only: the mobility of the step's metric as a function of the
+        model's ``b̂`` (:func:`iterate_jko`); the diagnostics keep the model's ``b̂``.
     """
     opts = options or JKOOptions()
     if kwargs:
@@ -445,7 +463,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     try:
         m_init = None
         for st in iterate_jko(points, areas, mass0, heads_or_schedule, attn, options=opts,
-                              mesh=mesh):
+                              mesh=mesh, step_mobility=step_mobility):
             if m_init is None:
                 m_init = st.m.copy()
             sign = st.heads.value_alignment()
