@@ -13,6 +13,8 @@ Rows (issue 25), CPU time on one thread (``process_time``; robust on a shared ma
 * ``castin_ranks``: one projected-Euler iteration, the published ``utils.evolution``
   against :func:`wflow.published.castin_ranks.projected_euler` (the same NumPy calls), and
   wflow's exact solver per draw.
+* ``castin_engine``: the published attempt loop of the random-``V`` row at d = 5, the
+  scalar loop against the batched engine (``RankOptions.lanes``), equal attempts.
 * ``metastable_staircase``: one step of the published ``time_rescale_3`` against
   :func:`wflow.published.metastable_staircase.staircase_energy`; the published run is
   6 × 10⁶ steps, wflow's stops at the exact NaN tail (measured on the full run).
@@ -194,6 +196,32 @@ def bench_castin(a: argparse.Namespace) -> dict:
     return row
 
 
+def bench_castin_engine(a: argparse.Namespace) -> dict:
+    """The published attempt loop of one (row, d), scalar (``lanes=0``) and batched.
+
+    Default: the random-``V`` row at d = 5 with ``n_per_dim = 3`` (25 attempts, 2.1·10⁶
+    projected-Euler steps of the published loop). CPU time; the attempts must be equal.
+    """
+    from dataclasses import replace
+
+    from wflow.published import castin_ranks as cr
+
+    o = cr.RankOptions(n_per_dim=a.castin_n, cases=("random",), exact=False)
+    row: dict = {"case": f"random V, d = 5, n_per_dim = {a.castin_n}, exact solver off"}
+    sig = {}
+    for lanes in (0, 128):
+        t0 = time.process_time()
+        r = cr.run_case_dim((replace(o, lanes=lanes), "random", 2))
+        row[f"cpu_s_lanes_{lanes}"] = time.process_time() - t0
+        row[f"euler_steps_lanes_{lanes}"] = r["lane_steps"]
+        sig[lanes] = [(x["iterations"], x["converged"], x["eigenvalues"].tobytes())
+                      for x in r["attempts"]]
+    row["published_loop_steps"] = r["path_steps"]
+    row["identical_attempts"] = sig[0] == sig[128]
+    row["speedup"] = row["cpu_s_lanes_0"] / row["cpu_s_lanes_128"]
+    return row
+
+
 def bench_staircase(a: argparse.Namespace) -> dict:
     from wflow.published import metastable_staircase as ms
 
@@ -219,12 +247,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--glpr-src", default=None)
     ap.add_argument("--castin-src", default=None)
     ap.add_argument("--staircase-src", default=None)
+    ap.add_argument("--castin-n", type=int, default=3, help="castin_engine: n_per_dim")
     ap.add_argument("--rows", nargs="+", default=["glpr_phase", "glpr_phase_ranks",
-                                                  "castin_ranks", "metastable_staircase"])
+                                                  "castin_ranks", "castin_engine",
+                                                  "metastable_staircase"])
     ap.add_argument("--name", default="bench_reproduce_field")
     a = ap.parse_args(argv)
     fns = {"glpr_phase": bench_glpr, "glpr_phase_ranks": bench_glpr_ranks,
-           "castin_ranks": bench_castin, "metastable_staircase": bench_staircase}
+           "castin_ranks": bench_castin, "castin_engine": bench_castin_engine,
+           "metastable_staircase": bench_staircase}
     res = {"machine": machine(), "clock": "process_time, one thread (ranks row: wall)",
            "load_average_start": os.getloadavg(), "rows": {}}
     for r in a.rows:
