@@ -8,6 +8,9 @@ studies, seeds 0–4, the documented smallest caught sizes — and fails when
 * a study fails at a seed of the grid (documented false-fail rate ≤ 1 %: five seeds
   without a failure is what the band allows; a failure here means the rate moved), or
 * a fault family is no longer caught at the smallest size the table states.
+
+A fast test checks the script's bookkeeping (resumed seeds, the table from two results
+files).
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "size_power.json"
@@ -38,6 +39,7 @@ def _documented() -> dict:
     return json.loads(RESULTS.read_text())["studies"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GRID)
 def test_false_fail_rate_in_band(name, tmp_path):
     doc = _documented()[name]["quick"]["size"]
@@ -50,6 +52,7 @@ def test_false_fail_rate_in_band(name, tmp_path):
                                         got["criteria"].items() if e["fails"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GRID)
 def test_documented_power_holds(name, tmp_path):
     sp = _script()
@@ -63,3 +66,37 @@ def test_documented_power_holds(name, tmp_path):
         res = mod.run(out=tmp_path / f"{name}-{key}", quick=True, seed=0, fault=f"{fam}:{s:g}")
         tripped = {c["name"] for c in res.summary["criteria"] if not c["ok"]}
         assert not res.passed and tripped & set(entry["tripped"]), (key, s, res.verdict)
+
+
+def test_bookkeeping_resume_and_merged_table(tmp_path):
+    sp = _script()
+    crit = {"c": {"value": 1.0, "ok": True, "accepted": "≤ 2"}}
+    legacy = {"runs": 2, "failing_seeds": [1], "wall_s": 4.0,
+              "criteria": {"c": {"values": [1.0, 3.0], "failing_seeds": [1],
+                                 "accepted": "≤ 2"}}}
+    per = sp._per_seed(legacy)  # an entry written before the per-seed records
+    assert per["1"]["passed"] is False and per["0"]["criteria"]["c"]["ok"] is True
+    per["2"] = {"passed": True, "criteria": crit, "wall_s": 1.0}
+    agg = sp._aggregate(per, once=False)
+    assert (agg["seeds"], agg["failing_seeds"], agg["wall_s"]) == ([0, 1, 2], [1], 5.0)
+    assert (agg["criteria"]["c"]["min"], agg["criteria"]["c"]["max"]) == (1.0, 3.0)
+    # the edi file's studies override the main file's
+    main, edi = tmp_path / "a.json", tmp_path / "b.json"
+    entry = {"quick": {"size": agg}}
+    main.write_text(json.dumps({"studies": {"edi": entry, "gamma": entry}}))
+    other = {"quick": {"size": sp._aggregate({"0": per["0"]}, once=True)}}
+    edi.write_text(json.dumps({"studies": {"edi": other}}))
+    table = sp.markdown(sp.load([main, edi]))
+    assert "| edi | quick | 1 (seed-independent) |" in table
+    assert "| gamma | quick | 3 |" in table and "**1/3**" in table
+
+
+def test_mean_field_quotes_the_measured_power():
+    # the verdict's "Detectable: a PDE velocity error of ..." is the measured power
+    from wflow.studies.mean_field import MEASURED_VELOCITY_POWER
+
+    doc = _documented()["mean-field"]
+    for mode, (sp, sm) in MEASURED_VELOCITY_POWER.items():
+        fams = doc[mode]["power"]["families"]
+        assert (fams["pde-velocity:+"]["smallest_caught"],
+                fams["pde-velocity:-"]["smallest_caught"]) == (sp, sm), mode
