@@ -126,7 +126,8 @@ PDE_ORDER_TOL = 0.5
 #: residual at some τ and steepens it — or, in full mode at c = 1.02, flips its sign
 #: between levels so that the four-point fit of the absolute residual passes (measured:
 #: mobility:0.02 not caught by the fit alone): hence also the local orders between
-#: consecutive levels, each within ``1 ± JKO_ORDER_TOL`` with one sign (measured 1.05, 0.99, 0.99, 0.99, worst deviation
+#: consecutive levels, each within ``1 ± JKO_ORDER_TOL`` with one sign (measured 1.05,
+#: 0.99, 0.99, 0.99, worst deviation
 #: 0.046). The former entropic OT scheme: 1.18 / 1.1.
 JKO_ORDER_TOL = 0.15
 #: Joint refinement ``h ∝ τ`` of the JKO sweep: (shipped icosphere, T/τ). Quick mode runs
