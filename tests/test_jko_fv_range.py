@@ -101,3 +101,19 @@ def test_the_locking_criterion_sees_the_ot_scheme_lock():
     assert np.any(frac < 0.5), frac
     assert np.any(np.asarray(res.history["locked"])[1:])
     assert res.status in ("locked", "inaccurate"), res.status
+
+
+def test_the_pot_referee_beyond_the_dense_size_is_the_same_number():
+    """``verify = True`` above ``dense_ot_max_cells``: the referee is the certified sparse
+    POT solve of the same weighted ``W²_{b̂}``; forced here on 2 420 cells (softmax, so
+    ``b̂`` varies) and compared with the dense referee to round-off ((n + m) ε relative)."""
+    tri, geo, m0, heads, _, vmax = _problem("sphere_2420.msh")
+    attn = Attention("softmax", BETA)
+    tau = 0.2
+    runs = [solve_jko(geo.centres, geo.areas, m0, heads, attn, mesh=tri,
+                      options=JKOOptions(T=2 * tau, tau=tau, scheme="fv", verify=True,
+                                         dense_ot_max_cells=dense))
+            for dense in (6000, 1000)]
+    dense_ref, sparse_ref = (np.asarray(r.history["W2sq_pot"])[1:] for r in runs)
+    assert np.all(np.isfinite(sparse_ref)) and np.all(sparse_ref > 0)
+    np.testing.assert_allclose(sparse_ref, dense_ref, rtol=4 * 2420 * np.finfo(float).eps)

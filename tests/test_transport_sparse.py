@@ -201,3 +201,30 @@ def test_identical_measures_are_certified_at_zero():
     r = w2_sphere_sparse(x, x, w, w)
     assert r.certified
     assert r.W2sq <= r.bound <= 1e-9, (r.W2sq, r.bound)
+
+
+def test_weighted_cost_equals_the_dense_weighted_problem_and_checks_its_bound():
+    """``pair_weight`` (the JKO referee's ``W²_{b̂}``, ``c_ij = d²/b̂_ij``) against POT on
+    the dense weighted matrix; a ``weight_min`` that is not a lower bound is refused."""
+    import ot
+
+    from wflow.jko.cost import cost_matrix, pair_mobility
+
+    mesh = load_mesh("sphere_2420.msh")
+    x = mesh.gather_owned(mesh.centroids)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    rng = np.random.default_rng(5)
+    b = 0.5 + np.exp(x[:, 2])                    # a smooth mobility field, 0.87 … 3.2
+    a1 = rng.uniform(0.5, 1.5, x.shape[0])
+    a2 = a1 * (1 + 0.3 * x[:, 0])
+    res = w2_sphere_sparse(x, x, a1, a2,
+                           pair_weight=lambda i, j: 1.0 / pair_mobility(b[i], b[j]),
+                           weight_min=1.0 / b.max())
+    C = cost_matrix(x, b)
+    dense = ot.emd2(a1 / a1.sum(), a2 / a2.sum(), C, numItermax=10_000_000)
+    assert res.certified
+    # both solve the same LP to round-off: (n + m) eps relative (sums of n + m terms)
+    np.testing.assert_allclose(res.W2sq, dense, rtol=2 * x.shape[0] * np.finfo(float).eps)
+    with pytest.raises(ValueError, match="weight_min"):
+        w2_sphere_sparse(x, x, a1, a2, pair_weight=lambda i, j: 1.0 / pair_mobility(b[i], b[j]),
+                         weight_min=2.0 / b.max())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -220,14 +221,16 @@ def _clusters(y: np.ndarray, size: int, seed: int = 0
 
 
 def _dual_check(x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray, tol: float,
-                clusters: tuple, *, max_new: int) -> tuple[np.ndarray, float, int]:
+                clusters: tuple, *, max_new: int, cost: Callable | None = None,
+                wmin: float = 1.0) -> tuple[np.ndarray, float, int]:
     """Every pair ``(i, j)`` with ``u_i + v_j > c_ij + tol``, without the dense matrix.
 
     A pair can violate only if ``c_ij < u_i + v_j + ...``; with clusters ``K`` of the ``y``
     (centre ``z_K``, geodesic radius ``R_K``, ``V_K = max_{j∈K} v_j``) the triangle inequality
     gives ``d_S(x_i, y_j) >= max(d_S(x_i, z_K) − R_K, 0) =: ℓ_iK`` for ``j ∈ K``, so the whole
-    cluster is safe when ``ℓ_iK² >= u_i + V_K + tol``. Only the surviving ``(i, K)`` are
-    expanded into pairs and tested exactly.
+    cluster is safe when ``ℓ_iK² >= u_i + V_K + tol`` (``w_min ℓ_iK²`` for a weighted cost
+    ``c_ij = d² w_ij``, ``w >= w_min``). Only the surviving ``(i, K)`` are expanded into
+    pairs and tested exactly (with ``cost``, default the geodesic ``d²``).
 
     Returns ``(keys of violating pairs, max_violation over examined pairs, examined)``.
     """
@@ -248,7 +251,7 @@ def _dual_check(x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray, tol:
         # Conservative lower bound (slack 1e-12 rad >> round-off of θ, R): never prunes a
         # cluster that may hold a violating pair; it only costs a few extra exact tests.
         low = np.maximum(th - radius[None, :] - 1e-12, 0.0)
-        keep = low * low < u[s:s + rows, None] + vmax[None, :] + tol
+        keep = wmin * low * low < u[s:s + rows, None] + vmax[None, :] + tol
         ci, ck = np.nonzero(keep)
         if ci.size == 0:
             continue
@@ -265,7 +268,8 @@ def _dual_check(x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray, tol:
             ii = np.repeat(ci[lo:hi] + s, c_n)
             first = np.repeat(starts[ck[lo:hi]] - (np.cumsum(c_n) - c_n), c_n)
             jj = order[first + np.arange(tot)]
-            viol = u[ii] + v[jj] - _geodesic_sq_pairs(x, y, ii, jj)
+            viol = u[ii] + v[jj] - (cost(ii, jj) if cost is not None
+                                    else _geodesic_sq_pairs(x, y, ii, jj))
             examined += tot
             if tot:
                 worst = max(worst, float(viol.max()))
@@ -287,7 +291,9 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
                      max_pairs: int = 50_000_000, max_rounds: int = 50,
                      rtol: float | None = None, raise_uncertified: bool = True,
                      num_itermax: int = 1_000_000_000, warm_start: bool = True,
-                     cluster_size: int | None = None) -> W2Result:
+                     cluster_size: int | None = None,
+                     pair_weight: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                     weight_min: float | None = None) -> W2Result:
     r"""Exact ``W_2`` on the sphere for large discrete measures, certified, with POT.
 
     Solves the same LP as :func:`w2_sphere` (``c_ij = d_S(x_i, y_j)²``, masses normalised to
@@ -361,6 +367,14 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
         Warm-start later rounds from the previous duals.
     cluster_size : int, optional
         Target points per cluster of the check (default ``clip(sqrt(m/8), 16, 256)``).
+    pair_weight : callable, optional
+        A weighted cost ``c_ij = d_S(x_i, y_j)² · w(i, j)`` (e.g. ``1/b̂_ij``, the weighted
+        ``W²_{b̂}`` of the JKO step): ``pair_weight(i, j)`` takes integer index arrays into
+        the *given* ``x`` and ``y`` and returns ``w > 0`` elementwise. The certificate then
+        prunes with ``c_ij >= weight_min · ℓ_iK²``, so it stays exact.
+    weight_min : float, optional
+        A lower bound of ``w`` over all pairs (required with ``pair_weight``; a wrong bound
+        is caught: every examined pair's weight is checked against it).
 
     Returns
     -------
@@ -377,6 +391,25 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
     # drop zero-mass points (they carry no constraint); normalise as w2_sphere does
     ia, ib = np.flatnonzero(a > 0), np.flatnonzero(b > 0)
     x, y = np.ascontiguousarray(x[ia]), np.ascontiguousarray(y[ib])
+    if pair_weight is None:
+        wmin = 1.0
+
+        def pair_cost(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+            return _geodesic_sq_pairs(x, y, i, j)
+    else:
+        if weight_min is None or not np.isfinite(weight_min) or weight_min <= 0:
+            raise ValueError("w2_sphere_sparse: pair_weight needs weight_min > 0, a lower "
+                             "bound of the weights")
+        # a bound computed from the same numbers (e.g. 1/max b̂ for 1/b̂_ij) may exceed the
+        # weights by a rounding: 64 ε of slack, kept in the pruning too
+        wmin = float(weight_min) * (1.0 - 64.0 * _EPS)
+
+        def pair_cost(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+            w = np.asarray(pair_weight(ia[i], ib[j]), dtype=float)
+            if w.size and not (np.all(np.isfinite(w)) and float(w.min()) >= wmin):
+                raise ValueError(f"w2_sphere_sparse: pair_weight below weight_min = {wmin:g} "
+                                 f"(min {float(np.min(w)):g}) or not finite")
+            return _geodesic_sq_pairs(x, y, i, j) * w
     a, b = a[ia] / a[ia].sum(), b[ib] / b[ib].sum()
     b = b * (a.sum() / b.sum())  # equal totals to the last bit (as ot.emd does)
     n, m = x.shape[0], y.shape[0]
@@ -393,7 +426,7 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
             raise RuntimeError(f"w2_sphere_sparse: candidate graph has {keys.size} > max_pairs="
                                f"{max_pairs} edges")
         i, j = keys // m, keys % m
-        c = _geodesic_sq_pairs(x, y, i, j)
+        c = pair_cost(i, j)
         fi, fj, fv, u, v, code = _solve_sparse(a, b, i, j, c, num_itermax,
                                                init if warm_start else None)
         rounds += 1
@@ -408,7 +441,7 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
         if code != 1:
             raise RuntimeError(f"w2_sphere_sparse: ot.emd result_code={code} "
                                "(unbounded or numItermax reached)")
-        cf = _geodesic_sq_pairs(x, y, fi, fj)
+        cf = pair_cost(fi, fj)
         cost = float(np.dot(fv, cf))
         scale = max(float(np.max(np.abs(u)) + np.max(np.abs(v))), float(c.max()), _EPS)
         # drift: on the plan's support (basic arcs) LP theory gives u_i + v_j = c_ij exactly;
@@ -427,7 +460,8 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
             s = cluster_size or int(np.clip(np.sqrt(m / 8.0), 16, 256))
             clusters = _clusters(y, s)
         new, worst, examined = _dual_check(x, y, u, v, tol, clusters,
-                                           max_new=max(max_pairs - keys.size, 0))
+                                           max_new=max(max_pairs - keys.size, 0),
+                                           cost=pair_cost, wmin=wmin)
         logger.info("w2_sphere_sparse: round %d, %d edges, cost %.17g, %d pairs examined, "
                     "%d violations (max %.3g, tol %.3g)", rounds, keys.size, cost, examined,
                     new.size, worst, tol)
@@ -446,7 +480,8 @@ def w2_sphere_sparse(x: np.ndarray, y: np.ndarray, a: np.ndarray | None = None,
                 tol_t = rtol * scale_t
                 try:
                     _, worst_t, _ = _dual_check(x, y, ut, vt, tol_t, clusters,
-                                                max_new=max(max_pairs, 1))
+                                                max_new=max(max_pairs, 1),
+                                                cost=pair_cost, wmin=wmin)
                     eta = max(worst_t, tol_t)
                     bound_t = abs(cost - float(a @ ut) - float(b @ vt)) + eta
                     if bound_t < bound:

@@ -270,7 +270,8 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     ``scheme="fv"`` (the default scheme): memory, the libraries and the finite-volume
     graph (~2 kB a cell); time per step ``FV_CELL M`` plus ``inner / 3`` potential
     evaluations of ``M² H`` cell pairs; up to ``verify_max_cells`` cells the POT referee
-    (a dense ``W²`` between consecutive steps, :func:`estimate_w2`). ``scheme="ot"``:
+    (a ``W²`` between consecutive steps, :func:`estimate_w2`: dense up to
+    ``dense_ot_max_cells``, certified sparse beyond). ``scheme="ot"``:
     memory, the candidate pairs ``24 min(M², max_pairs)`` and a dense transport problem
     ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per step
     ``inner`` oracle calls of ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
@@ -287,7 +288,8 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
         parts["finite-volume graph"] = 2000.0 * M
         secs = steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
         if M <= verify_max_cells:
-            ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2")
+            ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2",
+                              dense_max_points=dense_ot_max_cells)
             parts.update(ref.parts)
             secs += ref.seconds
     secs += STARTUP_SECONDS["jko"] if startup else 0.0

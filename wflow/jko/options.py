@@ -191,7 +191,8 @@ class JKOOptions:
     verify: bool | None = field(default=None, metadata=opt(
         "Cross-check each step with POT (``None``: exact steps when ``M <= "
         "verify_max_cells``); FV: the POT referee, exact ``W²_{b̂}`` between consecutive "
-        "iterates.", check=boolean))
+        "iterates (dense up to ``dense_ot_max_cells``, certified sparse beyond).",
+        check=boolean))
     verify_max_cells: int = field(default=2500, metadata=_int1(
         "Cap of the POT cross-checks (dense ``M × M`` cost: 2 500 cells = 50 MB)."))
     neighbourhood: bool = field(default=True, metadata=opt(
