@@ -338,8 +338,11 @@ def exact_limit(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray, *,
     lam2, U2, kept, uns = _classify(S1, S2)
     t = t_end
     while uns.any() and t < t_max:
-        y, info = odeint(f, S2.ravel(), [t, 10 * t], rtol=1e-10, atol=1e-13, tfirst=True,
-                         mxstep=50000, full_output=True)
+        # a draw that blows up overflows inside the right-hand side: that is how it is
+        # detected (non-finite y below), so the overflow is not a warning here
+        with np.errstate(over="ignore", invalid="ignore"):
+            y, info = odeint(f, S2.ravel(), [t, 10 * t], rtol=1e-10, atol=1e-13,
+                             tfirst=True, mxstep=50000, full_output=True)
         if info["message"] != "Integration successful." or not np.isfinite(y[-1]).all():
             break  # blows up or crawls: the directions stay unsettled
         S1, S2, t = S2, y[-1].reshape(d, d), 10 * t
