@@ -26,14 +26,12 @@ import warnings
 import numpy as np
 import pytest
 
-from wflow.attention.heads import Attention, Heads
+from tests.test_jko_fv import BETA, geometry, usa_head
+from wflow.attention.heads import Attention
 from wflow.energy import evaluate
-from wflow.geometry.mesh import MESH_DIR, read_surface, shipped_meshes
+from wflow.geometry.mesh import shipped_meshes
 from wflow.jko import JKOOptions, JKOWarning, solve_jko
-from wflow.jko.dual import dual_geometry
-from wflow.jko.zonal import cell_masses
 
-BETA = 2.0
 CFL = (0.05, 0.3, 1.0, 5.0)
 #: Moved fraction band of a step that neither locks (< 0.5, the documented rule) nor
 #: overshoots: the exact step moves 1 + O(τ) of the first-order prediction; at
@@ -50,11 +48,9 @@ HORIZON = 0.8
 
 
 def _problem(name: str):
-    tri = read_surface(MESH_DIR / name)  # name: a file in meshes/
-    geo = dual_geometry(tri.points, tri.cells)
-    m0 = cell_masses(geo.points, geo.cells, lambda z: 1.0 + 0.5 * (1.5 * z**2 - 0.5))
-    m0 = m0 / m0.sum()
-    heads, attn = Heads.bilinear(np.eye(3)), Attention("usa", BETA)
+    """The issue's problem on ``meshes/NAME`` (geometry and ``ρ₀`` of tests/test_jko_fv.py)."""
+    tri, geo, m0 = geometry(int(name.split("_")[1].split(".")[0]))
+    heads, attn = usa_head()
     vmax = float(np.max(np.linalg.norm(evaluate(geo.centres, heads, attn, m=m0).vhat,
                                        axis=1)))
     return tri, geo, m0, heads, attn, vmax
