@@ -27,6 +27,7 @@ CONTROLS = [
     ("stability", "velocity:-0.05", "first_step_growth"),
     ("stability", "dropped-head", "first_step_growth"),
     ("stability", "euler", "first_step_growth"),
+    ("stability", "no-mobility", "first_step_growth"),
     ("noisy-edi", "no-ito", "bias_at_dt0"),
     ("noisy-edi", "ito-x2", "bias_at_dt0"),
     ("noisy-edi", "ito-beta-squared", "bias_at_dt0_beta0.5"),
@@ -43,29 +44,38 @@ CONTROLS = [
     ("gamma", "time-doubled", "_converges"),
     ("gamma", "velocity:0.05", "_rate"),
     ("gamma", "beta:0.03", "_rate"),
+    ("gamma", "no-mobility", "_converges"),
     ("radial-dominance", "alpha-mismatch", "H2_root"),
     ("head-monotonicity", "time-doubled", "rate_identity"),
     ("head-monotonicity", "value-sign", "monotone_below_beta_star"),
+    ("head-monotonicity", "no-mobility", "rate_identity"),
     ("equiangular", "euler", "case0_ode_distance"),
     ("equiangular", "time-doubled", "case0_early_rel"),
+    ("equiangular", "no-mobility", "case0_ode_distance"),
     ("superadditivity", "time-doubled", "rates_match"),
     ("superadditivity", "equal-heads", "gain_sign"),
+    ("superadditivity", "no-mobility", "rates_match"),
     ("relu-vs-softmax", "time-doubled", "equiangular_times"),
     ("relu-vs-softmax", "relu-as-softmax", "relu_vs_softmax_d_slope"),
+    ("relu-vs-softmax", "no-mobility", "equiangular_times"),
     ("entropy", "euler", "symmetric_identity_order"),
     ("entropy", "value-sign", "equiangular_monotone"),
     ("entropy", "identity-beta-power", "identity_order_beta2"),
     ("entropy", "velocity:0.01", "equiangular_closed_form"),
+    ("entropy", "no-mobility", "equiangular_closed_form"),
     ("gaussian-particles", "time-doubled", "slope_w2"),
     ("gaussian-particles", "score-doubled", "bias_at_n_inf"),
+    ("gaussian-particles", "no-mobility", "particles_finite"),
     ("asymptotics", "ou-constant-noise", "ou_decay_ratio"),
     ("asymptotics", "frozen-oscillation", "oscillating_no_decay"),
     ("asymptotics", "shared-noise", "ou_slope"),
+    ("asymptotics", "no-mobility", "particle_accuracy"),
 ]
 #: Controls that need full mode (the bias is below the quick mode's sampling error) or
 #: run in the slow suite for their cost (test_study_full.py).
 FULL_ONLY = {("mean-field", "pde-beta-1.5"), ("edi", "jko-ot-fixed-mesh"),
-             ("edi", "no-mobility"), ("edi", "mobility:-0.5")}  # edi JKO: test_edi_fv.py
+             ("edi", "no-mobility"), ("edi", "mobility:-0.5"),  # edi JKO: test_edi_fv.py
+             ("mean-field", "pde-no-mobility"), ("mean-field", "particles-no-mobility")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
 #: Controls of a part that the default skips.

@@ -44,6 +44,8 @@ def test_mean_field_full_mode_detects_a_wrong_beta(tmp_path):
     ("noisy-edi", "noise-var:1", "raw_bias_at_dt0", {}),
     ("gamma", "non-vanishing", "_converges", {}),
     ("mean-field", "pde-velocity:1", "level_at_largest_n", {}),
+    ("mean-field", "pde-no-mobility", "level_at_largest_n", {}),
+    ("mean-field", "particles-no-mobility", "level_at_largest_n", {}),
     ("edi", "pde-first-order", "pde_edi_order", {"parts": ("pde",)}),
     ("edi", "jko-ot-fixed-mesh", "jko_edi_order", {"parts": ("jko",)}),
     ("edi", "no-mobility", "jko_edi_order", {"parts": ("jko",)}),

@@ -28,7 +28,21 @@ run keeps ≤ ``OU_RATIO_MAX`` = 50 % of its early ``G²`` (window ``[0.1T, 0.25
 — the oscillating run keeps ≥ 20 % of its early level; ``ou_slope`` and
 ``oscillating_slope`` — the Part B slopes within ``SLOPE_TOL`` of −1 and 0. Negative
 controls (:data:`FAULTS`, ``run(fault=NAME)``): ``ou-constant-noise`` → ``ou_decay_ratio``,
-``frozen-oscillation`` → ``oscillating_no_decay``, ``shared-noise`` → ``ou_slope``.
+``frozen-oscillation`` → ``oscillating_no_decay``, ``shared-noise`` → ``ou_slope``,
+``no-mobility`` → ``particle_accuracy`` (below). ``particle_accuracy``: every run passes the
+engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an inaccurate run
+FAILs the verdict rather than stopping the study).
+
+What a PASS rules out, and a missing mobility. The criteria are qualitative (decay or
+not, slopes in ``H``), and the claims hold for unnormalised attention too (both are
+gradient flows with integrable or oscillating weights). A solver that drops the softmax
+mobility ``1/Z`` (``no-mobility``: every run with kind ``usa`` at ``β = 1``) is caught in
+quick mode at seed 0 chiefly by the engine's accuracy check: the faster unnormalised flow
+misses the chain rule at ``dt = 0.02`` (``particle_accuracy`` 4.3, accept ≤ 1). Of the
+physics criteria only ``ou_slope`` fails, narrowly: −0.57 against [−1.35, −0.65] (correct
+solver −0.94); ``ou_decay_ratio`` 0.030 (0.086), ``oscillating_no_decay`` 0.25 (0.44),
+``oscillating_slope`` −0.08 (0.02) hold. A mobility error too small to trip the engine's
+check would pass.
 
 Runs are independent and distributed over MPI ranks (:func:`wflow.infra.parallel.parallel_map`).
 """
@@ -53,6 +67,7 @@ from ..published.td import (
     sample_published_clusters,
 )
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .helpers import accuracy_criterion, run_accuracy
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL"]
 
@@ -77,6 +92,8 @@ FAULTS = {
                           "static heads, an integrable path, G² decays",
     "shared-noise": "Part B's OU heads are all equal and driven by one noise: the head "
                     "average removes nothing, G² does not fall with H",
+    "no-mobility": "every run drops the softmax mobility 1/Z (unnormalised attention, kind "
+                   "'usa', same β)",
 }
 
 
@@ -108,7 +125,8 @@ def _schedule(regime: str, part: str, H: int, rng: np.random.Generator,
 
 def _affects(fault: str | None, part: str, regime: str) -> bool:
     """Whether ``fault`` changes the run ``(part, regime)`` (the others are the plain ones)."""
-    return (fault == "ou-constant-noise" and (part, regime) == ("A", "ou")
+    return (fault == "no-mobility"
+            or fault == "ou-constant-noise" and (part, regime) == ("A", "ou")
             or fault == "frozen-oscillation" and regime == "oscillating"
             or fault == "shared-noise" and (part, regime) == ("B", "ou"))
 
@@ -124,13 +142,13 @@ def one_run(item: tuple) -> dict:
     rng = np.random.default_rng([seed, H, path, 0 if regime == "ou" else 1])
     x0 = sample_published_clusters(n, 3, np.random.default_rng(seed))
     sch = _schedule(regime, part, H, rng, fault)
-    res = simulate(x0, sch, Attention("softmax", 1.0), T=T, dt=dt, integrator="euler",
+    kind = "usa" if fault == "no-mobility" else "softmax"
+    res = simulate(x0, sch, Attention(kind, 1.0), T=T, dt=dt, integrator="euler",
                    record_every=max(1, int(round(0.05 / dt))), head_rates=False,
                    seed=int(rng.integers(2**31)))
-    if res.status != "success":
-        raise FloatingPointError(f"asymptotics run {item}: {res.message}")
     return {"t": res.t, "G2": res.history["G2"][0], "mean_inner": res.history["mean_inner"][0],
-            "n_clusters": res.history["n_clusters"][0]}
+            "n_clusters": res.history["n_clusters"][0],
+            "accuracy": run_accuracy(res, f"asymptotics run {item}")}
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = None
@@ -196,6 +214,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         Criterion("oscillating_slope", fits["oscillating"]["slope"], lo=-SLOPE_TOL,
                   hi=SLOPE_TOL, what="log–log slope of the late mean G² vs H, oscillating "
                   "(Part B)", why="the driving survives the head average: O(1)"),
+        accuracy_criterion(max(r["accuracy"] for r in results)),
     ]
     details = (
         f"Part A: G² late/early ratio {da['ratio']:.2e} with integrable OU weights "

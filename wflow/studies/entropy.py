@@ -18,6 +18,15 @@ runs at ``β = 1`` and at ``β =`` :data:`BETA_ALT` (criteria with the suffix ``
 fault ``identity-beta-power`` (the identity with ``β`` instead of ``β²``) trips the
 latter. Fault family ``velocity:S``: the scalar heads of part (b) run with values
 ``×(1 + s)`` against the closed form of the nominal heads.
+
+A missing mobility. Part (a) is blind to it: the identity holds along *any* trajectory
+(``ṡ`` is taken from the velocity the engine integrates), so a solver that drops the
+softmax mobility ``1/Z`` (kind ``usa``) still satisfies it. Part (b) compares with the
+softmax ODE and sees it: negative control ``no-mobility`` (all particle runs with kind
+``usa``, the recorded entropies still those of the softmax rows), quick mode, seed 0:
+``equiangular_closed_form`` 0.084 (correct solver 1.2e-9, accept ≤ 1e-7). Part (a)'s
+orders move only through the faster, less resolved flow (``symmetric_identity_order_beta2``
+1.63 against 2.00, the others 1.94–2.00): that is not a detection to rely on.
 """
 
 from __future__ import annotations
@@ -67,6 +76,9 @@ FAULTS = {
                            "(−β Cov(s, ṡ); visible at β ≠ 1)",
     "velocity:0.01": "the scalar heads of the equiangular part run with values ×1.01 "
                      "against the closed form of the nominal heads",
+    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
+                   "kind 'usa', same β; the entropies stay those of the softmax rows) while "
+                   "the closed form uses the softmax ODE",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
@@ -102,9 +114,14 @@ def _check_run(res) -> None:
 
 
 def _identity_error(x0: np.ndarray, heads: Heads, beta: float, T: float, dt: float,
-                    integrator: str = "rk4", power: float = 2.0) -> dict:
-    """Central differences of the entropy against the identity ``−β^power Cov(s, ṡ)``."""
-    res = simulate(x0, heads, Attention("softmax", beta), T=T, dt=dt, entropy=True,
+                    integrator: str = "rk4", power: float = 2.0,
+                    kind: str = "softmax") -> dict:
+    """Central differences of the entropy against the identity ``−β^power Cov(s, ṡ)``.
+
+    ``kind``: the attention the particles run with (negative control ``no-mobility``:
+    ``"usa"``); the recorded entropies are those of the softmax rows either way.
+    """
+    res = simulate(x0, heads, Attention(kind, beta), T=T, dt=dt, entropy=True,
                    head_rates=False, clusters=False, integrator=integrator)
     _check_run(res)
     t = res.t
@@ -127,6 +144,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     if fam == "identity-beta":
         power = 2.0 + size
     vscale = 1.0 + size if fam == "velocity" else 1.0
+    att = "usa" if fault == "no-mobility" else "softmax"  # the particles' attention kind
     rng = np.random.default_rng(seed)
     beta = 1.0
     n, d = (12, 3) if quick else (24, 3)
@@ -140,7 +158,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     for b in (beta, BETA_ALT):
         for kind, heads in heads_by_kind.items():
             key = kind if b == beta else f"{kind}_beta{b:g}"
-            errs = [_identity_error(x0, heads, b, T, dt, integrator, power) for dt in dts]
+            errs = [_identity_error(x0, heads, b, T, dt, integrator, power, att)
+                    for dt in dts]
             order = fit_loglog([e["dt"] for e in errs], [e["max_abs_err"] for e in errs]).slope
             general[key] = {"errors": [{k: e[k] for k in ("dt", "max_abs_err", "max_rate")}
                                        for e in errs],
@@ -161,7 +180,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     sh = Heads.scalar(lam, ne + 2, value_sign=-1.0 if fault == "value-sign" else 1.0)
     if vscale != 1.0:
         sh = sh.with_(V=vscale * sh.V)
-    res = simulate(xe, sh, Attention("softmax", beta), T=Te, dt=dte, entropy=True, head_rates=False,
+    res = simulate(xe, sh, Attention(att, beta), T=Te, dt=dte, entropy=True, head_rates=False,
                    clusters=False, integrator=integrator)
     if res.status != "success":
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")

@@ -10,6 +10,12 @@ measure: the spread of the off-diagonal Gram entries (equiangularity), the dista
 the 1-D ODE, the early rate (polynomial fit on ``[0, τ]``) and the late decay rate of
 ``1 − γ`` (log-linear fit on ``1e-8 <= 1 − γ <= 1e-4``). Each is a criterion with the
 tolerance of :data:`TOL` (derived from the scheme's order and the fit windows).
+
+Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+(kind ``usa``: the softmax mobility ``1/Z`` dropped; equiangular tokens stay equiangular,
+spread 8e-16) against the softmax ODE and rates. Quick mode: ``case0_ode_distance`` 0.45
+(correct solver 3.4e-10), ``case0_early_rel`` 0.42 (2.3e-9), ``case0_late_rel`` 2.7
+(5.8e-6).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ FAULTS = {
     "euler": "the particles are integrated with explicit Euler (order 1) instead of RK4",
     "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
                     "fast) while the ODE and the rates use the nominal strengths",
+    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
+                   "kind 'usa', same β) while the ODE and the rates are those of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
@@ -68,7 +76,8 @@ def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float
         heads = heads.with_(V=2.0 * heads.V)
     elif fam == "velocity":
         heads = heads.with_(V=(1.0 + size) * heads.V)
-    res = simulate(x0, heads, Attention("softmax", beta), T=T, dt=dt, save_trajectory=True,
+    kind = "usa" if fault == "no-mobility" else "softmax"
+    res = simulate(x0, heads, Attention(kind, beta), T=T, dt=dt, save_trajectory=True,
                    clusters=False, head_rates=False,
                    integrator="euler" if fault == "euler" else "rk4")
     if res.status != "success":

@@ -25,7 +25,16 @@ saturates (measured, full mode: seed 5 ``sup W_2`` = 0.137, 0.129, 0.072, 0.012 
 rate are therefore judged on the :data:`ASYMPTOTIC` smallest ``ε`` of the sweep (which
 extends a decade and a half below 0.1), the convergence ``last/first`` over the whole
 sweep. The false-fail rate of these criteria on the correct solver was measured over
-seeds 0–19 (``bench/size_power.py``, docs/studies_power.md).
+seeds 0–19 (``bench/size_power.py``, docs/studies_power.md). ``particle_accuracy``: every
+run passes the engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an
+inaccurate run FAILs the verdict rather than stopping the study).
+
+Negative control ``no-mobility`` (issue #21): the perturbed flows run unnormalised
+attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax
+reference, so ``Θ^ε`` does not converge to ``Θ`` in the model. Quick mode, seed 0: 11 of
+the 13 criteria fail, e.g. ``init_W2_converges`` 1.04 (correct solver 0.032) and
+``init_W2_rate`` −0.024 (0.92); the faster unnormalised flow also misses the engine's
+chain-rule check at ``dt = 0.05`` (``particle_accuracy`` ≈ 99).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from .base import (
     parse_fault,
     write_study,
 )
+from .helpers import accuracy_criterion, run_accuracy
 
 __all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 
@@ -74,6 +84,8 @@ FAULTS = {
     "velocity:0.05": "the perturbed flows run with every value matrix ×1.05 (velocity and "
                      "time ×1.05) against the unperturbed reference",
     "beta:0.03": "the perturbed flows run at β ×1.03 against the unperturbed reference",
+    "no-mobility": "the perturbed flows drop the softmax mobility 1/Z (unnormalised "
+                   "attention, kind 'usa', same β) against the softmax reference",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
@@ -106,19 +118,20 @@ def _traj(item: tuple) -> dict:
         A = heads.A
     h = Heads.bilinear(A, w=heads.w)
     fam, size = parse_fault(fault, FAMILIES)
-    beta = BETA
-    if family != "base" and fault == "time-doubled":
+    beta, kind = BETA, "softmax"
+    if family != "base" and fault == "no-mobility":
+        kind = "usa"
+    elif family != "base" and fault == "time-doubled":
         h = h.with_(V=2.0 * h.V)
     elif family != "base" and fam == "velocity":
         h = h.with_(V=(1.0 + size) * h.V)
     elif family != "base" and fam == "beta":
         beta = BETA * (1.0 + size)
-    res = simulate(x0, h, Attention("softmax", beta), T=T, dt=dt, integrator="rk4",
+    res = simulate(x0, h, Attention(kind, beta), T=T, dt=dt, integrator="rk4",
                    save_trajectory=True, head_rates=False, clusters=False,
                    record_every=max(1, int(round(0.2 / dt))))
-    if res.status != "success":
-        raise FloatingPointError(res.message)
-    return {"t": res.t, "E": res.history["E"][0], "x": res.trajectory[0]}
+    return {"t": res.t, "E": res.history["E"][0], "x": res.trajectory[0],
+            "accuracy": run_accuracy(res, NAME)}
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0,
@@ -164,6 +177,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                 f"{fam}_{q}_rate", fits[fam][q]["slope"], lo=1.0 - RATE_TOL,
                 what=f"{fam}: observed rate of {label} in ε ≤ {epss[k0]:g}",
                 why="smooth dependence on the weights: O(ε) (module docstring)"))
+    criteria.append(accuracy_criterion(max(r["accuracy"] for r in runs)))
     details = ("Observed rates in ε: " + "; ".join(
         f"{f}: sup|E^ε−E| ~ ε^{fits[f]['E']['slope']:.2f}, "
         f"sup W2 ~ ε^{fits[f]['W2']['slope']:.2f}" for f in fits)

@@ -17,7 +17,16 @@ squares ``e_n = b + c/n`` (the self-normalised attention has an ``O(1/n)`` bias)
 0 — the statistic ``Σ (b/se_b)²`` (≈ χ² with one degree of freedom per component) below
 its 99.9 % quantile. A particle system that does not follow the moment ODE has an error
 floor: the slopes flatten towards 0 for a large offset, the bias test sees a small one
-(negative controls :data:`FAULTS`).
+(negative controls :data:`FAULTS`). ``particles_finite``: no particle run blows up before
+``T`` (a run that does has no moments: NaN errors, slopes and biases).
+
+Negative control ``no-mobility`` (issue #21): the particles drop the softmax
+normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
+unnormalised sum carries ``Z(x) = e^{<Bx, m> + |Σ^{1/2}Bᵀx|²/2}``, which grows without
+bound in ``x``. Quick mode, seed 0: 45 of the 248 particle runs blow up before ``T``
+(scores beyond the overflow guard; ``particles_finite`` 45, accept ≤ 0), and the slopes
+and the bias statistic are NaN (correct solver: slopes −0.57, −0.59, −0.57; bias statistic
+2.3).
 """
 
 from __future__ import annotations
@@ -32,10 +41,13 @@ import numpy as np
 
 from ..gaussian import (
     GaussianParams,
+    ParticleRun,
+    empirical_moments,
     integrate_moments,
     psd_factor,
     simulate_particles,
 )
+from ..kernels import kernel_sums
 from .base import (
     Criterion,
     StudyResult,
@@ -73,6 +85,9 @@ FAULTS = {
     "time-doubled": "the particles run to 2T and are compared with the moment ODE at T",
     "score-doubled": "the particles use the score matrix 2B (β doubled) while the ODE uses "
                      "B",
+    "no-mobility": "the particles drop the softmax normalisation 1/Z (unnormalised "
+                   "attention V Σ_j e^{<Bx_i, x_j>} x_j / n) while the moment ODE is that of "
+                   "softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {"time": "the particles run to (1 + s)T and are compared with the moment ODE at T",
@@ -116,6 +131,9 @@ class ParticleErrors:
         (``components``: the entries of ``m̂ − m`` and the upper triangle of ``Σ̂ − Σ``)
         and its standard error.
     components : tuple of str
+    blown_up : int
+        Particle runs that blew up before ``T`` (non-finite positions or overflowing
+        scores; their errors are NaN, and so are the slopes and biases).
     """
 
     ns: np.ndarray
@@ -130,6 +148,7 @@ class ParticleErrors:
     bias: np.ndarray | None = None
     bias_se: np.ndarray | None = None
     components: tuple[str, ...] = ()
+    blown_up: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
@@ -140,21 +159,57 @@ class ParticleErrors:
                 "reps": list(self.reps), "steps": self.steps, "T": self.T,
                 "bias": None if self.bias is None else self.bias.tolist(),
                 "bias_stderr": None if self.bias_se is None else self.bias_se.tolist(),
-                "components": list(self.components)}
+                "components": list(self.components), "blown_up": self.blown_up}
+
+
+def _simulate_unnormalised(params: GaussianParams, x0: np.ndarray, T: float, *,
+                           steps: int) -> ParticleRun:
+    """Negative control ``no-mobility``: the particle system without the softmax's ``1/Z``.
+
+    ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<B x_i, x_j>} x_j`` (constant parameters), classical
+    RK4 with ``steps`` uniform steps as :func:`wflow.gaussian.simulate_particles`.
+    """
+    x = np.array(x0, dtype=np.float64)
+    n, d = x.shape
+    m = np.full(n, 1.0 / n)
+
+    def vel(z: np.ndarray) -> np.ndarray:
+        ks = kernel_sums(z, z, m, params.B[None], np.eye(d)[None], beta=1.0, kind="softmax")
+        return z @ params.A.T + params.b + ks.Y[0] @ params.V.T  # Y without / Z
+
+    h = float(T) / int(steps)
+    ms, Ss = [], []
+    for k in range(int(steps) + 1):
+        mk, Sk = empirical_moments(x)
+        ms.append(mk)
+        Ss.append(Sk)
+        if k == int(steps):
+            break
+        k1 = vel(x)
+        k2 = vel(x + 0.5 * h * k1)
+        k3 = vel(x + 0.5 * h * k2)
+        k4 = vel(x + h * k3)
+        x = x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
+    if not np.all(np.isfinite(x)):
+        raise FloatingPointError("no-mobility particles: non-finite particle positions")
+    return ParticleRun(t=np.linspace(0.0, float(T), int(steps) + 1), m=np.asarray(ms),
+                       Sigma=np.asarray(Ss), x=x)
 
 
 def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: int = 8,
                     seed: int = 0, steps: int = 10, scale_reps: bool = True,
                     problem: tuple[GaussianParams, np.ndarray, np.ndarray, float] | None = None,
                     particle_params: GaussianParams | None = None,
-                    particle_time_scale: float = 1.0) -> ParticleErrors:
+                    particle_time_scale: float = 1.0,
+                    particle_normalised: bool = True) -> ParticleErrors:
     """Measure the particle errors for each ``n`` and fit the slopes (module docstring).
 
     ``reps`` seeds are used at the largest ``n``; with ``scale_reps`` a size ``n``
     gets ``reps · max(ns)/n`` seeds (at most ``16 reps``): the cost per seed is
     ``O(n²)``, so small sizes are nearly free and their RMS becomes much less noisy.
-    ``particle_params`` and ``particle_time_scale`` (particles run to
-    ``particle_time_scale · T``) differ from the problem's only in negative controls.
+    ``particle_params``, ``particle_time_scale`` (particles run to
+    ``particle_time_scale · T``) and ``particle_normalised`` (``False``: the attention
+    without its ``1/Z``) differ from the problem's only in negative controls.
     """
     import ot
 
@@ -174,6 +229,7 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
                                                                                         strict=True))
     bias, bias_se = np.zeros((len(ns), len(comps))), np.zeros((len(ns), len(comps)))
     n_reps = []
+    blown = 0
     for i, (n, child_ss) in enumerate(zip(ns, ss.spawn(len(ns)), strict=True)):
         r_n = min(reps * max(n_max // int(n), 1), 16 * reps) if scale_reps else reps
         n_reps.append(r_n)
@@ -182,9 +238,16 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
         for k, child in enumerate(child_ss.spawn(r_n)):
             rng = np.random.default_rng(child)
             x0 = m0 + rng.standard_normal((int(n), L.shape[1])) @ L.T
-            run_ = simulate_particles(params if particle_params is None else particle_params,
-                                      x0, particle_time_scale * T,
-                                      steps=int(round(particle_time_scale * steps)))
+            sim = simulate_particles if particle_normalised else _simulate_unnormalised
+            try:
+                run_ = sim(params if particle_params is None else particle_params,
+                           x0, particle_time_scale * T,
+                           steps=int(round(particle_time_scale * steps)))
+            except FloatingPointError as e:  # blew up before T: no moments (NaN errors)
+                logger.info("n = %d, seed %d: particles blew up: %s", n, k, e)
+                errs[k], signed[k] = np.nan, np.nan
+                blown += 1
+                continue
             mh, Sh = run_.m[-1], run_.Sigma[-1]
             w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
             errs[k] = (np.linalg.norm(mh - m_ref), np.linalg.norm(Sh - S_ref), w2)
@@ -196,11 +259,14 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
     ns_arr = np.asarray(ns, dtype=int)
     slopes, stderrs = {}, {}
     for j, name in enumerate(("m_error", "Sigma_error", "w2")):
+        if blown:  # a size whose runs blew up has no RMS error: no slope
+            slopes[name], stderrs[name] = float("nan"), float("nan")
+            continue
         fit = fit_loglog(ns_arr, rms[:, j])
         slopes[name], stderrs[name] = fit.slope, fit.stderr
     return ParticleErrors(ns=ns_arr, m_error=rms[:, 0], Sigma_error=rms[:, 1], w2=rms[:, 2],
                           slopes=slopes, stderrs=stderrs, reps=tuple(n_reps), steps=steps, T=T,
-                          bias=bias, bias_se=bias_se, components=comps)
+                          bias=bias, bias_se=bias_se, components=comps, blown_up=blown)
 
 
 def extrapolated_bias(res: ParticleErrors) -> tuple[np.ndarray, np.ndarray]:
@@ -212,6 +278,8 @@ def extrapolated_bias(res: ParticleErrors) -> tuple[np.ndarray, np.ndarray]:
     """
     x = 1.0 / res.ns.astype(float)
     b, se = np.zeros(res.bias.shape[1]), np.zeros(res.bias.shape[1])
+    if not (np.all(np.isfinite(res.bias)) and np.all(np.isfinite(res.bias_se))):
+        return np.full_like(b, np.nan), np.full_like(se, np.nan)  # runs that blew up
     A = np.vstack([np.ones_like(x), x]).T
     for j in range(res.bias.shape[1]):
         W = 1.0 / res.bias_se[:, j] ** 2
@@ -262,6 +330,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         p = default_problem()[0]
         fac = 2.0 if fault == "score-doubled" else 1.0 + size
         kw["particle_params"] = GaussianParams.make(p.d, A=p.A, b=p.b, V=p.V, B=fac * p.B)
+    elif fault == "no-mobility":
+        kw["particle_normalised"] = False
     if quick:
         res = particle_errors(ns=(32, 64, 128, 256, 512), reps=8, seed=seed, steps=4, **kw)
     else:
@@ -284,6 +354,10 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
              "n → ∞", why=f"no bias in the limit; χ²({b.size}) {BIAS_QUANTILE} quantile"
                          + (f" × {BIAS_SCALE_QUICK} (quick: se from 8 replicates)" if quick
                             else "")))
+    criteria.append(Criterion(
+        "particles_finite", float(res.blown_up), hi=0.0,
+        what="particle runs that blew up before T (non-finite or overflowing scores)",
+        why="the moment ODE reaches T (default problem: no blow-up before T)"))
     details = ("Fitted slopes " + ", ".join(f"{k} {s:.3f} ± {res.stderrs[k]:.3f}"
                                            for k, s in res.slopes.items())
                + f" vs theory {EXPECTED_SLOPE}; RMS errors at n = {int(res.ns[-1])}: mean "

@@ -24,7 +24,16 @@ estimated from third differences). Criteria:
 * ``certificate_lower_bound``: ``own − R − D <= FD_h`` (to the same error) at every
   recorded state, every head, every run;
 * ``monotone_below_beta_star``: orthogonal heads (``δ = 0``) below ``β*_⊥``: no head's
-  energy ever decreases (largest drop relative to its gain ``<=`` round-off).
+  energy ever decreases (largest drop relative to its gain ``<=`` round-off);
+* ``particle_accuracy``: every run passes the engine's chain-rule check
+  (:func:`~wflow.studies.helpers.run_accuracy`; an inaccurate run FAILs the verdict rather
+  than stopping the study).
+
+Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+(kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax rate formulas.
+Quick mode, seed 0: ``rate_identity`` 21.7 (correct solver 0.51), ``monotone_below_beta_star``
+2.97 (0), ``certificate_lower_bound`` 3.78 (−28); the faster flow also misses the engine's
+chain-rule check at ``dt = 0.04`` (``particle_accuracy`` ≈ 100).
 
 Reported: the fraction of time with (RD) and with ``dE_h/dt ≥ 0`` above ``β*_⊥`` (RD is
 only sufficient) and the largest energy drops of approximately orthogonal heads.
@@ -50,7 +59,13 @@ from .base import (
     parse_fault,
     write_study,
 )
-from .helpers import approx_orthogonal_heads, head_overlap, spread_tokens
+from .helpers import (
+    accuracy_criterion,
+    approx_orthogonal_heads,
+    head_overlap,
+    run_accuracy,
+    spread_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +80,8 @@ FAULTS = {
                     "fast) while the rate formulas use the nominal heads",
     "value-sign": "the particle heads have negated values (V = −A: energy descent) while "
                   "the rate formulas use the nominal heads",
+    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
+                   "kind 'usa', same β) while the rate formulas are those of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
@@ -114,16 +131,16 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                                                      rng=np.random.default_rng(seed + 1))
     root0 = dominance_root(x0, heads_by_delta[0.0], bracket=(bsb / 8, 8 * bsb))
     runs = []
-    worst_identity, worst_cert, worst_below = 0.0, -np.inf, 0.0
+    worst_identity, worst_cert, worst_below, worst_acc = 0.0, -np.inf, 0.0, 0.0
     for f in factors:
         beta = f * bsb
         attn = Attention("softmax", beta)
+        sim_attn = Attention("usa", beta) if fault == "no-mobility" else attn
         for dl, heads in heads_by_delta.items():
             sim_heads = heads.with_(V=vscale * heads.V) if vscale != 1.0 else heads
-            res = simulate(x0, sim_heads, attn, T=T, dt=dt, record_every=rec,
+            res = simulate(x0, sim_heads, sim_attn, T=T, dt=dt, record_every=rec,
                            save_trajectory=True, head_rates=False, clusters=False)
-            if res.status != "success":
-                raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
+            worst_acc = max(worst_acc, run_accuracy(res, NAME))
             traj, t = res.trajectory[0], res.t
             E_h = res.history["E_h"][0]  # (K, H): the engine's energies
             rds = [radial_dominance(xk, heads, attn) for xk in traj]
@@ -179,6 +196,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         Criterion("monotone_below_beta_star", worst_below, hi=DROP_TOL,
                   what="orthogonal heads below β*_⊥: largest energy drop / gain of a head",
                   why="(RD) holds below β*_⊥ ⇒ every E_h non-decreasing"),
+        accuracy_criterion(worst_acc),
     ]
     above = [r for r in runs if r["beta_over_beta_star_blocks"] > 1 and r["delta_rel"] == 0]
     lost_above = [r["beta_over_beta_star_blocks"] for r in above if min(r["frac_monotone"]) < 1]

@@ -1,4 +1,9 @@
-"""Helpers of the [MH] studies: head builders, token layouts, fitted rates, clustering times."""
+"""Helpers of the studies: head builders, token layouts, rates, times, the engine's accuracy.
+
+Head builders, token layouts, fitted rates and clustering times of the [MH] studies; the
+particle engine's accuracy check as a criterion (:func:`run_accuracy`,
+:func:`accuracy_criterion`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import Static
 from ..diagnostics import mean_inner_product
 from ..geometry.sphere import check_on_sphere
+from .base import Criterion
 
 __all__ = [
     "head_overlap",
@@ -24,6 +30,8 @@ __all__ = [
     "clustering_time",
     "ClusteringRun",
     "particle_clustering_time",
+    "run_accuracy",
+    "accuracy_criterion",
 ]
 
 logger = logging.getLogger(__name__)
@@ -239,3 +247,33 @@ def particle_clustering_time(x0: np.ndarray, heads: Heads, attn: Attention, *,
                       f"below {threshold} at t = {t[-1]:.4g}", stacklevel=2)
         return ClusteringRun(status, float("nan"), t, q)
     return ClusteringRun(status, clustering_time(t, q, threshold), t, q)
+
+
+# ------------------------------------------------------------------ the engine's accuracy
+def run_accuracy(res, study: str) -> float:
+    """Chain-rule residual of a particle run over the engine's tolerance (``<= 1``: accurate).
+
+    The engine (:func:`wflow.particles.simulate`) checks the energy chain rule
+    ``ΔE = ∫∂_tE + ∫power (+ Itô + M)`` of every run at the integrator's balance order
+    (``res.checks["chain"]``: worst path's relative residual and its tolerance) and calls
+    a run that misses it ``"inaccurate"``. A non-finite run (``"failed"``) raises
+    ``FloatingPointError``; an inaccurate one returns its ratio, so that the study's
+    verdict FAILs on :func:`accuracy_criterion` instead of raising: a faulted solver that
+    the engine's own check flags (a dropped softmax mobility speeds the flow up past what
+    the step resolves) still gets a verdict naming it.
+    """
+    if res.status == "failed":
+        raise FloatingPointError(f"{study}: particle run failed: {res.message}")
+    chk = res.checks.get("chain")
+    if chk is None:
+        return 0.0
+    return float(chk["value"]) / float(chk["tolerance"])
+
+
+def accuracy_criterion(worst: float) -> Criterion:
+    """``particle_accuracy``: the worst :func:`run_accuracy` of a study's runs, ``<= 1``."""
+    return Criterion("particle_accuracy", worst, hi=1.0,
+                     what="worst chain-rule residual of the particle runs over the "
+                          "engine's tolerance",
+                     why="the engine's accuracy check at the integrator's balance order: "
+                         "an inaccurate run's numbers are not the theory's")

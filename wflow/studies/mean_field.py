@@ -41,6 +41,15 @@ that fails (docs/studies_power.md). Quick mode (``n = 400``) catches ``+100 %`` 
 ``±10 %`` pass (``+10 %`` gives ``R = 1.26`` against ``1.3``). A 5 % velocity error is
 therefore *below* what either mode sees; the runs' own estimate ``s*`` (full mode: 15–18 %)
 agrees with the measurement to within the grid's step.
+
+A missing mobility (issue #21): dropping the softmax ``1/Z`` in one solver (kind ``usa`` at
+the same ``β``) scales its velocity by ``Z(x)``, which varies over the sphere. Measured at
+seed 0: full mode catches it in either solver, ``pde-no-mobility`` ``R = 2.40`` and
+``particles-no-mobility`` ``R = 1.91`` at ``n = 4000`` (correct solver 0.94 at seed 0,
+0.92–1.09 over seeds 0–3; accept ``≤ 1.3``; ``exponent_vs_baseline`` fails too, 0.20 and
+0.21 against 0.03); quick mode does not
+(``R = 1.10`` and ``1.13`` at ``n = 400`` against the correct 0.96; exponents pass), so both
+controls are full-mode ones (``test_study_full.py``).
 """
 
 from __future__ import annotations
@@ -99,6 +108,13 @@ FAULTS = {
                     "full mode; in quick mode the bias is below the sampling error)",
     "pde-velocity:1": "the PDE runs with the value matrix doubled (velocity ×2)",
     "pde-stop-short:0.5": "the PDE stops at T/2 (the particles run to T)",
+    "pde-no-mobility": "the PDE drops the softmax mobility 1/Z (unnormalised attention, "
+                       "kind 'usa', same β) while the particles run softmax (detected in "
+                       "full mode; in quick mode the bias is below the sampling error)",
+    "particles-no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised "
+                             "attention, kind 'usa', same β) while the PDE runs softmax "
+                             "(detected in full mode; in quick mode the bias is below the "
+                             "sampling error)",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
@@ -129,8 +145,10 @@ def _setup(quick: bool):
 
 
 def _particles(item: tuple) -> dict:
-    n, r, T, seed, verts, m0, chat, mT, vscale = item
+    n, r, T, seed, verts, m0, chat, mT, vscale, kind = item
     heads, attn = _model()
+    if kind != attn.kind:
+        attn = Attention(kind, attn.beta)
     if vscale != 1.0:
         heads = heads.with_(V=vscale * heads.V)
 
@@ -173,12 +191,15 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         p_heads = heads.with_(V=-heads.V)
     elif fault == "pde-beta-1.5":
         p_attn = Attention(attn.kind, 1.5)
+    elif fault == "pde-no-mobility":
+        p_attn = Attention("usa", attn.beta)
     elif fam == "pde-velocity":
         p_heads = heads.with_(V=(1.0 + size) * heads.V)
     elif fam == "pde-beta":
         p_attn = Attention(attn.kind, attn.beta * (1.0 + size))
     T_pde = T * (1.0 - size) if fam == "pde-stop-short" else T
     vscale = 1.0 + size if fam == "particles-velocity" else 1.0
+    kind = "usa" if fault == "particles-no-mobility" else attn.kind  # of the particles
     pde = solve_pde(mesh, rho0, p_heads, p_attn, T=T_pde, dt=0.05, order=2, n_saves=2,
                     balance=False, clusters=False, progress=False)
     if pde.status != "success":
@@ -188,7 +209,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     m0, mT = pde.masses[0], pde.masses[-1]
     if fault == "frozen-pde":
         mT = m0
-    items = [(n, r, T, seed, verts, m0, chat, mT, vscale) for n in ns for r in range(reps)]
+    items = [(n, r, T, seed, verts, m0, chat, mT, vscale, kind) for n in ns
+             for r in range(reps)]
     rows = parallel_map(_particles, items)
     keys = ("two0", "twoT", "xyT", "zzT", "predT", "raw0", "rawT")
     table: dict[str, list[float]] = {k: [] for k in keys}

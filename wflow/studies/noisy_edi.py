@@ -55,6 +55,19 @@ run with ``σ√(1+s)``, judged with ``σ``), noise that is not symmetrised
 (``noise-nonsym``: ``dW`` with independent entries, judged with the symmetric law's Itô
 term), and a run that stops short of ``T`` (``stop-short:S``: the balance integrals over
 ``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``).
+
+What a PASS rules out: not a missing mobility
+---------------------------------------------
+The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
+∫<∇ψ, v> dμ`` with ``v`` the velocity the engine integrates, and an Itô term built from
+``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
+velocity, so a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
+place of ``softmax`` at the same ``β``) passes, and ``no-mobility`` is no negative control
+here. Measured, quick mode, seed 0 (particles run with kind ``usa``): every criterion holds,
+``bias_at_dt0`` 1.46 s.e. (softmax 1.47), ``raw_bias_at_dt0`` 0.74 (0.72), ``bias_order``
+0.77 (0.70), ``noise_law`` 0.07 (0.09); at ``β = 0.5`` 0.96, 0.36, 0.80, 0.11 (softmax
+0.93, 0.35, 0.80, 0.12). The velocity field itself is judged by the deterministic studies
+(``stability``, ``equiangular``, ``mean-field``, …).
 """
 
 from __future__ import annotations

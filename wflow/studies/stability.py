@@ -71,6 +71,11 @@ Criteria: the linear regime (``ε`` chosen by measurement: the largest ``ε`` of
 first-step growth. The a-priori Grönwall bound ``max_t ln(W_2(t)/W_2(0))/t <= L*`` is
 reported as information, not judged: the measured rate is 50–240× below ``L*``, so it
 cannot fail for any fault of a plausible size (docs/studies_power.md).
+
+Negative control ``no-mobility`` (issue #21): the particle solver runs unnormalised
+attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) while the bounds are those
+of the softmax field. Quick mode, seed 0: ``first_step_growth`` 0.094 (correct solver
+3.1e-4, accept ≤ 3e-3) and ``gronwall_state_upper`` 0.41 (−7.9e-6).
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ FAULTS = {
     "dropped-head": "the particle solver drops the last of the three heads while the bounds "
                     "use all three",
     "euler": "the particle solver integrates with explicit Euler instead of RK4",
+    "no-mobility": "the particle solver drops the softmax mobility 1/Z (unnormalised "
+                   "attention, kind 'usa', same β) while the bounds use softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
@@ -295,7 +302,8 @@ def _trajectory(item: tuple) -> dict:
         heads = heads.select(slice(0, heads.H - 1))
     if eps > 0:
         x0 = exp_map(x0, eps * _direction(case, x0, worst, seed))
-    res = simulate(x0, heads, Attention("softmax", beta * solver.get("beta", 1.0)), T=T,
+    res = simulate(x0, heads, Attention(solver.get("kind", "softmax"),
+                                        beta * solver.get("beta", 1.0)), T=T,
                    dt=dt, integrator=solver.get("integrator", "rk4"),
                    save_trajectory=True, head_rates=False, clusters=False, record_every=1)
     if res.status != "success":
@@ -326,6 +334,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         solver["drop"] = True
     elif fault == "euler":
         solver["integrator"] = "euler"
+    elif fault == "no-mobility":
+        solver["kind"] = "usa"
     ladder = (0.05,) if fault == "coarse-eps" else EPS_LADDER
     x0, heads = _setup(n, seed, scale)
     attn = Attention("softmax", beta)

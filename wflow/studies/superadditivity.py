@@ -11,7 +11,14 @@ The study measures the early rate ``γ̇(0)`` from particle runs (RK4, polynomia
 mean inner product on ``[0, τ]``) for both sides of ``λ_c`` and compares with the formula.
 Criteria per configuration: the sign of the gain ``rate(het)/rate(equal) − 1`` (predicted
 ``+`` on the convex side, ``−`` on the concave side, measured by the particles) and the
-particle rates equal to ``Σ_h φ(λ_h)`` to :data:`REL_TOL`.
+particle rates equal to ``Σ_h φ(λ_h)`` to :data:`REL_TOL`; and ``particle_accuracy``: every
+run passes the engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an
+inaccurate run FAILs the verdict rather than stopping the study).
+
+Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+(kind ``usa``: the softmax mobility ``1/Z`` dropped) against ``Σ_h φ(λ_h)`` of softmax.
+Quick mode: every criterion fails, e.g. ``convex_H2_eps0.4_rates_match`` 709 (correct
+solver 1.0e-9) and ``convex_H2_eps0.4_gain_sign`` −0.31 (1.00); ``particle_accuracy`` ≈ 98.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from ..geometry.sphere import orthonormal_tokens
 from ..multihead import early_rate, lambda_c, phi
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
-from .helpers import fit_early_rate
+from .helpers import accuracy_criterion, fit_early_rate, run_accuracy
 
 logger = logging.getLogger(__name__)
 
@@ -46,23 +53,26 @@ FAULTS = {
                     "fast) while the formula uses the nominal strengths",
     "equal-heads": "the 'heterogeneous' particle runs use the equal strengths (no "
                    "heterogeneity), so the measured gain vanishes",
+    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
+                   "kind 'usa', same β) while the formula Σφ(λ_h) is that of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
                         "scaled) while the formulas use the nominal heads"}
 
 
-def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 1.0) -> float:
+def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 1.0,
+             kind: str = "softmax") -> tuple[float, float]:
+    """Early rate ``γ̇(0)`` of a particle run and its :func:`run_accuracy`."""
     # window: γ(τ) <~ 0.05 (early phase), 11 samples for the degree-6 fit
     tau = min(0.1, 0.05 / early_rate(lambdas, beta, x0.shape[0]))
     dt = tau / 10
     heads = Heads.scalar(lambdas, x0.shape[1])
     heads = heads.with_(V=vscale * heads.V)
-    res = simulate(x0, heads, Attention("softmax", beta), T=tau, dt=dt, clusters=False,
+    res = simulate(x0, heads, Attention(kind, beta), T=tau, dt=dt, clusters=False,
                    head_rates=False)
-    if res.status != "success":
-        raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
-    return fit_early_rate(res.t, res.history["mean_inner"][0], tau=tau)
+    return (fit_early_rate(res.t, res.history["mean_inner"][0], tau=tau),
+            run_accuracy(res, NAME))
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0,
@@ -71,6 +81,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     check_fault(NAME, fault, FAULTS, FAMILIES)
     fam, size = parse_fault(fault, FAMILIES)
     vscale = 2.0 if fault == "time-doubled" else (1.0 + size if fam == "velocity" else 1.0)
+    kind = "usa" if fault == "no-mobility" else "softmax"  # of the particles
     n, beta = 8, 1.0
     lc = float(lambda_c(n, beta))
     rng = np.random.default_rng(seed)
@@ -80,15 +91,19 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     Hs = (2,) if quick else (2, 3)
     rows = []
     criteria: list[Criterion] = []
+    worst_acc = 0.0
     for side, fac in sides.items():
         lbar = fac * lc
         for H in Hs:
             equal = [lbar] * H
-            r_eq = _measure(x0, equal, beta, vscale)
+            r_eq, acc = _measure(x0, equal, beta, vscale, kind)
+            worst_acc = max(worst_acc, acc)
             f_eq = early_rate(equal, beta, n)
             for eps in spreads:
                 het = list(lbar * (1 + eps * np.linspace(-1, 1, H)))
-                r_het = _measure(x0, equal if fault == "equal-heads" else het, beta, vscale)
+                r_het, acc = _measure(x0, equal if fault == "equal-heads" else het, beta,
+                                      vscale, kind)
+                worst_acc = max(worst_acc, acc)
                 f_het = early_rate(het, beta, n)
                 pred_sign = 1 if side == "convex" else -1
                 row = {"side": side, "lambda_bar": lbar, "H": H, "eps": eps,
@@ -118,6 +133,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                 rows.append(row)
                 logger.info("%s H=%d eps=%.2f: gain %.3e (formula %.3e)", side, H, eps,
                             row["gain_particles"], row["gain_formula"])
+    criteria.append(accuracy_criterion(worst_acc))
     fits = {"lambda_c": lc,
             **{f"{r['side']}_H{r['H']}_eps{r['eps']}": {"gain_particles": r["gain_particles"],
                                                        "gain_formula": r["gain_formula"]}
