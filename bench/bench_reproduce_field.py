@@ -10,6 +10,11 @@ Rows (issue 25), CPU time on one thread (``process_time``; robust on a shared ma
 * ``glpr_phase_ranks``: wall time of :func:`~wflow.published.glpr_phase.run_phase` on a
   mid-size case (256 systems of 32 tokens, 8 β, one numba thread per rank) serial and
   under ``mpirun -n 2`` (speed-up over ranks; the counts must be identical).
+* ``glpr_phase_ranks_full`` (not in the default rows: ~15 min of wall on 2 cores): the
+  command ``wflow reproduce glpr_phase`` at the published scale, serial and under
+  ``mpirun -n 2``, one numba thread per rank, each in its own subprocess with its wall
+  and CPU time (``getrusage`` of the children) and the load average around it; every
+  array of the two ``glpr_phase.npz`` must be equal.
 * ``castin_ranks``: one projected-Euler iteration, the published ``utils.evolution``
   against :func:`wflow.published.castin_ranks.projected_euler` (the same NumPy calls), and
   wflow's exact solver per draw.
@@ -171,6 +176,36 @@ def bench_glpr_ranks(a: argparse.Namespace) -> dict:
     return out
 
 
+def bench_glpr_ranks_full(a: argparse.Namespace) -> dict:
+    """``wflow reproduce glpr_phase`` at the published scale on 1 and 2 MPI ranks."""
+    import resource
+
+    out: dict = {"case": "wflow reproduce glpr_phase (90 beta x 2048 systems x 32 tokens x "
+                         "300 steps); NUMBA_NUM_THREADS=1 per rank"}
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    out["env"] = {k: env[k] for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in (1, 2):
+            cmd = ([str(bindir / "mpirun"), "-n", str(ranks)] if ranks > 1 else []) + [
+                str(bindir / "wflow"), "reproduce", "glpr_phase", "--out", f"{tmp}/r{ranks}"]
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            load0, t0 = os.getloadavg(), time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out[f"ranks_{ranks}"] = {
+                "command": " ".join(cmd[:-1] + ["DIR"]), "wall_s": wall,
+                "cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
+                "load_average_start": load0, "load_average_end": os.getloadavg()}
+        with np.load(f"{tmp}/r1/glpr_phase.npz") as z1, np.load(f"{tmp}/r2/glpr_phase.npz") as z2:
+            out["identical_arrays"] = bool(set(z1.files) == set(z2.files) and all(
+                np.array_equal(z1[k], z2[k]) for k in z1.files))
+            out["counts_sum"] = int(z1["counts"].sum())
+    out["speedup_2_ranks"] = out["ranks_1"]["wall_s"] / out["ranks_2"]["wall_s"]
+    return out
+
+
 def bench_castin(a: argparse.Namespace) -> dict:
     from wflow.published import castin_ranks as cr
 
@@ -252,12 +287,20 @@ def main(argv: list[str] | None = None) -> None:
                                                   "castin_ranks", "castin_engine",
                                                   "metastable_staircase"])
     ap.add_argument("--name", default="bench_reproduce_field")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other rows of an existing results file")
     a = ap.parse_args(argv)
     fns = {"glpr_phase": bench_glpr, "glpr_phase_ranks": bench_glpr_ranks,
+           "glpr_phase_ranks_full": bench_glpr_ranks_full,
            "castin_ranks": bench_castin, "castin_engine": bench_castin_engine,
            "metastable_staircase": bench_staircase}
     res = {"machine": machine(), "clock": "process_time, one thread (ranks row: wall)",
            "load_average_start": os.getloadavg(), "rows": {}}
+    prev = HERE / "results" / f"{a.name}.json"
+    if a.merge and prev.is_file():
+        old = json.loads(prev.read_text())
+        res["rows"] = dict(old.get("rows", {}))
+        res["earlier_rows_measured"] = {k: old.get(k) for k in ("machine", "load_average_start")}
     for r in a.rows:
         t0 = time.perf_counter()
         res["rows"][r] = fns[r](a)
