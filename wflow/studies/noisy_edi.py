@@ -32,7 +32,8 @@ What the control variate cannot see, and how it is judged
 the Itô term assumes. With a wrong noise law (variance ×2, increments not
 symmetrised) ``r − Q`` stays unbiased — ``Q`` then replaces the Itô term by the realised
 quadratic variation, a pathwise identity that holds for *any* law — and only the raw
-residual ``r`` sees the wrong Itô term. The study therefore judges three things:
+residual ``r`` sees the wrong Itô term. The study therefore judges three things about
+the noise (and the drift, below):
 
 * the variance-reduced residual ``r − Q``: weak order and ``b = 0`` (the pathwise
   balance: chain rule, drift, martingale);
@@ -54,20 +55,42 @@ variance ``×(1 + s)`` against the Itô term of the nominal variance (``noise-va
 run with ``σ√(1+s)``, judged with ``σ``), noise that is not symmetrised
 (``noise-nonsym``: ``dW`` with independent entries, judged with the symmetric law's Itô
 term), and a run that stops short of ``T`` (``stop-short:S``: the balance integrals over
-``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``).
+``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``); a drift other than the model's: the
+particles without the softmax mobility (``no-mobility``: kind ``usa``) or with every value
+matrix ×(1 + s) (``velocity:S``, documented ``velocity:-0.05``), against the model's
+softmax drift with the nominal values.
 
-What a PASS rules out: not a missing mobility
----------------------------------------------
+The drift: judged against the stated model, not the engine's own power
+----------------------------------------------------------------------
 The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
 ∫<∇ψ, v> dμ`` with ``v`` the velocity the engine integrates, and an Itô term built from
 ``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
-velocity, so a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
-place of ``softmax`` at the same ``β``) passes, and ``no-mobility`` is no negative control
-here. Measured, quick mode, seed 0 (particles run with kind ``usa``): every criterion holds,
-``bias_at_dt0`` 1.46 s.e. (softmax 1.47), ``raw_bias_at_dt0`` 0.74 (0.72), ``bias_order``
-0.77 (0.70), ``noise_law`` 0.07 (0.09); at ``β = 0.5`` 0.96, 0.36, 0.80, 0.11 (softmax
-0.93, 0.35, 0.80, 0.12). The velocity field itself is judged by the deterministic studies
-(``stability``, ``equiangular``, ``mean-field``, …).
+velocity: a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
+place of ``softmax`` at the same ``β``) or scales the velocity passes every criterion
+above (measured, quick mode, seed 0, kind ``usa``: ``bias_at_dt0`` 1.46 s.e. (softmax
+1.47), ``raw_bias_at_dt0`` 0.74 (0.72); at ``β = 0.5`` 0.96, 0.36 (0.93, 0.35)). Exactly as
+the Itô term is judged against the stated noise law, the drift is therefore judged
+against the stated dynamics (:func:`model_power`): along the saved path, ``power_model(t_k)
+= ∫<∇ψ_k, v_model> dμ_k`` with ``v_model`` the softmax velocity of the stated heads
+(the weights ``θ_k`` of that step, the nominal values and ``β``) at the recorded tokens,
+integrated with the engine's rule (trapezoid). On a correct solver it is the same fused
+pair sum (:func:`wflow.energy.particle_field`) of the same state as the engine's, so
+
+* ``drift_matches_model``: ``max`` over paths and ``dt`` levels of ``|∫power_engine −
+  ∫power_model| / ∫|power_model| dt`` at most :data:`DRIFT_RTOL` ``= 1e4·eps`` (a
+  deterministic identity per path, round-off only: no Monte-Carlo standard error enters;
+  also at ``β =`` :data:`BETA_ALT`, suffix ``_beta0.5``).
+
+Measured (bench/size_power.py, seeds 0–19, quick mode): on the correct solver
+``drift_matches_model`` 2.6e-16 – 4.4e-16 (``β = 0.5``: 2.3e-16 – 5.1e-16), 4 decades
+below the tolerance 2.2e-12; 0/20 false fails. ``no-mobility`` is caught at seeds 0–2
+(relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β = 0.5``; seed 0: engine −
+model ``−0.016 ± 0.0013`` per path against a model drift integral ``−0.030``); the family
+``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the relative ``s`` and is
+caught from ``|s| = 1e-11`` (not at 1e-12, below the tolerance; the scan grid of
+bench/size_power.py starts at 0.001: caught there at seeds 0–2), the family ``beta``
+from 0.001 (was 0.01 through the bias criteria). Cost: the model power is one fused pass
+per recorded state, ≈ 12 % of a full-mode batch (the control variate ``Q`` ≈ 85 %).
 """
 
 from __future__ import annotations
