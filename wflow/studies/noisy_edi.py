@@ -81,16 +81,19 @@ pair sum (:func:`wflow.energy.particle_field`) of the same state as the engine's
   deterministic identity per path, round-off only: no Monte-Carlo standard error enters;
   also at ``β =`` :data:`BETA_ALT`, suffix ``_beta0.5``).
 
-Measured (bench/size_power.py, seeds 0–19, quick mode): on the correct solver
-``drift_matches_model`` 2.6e-16 – 4.4e-16 (``β = 0.5``: 2.3e-16 – 5.1e-16), 4 decades
-below the tolerance 2.2e-12; 0/20 false fails. ``no-mobility`` is caught at seeds 0–2
-(relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β = 0.5``; seed 0: engine −
-model ``−0.016 ± 0.0013`` per path against a model drift integral ``−0.030``); the family
-``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the relative ``s`` and is
-caught from ``|s| = 1e-11`` (not at 1e-12, below the tolerance; the scan grid of
-bench/size_power.py starts at 0.001: caught there at seeds 0–2), the family ``beta``
-from 0.001 (was 0.01 through the bias criteria). Cost: the model power is one fused pass
-per recorded state, ≈ 12 % of a full-mode batch (the control variate ``Q`` ≈ 85 %).
+Measured (bench/size_power.py, seeds 0–19): on the correct solver ``drift_matches_model``
+2.6e-16 – 4.4e-16 in quick mode (``β = 0.5``: 2.3e-16 – 5.1e-16), 7.1e-16 – 1.4e-15 in
+full mode (``β = 0.5``: 7.0e-16 – 1.3e-15), 3–4 decades below the tolerance 2.2e-12; 0/20
+false fails of the study in both modes. Full mode, seed 0: ``no-mobility`` relative 1.72
+(``β = 0.5``: 0.30), ``velocity:0.001`` exactly 0.001. Quick mode: ``no-mobility`` is
+caught at seeds 0–2 (relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β =
+0.5``; seed 0: engine − model ``−0.016 ± 0.0013`` per path against a model drift integral
+``−0.030``); the family ``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the
+relative ``s`` and is caught from ``|s| = 1e-11`` (not at 1e-12, below the tolerance; the
+scan grid of bench/size_power.py starts at 0.001: caught there at seeds 0–2), the family
+``beta`` from 0.001 (was 0.01 through the bias criteria). Cost: the model power is one
+fused pass per recorded state, ≈ 12 % of a full-mode batch (the control variate ``Q``:
+≈ 85 %).
 """
 
 from __future__ import annotations
