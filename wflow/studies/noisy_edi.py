@@ -85,7 +85,8 @@ Measured (bench/size_power.py, seeds 0–19): on the correct solver ``drift_matc
 2.6e-16 – 4.4e-16 in quick mode (``β = 0.5``: 2.3e-16 – 5.1e-16), 7.1e-16 – 1.4e-15 in
 full mode (``β = 0.5``: 7.0e-16 – 1.3e-15), 3–4 decades below the tolerance 2.2e-12; 0/20
 false fails of the study in both modes. Full mode, seed 0: ``no-mobility`` relative 1.72
-(``β = 0.5``: 0.30), ``velocity:0.001`` exactly 0.001. Quick mode: ``no-mobility`` is
+(``β = 0.5``: 0.30), ``velocity:±0.001`` (the scan grid's smallest) caught,
+relative exactly 0.001. Quick mode: ``no-mobility`` is
 caught at seeds 0–2 (relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β =
 0.5``; seed 0: engine − model ``−0.016 ± 0.0013`` per path against a model drift integral
 ``−0.030``); the family ``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the
