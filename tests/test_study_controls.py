@@ -33,6 +33,8 @@ CONTROLS = [
     ("noisy-edi", "ito-beta-squared", "bias_at_dt0_beta0.5"),
     ("noisy-edi", "noise-var:1", "raw_bias_at_dt0"),
     ("noisy-edi", "noise-nonsym", "raw_bias_at_dt0"),
+    ("noisy-edi", "no-mobility", "drift_matches_model"),
+    ("noisy-edi", "velocity:-0.05", "drift_matches_model"),
     ("mean-field", "frozen-pde", "level_at_largest_n"),
     ("mean-field", "pde-value-sign", "level_at_largest_n"),
     ("mean-field", "pde-velocity:1", "level_at_largest_n"),

@@ -32,7 +32,8 @@ What the control variate cannot see, and how it is judged
 the Itô term assumes. With a wrong noise law (variance ×2, increments not
 symmetrised) ``r − Q`` stays unbiased — ``Q`` then replaces the Itô term by the realised
 quadratic variation, a pathwise identity that holds for *any* law — and only the raw
-residual ``r`` sees the wrong Itô term. The study therefore judges three things:
+residual ``r`` sees the wrong Itô term. The study therefore judges three things about
+the noise (and the drift, below):
 
 * the variance-reduced residual ``r − Q``: weak order and ``b = 0`` (the pathwise
   balance: chain rule, drift, martingale);
@@ -54,36 +55,65 @@ variance ``×(1 + s)`` against the Itô term of the nominal variance (``noise-va
 run with ``σ√(1+s)``, judged with ``σ``), noise that is not symmetrised
 (``noise-nonsym``: ``dW`` with independent entries, judged with the symmetric law's Itô
 term), and a run that stops short of ``T`` (``stop-short:S``: the balance integrals over
-``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``).
+``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``); a drift other than the model's: the
+particles without the softmax mobility (``no-mobility``: kind ``usa``) or with every value
+matrix ×(1 + s) (``velocity:S``, documented ``velocity:-0.05``), against the model's
+softmax drift with the nominal values.
 
-What a PASS rules out: not a missing mobility
----------------------------------------------
+The drift: judged against the stated model, not the engine's own power
+----------------------------------------------------------------------
 The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
 ∫<∇ψ, v> dμ`` with ``v`` the velocity the engine integrates, and an Itô term built from
 ``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
-velocity, so a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
-place of ``softmax`` at the same ``β``) passes, and ``no-mobility`` is no negative control
-here. Measured, quick mode, seed 0 (particles run with kind ``usa``): every criterion holds,
-``bias_at_dt0`` 1.46 s.e. (softmax 1.47), ``raw_bias_at_dt0`` 0.74 (0.72), ``bias_order``
-0.77 (0.70), ``noise_law`` 0.07 (0.09); at ``β = 0.5`` 0.96, 0.36, 0.80, 0.11 (softmax
-0.93, 0.35, 0.80, 0.12). The velocity field itself is judged by the deterministic studies
-(``stability``, ``equiangular``, ``mean-field``, …).
+velocity: a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
+place of ``softmax`` at the same ``β``) or scales the velocity passes every criterion
+above (measured, quick mode, seed 0, kind ``usa``: ``bias_at_dt0`` 1.46 s.e. (softmax
+1.47), ``raw_bias_at_dt0`` 0.74 (0.72); at ``β = 0.5`` 0.96, 0.36 (0.93, 0.35)). Exactly as
+the Itô term is judged against the stated noise law, the drift is therefore judged
+against the stated dynamics (:func:`model_power`): along the saved path, ``power_model(t_k)
+= ∫<∇ψ_k, v_model> dμ_k`` with ``v_model`` the softmax velocity of the stated heads
+(the weights ``θ_k`` of that step, the nominal values and ``β``) at the recorded tokens,
+integrated with the engine's rule (trapezoid). On a correct solver it is the same fused
+pair sum (:func:`wflow.energy.particle_field`) of the same state as the engine's, so
+
+* ``drift_matches_model``: ``max`` over paths and ``dt`` levels of ``|∫power_engine −
+  ∫power_model| / ∫|power_model| dt`` at most :data:`DRIFT_RTOL` ``= 1e4·eps`` (a
+  deterministic identity per path, round-off only: no Monte-Carlo standard error enters;
+  also at ``β =`` :data:`BETA_ALT`, suffix ``_beta0.5``).
+
+Measured (bench/size_power.py, seeds 0–19): on the correct solver ``drift_matches_model``
+2.6e-16 – 4.4e-16 in quick mode (``β = 0.5``: 2.3e-16 – 5.1e-16), 7.1e-16 – 1.4e-15 in
+full mode (``β = 0.5``: 7.0e-16 – 1.3e-15), 3–4 decades below the tolerance 2.2e-12; 0/20
+false fails of the study in both modes. Full mode, seed 0: ``no-mobility`` relative 1.72
+(``β = 0.5``: 0.30), ``velocity:±0.001`` (the scan grid's smallest) caught,
+relative exactly 0.001. Quick mode: ``no-mobility`` is
+caught at seeds 0–2 (relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β =
+0.5``; seed 0: engine − model ``−0.016 ± 0.0013`` per path against a model drift integral
+``−0.030``); the family ``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the
+relative ``s`` and is caught from ``|s| = 1e-11`` (not at 1e-12, below the tolerance; the
+scan grid of bench/size_power.py starts at 0.001: caught there at seeds 0–2), the family
+``beta`` from 0.001 (was 0.01 through the bias criteria). Cost: the model power is one
+fused pass per recorded state, ≈ 12 % of a full-mode batch (the control variate ``Q``:
+≈ 85 %).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import OrnsteinUhlenbeck, Parametrisation
+from ..energy import particle_field
 from ..geometry.sphere import sample_uniform
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 
-__all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT"]
+__all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT",
+           "DRIFT_RTOL", "model_power"]
 
 NAME = "noisy-edi"
 
@@ -109,6 +139,10 @@ FAULTS = {
                    "is computed with",
     "noise-nonsym": "the noise is not symmetrised (dW with independent entries) while the "
                     "Itô term is that of the symmetrised law",
+    "no-mobility": "the particles run with unnormalised attention (the softmax mobility 1/Z "
+                   "dropped: kind 'usa', same β) while the model's drift is softmax",
+    "velocity:-0.05": "the particles run with every value matrix ×0.95 (a drift 5 % slow) "
+                      "while the model's drift uses the nominal values",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
@@ -117,11 +151,69 @@ FAMILIES = {
                  "nominal variance",
     "beta": "the particles and the noise run at β ×(1 + s) while the balance's Itô term "
             "uses the nominal β",
+    "velocity": "the particles run with every value matrix ×(1 + s) (the token velocity "
+                "×(1 + s)) while the model's drift uses the nominal values",
 }
 
 SIGMA2, KAPPA, BETA, A_NORM = 2.0, 1.0, 1.0, 2.0
 #: The second inverse temperature (β-dependent identity: β vs β² faults show at β ≠ 1).
 BETA_ALT = 0.5
+
+
+#: Relative tolerance of ``drift_matches_model``: ``max_p |∫power_engine − ∫power_model|``
+#: over ``∫|power_model| dt``. On a correct solver both integrands are the same fused
+#: pair sum (:func:`wflow.energy.particle_field`) of the same recorded state, so they differ
+#: only by round-off: ``n²`` pair terms summed in a possibly different order (≤ ``n·eps``
+#: relative per step, the bound the fused kernel is tested to) and ``K`` trapezoid terms
+#: (≤ ``K·eps``). With ``n ≤ 100``, ``K ≤ 200`` that is ≤ 300·eps ≈ 7e-14; ×100 margin for
+#: cancellation between the heads' powers: 1e4·eps ≈ 2.2e-12. Any drift error is a
+#: relative error of the integrand itself (a velocity ×(1 + s) shifts it by ``s``), so the
+#: criterion is deterministic per path, not a Monte-Carlo statistic.
+DRIFT_RTOL = 1e4 * float(np.finfo(np.float64).eps)
+
+
+def model_power(trajectory: np.ndarray, theta_trajectory: np.ndarray, t: np.ndarray,
+                param: Parametrisation, attn: Attention) -> tuple[np.ndarray, np.ndarray]:
+    """Per-path ``∫ power_model dt`` of the stated dynamics along saved trajectories.
+
+    ``power_model(t_k) = ∫ <∇ψ_k, v_model> dμ_k`` with ``v_model`` the transformer velocity
+    of the stated model (heads ``param.heads(θ_k)``, attention ``attn``) at the recorded
+    tokens ``x_k`` (:func:`wflow.energy.particle_field`, the engine's own fused pass),
+    integrated with the engine's rule for the power (trapezoid,
+    :class:`wflow.diagnostics.BalanceAccumulator`).
+
+    Parameters
+    ----------
+    trajectory : (P, K+1, n, d) array
+        Tokens of every path and step.
+    theta_trajectory : (P, K+1, H, d, d) array
+        Weights ``θ_k`` of every path and step.
+    t : (K+1,) array
+        Step times.
+    param : Parametrisation
+        The stated model's map ``θ → heads``.
+    attn : Attention
+        The stated attention kind and ``β``.
+
+    Returns
+    -------
+    integral : (P,) array
+        ``Σ_k (t_{k+1} − t_k)(power_k + power_{k+1})/2`` (energy units).
+    scale : (P,) array
+        ``Σ_k (t_{k+1} − t_k)(|power_k| + |power_{k+1}|)/2``, the integral's magnitude
+        (the round-off scale of the identity with the engine).
+    """
+    P, K1, n = trajectory.shape[:3]
+    m = np.full(n, 1.0 / n)
+    pw = np.empty((P, K1))
+    for p in range(P):
+        for k in range(K1):
+            pw[p, k] = particle_field(trajectory[p, k], m, param.heads(theta_trajectory[p, k]),
+                                      attn)[1].power
+    h = np.diff(t)
+    integral = np.sum(0.5 * h * (pw[:, :-1] + pw[:, 1:]), axis=1)
+    scale = np.sum(0.5 * h * (np.abs(pw[:, :-1]) + np.abs(pw[:, 1:])), axis=1)
+    return integral, scale
 
 
 def _fluctuation(res, heads_w: np.ndarray, sigma: float, beta: float
@@ -170,10 +262,15 @@ def _batch(item: tuple) -> dict:
     # the noise the engine draws: nominal, or (faults) another variance or law
     sig_run = sigma * (np.sqrt(1.0 + size) if fam == "noise-var" else 1.0)
     beta_run = beta * (1.0 + size) if fam == "beta" else beta
-    sch = OrnsteinUhlenbeck(param, theta0, np.broadcast_to(np.eye(3), theta0.shape),
+    kind_run = "usa" if fault == "no-mobility" else "softmax"
+    # the particles' values ×(1 + s) (tied values V = value_sign·A): the velocity scales,
+    # the energy, its weight derivative and the Itô term do not
+    vfac = 1.0 + size if fam == "velocity" else 1.0
+    param_run = replace(param, value_sign=param.value_sign * vfac) if vfac != 1.0 else param
+    sch = OrnsteinUhlenbeck(param_run, theta0, np.broadcast_to(np.eye(3), theta0.shape),
                             kappa=KAPPA, sigma0=sig_run,
                             symmetric_noise=fault != "noise-nonsym")
-    res = simulate(x0, sch, Attention("softmax", beta_run), T=T, dt=dt, integrator="euler",
+    res = simulate(x0, sch, Attention(kind_run, beta_run), T=T, dt=dt, integrator="euler",
                    n_paths=paths, seed=seed * 1000 + batch, head_rates=False, clusters=False,
                    record_every=1, save_trajectory=True)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
@@ -185,6 +282,10 @@ def _batch(item: tuple) -> dict:
     # Q and the Itô term of the stated law (σ, β, symmetrised): the balance is judged with
     # these, so that a wrong noise in the engine shows
     out["Q"], out["Q2"], out["ito_stated"] = _fluctuation(res, heads.w, sigma, beta)
+    # the drift of the stated model (softmax, nominal values and β) along the same path:
+    # the engine's power is only a chain rule for whatever velocity it integrated
+    out["power_model"], out["power_scale"] = model_power(
+        res.trajectory, res.theta_trajectory, res.t, param, Attention("softmax", beta))
     return out
 
 
@@ -280,6 +381,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                         "martingale_rms": float(np.sqrt(np.mean(bal["martingale"] ** 2))),
                         "fluctuation_rms": float(np.sqrt(np.mean(bal["Q"] ** 2))),
                         "dE_rms": float(np.sqrt(np.mean(bal["dE"] ** 2))),
+                        "drift_mean": float(bal["power_model"].mean()),
+                        "drift_engine_minus_model": (bal["power_int"]
+                                                     - bal["power_model"]).tolist(),
+                        "drift_rel": float(np.max(np.abs(bal["power_int"] - bal["power_model"])
+                                                  / bal["power_scale"])),
                         "residuals": r.tolist()}
         x = np.array(dts)
         m = np.array([rows[d]["mean"] for d in dts])
@@ -295,6 +401,12 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         z_b, z_no, z_raw, z_q = (abs(b) / se_b, abs(b_no) / se_b_no, abs(b_raw) / se_b_raw,
                                  abs(q_mean) / q_se)
         ito_int = rows[dts[-1]]["ito_mean"]
+        # the engine's drift against the stated model's, path by path (deterministic given
+        # the path: round-off on a correct solver, DRIFT_RTOL); the pooled mean difference
+        # and its standard error are reported for scale
+        drift_rel = max(rows[d]["drift_rel"] for d in dts)
+        dd = np.concatenate([rows[d]["drift_engine_minus_model"] for d in dts])
+        dd_mean, dd_se = _stats(dd)
         criteria += [
             Criterion(f"bias_order{sfx}", p, *ORDER_RANGE,
                       what=f"β = {beta:g}: fitted order p of the mean residual "
@@ -312,6 +424,12 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                       what=f"β = {beta:g}: |mean Q|/se, Q the control variate (pooled over "
                            f"dt; se from the step terms Σ_k Q_k²)",
                       why="E Q = 0 exactly under the stated noise law"),
+            Criterion(f"drift_matches_model{sfx}", drift_rel, hi=DRIFT_RTOL,
+                      what=f"β = {beta:g}: max over paths and dt of |∫power_engine − "
+                           f"∫power_model| / ∫|power_model| dt, power_model = ∫<∇ψ, v> dμ "
+                           f"with v the stated softmax velocity at the recorded tokens",
+                      why="the balance is a chain rule for any velocity; only this ties the "
+                          "drift to the stated model (round-off on a correct solver)"),
             Criterion(f"ito_detectable{sfx}", z_no, lo=Z_DETECT,
                       what=f"β = {beta:g}: |b|/se(b) of the same extrapolation without the "
                            f"Itô term", why="power: the study must see a missing Itô term"),
@@ -320,7 +438,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             "order": p, "order_stderr": se_p, "b": b, "b_stderr": se_b, "slope": c,
             "z_b": z_b, "b_without_ito": b_no, "z_without_ito": z_no, "b_raw": b_raw,
             "b_raw_stderr": se_b_raw, "z_raw": z_raw, "Q_mean": q_mean, "Q_stderr": q_se,
-            "z_Q": z_q, "extrapolation_degree": degree, "ito_integral": ito_int}
+            "z_Q": z_q, "extrapolation_degree": degree, "ito_integral": ito_int,
+            "drift_rel": drift_rel, "drift_integral": rows[dts[-1]]["drift_mean"],
+            "drift_difference_mean": dd_mean, "drift_difference_stderr": dd_se}
         by_beta[f"beta={beta:g}"] = {str(k): v for k, v in rows.items()}
         notes.append(
             f"β = {beta:g}: mean residual (control variate subtracted) at dt = "
@@ -328,7 +448,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             + f" ({rows[dts[0]]['paths']} paths each); order p = {p:.2f} ± {se_p:.2f}; "
             f"b = {b:.2e} ± {se_b:.1e} ({z_b:.1f} s.e.); raw residual b_raw = {b_raw:.2e} ± "
             f"{se_b_raw:.1e} ({z_raw:.1f} s.e.); E Q = {q_mean:.1e} ± {q_se:.1e} "
-            f"({z_q:.1f} s.e.); without the Itô term b = {b_no:.2e} ({z_no:.0f} s.e.; mean Itô "
+            f"({z_q:.1f} s.e.); drift vs the model's {drift_rel:.1e} relative (engine − "
+            f"model {dd_mean:.1e} ± {dd_se:.1e} per path); without the Itô term b = "
+            f"{b_no:.2e} ({z_no:.0f} s.e.; mean Itô "
             f"integral {ito_int:.3f}); residual s.d. "
             f"{rows[dts[-1]]['stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} vs "
             f"{rows[dts[-1]]['raw_stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} raw at "
