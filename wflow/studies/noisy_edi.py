@@ -54,8 +54,8 @@ Faults (``FAULTS``, ``FAMILIES``): the Itô term scaled (``no-ito``, ``ito-x2``,
 variance ``×(1 + s)`` against the Itô term of the nominal variance (``noise-var:S``;
 run with ``σ√(1+s)``, judged with ``σ``), noise that is not symmetrised
 (``noise-nonsym``: ``dW`` with independent entries, judged with the symmetric law's Itô
-term), and a run that stops short of ``T`` (``stop-short:S``: the balance integrals over
-``[0, (1 − s)T]`` against ``ΔE`` over ``[0, T]``); a drift other than the model's: the
+term), the particles and the noise at ``β ×(1 + s)`` against the nominal Itô term
+(``beta:S``); a drift other than the model's: the
 particles without the softmax mobility (``no-mobility``: kind ``usa``) or with every value
 matrix ×(1 + s) (``velocity:S``, documented ``velocity:-0.05``), against the model's
 softmax drift with the nominal values.
