@@ -293,7 +293,8 @@ def _family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None) -> str
     span = f"{rs[0]}–{rs[-1]}" if rs == list(range(rs[0], rs[-1] + 1)) else ", ".join(map(str, rs))
     if rec["reliable"] is None:
         bad = [k for k, r in rec["per_seed"].items() if r["smallest_from_stated"] is None]
-        return txt + f" [seed 0; not caught ≤ {SIZES[-1]:g} at seed {', '.join(bad)}]"
+        return txt + (f" [seed 0; not caught ≤ {max(v.get('grid', SIZES)):g} at seed "
+                      f"{', '.join(bad)}]")
     if rec["reliable"] == rec["stated"]:
         return txt + f" [caught at seeds {span}]"
     return txt + f" [seed 0; caught at seeds {span} from {rec['reliable']:+g}]"
