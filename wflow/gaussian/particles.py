@@ -22,7 +22,8 @@ __all__ = [
 ]
 
 
-def particle_velocity(x: np.ndarray, params: GaussianParams) -> np.ndarray:
+def particle_velocity(x: np.ndarray, params: GaussianParams, *,
+                      normalised: bool = True) -> np.ndarray:
     """``v_i = A x_i + b + V Σ_j softmax_j(<B x_i, x_j>) x_j`` for the empirical measure.
 
     The attention sum is :func:`wflow.kernels.kernel_sums` with ``Q = B``,
@@ -32,6 +33,9 @@ def particle_velocity(x: np.ndarray, params: GaussianParams) -> np.ndarray:
     ----------
     x : (n, d) array
     params : GaussianParams
+    normalised : bool
+        ``False``: the attention without the softmax's ``1/Z``,
+        ``V (1/n) Σ_j e^{<B x_i, x_j>} x_j`` (the negative control of a dropped mobility).
 
     Returns
     -------
@@ -40,7 +44,7 @@ def particle_velocity(x: np.ndarray, params: GaussianParams) -> np.ndarray:
     n, d = x.shape
     ks = kernel_sums(x, x, np.full(n, 1.0 / n), params.B[None], np.eye(d)[None], beta=1.0,
                      kind="softmax")
-    att = ks.Y[0] / ks.Z[0][:, None]
+    att = ks.Y[0] / ks.Z[0][:, None] if normalised else ks.Y[0]
     return x @ params.A.T + params.b + att @ params.V.T
 
 
@@ -72,11 +76,13 @@ class ParticleRun:
     x: np.ndarray
 
 
-def simulate_particles(params: Any, x0: np.ndarray, T: float, *, steps: int) -> ParticleRun:
+def simulate_particles(params: Any, x0: np.ndarray, T: float, *, steps: int,
+                       normalised: bool = True) -> ParticleRun:
     """Integrate ``ẋ_i = A x_i + b + V Σ_j softmax_j(<Bx_i, x_j>) x_j`` with classical RK4.
 
     RK4 (order 4) with ``steps`` uniform steps; layer jumps of a
-    :class:`LayerParams` should fall on step boundaries for full order.
+    :class:`LayerParams` should fall on step boundaries for full order. ``normalised``:
+    as in :func:`particle_velocity` (``False`` only for a negative control).
     """
     x = np.array(x0, dtype=np.float64)
     if x.ndim != 2:
@@ -98,10 +104,10 @@ def simulate_particles(params: Any, x0: np.ndarray, T: float, *, steps: int) -> 
         p0 = sched.at(t + 1e-9 * h) if not sched.is_constant else sched.at(t)
         ph = sched.at(t + 0.5 * h)
         p1 = sched.at(t + h - 1e-9 * h) if not sched.is_constant else sched.at(t + h)
-        k1 = particle_velocity(x, p0)
-        k2 = particle_velocity(x + 0.5 * h * k1, ph)
-        k3 = particle_velocity(x + 0.5 * h * k2, ph)
-        k4 = particle_velocity(x + h * k3, p1)
+        k1 = particle_velocity(x, p0, normalised=normalised)
+        k2 = particle_velocity(x + 0.5 * h * k1, ph, normalised=normalised)
+        k3 = particle_velocity(x + 0.5 * h * k2, ph, normalised=normalised)
+        k4 = particle_velocity(x + h * k3, p1, normalised=normalised)
         x = x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
         m, S = empirical_moments(x)
         ms.append(m)

@@ -41,13 +41,10 @@ import numpy as np
 
 from ..gaussian import (
     GaussianParams,
-    ParticleRun,
-    empirical_moments,
     integrate_moments,
     psd_factor,
     simulate_particles,
 )
-from ..kernels import kernel_sums
 from .base import (
     Criterion,
     StudyResult,
@@ -162,40 +159,6 @@ class ParticleErrors:
                 "components": list(self.components), "blown_up": self.blown_up}
 
 
-def _simulate_unnormalised(params: GaussianParams, x0: np.ndarray, T: float, *,
-                           steps: int) -> ParticleRun:
-    """Negative control ``no-mobility``: the particle system without the softmax's ``1/Z``.
-
-    ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<B x_i, x_j>} x_j`` (constant parameters), classical
-    RK4 with ``steps`` uniform steps as :func:`wflow.gaussian.simulate_particles`.
-    """
-    x = np.array(x0, dtype=np.float64)
-    n, d = x.shape
-    m = np.full(n, 1.0 / n)
-
-    def vel(z: np.ndarray) -> np.ndarray:
-        ks = kernel_sums(z, z, m, params.B[None], np.eye(d)[None], beta=1.0, kind="softmax")
-        return z @ params.A.T + params.b + ks.Y[0] @ params.V.T  # Y without / Z
-
-    h = float(T) / int(steps)
-    ms, Ss = [], []
-    for k in range(int(steps) + 1):
-        mk, Sk = empirical_moments(x)
-        ms.append(mk)
-        Ss.append(Sk)
-        if k == int(steps):
-            break
-        k1 = vel(x)
-        k2 = vel(x + 0.5 * h * k1)
-        k3 = vel(x + 0.5 * h * k2)
-        k4 = vel(x + h * k3)
-        x = x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
-    if not np.all(np.isfinite(x)):
-        raise FloatingPointError("no-mobility particles: non-finite particle positions")
-    return ParticleRun(t=np.linspace(0.0, float(T), int(steps) + 1), m=np.asarray(ms),
-                       Sigma=np.asarray(Ss), x=x)
-
-
 def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: int = 8,
                     seed: int = 0, steps: int = 10, scale_reps: bool = True,
                     problem: tuple[GaussianParams, np.ndarray, np.ndarray, float] | None = None,
@@ -238,11 +201,11 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
         for k, child in enumerate(child_ss.spawn(r_n)):
             rng = np.random.default_rng(child)
             x0 = m0 + rng.standard_normal((int(n), L.shape[1])) @ L.T
-            sim = simulate_particles if particle_normalised else _simulate_unnormalised
             try:
-                run_ = sim(params if particle_params is None else particle_params,
-                           x0, particle_time_scale * T,
-                           steps=int(round(particle_time_scale * steps)))
+                run_ = simulate_particles(params if particle_params is None else particle_params,
+                                          x0, particle_time_scale * T,
+                                          steps=int(round(particle_time_scale * steps)),
+                                          normalised=particle_normalised)
             except FloatingPointError as e:  # blew up before T: no moments (NaN errors)
                 logger.info("n = %d, seed %d: particles blew up: %s", n, k, e)
                 errs[k], signed[k] = np.nan, np.nan
