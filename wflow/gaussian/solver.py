@@ -56,6 +56,7 @@ import scipy.integrate
 import scipy.linalg
 import scipy.optimize
 
+from ..status import Status
 from .moments import (
     _IMPLICIT,
     MAX_TRACE,
@@ -263,7 +264,7 @@ def integrate_moments(
     if t_eval[0] == 0.0:
         ts.append(0.0)
         ys.append(y.copy())
-    status, message = "completed", "reached the final time"
+    status, message = Status.COMPLETED, "reached the final time"
     event_time: float | None = None
     blowup_time: float | None = None
     seg, a = 0, 0.0
@@ -286,7 +287,7 @@ def integrate_moments(
                     rtol=rtol, atol=atol, max_step=max_step,
                     **({"jac": make_jac(p_fn)} if method in _IMPLICIT else {}))
             except FloatingPointError as exc:
-                status, message = "failed", f"floating-point error in the parameters: {exc}"
+                status, message = Status.FAILED, f"floating-point error in the parameters: {exc}"
                 break
             sol_t = np.asarray(sol.t, dtype=np.float64).reshape(-1)  # [] if no output point
             sol_y = np.asarray(sol.y, dtype=np.float64).reshape(y.size, sol_t.size)
@@ -307,13 +308,13 @@ def integrate_moments(
                     blowup_time = float(te_ + lam / rate)
                     ts.append(te_)
                     ys.append(ye)
-                    status = "blowup"
+                    status = Status.BLOWUP
                     message = (f"covariance blow-up: tr Σ reached {threshold_now:.3g} at "
                                f"t = {te_:.9g}; extrapolated blow-up time t* = {blowup_time:.9g}")
                     logger.info(message)
                     break
                 if threshold_now * blowup_factor > MAX_TRACE:
-                    status = "failed"
+                    status = Status.FAILED
                     message = (f"tr Σ exceeded {threshold_now:.3g} at t = {te_:.6g} without the "
                                "Riccati blow-up signature (exponential growth beyond range)")
                     ts.append(te_)
@@ -324,7 +325,7 @@ def integrate_moments(
                 a, y = te_, ye
                 continue
             if sol.status != 0:
-                status, message = "failed", f"solve_ivp ({method}) failed: {sol.message}"
+                status, message = Status.FAILED, f"solve_ivp ({method}) failed: {sol.message}"
                 if sol_t.size and not keep[-1]:
                     ts.append(float(sol_t[-1]))
                     ys.append(sol_y[:, -1])
@@ -337,7 +338,7 @@ def integrate_moments(
     L_arr = Y[:, d:].reshape(len(ts), d, r)
     S_arr = np.einsum("tik,tjk->tij", L_arr, L_arr)
     S_arr = 0.5 * (S_arr + np.swapaxes(S_arr, 1, 2))
-    if status == "failed" and not quiet:
+    if status == Status.FAILED and not quiet:
         logger.warning("integrate_moments: %s", message)
     if t_arr.size == 0:
         raise ValueError("integrate_moments: no output time was reached")

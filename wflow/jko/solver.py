@@ -51,7 +51,7 @@ from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from ..infra.io import finish_history
 from ..infra.progress import progress_bar
-from ..status import JKO_EDI_RTOL, relative_check, worst_status
+from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
 from .cost import _Geometry
 from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
@@ -460,7 +460,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     prev: JKOState | None = None
     sign = 0
     bar = progress_bar(opts.steps, opts.progress, desc="jko")
@@ -552,12 +552,12 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             put("step_time", 0.0 if info is None else info.time)
             masses.append(st.m.copy())
             if info is not None and not info.converged:
-                status = "not_converged"
+                status = Status.NOT_CONVERGED
                 message = (f"{int(np.sum(np.asarray(rows['converged']) == 0))} inner solve(s) "
                            f"missed jko.gap_rtol = {opts.gap_rtol:g}")
             prev = st
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("jko run failed: %s", exc)
         warnings.warn(f"jko run failed: {exc}", JKOWarning, stacklevel=2)
     finally:
@@ -567,7 +567,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     history, tt, status, message = finish_history(rows, status, message)
     n_locked = int(np.sum(history["locked"][1:])) if "locked" in history else 0
     checks: dict[str, Any] = {}
-    if status != "failed" and acc is not None and len(tt) > 1:
+    if status != Status.FAILED and acc is not None and len(tt) > 1:
         status, message, checks = _judge(acc.residuals(), history, n_locked, status, message,
                                          opts)
     x = np.asarray(xs, dtype=np.float64)
@@ -637,7 +637,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                         "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh"))
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
-        status = worst_status(status, "locked" if n_locked == steps else "inaccurate")
+        status = worst_status(status, Status.LOCKED if n_locked == steps else Status.INACCURATE)
         reasons.append(what)
     empty = float(np.max(history["empty"])) if "empty" in history else 0.0
     checks["empty_cells_max"] = int(empty)
@@ -647,7 +647,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
         reasons.append(what)
         logger.warning("jko: %s", what)
         if opts.scheme == "fv":  # proven impossible for the FV step
-            status = worst_status(status, "failed")
+            status = worst_status(status, Status.FAILED)
     check = relative_check(
         "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],
         float(np.max(np.abs(history["E"]))), tolerance=JKO_EDI_RTOL,
@@ -657,6 +657,6 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
     checks["edi"] = check.as_dict()
     checks["locked_steps"] = n_locked
     if not check.passed:
-        status = worst_status(status, "inaccurate")
+        status = worst_status(status, Status.INACCURATE)
         reasons.append(check.failure())
     return status, "; ".join(reasons), checks

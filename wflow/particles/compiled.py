@@ -58,6 +58,7 @@ from ..kernels import (
     threads,
 )
 from ..published.td import PublishedFrames
+from ..status import Status
 from .integrators import _Kernel, _velocity, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
@@ -442,7 +443,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     except FloatingPointError as exc:
         wall = time.perf_counter() - t_start
         logger.error("particle run failed: %s", exc)
-        return ParticleResult("failed", str(exc), opts, INTEGRATOR_ORDER[opts.integrator],
+        return ParticleResult(Status.FAILED, str(exc), opts, INTEGRATOR_ORDER[opts.integrator],
                               grid[rec_idx], {}, {}, {}, x0[None], theta0[None], None, None,
                               wall, sign)
     finally:
@@ -496,9 +497,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
         np.array([np.stack(tr) for tr in ttrajs])
         if (opts.save_trajectory and not schedule.static) else None,
         wall, sign, {"kernel": klog.summary(), "engine": "compiled"}, checks)
-    if status == "inaccurate":
+    if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
-    elif status != "success":
+    elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res
 
@@ -626,9 +627,9 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
                                      float(dt), save_every, out, saved)
     wall = time.perf_counter() - t0
     sign = heads.value_alignment() if heads.is_symmetric() else 0
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     if done < steps + 1:  # keep the finite records only (steps 0 .. done-1)
-        status, message = "failed", f"non-finite energy or slope terms at step {done}"
+        status, message = Status.FAILED, f"non-finite energy or slope terms at step {done}"
         logger.error("euler_path: %s", message)
         out = out[:, :done]
         saved = saved[: (done - 1) // save_every + 1 if save_every and done else 0]

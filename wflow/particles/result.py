@@ -24,7 +24,7 @@ from ..diagnostics import (
     simpson_balance,
 )
 from ..energy import FieldEval, head_energies
-from ..status import Check, balance_order, judge_steps
+from ..status import Check, Status, balance_order, judge_steps
 from .options import INTEGRATOR_ORDER, ParticleOptions
 
 __all__ = ["STEP_KEYS", "ParticleState", "ParticleResult", "add_simpson", "judge_run"]
@@ -153,16 +153,16 @@ def judge_run(history: dict[str, np.ndarray], steps: dict[str, np.ndarray],
     ``"failed"`` on any non-finite recorded number; otherwise the chain-rule check
     (:func:`_accuracy`) decides between ``"success"`` and ``"inaccurate"``.
     """
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     for name, arr in list(history.items()) + [(k, steps[k]) for k in STEP_KEYS]:
         if not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+            status, message = Status.FAILED, f"non-finite values in diagnostic {name!r}"
     checks: dict = {}
-    if status == "success":
+    if status == Status.SUCCESS:
         check = _accuracy(grid, steps, balance["chain"], opts, stochastic)
         checks["chain"] = check.as_dict()
         if not check.passed:
-            status, message = "inaccurate", check.failure()
+            status, message = Status.INACCURATE, check.failure()
     return status, message, checks
 
 

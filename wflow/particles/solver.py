@@ -45,6 +45,7 @@ from ..energy import energy_gradient_A
 from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
+from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
@@ -172,7 +173,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     klog = KernelLog()
     bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     try:
         for p in range(P):
             acc: BalanceAccumulator | None = None
@@ -218,13 +219,13 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                 trajs.append(np.asarray(traj))
                 ttrajs.append(np.asarray(ttraj))
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("particle run failed: %s", exc)
     finally:
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
-    if status == "failed":
+    if status == Status.FAILED:
         return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
                               grid[rec_idx], {}, {}, {}, x0[None],
                               schedule.initial_theta()[None], None, None, wall, sign,
@@ -244,8 +245,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
         wall, sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
         checks)
-    if status == "inaccurate":
+    if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
-    elif status != "success":
+    elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res

@@ -63,7 +63,7 @@ from ..geometry.mesh import SphereMesh
 from ..infra.io import finish_history
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..status import Check, balance_order, judge_steps
+from ..status import Check, Status, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
 from .options import PDEOptions
@@ -560,7 +560,7 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     steps: dict[str, list] = {}
     acc: BalanceAccumulator | None = None
     prev: PDEState | None = None
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     mass0 = float(r0 @ fv.areas_glob)
     max_mass_err = 0.0
     min_rho = math.inf
@@ -598,10 +598,10 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
                 bar.update(st.t - prev.t)
             prev = st
     except _MaxSteps as exc:
-        status, message = "max_steps", str(exc)
+        status, message = Status.MAX_STEPS, str(exc)
         warnings.warn(f"pde: {exc}; raise pde.max_steps or dt", UserWarning, stacklevel=2)
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("pde run failed: %s", exc)
         warnings.warn(f"pde run failed: {exc}", UserWarning, stacklevel=2)
     finally:
@@ -610,11 +610,11 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     wall = time.perf_counter() - t_start
     history, tt, status, message = finish_history(rows, status, message)
     rho = np.asarray(rhos) if rhos else np.empty((0, fv.M))
-    if status == "success" and max_mass_err > 1e-10:
-        status = "failed"
+    if status == Status.SUCCESS and max_mass_err > 1e-10:
+        status = Status.FAILED
         message = f"mass drifted by {max_mass_err:.2e} (relative): conservation broken"
-    if status == "success" and rhos and min_rho < -1e-12 * float(np.max(rhos)):
-        status = "failed"
+    if status == Status.SUCCESS and rhos and min_rho < -1e-12 * float(np.max(rhos)):
+        status = Status.FAILED
         message = f"negative density {min_rho:.3e}: positivity broken"
     nsteps = len(steps.get("t", [1])) - 1
     n_evals = run.vel.n_evals
@@ -639,13 +639,13 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         check = _accuracy(steps_arr, bal["chain"], opts,
                           schedule is not None and schedule.stochastic)
         checks["chain"] = check.as_dict()
-        if status == "success" and not check.passed:
-            status, message = "inaccurate", check.failure()
+        if status == Status.SUCCESS and not check.passed:
+            status, message = Status.INACCURATE, check.failure()
             logger.warning("pde run inaccurate: %s", message)
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
                     history, steps_arr, bal,
                     mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign, checks)
-    if status == "success":
+    if status == Status.SUCCESS:
         logger.info("pde: %d steps (%d rejected), %.2f s", nsteps, run.rejected, wall)
     return res
 

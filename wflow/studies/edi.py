@@ -71,6 +71,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import sample_vmf_mixture
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -226,7 +227,7 @@ def _particle_run(item: tuple) -> dict[str, float]:
                    head_rates=False, clusters=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: particle run {case} failed: {res.message}")
     b = res.balance
     # Euler: trapezoid balance (order 1 either way); RK4: Simpson quadrature, so that the
@@ -249,7 +250,7 @@ def _pde_run(item: tuple) -> dict:
                     n_saves=2, clusters=False, progress=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: PDE on {mesh_name} failed: {res.message}")
     return {"edi": float(res.balance["edi"]), "dissipation": float(res.balance["dissipation"]),
             "h": float(np.sqrt(np.mean(res.areas))), "cells": int(res.areas.size)}
