@@ -25,6 +25,7 @@ RANKS = {
     "wflow.energy": 4,
     "wflow.diagnostics": 5,
     "wflow.status": 5,
+    "wflow.results": 5,
     "wflow.multihead": 6,
     "wflow.particles": 7,
     # the "run" rooms (scenario -> files) sit with the apps: they read scenarios

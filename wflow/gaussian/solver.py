@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ import scipy.integrate
 import scipy.linalg
 import scipy.optimize
 
+from ..results import SolverResult
 from ..status import Status
 from .moments import (
     _IMPLICIT,
@@ -79,11 +81,28 @@ _EPS = np.finfo(np.float64).eps
 
 
 @dataclass(frozen=True)
-class GaussianTrajectory:
-    """Solution of the moment ODE.
+class GaussianTrajectory(SolverResult):
+    """Solution of the moment ODE (the fields of :class:`~wflow.results.SolverResult`, and).
 
     Attributes
     ----------
+    status : Status
+        ``COMPLETED`` (``"completed"``: the final time reached), ``BLOWUP``
+        (``"blowup"``: stopped at the covariance blow-up event) or ``FAILED``.
+    message : str
+    options : dict
+        The integration settings (``T``, ``method``, ``rtol``, ``atol``,
+        ``blowup_factor``, ``max_step``).
+    history : dict
+        ``{"m": m, "Sigma": Sigma}`` (the same arrays as the attributes).
+    checks : dict
+        Empty: the moment ODE has no a-posteriori accuracy check (``solve_ivp``'s
+        tolerances control the error).
+    stats : dict
+        ``{"nfev": nfev}``.
+    engine : str
+        ``"scipy"`` (:func:`scipy.integrate.solve_ivp`); ``order`` is ``None``
+        (adaptive, tolerance-controlled).
     t : (n_t,) array
         Output times: the requested ones up to the stop time, plus the stop time itself on
         a blow-up event or a failure.
@@ -92,14 +111,12 @@ class GaussianTrajectory:
         Symmetric PSD, rank ``rank`` at every time.
     rank : int
         ``rank Σ₀`` (invariant).
-    status : {"completed", "blowup", "failed"}
     blowup_time : float or None
         Extrapolated blow-up time ``t*`` (``status == "blowup"``).
     event_time : float or None
         Time at which ``tr Σ`` crossed the threshold.
     threshold : float
         The blow-up threshold on ``tr Σ``.
-    message : str
     nfev : int
         Right-hand-side evaluations.
     """
@@ -108,11 +125,9 @@ class GaussianTrajectory:
     m: np.ndarray
     Sigma: np.ndarray
     rank: int
-    status: str
     blowup_time: float | None
     event_time: float | None
     threshold: float
-    message: str
     nfev: int
 
     @property
@@ -268,6 +283,7 @@ def integrate_moments(
     event_time: float | None = None
     blowup_time: float | None = None
     seg, a = 0, 0.0
+    t_start = time.perf_counter()
     # trial stages of an implicit method may overflow near a blow-up: let solve_ivp reject
     # them (step-size control) instead of raising; the result is checked for finiteness below
     with np.errstate(all="ignore"):
@@ -344,6 +360,11 @@ def integrate_moments(
         raise ValueError("integrate_moments: no output time was reached")
     if not (np.all(np.isfinite(m_arr)) and np.all(np.isfinite(S_arr))):
         raise FloatingPointError("integrate_moments: non-finite moments (NaN/Inf)")
+    options = {"T": float(T), "method": method, "rtol": rtol, "atol": atol,
+               "blowup_factor": blowup_factor, "max_step": max_step}
     return GaussianTrajectory(t=t_arr, m=m_arr, Sigma=S_arr, rank=r, status=status,
                               blowup_time=blowup_time, event_time=event_time,
-                              threshold=threshold, message=message, nfev=nfev)
+                              threshold=threshold, message=message, nfev=nfev,
+                              options=options, history={"m": m_arr, "Sigma": S_arr},
+                              stats={"nfev": nfev}, engine="scipy", order=None,
+                              wall_time=time.perf_counter() - t_start)

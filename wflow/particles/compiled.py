@@ -443,9 +443,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     except FloatingPointError as exc:
         wall = time.perf_counter() - t_start
         logger.error("particle run failed: %s", exc)
-        return ParticleResult(Status.FAILED, str(exc), opts, INTEGRATOR_ORDER[opts.integrator],
-                              grid[rec_idx], {}, {}, {}, x0[None], theta0[None], None, None,
-                              wall, sign)
+        return ParticleResult(Status.FAILED, str(exc), opts, grid[rec_idx], {}, {}, x0[None],
+                              theta0[None], sign=sign, order=INTEGRATOR_ORDER[opts.integrator],
+                              wall_time=wall, engine="compiled")
     finally:
         if bar is not None:
             bar.close()
@@ -491,12 +491,12 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     klog.counts["direct"] = evals * P
     x_fin = np.ascontiguousarray(np.swapaxes(X[:, :d, :n], 1, 2))
     res = ParticleResult(
-        status, message, opts, INTEGRATOR_ORDER[opts.integrator], t_rec, history, steps, bal,
-        x_fin, TH.copy(),
+        status, message, opts, t_rec, steps, bal, x_fin, TH.copy(),
         np.array([np.stack(tr) for tr in trajs]) if opts.save_trajectory else None,
         np.array([np.stack(tr) for tr in ttrajs])
         if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary(), "engine": "compiled"}, checks)
+        sign, {"kernel": klog.summary(), "engine": "compiled"}, history=history, checks=checks,
+        order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall, engine="compiled")
     if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
     elif status != Status.SUCCESS:

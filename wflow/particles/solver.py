@@ -115,6 +115,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
              options: ParticleOptions | None = None, **kwargs) -> ParticleResult:
     """Run the particle system and record diagnostics and the energy balance.
 
+    The order of every solve function (docs/guide/solvers.md): the initial state, the
+    heads or schedule, the attention; then keywords only (``options=``)::
+
+        simulate(x0, heads, attn, options=ParticleOptions(...))
+
     Parameters
     ----------
     x0 : (n, d) array
@@ -226,10 +231,10 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             bar.close()
     wall = time.perf_counter() - t_start
     if status == Status.FAILED:
-        return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
-                              grid[rec_idx], {}, {}, {}, x0[None],
-                              schedule.initial_theta()[None], None, None, wall, sign,
-                              {"engine": "python", "engine_reason": why})
+        return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
+                              schedule.initial_theta()[None], None, None, sign,
+                              {"engine": "python", "engine_reason": why},
+                              order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall)
     history = {k: np.stack(v) for k, v in hist.items()}
     t_rec = grid[rec_idx]
     if "entropy" in history and t_rec.size >= 3:
@@ -239,12 +244,12 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     res = ParticleResult(
-        status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
-        {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
-        np.stack(trajs) if opts.save_trajectory else None,
+        status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal, np.stack(xs),
+        np.stack(thetas), np.stack(trajs) if opts.save_trajectory else None,
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
-        checks)
+        sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
+        history=history, checks=checks, order=INTEGRATOR_ORDER[opts.integrator],
+        wall_time=wall, engine="python")
     if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
     elif status != Status.SUCCESS:

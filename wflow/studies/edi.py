@@ -246,7 +246,7 @@ def _pde_run(item: tuple) -> dict:
     mesh_name, dt, T, flow, order = item
     heads, attn = model()
     mesh = load_mesh(mesh_name)
-    res = solve_pde(mesh, DENSITY, heads, attn, T=T, dt=dt, order=order, flow=flow,
+    res = solve_pde(DENSITY, heads, attn, mesh=mesh, T=T, dt=dt, order=order, flow=flow,
                     n_saves=2, clusters=False, progress=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
@@ -502,7 +502,7 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
         cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)
         rho0 = initial_density(sm, density)
         opts = JKOOptions(T=T, tau=T / n, scheme=scheme, ot=ot, eps_scale=4.0, verify=False)
-        res = solve_jko(cen, areas, rho0 * areas, heads, attn, options=opts,
+        res = solve_jko(rho0 * areas, heads, attn, points=cen, areas=areas, options=opts,
                         mesh=sm if scheme == "fv" else None, step_mobility=step_mobility)
         hist = res.history
         out["tau"].append(T / n)

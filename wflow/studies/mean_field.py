@@ -201,7 +201,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     T_pde = T * (1.0 - size) if fam == "pde-stop-short" else T
     vscale = 1.0 + size if fam == "particles-velocity" else 1.0
     kind = "usa" if fault == "particles-no-mobility" else attn.kind  # of the particles
-    pde = solve_pde(mesh, rho0, p_heads, p_attn, T=T_pde, dt=0.05, order=2, n_saves=2,
+    pde = solve_pde(rho0, p_heads, p_attn, mesh=mesh, T=T_pde, dt=0.05, order=2, n_saves=2,
                     balance=False, clusters=False, progress=False)
     if pde.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: PDE failed: {pde.message}")
