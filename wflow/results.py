@@ -19,12 +19,15 @@ each result.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .status import Status
 
-__all__ = ["SolverResult", "status_summary"]
+__all__ = ["SolverResult", "finish_history", "status_summary"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +109,21 @@ def status_summary(res: SolverResult) -> dict[str, Any]:
     message = res.message or ("" if status.usable else status.message)
     return {"status": status.value, "message": message, "remedy": status.remedy,
             "checks": dict(res.checks)}
+
+
+def finish_history(rows: Mapping[str, Sequence[Any]], status: Status | str,
+                   message: str) -> tuple[dict[str, np.ndarray], np.ndarray, Status, str]:
+    """End of a solver's run loop: recorded rows as arrays, and the final status.
+
+    Returns ``(history, t, status, message)``: ``history`` holds every row but ``"t"`` as
+    an array, ``t`` the recorded times. A non-finite value in any column turns a status
+    other than ``FAILED`` into ``FAILED`` with a message naming the column: a run never
+    reports success (or a softer status) with NaN/Inf in its diagnostics.
+    """
+    status = Status(status)
+    history = {k: np.asarray(v) for k, v in rows.items() if k != "t"}
+    t = np.asarray(rows.get("t", []), dtype=np.float64)
+    for name, arr in history.items():
+        if status != Status.FAILED and not np.all(np.isfinite(arr)):
+            status, message = Status.FAILED, f"non-finite values in diagnostic {name!r}"
+    return history, t, status, message

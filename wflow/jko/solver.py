@@ -49,9 +49,8 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
-from ..infra.io import finish_history
 from ..infra.progress import progress_bar
-from ..results import SolverResult
+from ..results import SolverResult, finish_history
 from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
 from .cost import _Geometry
 from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry

@@ -60,10 +60,9 @@ from ..energy import (
 )
 from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
-from ..infra.io import finish_history
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..results import SolverResult
+from ..results import SolverResult, finish_history
 from ..status import Check, Status, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
