@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import wflow.apps.jobs.particles as prun
 import wflow.apps.main_job as mj
-import wflow.particles.run as prun
 from wflow.cli import main
 from wflow.infra import lock
 from wflow.infra.io import (

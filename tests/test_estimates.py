@@ -14,9 +14,9 @@ import math
 
 import pytest
 
+import wflow.apps.jobs.particles as prun
 import wflow.apps.main_job as mj
 import wflow.infra.estimate as est
-import wflow.particles.run as prun
 from wflow.cli import main
 from wflow.infra.estimate import (
     CONFIRM_SECONDS,

@@ -27,11 +27,6 @@ RANKS = {
     "wflow.status": 5,
     "wflow.multihead": 6,
     "wflow.particles": 7,
-    # the "run" rooms (scenario -> files) sit with the apps: they read scenarios
-    "wflow.particles.run": 11,
-    "wflow.pde.run": 11,
-    "wflow.jko.run": 11,
-    "wflow.gaussian.run": 11,
     "wflow.pde": 7,
     "wflow.jko": 8,
     "wflow.gaussian": 7,

@@ -4,7 +4,7 @@ Four FV levels (320, 500, 720, 980 cells; h ∝ τ), W₂ and L¹ of the JKO aga
 surrogate PDE on the same mesh at the JKO times, the JKO's EDI residual, each with a fitted
 order and a verdict (thresholds: wflow/apps/main_job.py, ``ORDER_MIN_*``). Negative
 controls are injected through the public API the main job calls
-(``wflow.jko.run.run_jko_scenario``; the FV step ``wflow.jko.solver.fv_step``), perturbing
+(``wflow.apps.jobs.jko.run_jko_scenario``; the FV step ``wflow.jko.solver.fv_step``), perturbing
 only the JKO: β × 1.03, a JKO that steps 1.1τ while it says τ, recorded times
 ``t_k = 1.1kτ``, and the softmax mobility replaced by ``b̂ = 1``. Each makes the run
 not ``success`` with the named verdict FAIL; the correct scheme passes on the same
@@ -26,8 +26,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import wflow.apps.jobs.jko as jko_run
 import wflow.apps.main_job as mj
-import wflow.jko.run as jko_run
 import wflow.jko.solver as jko_solver
 from wflow.attention.heads import Attention
 

@@ -134,8 +134,8 @@ def test_pde_large_beta_is_inaccurate_and_written(tmp_path):
     numbers finite (E ~ 1e82), but the kernel is narrower than a cell: the chain-rule
     residual is ~70 % of the budget → "inaccurate", written with the reason. Positive
     control: β = 1 → "success" (residual 2.2e-3 against 0.01)."""
+    from wflow.apps.jobs.pde import run_pde
     from wflow.apps.scenario import load_scenario
-    from wflow.pde.run import run_pde
 
     for beta, status in (("200.0", "inaccurate"), ("1.0", "success")):
         p = tmp_path / f"b{beta}.toml"

@@ -579,7 +579,7 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
 
 def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None,
              scheme=None):
-    from ..jko.run import run_jko_scenario
+    from .jobs.jko import run_jko_scenario
 
     res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
                            tau=tau, scheme=scheme)

@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.jobs.jko import run_jko
     from ..apps.scenario import load_scenario
-    from ..jko.run import run_jko
 
     out = prepare(args)
     sc = load_scenario(args.scenario)

@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
+    from ..apps.jobs.pde import run_pde
     from ..apps.scenario import load_scenario
-    from ..pde.run import run_pde
 
     out = prepare(args)  # collective: rank 0 decides
     sc = load_scenario(args.scenario)

@@ -83,10 +83,10 @@ from .moments import psd_factor
 from .params import GaussianParams
 from .riccati import (
     EquilibriumFamily,
-    _scalar_value,
     blowup_time_closed_form,
     equilibria,
     quadratic_term_vanishes,
+    scalar_value,
     sym_basis,
 )
 from .solver import integrate_moments
@@ -298,7 +298,7 @@ def commuting_structure(params: GaussianParams, rtol: float = 1e-10
 
     ``U`` is the common eigenbasis: ``A_s = U diag(a) Uᵀ``, ``C = U diag(c) Uᵀ``.
     """
-    v = _scalar_value(params.V)
+    v = scalar_value(params.V)
     if v is None:
         return None
     A = params.A
@@ -551,7 +551,7 @@ def _homogeneous_setup(params: GaussianParams
                        ) -> tuple[np.ndarray, np.ndarray, bool, float] | None:
     """``(V', B', commuting, s)`` for rule 3, or None."""
     V, B = params.V, params.B
-    v = _scalar_value(V)
+    v = scalar_value(V)
     nV, nB = float(np.linalg.norm(V)), float(np.linalg.norm(B))
     if v is not None:
         if v == 0.0:
@@ -585,7 +585,7 @@ def _blowup_bound(Vp: np.ndarray, Bp: np.ndarray, Sigma0: np.ndarray) -> float:
 
 def _integrated_blowup(params: GaussianParams, Sigma0: np.ndarray, bound: float,
                        solver: str) -> float | None:
-    if _scalar_value(params.V) is not None:
+    if scalar_value(params.V) is not None:
         t = blowup_time_closed_form(params, Sigma0, t_max=1.001 * bound, n_grid=2000)
         return t if math.isfinite(t) else None
     rtol, atol, _ = probe_tolerances(Sigma0)
@@ -700,7 +700,7 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
             bound = _blowup_bound(Vp, Bp, Sigma0)
             details["blowup_time_bound"] = bound
             t = _integrated_blowup(params, Sigma0, bound, solver)
-            src = "closed form" if _scalar_value(params.V) is not None else "integrator"
+            src = "closed form" if scalar_value(params.V) is not None else "integrator"
             return Classification("blows_up", "exact",
                                   f"{same} with d/dt ≥ κ(tr V'⁻¹Σ)²: blow-up before "
                                   f"t = {bound:.6g} (time from the {src})",
