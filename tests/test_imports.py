@@ -20,7 +20,6 @@ RANKS = {
     "wflow.infra": 0,
     "wflow.geometry": 1,
     "wflow.attention": 2,
-    "wflow.published.td": 3,
     "wflow.kernels": 3,
     "wflow.energy": 4,
     "wflow.diagnostics": 5,

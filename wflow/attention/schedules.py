@@ -14,12 +14,12 @@ Schedules:
 * :class:`Static` — ``θ̇ = 0``;
 * :class:`OrnsteinUhlenbeck` — ``dθ = −κ(θ − θ_∞) dt + σ(t) dW``, ``σ(t) = σ₀ e^{−γt}``,
   optional symmetric noise ``dW_sym = √dt (Z + Zᵀ)/2``; Euler–Maruyama with a seeded
-  generator (closed form when ``σ₀ = 0``); :func:`wflow.published.td.published_ou` is the
+  generator (closed form when ``σ₀ = 0``); :func:`wflow.attention.published.published_ou` is the
   published OU experiment (``σ² = 2``);
 * :class:`Oscillating` — ``θ(t) = θ_∞ + a ⊙ sin(ωt + φ_h)``, ``φ_h = 2πh/H``;
 * :class:`Relaxed` — ``dθ/dt = κ(F_h(t) − θ)`` towards an oscillating target
-  (built-in: the published frames of :mod:`wflow.published.td`, docs/theory.md §5, and wflow's
-  rotating-reflection variant);
+  (built-in: the published frames of :mod:`wflow.attention.published`, docs/theory.md §5,
+  and wflow's rotating-reflection variant);
 * :class:`Layers` — piecewise constant, layer ``ℓ`` acts on ``[ℓΔ, (ℓ+1)Δ)``;
 * :class:`CallableSchedule` — any ``dθ/dt = f(θ, t)`` (+ optional noise), also given as
   ``"package.module:function"`` in a scenario file.
@@ -384,9 +384,9 @@ class Relaxed(Schedule):
 
     ``target`` is a callable ``F(t) -> (H, rows, d)``. Built-in targets:
 
-    * :func:`wflow.published.td.published_relaxed` — the frames of the published
-      experiments (:class:`~wflow.published.td.PublishedFrames`, docs/theory.md §5), ``κ = 1``,
-      value ``V_h = −A_h``;
+    * :func:`wflow.attention.published.published_relaxed` — the frames of the published
+      experiments (:class:`~wflow.attention.published.PublishedFrames`, docs/theory.md §5),
+      ``κ = 1``, value ``V_h = −A_h``;
     * :meth:`rotating` — wflow's own variant ``F_h(t) = c I + α P(ω (t + 2πh/H))`` with
       the rotating reflection :func:`oscillating_pattern` (not the published experiment).
       With ``ω`` an integer its first harmonics cancel in ``(1/H) Σ_h``; ``ω = 1/2``
@@ -559,7 +559,7 @@ class ScheduleContext:
         scenario's mixing weights (``schedule.files``).
     published_relaxed : callable, optional
         ``published_relaxed(theta0, *, w, value_sign, kappa)``: the relaxed schedule towards
-        the published frames (:func:`wflow.published.td.published_relaxed`), given by the
+        the published frames (:func:`wflow.attention.published.published_relaxed`), given by the
         scenario so that this module stays below :mod:`wflow.published`.
     """
 
@@ -714,7 +714,7 @@ class RelaxedType(ScheduleType):
                                         "it belongs to target = 'rotating' (wflow's variant)")
             if ctx.published_relaxed is None:
                 raise ScenarioError("schedule.target: 'published' needs the published frames "
-                                    "(wflow.published.td), not given to this builder")
+                                    "(wflow.attention.published), not given to this builder")
             return ctx.published_relaxed(theta0, w=heads.w, value_sign=param.value_sign,
                                          kappa=table["kappa"])
         return Relaxed.rotating(theta0, w=heads.w, value_sign=param.value_sign,
