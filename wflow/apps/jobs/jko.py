@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...attention.heads import Attention
-from ...jko.options import jko_options_from_dict
+from ...jko.options import auto_steps_bound, jko_options_from_dict
 from ...jko.solver import JKOResult, auto_step, solve_jko
 
 __all__ = [
@@ -141,7 +141,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     sm = load_mesh(mesh_spec)
     M = int(sm.num_global)
     k = opts.steps if not extras["tau_auto"] or tau is not None else \
-        max(1, int(np.ceil(opts.T / (3 * np.sqrt(4 * np.pi / M)))))
+        auto_steps_bound(opts.T, M)
     check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
                                 steps=k, max_pairs=opts.max_pairs,
                                 dense_ot_max_cells=opts.dense_ot_max_cells,

@@ -15,12 +15,14 @@ def _estimate(sc: Scenario, mesh, popts, ropts: RunOptions, *, confirm: bool) ->
     """Cost estimate of the phases before any runs (refuses what cannot fit)."""
     from ...infra.estimate import check_estimate, estimate_main_job
     from ...jko import jko_options_from_dict
+    from ...jko.options import auto_steps_bound
 
     H = int(sc.build_heads().H)
     jko_steps = None
-    if ropts.jko:  # a given τ: its step count (else the estimate's "auto" bound)
+    if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
         _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
-        jko_steps = None if extras["tau_auto"] else int(jopts.steps)
+        jko_steps = (auto_steps_bound(float(popts.T), int(mesh.num_global))
+                     if extras["tau_auto"] else int(jopts.steps))
     est = estimate_main_job(cells=int(mesh.num_global), n=ropts.n_particles, H=H,
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
