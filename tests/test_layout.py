@@ -47,3 +47,32 @@ def test_every_public_name_resolves(pkg):
     for name in mod.__all__:
         obj = getattr(mod, name)
         assert not isinstance(obj, types.ModuleType), f"{pkg}.{name} is a module"
+
+
+#: The numba back-ends: one compiled kernel per specialisation, kept in one file each.
+LONG_FILE_EXEMPT = {"_numba.py", "_path_numba.py", "_fv_numba.py"}
+#: Most lines of a module of wflow (the numba back-ends excepted).
+MAX_LINES = 700
+#: ... and of a room of the main job (``wflow/apps/main/``).
+MAX_MAIN_ROOM_LINES = 500
+
+
+def _too_long(paths, limit: int, root: Path = WFLOW) -> list[str]:
+    return [f"{p.relative_to(root)}: {n} lines" for p in paths
+            if p.name not in LONG_FILE_EXEMPT
+            and (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_module_is_over_700_lines():
+    """Rooms named after what they hold: no module over :data:`MAX_LINES` lines."""
+    assert not _too_long(sorted(WFLOW.rglob("*.py")), MAX_LINES)
+    assert not _too_long(sorted((WFLOW / "apps" / "main").glob("*.py")), MAX_MAIN_ROOM_LINES)
+
+
+def test_the_line_rule_catches_a_long_file(tmp_path):
+    """Negative control: a 701-line module is reported, an exempt back-end is not."""
+    long = tmp_path / "long.py"
+    long.write_text("x = 1\n" * (MAX_LINES + 1))
+    exempt = tmp_path / "_numba.py"
+    exempt.write_text(long.read_text())
+    assert _too_long([long, exempt], MAX_LINES, tmp_path) == [f"long.py: {MAX_LINES + 1} lines"]
