@@ -37,7 +37,8 @@ def test_solver_packages_write_no_files(pkg):
 
 
 @pytest.mark.parametrize("pkg", ["wflow", *(f"wflow.{p}" for p in SOLVERS), "wflow.apps.reproduce",
-                                 "wflow.status"])
+                                 "wflow.apps.main", "wflow.kernels", "wflow.infra.io",
+                                 "wflow.attention.schedules", "wflow.status"])
 def test_every_public_name_resolves(pkg):
     """Each name of ``__all__`` exists (the top level's lazy ones included) and is not
     shadowed by a submodule of the same name."""
@@ -47,6 +48,53 @@ def test_every_public_name_resolves(pkg):
     for name in mod.__all__:
         obj = getattr(mod, name)
         assert not isinstance(obj, types.ModuleType), f"{pkg}.{name} is a module"
+
+
+#: Internal pieces: importable from their modules, not part of the face (``wflow.__all__``).
+INTERNAL = {"KernelLog": "wflow.kernels", "KernelPlan": "wflow.kernels",
+            "ParticleTerms": "wflow.kernels", "particle_terms": "wflow.kernels",
+            "plan_kernel": "wflow.kernels", "euler_path": "wflow.particles",
+            "EulerPath": "wflow.particles"}
+#: What a user needs without knowing the house (issue #32): initial data, the jobs, the
+#: studies, the extension points; one name per concept (the multi-head rate is not ``phi``).
+FACE = {"initial_density", "sample_particles", "run_particles", "run_pde", "run_jko",
+        "run_main_job", "run_experiments", "verify", "simulate", "solve_pde", "solve_jko",
+        "INTEGRATORS", "SCHEDULE_TYPES", "equiangular_rate"}
+
+
+def test_the_face_holds_the_public_names_and_no_internal_one():
+    import wflow
+
+    assert FACE <= set(wflow.__all__), sorted(FACE - set(wflow.__all__))
+    assert not set(INTERNAL) & set(wflow.__all__), sorted(set(INTERNAL) & set(wflow.__all__))
+    assert "phi" not in wflow.__all__
+    for name, mod in INTERNAL.items():
+        assert hasattr(importlib.import_module(mod), name), f"{mod}.{name}"
+    kinds = importlib.import_module("wflow.attention.kinds")
+    if hasattr(kinds, "register_kind"):  # the extension point of kinds, where it exists
+        assert "register_kind" in wflow.__all__
+
+
+def test_dir_lists_every_public_name_lazy_ones_included():
+    """``dir(wflow)`` holds every name of ``__all__``, before any lazy name is loaded (a
+    fresh interpreter: the heavy modules are not imported by ``dir``)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, wflow; d = set(dir(wflow)); missing = set(wflow.__all__) - d; "
+            "assert not missing, sorted(missing); "
+            "assert 'dolfinx' not in sys.modules and 'ot' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_dir_check_catches_a_missing_lazy_name(monkeypatch):
+    """Negative control: a lazy name dropped from ``__dir__`` is missed by ``dir``."""
+    import wflow
+
+    monkeypatch.setattr(wflow, "_LAZY", {k: v for k, v in wflow._LAZY.items() if k != "run_pde"})
+    assert "run_pde" not in dir(wflow) and "run_pde" in wflow.__all__
 
 
 #: The numba back-ends: one compiled kernel per specialisation, kept in one file each.
