@@ -110,7 +110,7 @@ html_show_sourcelink = False
 
 #: Top-level pages the index lists itself; every other ``docs/*.md`` (pages that other
 #: work adds, e.g. ``jko.md``) is listed in the guides' table of contents automatically.
-_LISTED = {"index", "theory"}
+_LISTED = {"index", "theory", "install", "troubleshooting", "changelog", "citing"}
 
 
 def _extra_toc(app, docname, source):
