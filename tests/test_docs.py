@@ -78,7 +78,15 @@ def test_site_builds_without_warnings(tmp_path):
     from wflow_links import broken_links
 
     assert broken_links(html) == []
+    # no development notes on user pages (the history is in the changelog)
+    notes = [(str(p.relative_to(html)), m.group(0)) for p in html.rglob("*.html")
+             if p.name != "changelog.html" and "_modules" not in p.parts
+             for m in DEV_NOTE.finditer(re.sub(r"<[^>]+>", " ", p.read_text(encoding="utf-8")))]
+    assert not notes, f"development notes on user pages: {notes[:8]}"
 
+
+#: A development note: an issue number, a "what changed (issue N)" section.
+DEV_NOTE = re.compile(r"\bissues? #?\d+\b|\(#\d+\)|What changed \(", re.I)
 
 #: A script, style sheet, image or frame loaded from another host (``//host``, ``http(s)://``).
 REMOTE = re.compile(r"<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)=[\"']?"
