@@ -192,6 +192,22 @@ def _jko_fv_quiet() -> dict:
     return {"s40": g(q[40500]["per_step_wall_s"], 2), "s162": g(q[162000]["per_step_wall_s"], 3)}
 
 
+def _w2_sparse() -> dict:
+    r = next(x for x in load("bench_w2_sparse")["rows"]
+             if x["cells"] == 40500 and x["kind"] == "cells" and x["method"] == "sparse")
+    return {"cpu": g(r["cpu_s"], 2), "mb": f"{round(r['peak_rss_mb']):d}"}
+
+
+def _field() -> dict:
+    f = load("bench_reproduce_field")["rows"]
+    st, gl = f["metastable_staircase"], f["glpr_phase"]
+    ranks = f["glpr_phase_ranks_full"]
+    return {"st_pub": g(st["published_full_run"]["cpu_s"], 3), "st_wf": g(st["wflow_full_s"], 3),
+            "gl_1": g(ranks["ranks_1"]["wall_s"], 3),
+            "gl_pub": cells(round(gl["published_full_s_from_9beta"])),
+            "gl_2": g(ranks["ranks_2"]["wall_s"], 3), "gl_x": g(ranks["speedup_2_ranks"], 3)}
+
+
 #: ``(page, phrase)``: each phrase, filled from its results file, stands on its page.
 PHRASES: list[tuple[str, str, Callable[[], dict]]] = [
     ("docs/guide/performance.md",
@@ -219,6 +235,11 @@ PHRASES: list[tuple[str, str, Callable[[], dict]]] = [
     ("docs/guide/performance.md",
      "{s40} s of wall time per step at 40 500 cells and {s162} s at 162 000", _jko_fv_quiet),
     ("README.md", "one step takes {s40} s at 40 500 cells, {s162} s at 162 000", _jko_fv_quiet),
+    ("README.md", "{cpu} s CPU and {mb} MB at 40 500 cells", _w2_sparse),
+    ("README.md", "({st_pub} s CPU there, {st_wf} s here)", _field),
+    ("README.md", "`glpr_phase` takes {gl_1} s on one thread (the published code {gl_pub} s, "
+     "measured on 9 of its 90 β) and {gl_2} s under `mpirun -n 2`, every output array "
+     "identical ({gl_x}×)", _field),
 ]
 
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
