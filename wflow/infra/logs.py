@@ -10,8 +10,9 @@ records are kept as plain dictionaries (JSON-ready: ``summary.json`` ``warnings[
         solve_jko(...)
     found  # [{"phase": "jko", "logger": "wflow.jko.solver", "message": "jko: ..."}]
 
-The handler only records: the records still reach the terminal as before, and nothing is
-changed in the logging configuration once the block exits.
+The handler only records: the records still reach the terminal as before, no logger's
+level is changed (a program that silenced wflow's warnings gets none collected either),
+and the handler is removed when the block exits.
 """
 
 from __future__ import annotations
@@ -60,12 +61,8 @@ def collect_warnings(phase: str, into: list[dict] | None = None) -> Iterator[lis
     out: list[dict] = [] if into is None else into
     root = logging.getLogger("wflow")
     handler = _Collector(phase, out)
-    old_level = root.level
-    root.addHandler(handler)
-    if root.getEffectiveLevel() > logging.WARNING:  # warnings must reach the handler
-        root.setLevel(logging.WARNING)
+    root.addHandler(handler)  # no level is changed: what is logged is what is collected
     try:
         yield out
     finally:
         root.removeHandler(handler)
-        root.setLevel(old_level)
