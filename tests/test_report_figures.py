@@ -104,3 +104,25 @@ def test_a_tolerance_across_other_curves_is_caught():
         assert tolerance_problems(fig, {"tolerance": "EDI"})
     finally:
         plt.close(fig)
+
+
+def test_density_pictures_use_a_log_scale_over_the_data():
+    """The density pictures (GIF, sphere renders) colour a clustered density on a log scale
+    spanning the data, at most ``RENDER_DECADES`` decades: on the former linear ``[0, max]``
+    scale the opposite side of the default run (3e-4 … 0.3 against a maximum of 6.95) was
+    one colour."""
+    from wflow.apps.animate import RENDER_DECADES, log_colour_range
+
+    rho = np.array([6.95, 0.31, 7.3e-3, 3.0e-4])
+    lo, hi = log_colour_range(rho)
+    assert (lo, hi) == (3.0e-4, 6.95)
+    # the opposite side's values spread over several decades of the scale, not one colour
+    span = np.log10(rho[1:] / lo) / np.log10(hi / lo)
+    assert span.max() - span.min() > 0.5
+    # more decades than allowed: clipped there; a constant density: one decade below it
+    lo, hi = log_colour_range(np.array([1.0, 1e-12]))
+    assert lo == pytest.approx(10.0 ** -RENDER_DECADES, rel=1e-12) and hi == 1.0
+    assert log_colour_range(np.full(5, 2.0)) == (0.2, 2.0)
+    # negative control: a linear [0, max] scale puts the three small values within 5 %
+    lin = rho[1:] / rho.max()
+    assert lin.max() - lin.min() < 0.05

@@ -193,18 +193,39 @@ def token_snapshots(rows: list[tuple[str, np.ndarray]], t: np.ndarray, path: str
     return path
 
 
+#: The logarithmic colour scales of the density pictures span at most this many decades
+#: below the largest density shown (:func:`log_colour_range`).
+RENDER_DECADES = 6
+
+
+def log_colour_range(rho: np.ndarray, decades: int = RENDER_DECADES) -> tuple[float, float]:
+    """``(lo, hi)`` of a logarithmic colour scale for the cell densities ``rho``.
+
+    ``hi = max ρ``; ``lo`` the smallest positive value, raised to ``hi · 10^-decades``
+    where it lies further below, and lowered to ``hi / 10`` for a (nearly) constant
+    density. A clustered density spans decades: on a linear ``[0, max ρ]`` scale every cell
+    away from the clusters gets the lowest colour. Values below ``lo`` are drawn in it.
+    """
+    rho = np.asarray(rho, float)
+    hi = float(np.max(rho)) if rho.size else 0.0
+    if not hi > 0:
+        return 1e-300, 1.0
+    lo = max(float(rho[rho > 0].min()), hi * 10.0 ** -decades)
+    return min(lo, hi / 10.0), hi
+
+
 def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path: str | Path, *,
                 title: str = "", frames: int = GIF_FRAMES, ms: int = GIF_FRAME_MS) -> Path:
     """Animate a cell density on a sphere mesh: ``cell_vertices (M, 3, 3)``, ``rho (K, M)``.
 
-    One colour scale for all frames (``[0, max ρ]``, viridis); cells facing away from
-    the camera are not drawn.
+    One logarithmic colour scale for all frames (:func:`log_colour_range`, viridis); cells
+    facing away from the camera are not drawn.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import LogNorm
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
     verts = np.asarray(cell_vertices, float)
@@ -218,12 +239,12 @@ def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path:
         raise ValueError("density_gif: non-finite density or vertices")
     centre = verts.mean(axis=1)
     centre /= np.linalg.norm(centre, axis=1, keepdims=True)
-    norm = Normalize(0.0, max(float(rho.max()), 1e-300))
+    norm = LogNorm(*log_colour_range(rho), clip=True)
     cmap = plt.get_cmap("viridis")
-    fig = plt.figure(figsize=(4.2, 3.6), dpi=_DPI)
-    ax = _sphere_axes(fig, (0, 0, 0.86, 0.94))
+    fig = plt.figure(figsize=(4.6, 3.6), dpi=_DPI)
+    ax = _sphere_axes(fig, (0, 0, 0.76, 0.94))  # the colour bar, its ticks and label beside
     sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, cax=fig.add_axes((0.84, 0.2, 0.03, 0.56)), label="density")
+    fig.colorbar(sm, cax=fig.add_axes((0.77, 0.2, 0.03, 0.56)), label="density (log)")
     head = ax.set_title("", fontsize=8, pad=0)
     coll: Poly3DCollection | None = None
     idx = frame_indices(rho.shape[0], frames)
