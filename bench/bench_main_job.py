@@ -32,6 +32,26 @@ def _wflow() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "wflow.cli"]
 
 
+def key_numbers(summary: dict) -> dict:
+    """The numbers of the run the guide quotes (``docs/guide/main_job.md``), from its summary.
+
+    The run is deterministic (seeded): these are the same on every repeat of one machine.
+    """
+    tab = summary.get("jko_refinement") or {}
+    keep = ("cells", "tau", "w2_max", "l1_max", "edi_abs_relative", "status", "locked_steps",
+            "empty_cells")
+    return {"status": summary.get("status"),
+            "w2_particles_vs_pde": summary["w2"]["particles_vs_pde"],
+            "w2_particles_vs_pde_initial": summary["w2"]["particles_vs_pde_initial"],
+            "jko_edi_check": summary["checks"]["jko"]["edi"]["value"],
+            "jko_edi_tolerance": summary["checks"]["jko"]["edi"]["tolerance"],
+            "rows": [{k: r[k] for k in keep if k in r} for r in tab.get("rows", [])],
+            "orders": {k: tab.get(f"order_{k}") for k in ("w2", "l1", "edi")},
+            "ot_crosscheck": {k: v for k, v in (tab.get("ot_crosscheck") or {}).items()
+                              if k in keep},
+            "warnings": summary.get("warnings", [])}
+
+
 def one_run(out: Path, env: dict[str, str]) -> dict:
     """One ``wflow run --out out`` in a fresh process: times, load, status, phases."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -49,6 +69,7 @@ def one_run(out: Path, env: dict[str, str]) -> dict:
             "status": summary.get("status"),
             "phases_wall_s": {k: round(float(v), 2)
                               for k, v in summary.get("wall_time_s", {}).items()},
+            "numbers": key_numbers(summary) if summary else None,
             "stderr_tail": r.stderr[-400:] if r.returncode else ""}
 
 
