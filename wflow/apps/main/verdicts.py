@@ -175,7 +175,7 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
                f" (only {len(rows)} levels: a miss is a WARN; judged from "
                f"{MIN_JUDGED_LEVELS} levels)"),
             _table_verdict(ok, len(rows)),
-            f"log–log slope against τ (h ∝ τ; {what}) of the {meaning} The threshold comes "
+            f"log–log slope against τ (h ∝ τ; {what}) of {meaning} The threshold comes "
             "from measured orders of the correct scheme and of sized faults (wflow/apps/"
             "main/verdicts.py, ORDER_MIN_*): a table that does not shrink, or shrinks slower, "
             "is not converging to the PDE (a wrong mobility, β or τ in the JKO step)."
