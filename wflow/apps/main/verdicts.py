@@ -192,7 +192,10 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
             f"({ot.get('cells')} cells)", ot.get("w2_max"),
             "— (reported, not judged)", "reported",
             f"the coarsest level run once more with the discrete-OT step (status "
-            f"{ot.get('status')}, {ot.get('locked_steps', '?')} locked steps; L¹ "
+            f"{ot.get('status')}, {ot.get('locked_steps', '?')} locked steps"
+            + (f", up to {ot['empty_cells']} of {ot.get('cells')} cells empty (the OT density "
+               "speckles; the logged warning)" if ot.get("empty_cells") else "")
+            + "; L¹ "
             f"{_fmt(ot.get('l1_max'))}, FV on the same level: W₂ {_fmt(rows[0]['w2_max'])}, "
             f"L¹ {_fmt(rows[0]['l1_max'])}). Not a row of the fit: the OT step moves mass in "
             "whole-cell jumps and locks when τ|v|max <~ h/2 (docs/jko.md).")
