@@ -49,6 +49,8 @@ def key_numbers(summary: dict) -> dict:
             "orders": {k: tab.get(f"order_{k}") for k in ("w2", "l1", "edi")},
             "ot_crosscheck": {k: v for k, v in (tab.get("ot_crosscheck") or {}).items()
                               if k in keep},
+            "not_passed": [v["quantity"] for v in summary.get("verdicts", [])
+                           if v["verdict"] in ("FAIL", "WARN")],
             "warnings": summary.get("warnings", [])}
 
 

@@ -187,6 +187,27 @@ def _main_job() -> dict:
             "load_lo": g(min(loads), 2), "load_hi": g(max(loads), 2)}
 
 
+def _main_job_numbers() -> dict:
+    m = load("bench_main_job")
+    n = next(x["numbers"] for x in m["runs"] if x.get("numbers"))
+    rows, ot = n["rows"], n["ot_crosscheck"]
+    return {"status": n["status"], "edi": f"{n['jko_edi_check']:.3f}",
+            "tol": f"{n['jko_edi_tolerance']:g}",
+            "w2": f"{n['w2_particles_vs_pde']:.3f}",
+            "w20": f"{n['w2_particles_vs_pde_initial']:.3f}",
+            "locked": "no locked step" if not any(r.get("locked_steps") for r in rows)
+            else "locked steps",
+            "pass": "every verdict PASS" if not n.get("not_passed") else
+            "verdicts not passed: " + ", ".join(n["not_passed"]),
+            "w2rows": " / ".join(f"{r['w2_max']:.3f}" for r in rows),
+            "l1rows": " / ".join(f"{r['l1_max']:.2f}" for r in rows),
+            "edirows": " / ".join(f"{r['edi_abs_relative']:.3f}" for r in rows),
+            "ow2": f"{n['orders']['w2']:.2f}", "ol1": f"{n['orders']['l1']:.2f}",
+            "oedi": f"{n['orders']['edi']:.2f}", "otc": ot["cells"],
+            "otw2": f"{ot['w2_max']:.3f}", "otl1": f"{ot['l1_max']:.2f}",
+            "fvw2": f"{rows[0]['w2_max']:.3f}", "fvl1": f"{rows[0]['l1_max']:.2f}"}
+
+
 def _jko_fv_quiet() -> dict:
     q = {r["cells"]: r for r in load("bench_jko_fv_quiet")["rows"]}
     return {"s40": g(q[40500]["per_step_wall_s"], 2), "s162": g(q[162000]["per_step_wall_s"], 3)}
@@ -232,6 +253,12 @@ PHRASES: list[tuple[str, str, Callable[[], dict]]] = [
     ("docs/guide/main_job.md",
      "{cpu_lo}–{cpu_hi} s of CPU time ({wall_lo}–{wall_hi} s of wall time at a 1-min load "
      "of {load_lo}–{load_hi}", _main_job),
+    ("docs/guide/main_job.md",
+     "status `{status}`; JKO Σ|EDI_k| (relative) {edi} (tolerance {tol}), {locked}; "
+     "`W_2` particles vs PDE {w2} at `T` ({w20} at `t = 0`); the table: `W_2`(JKO, PDE) "
+     "{w2rows} (order {ow2}), L¹ {l1rows} (order {ol1}), JKO Σ|EDI_k| {edirows} (order "
+     "{oedi}), {pass}; OT cross-check on {otc} cells: `W_2` {otw2}, L¹ {otl1} "
+     "(FV: {fvw2}, {fvl1})", _main_job_numbers),
     ("docs/guide/performance.md",
      "{s40} s of wall time per step at 40 500 cells and {s162} s at 162 000", _jko_fv_quiet),
     ("README.md", "one step takes {s40} s at 40 500 cells, {s162} s at 162 000", _jko_fv_quiet),
