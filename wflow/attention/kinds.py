@@ -53,6 +53,9 @@ new kind with no edit.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,7 +73,11 @@ __all__ = [
     "KERNELS",
     "REGISTRY",
     "KINDS",
+    "KindNames",
     "get_kind",
+    "register_kind",
+    "registered_kind",
+    "unregister_kind",
 ]
 
 #: Compiled code of the exponential kernel (the ``kind`` argument of the numba kernels).
@@ -156,7 +163,7 @@ class _ReLU(Kernel):
 EXP_KERNEL = _Exponential("exp", CODE_EXP, exponential=True, fastsum=True)
 #: The ReLU kernel ``max(0, s)``.
 RELU_KERNEL = _ReLU("relu", CODE_RELU, exponential=False, fastsum=False)
-#: Every kernel, by name.
+#: Every kernel of a registered kind, by name (kept by :func:`register_kind`).
 KERNELS: dict[str, Kernel] = {kern.name: kern for kern in (EXP_KERNEL, RELU_KERNEL)}
 
 
@@ -214,32 +221,198 @@ class AttentionKind:
         """``Φ''(s)``."""
         return self.kernel.d2phi(s)
 
+    @property
+    def exact_backend(self) -> str:
+        """The exact (unapproximated) sums of this kind: ``"direct"`` (compiled) or ``"numpy"``."""
+        return "direct" if self.compiled else "numpy"
+
+    def not_compiled(self) -> str | None:
+        """Why the compiled paths refuse this kind (``None``: they run it).
+
+        The one message of every compiled path (direct sums, fused particle pass, compiled
+        particle loop, :func:`~wflow.particles.euler_path`).
+        """
+        if self.code is not None:
+            return None
+        return (f"attention kind {self.name!r} (kernel {self.kernel.name!r}) has no compiled "
+                "kernel; use the NumPy back-end / the Python particle loop")
+
     def require_compiled(self, where: str) -> int:
         """The compiled code, or ``ValueError`` naming ``where`` if the kernel has none."""
-        if self.code is None:
-            raise ValueError(f"{where}: attention kind {self.name!r} (kernel "
-                             f"{self.kernel.name!r}) has no compiled kernel; use the NumPy "
-                             "back-end / the Python particle loop")
+        why = self.not_compiled()
+        if why is not None:
+            raise ValueError(f"{where}: {why}")
         return self.code
 
 
-#: name -> kind, in registration order.
+#: name -> kind, in registration order (edit through :func:`register_kind` /
+#: :func:`unregister_kind`).
 REGISTRY: dict[str, AttentionKind] = {}
+#: Names of the kinds built into wflow (never replaced nor unregistered).
+_BUILTIN: set[str] = set()
 
 
 def _register(kind: AttentionKind) -> AttentionKind:
+    """Register a built-in kind (strict: a name registered twice raises)."""
     if kind.name in REGISTRY:
         raise ValueError(f"attention kind {kind.name!r} registered twice")
     REGISTRY[kind.name] = kind
+    KERNELS.setdefault(kind.kernel.name, kind.kernel)
+    _BUILTIN.add(kind.name)
     return kind
+
+
+def _definition(kind: AttentionKind) -> tuple:
+    """What a kind is, independent of the module object that defined it (re-imports)."""
+    kern = kind.kernel
+    mod = type(kern).__module__
+    where = getattr(sys.modules.get(mod), "__file__", None) or mod  # the file, not its name
+    return (kind.name, kind.label, kind.normalised, kern.name, kern.code, kern.exponential,
+            kern.fastsum, where, type(kern).__qualname__)
+
+
+def register_kind(kind: AttentionKind) -> AttentionKind:
+    """Register an attention kind at run time; every path reads it from then on.
+
+    The name becomes valid for :class:`~wflow.attention.heads.Attention`, the scenario
+    key ``[attention] kind``, the CLI's ``--kind`` and every sum, energy and solver (they
+    read :data:`REGISTRY` / :data:`KINDS` at each call). A kernel without compiled code
+    (``code=None``) runs on the NumPy back-end and the Python particle loop; the compiled
+    paths refuse it (:meth:`AttentionKind.require_compiled`).
+
+    Registering the same definition again (an equal kind, or the same module re-imported,
+    as a scenario's ``modules`` are on each load) returns the registered kind.
+
+    Parameters
+    ----------
+    kind : AttentionKind
+
+    Returns
+    -------
+    AttentionKind
+        The registered kind.
+
+    Raises
+    ------
+    TypeError
+        ``kind`` is not an :class:`AttentionKind`.
+    ValueError
+        The name is taken by another definition (a built-in kind is never replaced); the
+        kernel claims a compiled code it does not own (the numba kernels branch on the
+        code alone, so a new kernel with an existing code would run as that kernel); the
+        kernel's name is taken by another kernel.
+    """
+    if not isinstance(kind, AttentionKind):
+        raise TypeError(f"register_kind: expected an AttentionKind, got {type(kind).__name__}")
+    kern = kind.kernel
+    if kern.code is not None:
+        owner = next((k for k in KERNELS.values() if k.code == kern.code), None)
+        if owner is not kern:
+            raise ValueError(
+                f"register_kind: kernel {kern.name!r} claims compiled code {kern.code}, "
+                + (f"which is the code of kernel {owner.name!r}; " if owner is not None
+                   else "which no compiled kernel has; ")
+                + "a kernel without numba code has code=None (NumPy paths)")
+    old = REGISTRY.get(kind.name)
+    if old is not None:
+        if old == kind:
+            return old
+        if kind.name in _BUILTIN or _definition(old) != _definition(kind):
+            raise ValueError(f"attention kind {kind.name!r} registered twice (registered: "
+                             f"{old!r}); unregister_kind({kind.name!r}) first")
+    taken = KERNELS.get(kern.name)
+    if taken is not None and taken is not kern and not (
+            old is not None and taken is old.kernel):
+        raise ValueError(f"register_kind: kernel name {kern.name!r} is taken by {taken!r}")
+    if old is not None:
+        _drop(old)
+    REGISTRY[kind.name] = kind
+    KERNELS[kern.name] = kern
+    return kind
+
+
+def _drop(kind: AttentionKind) -> None:
+    del REGISTRY[kind.name]
+    if not any(k.kernel is kind.kernel for k in REGISTRY.values()) and \
+            KERNELS.get(kind.kernel.name) is kind.kernel and \
+            kind.kernel not in (EXP_KERNEL, RELU_KERNEL):
+        del KERNELS[kind.kernel.name]
+
+
+def unregister_kind(name: str) -> AttentionKind:
+    """Remove a kind registered by :func:`register_kind` (and its kernel, if unused).
+
+    Raises ``ValueError`` for a built-in kind or an unknown name.
+    """
+    if name in _BUILTIN:
+        raise ValueError(f"unregister_kind: {name!r} is a built-in attention kind")
+    kind = get_kind(name)
+    if REGISTRY.get(name) is not kind:
+        raise ValueError(f"unregister_kind: {name!r} is not registered")
+    _drop(kind)
+    return kind
+
+
+@contextmanager
+def registered_kind(kind: AttentionKind) -> Iterator[AttentionKind]:
+    """Register ``kind`` for the ``with`` block, then unregister it (tests, examples).
+
+    A kind registered before the block stays registered after it.
+    """
+    was = REGISTRY.get(kind.name)
+    spec = register_kind(kind)
+    try:
+        yield spec
+    finally:
+        if was is None and REGISTRY.get(spec.name) is spec:
+            unregister_kind(spec.name)
+
+
+class KindNames(Sequence[str]):
+    """The names of the registered kinds, read from :data:`REGISTRY` at each use.
+
+    Behaves like the tuple of names (iteration, ``in``, indexing, ``len``, ``==`` with a
+    tuple or list, ``+``), but a kind registered later is in it: readers never hold a
+    copy taken at import.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, i):  # noqa: D105
+        return tuple(REGISTRY)[i]
+
+    def __len__(self) -> int:  # noqa: D105
+        return len(REGISTRY)
+
+    def __iter__(self) -> Iterator[str]:  # noqa: D105
+        return iter(tuple(REGISTRY))
+
+    def __contains__(self, name: object) -> bool:  # noqa: D105
+        return isinstance(name, str) and name in REGISTRY
+
+    def __eq__(self, other: object) -> bool:  # noqa: D105
+        if isinstance(other, (tuple, list, KindNames)):
+            return tuple(REGISTRY) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents
+
+    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
+        return tuple(REGISTRY) + tuple(other)
+
+    def __radd__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
+        return tuple(other) + tuple(REGISTRY)
+
+    def __repr__(self) -> str:  # noqa: D105
+        return repr(tuple(REGISTRY))
 
 
 SOFTMAX = _register(AttentionKind("softmax", "SA", EXP_KERNEL, normalised=True))
 USA = _register(AttentionKind("usa", "USA", EXP_KERNEL, normalised=False))
 RELU = _register(AttentionKind("relu", "ReLU", RELU_KERNEL, normalised=False))
 
-#: Names of the attention kinds (the only list; derived from :data:`REGISTRY`).
-KINDS: tuple[str, ...] = tuple(REGISTRY)
+#: Names of the attention kinds: a live view of :data:`REGISTRY` (the only list).
+KINDS: KindNames = KindNames()
 
 
 def get_kind(kind: str | AttentionKind) -> AttentionKind:
