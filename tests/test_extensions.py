@@ -307,3 +307,27 @@ def test_normalize_is_the_users_projection():
     """The user's module uses wflow's public projection (a plain function of the sphere)."""
     z = np.array([[3.0, 4.0, 0.0]])
     np.testing.assert_allclose(normalize(z), [[0.6, 0.8, 0.0]], rtol=4 * EPS)
+
+
+# ------------------------------------------------------------------ the tutorial
+def test_tutorial_own_kind_and_integrator_runs_and_pins_its_numbers():
+    """docs/tutorials/plot_4_own_kind_and_integrator.py end to end (the docs build runs it
+    only in the slow suite): the midpoint rule's fitted order, E(T) of the Taylor kind."""
+    pytest.importorskip("dolfinx")
+    import runpy
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / \
+        "plot_4_own_kind_and_integrator.py"
+    try:
+        g = runpy.run_path(str(path), run_name="tutorial_4")
+    finally:
+        if "taylor4" in KINDS:
+            unregister_kind("taylor4")
+        if "midpoint" in INTEGRATORS:
+            INTEGRATORS.unregister("midpoint")
+    assert g["res"].extra["engine"] == "python" and g["sm"].extra["engine"] == "python"
+    assert set(g["pde"].stats["kernel"]["calls"]) == {"numpy"}
+    assert 1.8 <= g["order"] <= 2.2, f"midpoint: observed order {g['order']:.2f}, want 2"
+    # 50 midpoint steps of 40 tokens: round-off ~ 1e-13 of E; pinned to 1e-10 relative
+    assert g["E_T"] == pytest.approx(0.210100464643, rel=1e-10)
+    assert g["jko"].status == "success" and np.all(np.diff(g["jko"].history["E"]) > 0)
