@@ -465,3 +465,27 @@ def test_compiled_paths_refuse_a_numpy_kind_with_one_message(register, rng):
     # negative control: a compiled kind under auto does take the compiled loop
     r2 = simulate(x, hs, Attention("usa", 1.0), T=0.04, dt=0.02, head_rates=False)
     assert r2.extra["engine"] == "compiled"
+
+
+def test_the_kind_parametrised_suite_runs_for_new_numpy_kinds():
+    """The proof that a new kernel needs no test edit: the kind-parametrised tests, run in
+    a subprocess with two NumPy-only kinds registered (``WFLOW_TEST_EXTRA_KINDS``), pass
+    or skip with the stated reason (the compiled paths), and none fails."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [f"tests/{f}" for f in ("test_kinds.py", "test_kernels.py", "test_energy.py",
+                                     "test_particles.py", "test_jko.py", "test_multihead.py")]
+    env = dict(os.environ, WFLOW_TEST_EXTRA_KINDS="poly2,tanh", PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-rs", "-k", "(poly2 or tanh) and not parametrised_suite", *files],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    tail = r.stdout[-3000:]
+    assert r.returncode == 0, tail
+    last = tail.strip().splitlines()[-1]
+    assert "passed" in last and "failed" not in last and "error" not in last, last
+    skips = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert skips and all("no compiled kernel (code=None)" in ln for ln in skips), skips

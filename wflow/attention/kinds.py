@@ -24,31 +24,45 @@ the Itô terms), its compiled code (the integer the numba kernels of
 :data:`CODE_RELU`; ``None`` for a kernel without compiled code), whether it grows
 exponentially (scores are guarded against overflow of ``e^s``) and whether the
 spherical-harmonic fast summation applies (exponential kernels only: the expansion is
-that of ``e^{<a, y>}``). :data:`KINDS` (re-exported as ``wflow.attention.heads.KINDS``)
-is the only list of names; :func:`get_kind` is the only look-up and raises a
+that of ``e^{<a, y>}``). :data:`REGISTRY` is the only registry and :data:`KINDS`
+(re-exported as ``wflow.attention.heads.KINDS``) a live view of its names: every reader
+(:class:`~wflow.attention.heads.Attention`, the scenario's ``[attention] kind``, the
+CLI's ``--kind``, :func:`get_kind`) reads it at call time, so a kind registered at run
+time is valid everywhere at once. :func:`get_kind` is the only look-up and raises a
 ``ValueError`` naming the known kinds for any other name.
 
 Where to add a kind
 -------------------
-A kind with an existing kernel (say a normalised ReLU) is one :func:`_register` line
-below: ``_register(AttentionKind("relu_softmax", "ReLU-SA", RELU_KERNEL, normalised=True))``.
-Every path picks it up: the NumPy, direct and fast-summation sums, the energies and
-slopes, the compiled particle loops (they read ``kind.code`` and ``kind.normalised``),
-the equiangular ODE (generic formula from ``k`` and the normalisation), the CLI choices
-and the scenario schema (both read :data:`KINDS`).
+From your own code (no edit of wflow): :func:`register_kind` (undo with
+:func:`unregister_kind`, or :func:`registered_kind` for a ``with`` block). A scenario
+reaches a kind defined in the user's file with a top-level ``modules = ["my_kinds.py"]``
+(imported before anything is validated; ``wflow particles / pde / jko / run``).
 
-A kind with a new kernel is a :class:`Kernel` here too (``phi``, ``dphi``, ``d2phi``
-in NumPy, ``code=None``, ``exponential`` and ``fastsum`` as they apply) plus its
-``_register`` line. Without a compiled code it runs on the NumPy back-end
-(``backend="auto"`` plans ``"numpy"``) and the Python particle loop; the direct
-back-end and the compiled loops refuse it with a ``ValueError`` that says so. Compiled
-code for it is a new code here and one branch in each ``kind``-switch of
-:mod:`wflow.kernels._numba` and :mod:`wflow.particles._path_numba`.
+* A kind with an existing kernel (say a normalised ReLU):
+  ``register_kind(AttentionKind("relu_sa", "ReLU-SA", RELU_KERNEL, normalised=True))``.
+  Every path runs it: the NumPy, direct and fast-summation sums, the energies and slopes,
+  the compiled particle loops (they read ``kind.code`` and ``kind.normalised``), the
+  equiangular ODE (generic formula from ``k`` and the normalisation).
+* A kind with a new kernel: a :class:`Kernel` subclass with ``phi``, ``dphi``, ``d2phi``
+  in NumPy and ``code=None`` (``exponential`` and ``fastsum`` as they apply). It runs on
+  every solver under ``kernel_backend = "auto"``: the plan is the NumPy sums and every
+  solver keeps it (particles on the Python engine, the PDE, the JKO, the energies). The
+  compiled paths (direct sums, the fused particle pass, the compiled particle loop,
+  ``euler_path``) refuse it with one message (:meth:`AttentionKind.not_compiled`, raised
+  by :meth:`AttentionKind.require_compiled`), and ``auto`` never picks them for it.
+  :func:`register_kind` refuses a new kernel that claims an existing compiled code (the
+  numba kernels branch on the code alone: it would run as that kernel).
+* Compiled code for a new kernel is a change to wflow: a new code here and one branch in
+  each ``kind``-switch of :mod:`wflow.kernels._numba` and
+  :mod:`wflow.particles._path_numba`, and its kernel registered with ``_register``.
 
-Its tests: ``tests/test_kinds.py`` and every kind-parametrised test iterate over
-:data:`KINDS` (``tests/conftest.py``), so ``Φ' = k`` and ``Φ''`` against finite
-differences, the registry's consistency and the agreement of all back-ends run for the
-new kind with no edit.
+Its tests need no edit: ``tests/test_kinds.py`` and every kind-parametrised test iterate
+over :data:`KINDS` (``tests/conftest.py``) with references built from the kind's own
+``Φ``, ``Φ'``, ``Φ''`` and ``normalised``; tests of a compiled path skip a kind without
+compiled code, saying so. ``WFLOW_TEST_EXTRA_KINDS=poly2,tanh pytest ...`` runs the suite
+with two NumPy-only kinds registered (the proof). See
+``docs/tutorials/plot_4_own_kind_and_integrator.py`` for a kind and an integrator of a
+user's own, end to end.
 """
 
 from __future__ import annotations
