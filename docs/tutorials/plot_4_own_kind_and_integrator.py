@@ -11,8 +11,8 @@ even degree ``p``,
 .. math::
 
     k_p(s) = \\sum_{j=0}^{p} \\frac{s^j}{j!} > 0, \\qquad
-    Φ_p(s) = \\sum_{j=0}^{p} \\frac{s^{j+1}}{(j+1)!}, \\qquad
-    Φ_p''(s) = \\sum_{j=0}^{p-1} \\frac{s^j}{j!},
+    \\Phi_p(s) = \\sum_{j=0}^{p} \\frac{s^{j+1}}{(j+1)!}, \\qquad
+    \\Phi_p''(s) = \\sum_{j=0}^{p-1} \\frac{s^j}{j!},
 
 normalised like softmax (``k_p → e^s`` as ``p → ∞``), and the integrator is the explicit
 midpoint rule with normalised stages on the sphere,
