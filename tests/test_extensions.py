@@ -283,6 +283,8 @@ def test_cli_runs_a_scenario_whose_module_registers_kind_and_integrator(
         assert s["status"] in ("success", "locked"), s.get("message")
         text = json.dumps(s)
         assert "softsign" in text
+        if command == "particles":  # the engine that ran, and why
+            assert s["engine"] == "python" and "softsign" in s["engine_reason"], s["engine"]
         if command in ("particles", "pde"):  # the NumPy sums, as planned
             kernel = s["kernel"] if command == "particles" else s["stats"]["kernel"]
             assert set(kernel["calls"]) == {"numpy"}, kernel
