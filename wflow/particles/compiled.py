@@ -43,6 +43,7 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..attention.kinds import get_kind
+from ..attention.published import PublishedFrames
 from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
 from ..diagnostics import BalanceAccumulator
 from ..geometry.sphere import check_on_sphere
@@ -60,7 +61,6 @@ from ..kernels import (
     team,
     threads,
 )
-from ..published.td import PublishedFrames
 from .integrators import (
     CODE_EULER,
     CODE_RK4,
