@@ -176,7 +176,6 @@ def test_user_kind_on_particles_and_energies(user, rng):
 
 
 def test_user_kind_on_the_pde(user):
-    pytest.importorskip("dolfinx")
     import wflow
 
     mesh = wflow.load_mesh("icosphere:1280")
@@ -270,8 +269,6 @@ def _scenario(tmp_path: Path, modules: bool = True) -> Path:
 @pytest.mark.parametrize("command", ["particles", "pde", "jko", "run"])
 def test_cli_runs_a_scenario_whose_module_registers_kind_and_integrator(
         tmp_path, capsys, command):
-    if command != "particles":
-        pytest.importorskip("dolfinx")
     from wflow.cli import main
 
     out = tmp_path / "o"
@@ -315,7 +312,6 @@ def test_normalize_is_the_users_projection():
 def test_tutorial_own_kind_and_integrator_runs_and_pins_its_numbers():
     """docs/tutorials/plot_4_own_kind_and_integrator.py end to end (the docs build runs it
     only in the slow suite): the midpoint rule's fitted order, E(T) of the Taylor kind."""
-    pytest.importorskip("dolfinx")
     import runpy
 
     path = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / \
