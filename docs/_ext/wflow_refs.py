@@ -141,7 +141,7 @@ def scenario_key_rows() -> list[tuple[str, str, str, str, str]]:
     out = []
     for section, (spec_ref, sources) in SECTIONS.items():
         try:
-            spec = _get(spec_ref) if spec_ref else {"seed": (0, None)}
+            spec = _get(spec_ref) if spec_ref else {"seed": (0, None), "modules": ([], None)}
             docs = [_get(ref) for ref in sources]
         except (ImportError, AttributeError):
             continue
@@ -171,7 +171,10 @@ def scenario_key_rows() -> list[tuple[str, str, str, str, str]]:
         for key, (default, check) in spec.items():
             meaning = meanings.get(key, "")
             if section == "(top level)":
-                meaning = "master seed: every generator of the run derives from it"
+                meaning = {"seed": "master seed: every generator of the run derives from it",
+                           "modules": "files or packages imported before anything is "
+                           "validated: a user's attention kinds, integrators, schedule "
+                           "types (``register_kind``, ``INTEGRATORS.register``)"}[key]
             out.append((title, key, _checker_type(default, check), repr(default),
                         meaning.replace("\n", " ")))
     for title, spec, docs in _gaussian_sections():
