@@ -116,7 +116,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "hd": ("hd_oscillating", "hd_ou"),
     "all": tuple(EXPERIMENTS),
 }
-#: Published experiments of other papers of the field (issue 25), run by their own
+#: Published experiments of other papers of the field, run by their own
 #: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
 FIELD: dict[str, tuple[str, str]] = {
     "glpr_phase": ("wflow.published.glpr_phase",

@@ -86,7 +86,9 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
             ax[2].plot(e[:, 0], e[:, 1], color="gray", ls=":", lw=2, label="equilibrium")
         ax[2].set_aspect("equal", adjustable="datalim")
         ax[2].set_title("1-σ ellipses (coordinates 0, 1)")
-        ax[2].legend(fontsize=7)
+        # beside the axes: inside, the legend covers the ellipses it names
+        ax[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                     borderaxespad=0.0)
     else:
         inv = 1.0 / np.clip(traj.Sigma[:, 0, 0], 1e-300, None)
         ax[2].plot(traj.t, inv)

@@ -20,7 +20,7 @@ floor: the slopes flatten towards 0 for a large offset, the bias test sees a sma
 (negative controls :data:`FAULTS`). ``particles_finite``: no particle run blows up before
 ``T`` (a run that does has no moments: NaN errors, slopes and biases).
 
-Negative control ``no-mobility`` (issue #21): the particles drop the softmax
+Negative control ``no-mobility``: the particles drop the softmax
 normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
 unnormalised sum carries ``Z(x) = e^{<Bx, m> + |Σ^{1/2}Bᵀx|²/2}``, which grows without
 bound in ``x``. Quick mode, seed 0: 45 of the 248 particle runs blow up before ``T``

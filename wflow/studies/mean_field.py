@@ -42,7 +42,7 @@ that fails (docs/studies_power.md). Quick mode (``n = 400``) catches ``+100 %`` 
 therefore *below* what either mode sees; the runs' own estimate ``s*`` (full mode: 15–18 %)
 agrees with the measurement to within the grid's step.
 
-A missing mobility (issue #21): dropping the softmax ``1/Z`` in one solver (kind ``usa`` at
+A missing mobility: dropping the softmax ``1/Z`` in one solver (kind ``usa`` at
 the same ``β``) scales its velocity by ``Z(x)``, which varies over the sphere. Measured at
 seed 0: full mode catches it in either solver, ``pde-no-mobility`` ``R = 2.40`` and
 ``particles-no-mobility`` ``R = 1.91`` at ``n = 4000`` (correct solver 0.94 at seed 0,

@@ -65,7 +65,7 @@ The drift: judged against the stated model, not the engine's own power
 The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
 ∫<∇ψ, v> dμ`` with ``v`` the velocity the engine integrates, and an Itô term built from
 ``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
-velocity: a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
+velocity: a solver that drops the softmax mobility ``1/Z`` (kind ``usa`` in
 place of ``softmax`` at the same ``β``) or scales the velocity passes every criterion
 above (measured, quick mode, seed 0, kind ``usa``: ``bias_at_dt0`` 1.46 s.e. (softmax
 1.47), ``raw_bias_at_dt0`` 0.74 (0.72); at ``β = 0.5`` 0.96, 0.36 (0.93, 0.35)). Exactly as

@@ -72,7 +72,7 @@ first-step growth. The a-priori Grönwall bound ``max_t ln(W_2(t)/W_2(0))/t <= L
 reported as information, not judged: the measured rate is 50–240× below ``L*``, so it
 cannot fail for any fault of a plausible size (docs/studies_power.md).
 
-Negative control ``no-mobility`` (issue #21): the particle solver runs unnormalised
+Negative control ``no-mobility``: the particle solver runs unnormalised
 attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) while the bounds are those
 of the softmax field. Quick mode, seed 0: ``first_step_growth`` 0.094 (correct solver
 3.1e-4, accept ≤ 3e-3) and ``gronwall_state_upper`` 0.41 (−7.9e-6).
