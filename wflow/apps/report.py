@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..infra.io import atomic_write_text
+from ..status import Status
 
 __all__ = ["write_report"]
 
@@ -263,7 +264,7 @@ def _refinement_lines(tab: dict) -> list[str]:
               f"Σ|EDI_k| {_yes_no(tab['shrinks_edi'])} (judged in the verdicts above).", ""]
     ot = tab.get("ot_crosscheck")
     if ot is not None:
-        if ot.get("status") == "failed":
+        if ot.get("status") == Status.FAILED:
             lines += [f"OT cross-check on {ot['cells']} cells: failed ({_cell(ot['message'])}).",
                       ""]
         else:

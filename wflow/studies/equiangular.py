@@ -29,6 +29,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import equiangular_tokens
 from ..multihead import early_rate, equiangular_rhs, solve_equiangular
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 from .helpers import fit_decay_rate, fit_early_rate
 
@@ -80,7 +81,7 @@ def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float
     res = simulate(x0, heads, Attention(kind, beta), T=T, dt=dt, save_trajectory=True,
                    clusters=False, head_rates=False,
                    integrator="euler" if fault == "euler" else "rk4")
-    if res.status != "success":
+    if res.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     t = res.t
     gamma = res.history["mean_inner"][0]

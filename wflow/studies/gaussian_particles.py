@@ -45,6 +45,7 @@ from ..gaussian import (
     psd_factor,
     simulate_particles,
 )
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -179,7 +180,7 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
     params, m0, S0, T = default_problem() if problem is None else problem
     ref = integrate_moments(params, m0, S0, T, n_out=2, method="DOP853", rtol=1e-12,
                             atol=1e-14)
-    if ref.status != "completed":
+    if ref.status != Status.COMPLETED:
         raise ValueError(f"problem: the moment ODE does not reach T = {T} ({ref.message})")
     m_ref, S_ref = ref.final_m, ref.final_Sigma
     L = psd_factor(S0, name="Sigma0")

@@ -110,6 +110,7 @@ from ..energy import particle_field
 from ..geometry.sphere import sample_uniform
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 
 __all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT",
@@ -275,7 +276,7 @@ def _batch(item: tuple) -> dict:
                    record_every=1, save_trajectory=True)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     out = {k: res.balance[k] for k in ("chain", "ito", "martingale", "dE", "work",
                                        "power_int")}

@@ -89,6 +89,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
@@ -306,7 +307,7 @@ def _trajectory(item: tuple) -> dict:
                                         beta * solver.get("beta", 1.0)), T=T,
                    dt=dt, integrator=solver.get("integrator", "rk4"),
                    save_trajectory=True, head_rates=False, clusters=False, record_every=1)
-    if res.status != "success":
+    if res.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     return {"t": res.t, "X": res.trajectory[0]}
 

@@ -20,6 +20,7 @@ from ...geometry.density import density_spec_from_scenario
 from ...geometry.mesh import SphereMesh
 from ...pde.options import pde_options_from_dict
 from ...pde.solver import PDEResult, solve_pde
+from ...status import Status
 
 __all__ = [
     "run_pde",
@@ -223,8 +224,8 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     schedule = scenario.build_schedule()
     sm = load_mesh(mesh_spec, comm=comm)
     _check_cost(sm, schedule, opts, comm, confirm=confirm)
-    res = solve_pde(sm, density, schedule, attn, options=opts)
-    if res.status == "failed":
+    res = solve_pde(density, schedule, attn, mesh=sm, options=opts)
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"pde run failed: {res.message}")
     summary = {
         "status": res.status, "solver": "pde", "scenario": scenario.raw,
