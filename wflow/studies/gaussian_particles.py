@@ -18,7 +18,9 @@ squares ``e_n = b + c/n`` (the self-normalised attention has an ``O(1/n)`` bias)
 its 99.9 % quantile. A particle system that does not follow the moment ODE has an error
 floor: the slopes flatten towards 0 for a large offset, the bias test sees a small one
 (negative controls :data:`FAULTS`). ``particles_finite``: no particle run blows up before
-``T`` (a run that does has no moments: NaN errors, slopes and biases).
+``T`` (a run that does has no moments: NaN errors, slopes and biases); a run that reaches
+``T`` with moments POT cannot take (non-finite, beyond ``√(float max)``, a covariance not
+PSD to the round-off of its ``n`` terms: :mod:`wflow.infra.guards`) counts as blown up.
 
 Negative control ``no-mobility`` (issue #21): the particles drop the softmax
 normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
@@ -41,10 +43,12 @@ import numpy as np
 
 from ..gaussian import (
     GaussianParams,
+    bures_wasserstein_distance,
     integrate_moments,
     psd_factor,
     simulate_particles,
 )
+from ..infra.guards import GuardError, guard_below_overflow, guard_psd
 from .base import (
     Criterion,
     StudyResult,
@@ -212,7 +216,18 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
                 blown += 1
                 continue
             mh, Sh = run_.m[-1], run_.Sigma[-1]
-            w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
+            try:  # guards before POT's square roots (wflow.infra.guards)
+                guard_below_overflow("particle mean", mh, power=2)
+                definite = guard_psd("particle covariance", Sh, terms=int(n))
+            except GuardError as e:  # no Gaussian to compare: counted as blown up
+                logger.info("n = %d, seed %d: %s", n, k, e)
+                errs[k], signed[k] = np.nan, np.nan
+                blown += 1
+                continue
+            if definite:
+                w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
+            else:  # PSD only to round-off: POT's sqrtm would meet λ < 0; clip instead
+                w2 = bures_wasserstein_distance(mh, Sh, m_ref, S_ref)
             errs[k] = (np.linalg.norm(mh - m_ref), np.linalg.norm(Sh - S_ref), w2)
             signed[k] = np.concatenate([mh - m_ref, (Sh - S_ref)[iu]])
         rms[i] = np.sqrt(np.mean(errs**2, axis=0))
