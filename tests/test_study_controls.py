@@ -35,6 +35,7 @@ CONTROLS = [
     ("noisy-edi", "noise-nonsym", "raw_bias_at_dt0"),
     ("noisy-edi", "no-mobility", "drift_matches_model"),
     ("noisy-edi", "velocity:-0.05", "drift_matches_model"),
+    ("noisy-edi", "engine-ito-sign", "ito_engine_matches_stated"),
     ("mean-field", "frozen-pde", "level_at_largest_n"),
     ("mean-field", "pde-value-sign", "level_at_largest_n"),
     ("mean-field", "pde-velocity:1", "level_at_largest_n"),
