@@ -134,6 +134,7 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import OrnsteinUhlenbeck, Parametrisation
 from ..energy import particle_field
 from ..geometry.sphere import sample_uniform
+from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
@@ -351,6 +352,10 @@ def _fit_order(x: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, flo
     """Weighted fit ``y = c x^p``: ``(p, se_p)`` (NaN when it does not converge)."""
     from scipy.optimize import curve_fit
 
+    guard_finite("noisy-edi: mean residuals", y)  # guards before SciPy's fit
+    guard_finite("noisy-edi: standard errors", se)
+    if not np.all(se > 0):
+        return float("nan"), float("nan")  # no spread: no fit (the criterion fails)
     try:
         (c, p), cov = curve_fit(lambda z, c, p: c * z**p, x, y, p0=(y[0] / x[0], 1.0),
                                 sigma=se, absolute_sigma=True, maxfev=10_000)

@@ -103,6 +103,7 @@ from scipy.integrate import cumulative_trapezoid
 
 from ..attention.heads import Attention, Heads
 from ..geometry.sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
+from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
@@ -342,7 +343,9 @@ def _w2_near(x: np.ndarray, y: np.ndarray) -> float:
 
     n = x.shape[0]
     a = np.full(n, 1.0 / n)
-    G = ot.emd(a, a, pairwise_geodesic(x, y) ** 2, numItermax=10_000_000)
+    # guard before POT: a finite cost (a blown-up run FAILs run_finite with this reason)
+    C = guard_finite("stability: W2 cost", pairwise_geodesic(x, y) ** 2)
+    G = ot.emd(a, a, C, numItermax=10_000_000)
     i, j = np.nonzero(G > 0)
     return float(np.sqrt(np.sum(G[i, j] * geodesic_distance(x[i], y[j]) ** 2)))
 
