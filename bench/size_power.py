@@ -360,8 +360,9 @@ def markdown(data: dict[str, Any]) -> str:
             wall = (f"; {min(walls):.3g}–{max(walls):.3g} s per run" if walls else
                     f"; {sz['wall_s'] / sz['runs']:.3g} s per run")
             ub = upper95(len(sz["failing_seeds"]), sz["runs"])
-            ub_txt = "" if ub is None or sz["seed_independent"] else \
-                f" (95 % upper bound {100 * ub:.2g} %; seeds {_span(sz.get('seeds', []))})"
+            seeds_run = _span(sz.get("seeds") or list(range(sz["runs"])))
+            ub_txt = ("" if ub is None or sz["seed_independent"] else
+                      f" (95 % upper bound {100 * ub:.2g} %; seeds {seeds_run})")
             lines.append(f"| | | | **study** | **{len(sz['failing_seeds'])}/{sz['runs']}**"
                          f"{ub_txt}{wall} | |")
     for mode in ("quick", "full"):
