@@ -1,7 +1,7 @@
 """Absurd runs are refused before anything whose cost grows with them (issue 33).
 
 Tried as a new user would, in batch mode (no terminal: pytest's stdin is not a tty):
-10⁸ tokens, ``wflow mesh --cells 10000000``, ``wflow pde --mesh icosphere:10000000`` and
+10⁸ tokens, ``wflow mesh --cells 10000000``, ``wflow pde --mesh icosphere:10000000``, ``wflow run`` on that mesh and
 ``wflow jko`` with ``T = 1e9`` each exit with status 2 and the estimate in one line, and the
 expensive step is never reached (sampling the tokens, generating or loading the mesh:
 monkeypatched to fail the test). ``--yes`` overrides the time limit, never the memory.
@@ -165,3 +165,9 @@ def test_mesh_calibration_sees_a_model_without_cells(monkeypatch):
     monkeypatch.setattr(est, "MESH_CELL_SECONDS", 0.0)
     assert any(not all(1 / FACTOR <= x <= FACTOR for x in r[1:]) for r in _mesh_ratios())
     assert math.isfinite(estimate_mesh(cells=10).seconds)
+
+
+def test_main_job_on_an_icosphere_of_ten_million_cells(tmp_path, capsys, nothing_expensive):
+    sc = _write(tmp_path, SCENARIO + '[pde]\nmesh = "icosphere:10000000"\n')
+    _refused(capsys, ["run", str(sc), "--out", str(tmp_path / "o")], "wflow run: error: run:")
+    assert not (tmp_path / "o").exists()
