@@ -4,7 +4,8 @@ Tried as a new user would, in batch mode (no terminal: pytest's stdin is not a t
 10⁸ tokens, ``wflow mesh --cells 10000000``, ``wflow pde --mesh icosphere:10000000``,
 ``wflow run`` on that mesh and ``wflow jko`` with ``T = 1e9`` each exit with status 2
 and the estimate in one line, and the expensive step is never reached (sampling the
-tokens, generating or loading the mesh: monkeypatched to fail the test). ``--yes`` overrides the time limit, never the memory.
+tokens, generating or loading the mesh: monkeypatched to fail the test). ``--yes``
+overrides the time limit, never the memory.
 The cell count comes from the mesh's name or file header (:func:`mesh_cells`, checked
 against the shipped meshes); the mesh estimate is within 2× of measured runs (negative
 control: a model without the per-cell memory is not); the JKO estimate counts the density
