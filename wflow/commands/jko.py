@@ -52,10 +52,6 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     if args.mesh is not None:
         sc.sections["jko"] = dict(sc.sections.get("jko", {}), mesh=args.mesh)
-    from ._precheck import precheck_jko  # before generating or reading the mesh
-
-    precheck_jko(sc, mesh=args.mesh, overrides={"tau": args.tau, "T": args.T},
-                 confirm=args.yes)
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot}, confirm=args.yes)
     st = res.stats

@@ -37,9 +37,6 @@ def _main(args: argparse.Namespace) -> int:
 
     out = prepare(args)
     sc = load_scenario(args.scenario)
-    from ._precheck import precheck_particles  # before sampling the tokens
-
-    precheck_particles(sc, save_trajectory=args.save_trajectory or args.gif, confirm=args.yes)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif, confirm=args.yes)
     fin = res.final()

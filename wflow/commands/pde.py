@@ -57,10 +57,6 @@ def _main(args: argparse.Namespace) -> int:
     if args.mesh is not None:
         sec = dict(sc.sections.get("pde", {}), mesh=args.mesh)
         sc.sections["pde"] = sec
-    from ._precheck import precheck_pde  # before generating or reading the mesh
-
-    precheck_pde(sc, mesh=args.mesh, overrides={"order": args.order, "T": args.T,
-                                                "dt": args.dt}, confirm=args.yes)
     res = run_pde(sc, out, render=args.render, progress=args.progress,
                   overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif,
                   confirm=args.yes)

@@ -1,15 +1,15 @@
-"""Cost estimates of the commands before anything whose cost grows with the run.
+"""Cost estimates of the jobs before anything whose cost grows with the run.
 
-``wflow particles``, ``pde`` and ``jko`` estimate from the scenario's numbers — the token
-count, the mesh's cell count named by its spec (:func:`wflow.infra.estimate.mesh_cells`:
-``icosphere:N``, ``gmsh:N``, the default mesh, a gmsh file's header) — *before* sampling
+:func:`~wflow.apps.jobs.particles.run_particles`, :func:`~wflow.apps.jobs.pde.run_pde` and
+:func:`~wflow.apps.jobs.jko.run_jko` (``wflow particles``, ``pde``, ``jko``) estimate
+from the scenario's numbers — the token count, the mesh's cell count named by its spec
+(:func:`wflow.infra.estimate.mesh_cells`: ``icosphere:N``, ``gmsh:N``, the default mesh, a gmsh file's header) — *before* sampling
 tokens and before generating or reading the mesh, and refuse what cannot fit or takes
 beyond :data:`wflow.infra.estimate.CONFIRM_SECONDS` without ``--yes``
 (:func:`wflow.infra.estimate.check_estimate`, exit status 2), on a terminal and in batch
 mode. The solvers check again on what they built (the exact mesh, the loaded tokens).
 Where the numbers are not known without the expensive step (tokens from a file, a mesh
 format without a header count) the pre-check is skipped and the solver's check decides.
-(A module whose name starts with ``_``: not a subcommand.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..infra.estimate import (
+from ...infra.estimate import (
     check_estimate,
     estimate_jko,
     estimate_particles,
@@ -36,7 +36,7 @@ def _heads(sc: Any) -> int:
 
 def resolve_mesh(sc: Any, spec: str) -> tuple[str, Path | None]:
     """``(spec, file)``: the file a mesh spec names (as the solvers resolve it), if one."""
-    from ..geometry.mesh import MESH_DIR
+    from ...geometry.mesh import MESH_DIR
 
     if spec == "default" or ":" in spec:
         return spec, None
@@ -59,33 +59,38 @@ def precheck_particles(sc: Any, *, save_trajectory: bool, confirm: bool) -> None
 
 
 def precheck_pde(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
-                 confirm: bool) -> None:
+                 confirm: bool, comm: Any = None) -> None:
     """Estimate ``wflow pde`` from the mesh's cell count, before generating or reading it.
 
     Collective under MPI: rank 0 decides, every rank raises the same error.
     """
     from dataclasses import replace
 
-    from ..infra.estimate import EstimateError
-    from ..infra.parallel import comm_rank_size
-    from ..pde.options import pde_options_from_dict
+    from ...infra.estimate import EstimateError
+    from ...infra.parallel import comm_rank_size
+    from ...pde.options import pde_options_from_dict
 
-    comm, rank, size = comm_rank_size()
+    if comm is None:
+        comm, rank, size = comm_rank_size()
+    else:
+        rank, size = comm.rank, comm.size
+    # the inputs on every rank (a bad scenario raises on all of them alike)
+    spec, opts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
+    spec = mesh if mesh is not None else spec
+    opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})
+    spec, path = resolve_mesh(sc, spec)
+    cells = mesh_cells(spec, path=path)
+    if cells is None:
+        return  # the solver's own check, on the loaded mesh
+    est = estimate_pde(cells=cells, H=_heads(sc), T=opts.T, dt=opts.dt,
+                       n_saves=int(opts.n_saves), cfl=opts.cfl, order=int(opts.order),
+                       max_steps=int(opts.max_steps))
     err = None
     if rank == 0:
-        spec, opts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
-        spec = mesh if mesh is not None else spec
-        opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})
-        spec, path = resolve_mesh(sc, spec)
-        cells = mesh_cells(spec, path=path)
-        if cells is not None:
-            try:
-                check_estimate(estimate_pde(cells=cells, H=_heads(sc), T=opts.T, dt=opts.dt,
-                                            n_saves=int(opts.n_saves), cfl=opts.cfl,
-                                            order=int(opts.order),
-                                            max_steps=int(opts.max_steps)), confirm=confirm)
-            except EstimateError as exc:
-                err = str(exc)
+        try:
+            check_estimate(est, confirm=confirm)
+        except EstimateError as exc:
+            err = str(exc)
     if size > 1:
         err = comm.bcast(err, root=0)
     if err is not None:
@@ -95,7 +100,7 @@ def precheck_pde(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
 def precheck_jko(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
                  confirm: bool) -> None:
     """Estimate ``wflow jko`` from the mesh's cell count and ``T/τ``, before the mesh."""
-    from ..jko.options import jko_options_from_dict
+    from ...jko.options import jko_options_from_dict
 
     pde_sec = sc.sections.get("pde", {}) or {}
     jko_sec = dict(sc.sections.get("jko", {}) or {})
