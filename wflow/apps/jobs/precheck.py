@@ -1,15 +1,16 @@
 """Cost estimates of the jobs before anything whose cost grows with the run.
 
 :func:`~wflow.apps.jobs.particles.run_particles`, :func:`~wflow.apps.jobs.pde.run_pde` and
-:func:`~wflow.apps.jobs.jko.run_jko` (``wflow particles``, ``pde``, ``jko``) estimate
-from the scenario's numbers — the token count, the mesh's cell count named by its spec
-(:func:`wflow.infra.estimate.mesh_cells`: ``icosphere:N``, ``gmsh:N``, the default mesh, a gmsh file's header) — *before* sampling
-tokens and before generating or reading the mesh, and refuse what cannot fit or takes
-beyond :data:`wflow.infra.estimate.CONFIRM_SECONDS` without ``--yes``
-(:func:`wflow.infra.estimate.check_estimate`, exit status 2), on a terminal and in batch
-mode. The solvers check again on what they built (the exact mesh, the loaded tokens).
-Where the numbers are not known without the expensive step (tokens from a file, a mesh
-format without a header count) the pre-check is skipped and the solver's check decides.
+:func:`~wflow.apps.jobs.jko.run_jko` (``wflow particles``, ``pde``, ``jko``) estimate from
+the scenario's numbers — the token count, the mesh's cell count named by its spec
+(:func:`wflow.infra.estimate.mesh_cells`: ``icosphere:N``, ``gmsh:N``, the default mesh, a
+gmsh file's header) — *before* sampling tokens and before generating or reading the mesh,
+and refuse what cannot fit or takes beyond :data:`wflow.infra.estimate.CONFIRM_SECONDS`
+without ``--yes`` (:func:`wflow.infra.estimate.check_estimate`, exit status 2), on a
+terminal and in batch mode. The solvers check again on what they built (the exact mesh, the
+loaded tokens). Where the numbers are not known without the expensive step (tokens from a
+file, a mesh format without a header count) the pre-check is skipped and the solver's check
+decides.
 """
 
 from __future__ import annotations
