@@ -11,10 +11,10 @@ against the shipped meshes); the mesh estimate is within 2× of measured runs (n
 control: a model without the per-cell memory is not); the JKO estimate counts the density
 stored every step.
 
-Wall time of the refusals (``/usr/bin/time``, stdin ``/dev/null``, 2026-12-01, machine
-shared at load 13): 5.0–6.7 s wall, 0.6–0.7 s CPU — the interpreter and its imports
-(``wflow --version`` alone: 5.2 s wall, 0.6 s CPU at that load); the estimate itself
-takes milliseconds.
+Wall time of the refusals (``/usr/bin/time``, stdin ``/dev/null``, 2026-12-01, the
+machine shared by other jobs): 3.8–4.4 s wall, 0.7 s CPU at load 15 (5.0–6.7 s at load 13
+in an earlier session) — the interpreter and its imports (``wflow --version`` alone: 5.2 s
+wall, 0.6 s CPU at load 13); the estimate itself takes milliseconds.
 """
 
 from __future__ import annotations
