@@ -60,7 +60,7 @@ from .base import (
 )
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
-           "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK",
+           "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK", "BIAS_LIMIT_QUICK",
            "EXPECTED_SLOPE", "FAULTS", "extrapolated_bias"]
 
 NAME = "gaussian-particles"
@@ -78,8 +78,15 @@ SLOPE_TOL = 0.15
 SLOPE_TOL_QUICK = 0.25
 #: Quick mode: the bias statistic's standard errors come from 8 replicates, which inflates
 #: Σ(b/se)² above χ²₅ (measured mean 7.3 against 5 over seeds 0–19; seed 8 reached 25.6
-#: against 20.5): its quantile is scaled by this factor.
+#: against 20.5). Formerly its quantile was scaled by this factor (30.8): seed 77, held
+#: out, failed the correct solver at 31.9 (issue 33). Kept for the record.
 BIAS_SCALE_QUICK = 1.5
+#: Quick mode's bound on Σ(b/se)², from its null distribution: each ``b/se`` with ``se``
+#: from 8 replicates is Student ``t₇``, so the statistic is ``Σ_{k=1}^{5} t₇²`` (mean
+#: 7.0; measured over quick seeds 0–99: 7.07) and the bound is its quantile at the study's
+#: Šidák level ``α = 1 − 0.99^{1/5} = 2.0e-3`` (five criteria): 47.2 (Monte Carlo, 2·10⁵
+#: draws; measured maximum over seeds 0–99: 31.9).
+BIAS_LIMIT_QUICK = 47.2
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
@@ -327,11 +334,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     stat = float(np.sum((b / se_b) ** 2))
     criteria.append(Criterion(
         "bias_at_n_inf", stat,
-        hi=float(chi2.ppf(BIAS_QUANTILE, b.size)) * (BIAS_SCALE_QUICK if quick else 1.0),
+        hi=BIAS_LIMIT_QUICK if quick else float(chi2.ppf(BIAS_QUANTILE, b.size)),
         what=f"Σ (b/se_b)² over the {b.size} moment components, b the bias extrapolated to "
-             "n → ∞", why=f"no bias in the limit; χ²({b.size}) {BIAS_QUANTILE} quantile"
-                         + (f" × {BIAS_SCALE_QUICK} (quick: se from 8 replicates)" if quick
-                            else "")))
+             "n → ∞", why="no bias in the limit; " + (
+                 "the Σ t₇² quantile at the study's Šidák level (quick: se from 8 "
+                 "replicates)" if quick else f"χ²({b.size}) {BIAS_QUANTILE} quantile")))
     criteria.append(Criterion(
         "particles_finite", float(res.blown_up), hi=0.0,
         what="particle runs that blew up before T (non-finite or overflowing scores)",
