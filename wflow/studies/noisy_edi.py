@@ -82,7 +82,7 @@ pair sum (:func:`wflow.energy.particle_field`) of the same state as the engine's
   also at ``β =`` :data:`BETA_ALT`, suffix ``_beta0.5``).
 
 The engine's Itô term: judged against the stated law
---------------------------------------------------
+----------------------------------------------------
 The balance criteria above judge the residual built with the *study's* Itô term of the
 stated law (``ito_stated``): an engine whose own Itô term is wrong — of the wrong sign, say,
 with its chain-rule residual built from it — leaves ``r`` unchanged (``chain + Itô_engine``

@@ -66,7 +66,7 @@ O(t_k²)``), and requires ``|g/λ_w − 1| <=`` :data:`GROWTH_TOL`. A solver wit
 ``×(1 + s)`` gives ``g ≈ (1 + s) λ_w``.
 
 The engine against the stated field (judged to round-off)
---------------------------------------------------------
+---------------------------------------------------------
 All the criteria above compare the engine with *bounds*, and a field error below their
 tolerances passes them: a softmax normaliser off by ``+1e-3`` (``Z + 1e-3``, ``Z =
 ∫e^{s} dμ``) changes the velocity by ``≈ 1e-3`` relative, inside :data:`GROWTH_TOL`
