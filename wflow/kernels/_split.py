@@ -1,0 +1,430 @@
+"""The attention sums of one particle system split over MPI ranks (targets = sources).
+
+Rank ``r`` holds the tokens ``x^{(r)}`` (its contiguous block,
+:func:`wflow.infra.parallel.split_range`) with masses ``m^{(r)}``; the measure is
+``μ = Σ_r Σ_{j ∈ r} m_j δ_{x_j}``. :func:`split_sums` returns, on each rank, the sums
+of :func:`wflow.kernels.kernel_sums` at that rank's tokens over ALL sources: the same
+numbers as the serial call on the whole system, to round-off.
+
+* **Fast summation** (S², exponential kernels): the plan is global (centre of the source
+  cloud by the same candidates and Ritter iterations as the serial
+  :func:`~wflow.kernels._fastsum.enclosing_centre`, the farthest points found by one
+  ``allgather`` per iteration; the degree ``L`` from the global radius; the probe floor
+  of :func:`~wflow.kernels._fastsum.estimate_floor` on the same global probe targets), so
+  every rank expands the same heads to the same degree as the serial run. Each rank
+  computes the harmonic coefficients ``C_lm`` of its own tokens; ONE
+  :func:`~wflow.infra.parallel.ordered_sum` of ``H × 4 × 2 × (L+1)(L+2)/2`` numbers
+  (all heads, real and imaginary parts, plus the error-estimate scales) gives every rank
+  the coefficients of the whole measure, and each rank evaluates them at its own tokens.
+  The a-posteriori error estimate uses the global smallest inner sum (one ``allreduce``
+  of ``H`` minima), so the fall-back decision is the same on every rank.
+* **Direct sums** (any ``d``, kernels without the expansion, heads that fall back): the
+  sources travel around a ring (``P − 1`` ``Sendrecv_replace`` of one block), each rank
+  adding the sums over the visiting block to its targets' sums. Memory per rank
+  ``O(n/P · d)`` for the block and ``O(H n/P d)`` for the sums, never ``O(n)``.
+
+Round-off. The serial and the split sums add the same terms in a different order (the
+fast summation: ``P`` partial coefficient sums of the serial code's 8 blocks, added in
+rank order; the ring: ``P`` partial sums per target). Each sum of ``N`` terms of one
+sign is then within ``2 N ε`` relative of the serial one; signed sums (``Y``) within
+``2 N ε Σ|terms|``. Every reduction has a fixed order, so a run with ``P`` ranks gives the
+same bits each time, on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+from ..attention.kinds import get_kind
+from ..infra.parallel import ordered_sum
+
+__all__ = ["split_sums", "split_count"]
+
+logger = logging.getLogger(__name__)
+
+_EPS = float(np.finfo(np.float64).eps)
+
+
+def split_count(comm: Any, n_local: int) -> int:
+    """Total number of tokens over the ranks (an exact integer sum)."""
+    return int(comm.allreduce(int(n_local)))
+
+
+def _gmax(comm: Any, val: float) -> float:
+    from mpi4py import MPI
+
+    return float(comm.allreduce(float(val), op=MPI.MAX))
+
+
+def _gmin_vec(comm: Any, vals: np.ndarray) -> np.ndarray:
+    from mpi4py import MPI
+
+    out = np.empty_like(vals)
+    comm.Allreduce(np.ascontiguousarray(vals), out, op=MPI.MIN)  # min is exact: any order
+    return out
+
+
+# ------------------------------------------------------------------ global plan
+def _farthest_split(comm: Any, u: np.ndarray, c: np.ndarray, offset: int):
+    """Global farthest source from ``c``: ``(point, distance)``, ties to the lowest index.
+
+    The serial :func:`~wflow.kernels._fastsum._farthest` keeps the first index with the
+    largest squared distance; the squared distances are compared here too (recomputed in
+    the same IEEE operations), so the chosen point is the serial one.
+    """
+    from ._fastsum import _farthest
+
+    cand = None
+    if u.shape[0]:
+        k, _ = _farthest(u, float(c[0]), float(c[1]), float(c[2]))
+        d0, d1, d2 = (float(u[k, 0] - c[0]), float(u[k, 1] - c[1]), float(u[k, 2] - c[2]))
+        cand = (d0 * d0 + d1 * d1 + d2 * d2, offset + int(k), u[k].copy())
+    cands = [cc for cc in comm.allgather(cand) if cc is not None]
+    best = min(cands, key=lambda cc: (-cc[0], cc[1]))
+    return best[2], math.sqrt(best[0])
+
+
+def _radius_split(comm: Any, u: np.ndarray, c: np.ndarray) -> float:
+    from ._fastsum import _radius
+
+    loc = _radius(u, float(c[0]), float(c[1]), float(c[2])) if u.shape[0] else 0.0
+    return _gmax(comm, loc)
+
+
+def _enclosing_centre_split(comm: Any, u: np.ndarray, offset: int) -> tuple[np.ndarray, float]:
+    """:func:`~wflow.kernels._fastsum.enclosing_centre` of the union of the ranks' ``u``."""
+    from mpi4py import MPI
+
+    lo = u.min(axis=0) if u.shape[0] else np.full(3, np.inf)
+    hi = u.max(axis=0) if u.shape[0] else np.full(3, -np.inf)
+    glo, ghi = np.empty(3), np.empty(3)
+    comm.Allreduce(np.ascontiguousarray(lo), glo, op=MPI.MIN)
+    comm.Allreduce(np.ascontiguousarray(hi), ghi, op=MPI.MAX)
+    cands = [np.zeros(3), 0.5 * (glo + ghi)]
+    radii = [_radius_split(comm, u, cands[0]), _radius_split(comm, u, cands[1])]
+    # Ritter's ball, the serial iterations with global farthest points
+    first = comm.bcast(u[0].copy() if (offset == 0 and u.shape[0]) else None, root=0)
+    q, _ = _farthest_split(comm, u, first, offset)
+    r, dist = _farthest_split(comm, u, q, offset)
+    c = 0.5 * (q + r)
+    rad = 0.5 * dist
+    for _ in range(8):
+        far, dist = _farthest_split(comm, u, c, offset)
+        if dist <= rad * (1.0 + 1e-12):
+            break
+        new_rad = 0.5 * (rad + dist)
+        c = c + (dist - new_rad) / dist * (far - c)
+        rad = new_rad
+    cands.append(c)
+    radii.append(_radius_split(comm, u, c))
+    best = int(np.argmin(radii))
+    return cands[best], float(radii[best])
+
+
+def _floor_split(comm: Any, x: np.ndarray, y: np.ndarray, m: np.ndarray, u: np.ndarray,
+                 c: np.ndarray, beta: float, n: int, offset: int, nprobe: int = 16) -> float:
+    """:func:`~wflow.kernels._fastsum.estimate_floor` over the whole system (same probes)."""
+    from ._fastsum import ROUNDOFF_KAPPA, _probe_min
+
+    if n == 0:
+        return 0.0
+    M = x.shape[0]
+    w = u - c
+    r = np.sqrt(np.einsum("ij,ij->i", w, w))
+    qabs = np.abs(m) * np.maximum(1.0, np.max(np.abs(y), axis=1)) if M else np.zeros(0)
+    part = np.concatenate([[float(np.sum(qabs * np.exp(beta * r)))], m @ w if M else np.zeros(3)])
+    tot = ordered_sum(comm, part)
+    scale, mean = float(tot[0]), tot[1:]
+    loc = None
+    if M:
+        k = int(np.argmin(x @ mean))
+        loc = (float(x[k] @ mean), offset + k)
+    arg = min((cc for cc in comm.allgather(loc) if cc is not None), key=lambda cc: (cc[0], cc[1]))
+    idx = np.unique(np.concatenate([np.linspace(0, n - 1, min(nprobe, n)).astype(np.int64),
+                                    [arg[1]]]))
+    mine = (idx >= offset) & (idx < offset + M)
+    pts = np.zeros((idx.size, 3))
+    pts[mine] = x[idx[mine] - offset]
+    probes = ordered_sum(comm, pts)  # each probe held by one rank: the sum is a copy
+    xp = probes / np.linalg.norm(probes, axis=1, keepdims=True)
+    bx = np.ascontiguousarray(beta * xp)
+    wT = np.ascontiguousarray(w.T)
+    mm = np.ascontiguousarray(m, dtype=np.float64)
+    sums = np.array([_probe_min(bx[p:p + 1], wT, mm) if M else 0.0 for p in range(idx.size)])
+    gmin = float(np.min(ordered_sum(comm, sums)))
+    if not gmin > 0:
+        return math.inf
+    return ROUNDOFF_KAPPA * _EPS * scale / gmin
+
+
+class _Plan:
+    """The global plan of one split evaluation: back-end, heads to expand, their centres."""
+
+    def __init__(self, backend: str, reason: str, fast=(), centres=(), zR=(), degree=()):
+        self.backend = backend
+        self.reason = reason
+        self.fast = tuple(fast)
+        self.centres = tuple(centres)
+        self.zR = tuple(zR)
+        self.degree = tuple(degree)
+
+
+def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset) -> _Plan:
+    """:func:`wflow.kernels.plan_kernel` for the whole system (same rules, global data)."""
+    from . import _COST_DIRECT3, _COST_FAST, _COST_FAST_POINT, FASTSUM_MIN_TRIPLES
+    from . import _fastsum as fs
+
+    d = x.shape[1]
+    if backend == "numpy" or not spec.compiled:
+        if backend not in ("numpy", "auto"):
+            spec.require_compiled(f"backend={backend!r}")
+        return _Plan("numpy", "requested" if backend == "numpy"
+                     else f"kind {spec.name!r} has no compiled kernel")
+    if backend == "direct":
+        return _Plan("direct", "requested")
+    why = None
+    if d != 3:
+        why = f"fast summation needs d = 3 (S²), got d = {d}"
+    elif not spec.fastsum:
+        why = ("fast summation needs the exponential kernel, got "
+               f"{spec.label} ({spec.kernel.name})")
+    else:
+        loc = float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if x.shape[0] else 0.0
+        dev = _gmax(comm, loc)
+        if dev > 1e-6:
+            why = f"targets are not on the unit sphere (max ||x| - 1| = {dev:.1e})"
+    if why is None and backend == "auto" and n * n * H < FASTSUM_MIN_TRIPLES:
+        why = f"small problem (M·N·H = {n * n * H} < {FASTSUM_MIN_TRIPLES})"
+    if why is not None:
+        if backend == "fastsum":
+            raise ValueError(f"backend='fastsum' not applicable: {why}")
+        return _Plan("direct", why)
+    fast, centres, radii, degrees = [], [], [], []
+    cost_fast = 0.0
+    cost_dir = _COST_DIRECT3 * n * n * H
+    for h in range(H):
+        u = x @ A[h].T
+        c, R = _enclosing_centre_split(comm, u, offset)
+        zR = beta * R
+        L = fs.choose_degree(zR, tol)
+        feasible = L is not None
+        if feasible and backend == "auto":
+            feasible = _floor_split(comm, x, x, m, u, c, beta, n, offset) <= tol
+        c_h = ((2 * n) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
+               + fs_fixed() if L is not None else math.inf)
+        use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * n * n)
+        fast.append(bool(use))
+        centres.append(c)
+        radii.append(zR)
+        degrees.append(int(L) if use else -1)
+        cost_fast += c_h if use else _COST_DIRECT3 * n * n
+    if not any(fast):
+        if backend == "fastsum":
+            raise ValueError(
+                "backend='fastsum' not applicable: the expansion cannot meet "
+                f"tol={tol:g} for β R' = {max(radii):.3g} (degree > {fs.MAX_DEGREE}); "
+                "use backend='direct' or a larger tol")
+        return _Plan("direct", "fast summation would not pay off "
+                     f"(β R' up to {max(radii):.3g}, tol {tol:g})")
+    reason = "requested" if backend == "fastsum" else (
+        f"fast summation predicted {cost_dir / cost_fast:.1f}x cheaper than direct")
+    return _Plan("fastsum", reason, fast, centres, radii, degrees)
+
+
+def fs_fixed() -> float:
+    """The fixed per-head cost of the fast summation in the cost model of ``auto``."""
+    from . import _COST_FAST_FIXED
+
+    return _COST_FAST_FIXED
+
+
+# ------------------------------------------------------------------ evaluation
+def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores):
+    """Direct sums over all ranks' sources, the source blocks passed around a ring."""
+    from . import kernel_sums
+
+    P, rank = comm.Get_size(), comm.Get_rank()
+    M, d = x.shape
+    H = Q.shape[0]
+    counts = comm.allgather(M)
+    cap = max(counts)
+    bx = np.zeros((cap, d))
+    bm = np.zeros(cap)
+    bx[:M] = x
+    bm[:M] = m
+    spec = get_kind(kind)
+    Z = np.zeros((H, M))
+    Y = np.zeros((H, M, d))
+    Phi = np.zeros((H, M)) if (potential and not spec.exponential) else None
+    S = np.zeros((H, M)) if scores else None
+    src = rank
+    for step in range(P):
+        cnt = counts[src]
+        if cnt and M:
+            s = kernel_sums(x, bx[:cnt], bm[:cnt], Q, K, beta=beta, kind=kind,
+                            potential=Phi is not None, scores=scores, backend=backend)
+            Z += s.Z
+            Y += s.Y
+            if Phi is not None:
+                Phi += s.Phi
+            if S is not None:
+                S += s.S
+        if step < P - 1:
+            comm.Sendrecv_replace(bx, dest=(rank + 1) % P, source=(rank - 1) % P)
+            comm.Sendrecv_replace(bm, dest=(rank + 1) % P, source=(rank - 1) % P)
+            src = (src - 1) % P
+    if potential and spec.exponential:
+        Phi = Z
+    return Z, Y, Phi, S
+
+
+def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, comm: Any,
+               beta: float, kind: str, potential: bool = False, scores: bool = False,
+               backend: str = "auto", tol: float | None = None):
+    """:func:`wflow.kernels.kernel_sums` with targets = sources split over the ranks of ``comm``.
+
+    Parameters
+    ----------
+    x : (M_r, d) array
+        This rank's tokens (targets and sources); the system is the union over ranks in
+        rank order (rank ``r`` holding the global indices ``offset_r … offset_r + M_r``).
+    m : (M_r,) array
+        Their masses.
+    Q, K : (H, k, d) arrays
+        Heads (the same on every rank).
+    comm : mpi4py communicator
+    beta, kind, potential, scores, backend, tol
+        As in :func:`wflow.kernels.kernel_sums`.
+
+    Returns
+    -------
+    KernelSums
+        Sums at this rank's tokens over all sources, ``.info`` naming the back-end (with
+        ``"split over P ranks"`` in the reason). Collective: every rank must call it.
+    """
+    from . import DEFAULT_TOL, KernelInfo, KernelSums, _scores_A, _validate, raise_bound, threads
+    from . import _fastsum as fs
+
+    tol = DEFAULT_TOL if tol is None else tol
+    x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
+    P = comm.Get_size()
+    M, d = x.shape
+    H = Q.shape[0]
+    counts = comm.allgather(M)
+    n = int(sum(counts))
+    offset = int(sum(counts[: comm.Get_rank()]))
+    expo = spec.exponential
+    if expo and n and H and spec.compiled:
+        from . import _numba as kn
+
+        bq = _gmax(comm, kn.max_rownorm(Q, x) if M else 0.0)
+        bk = _gmax(comm, kn.max_rownorm(K, x) if M else 0.0)
+        raise_bound(beta * bq * bk)
+    triples = n * n * H
+    err_direct = max(n, 1) * _EPS
+    where = f"; split over {P} ranks"
+    A = _scores_A(Q, K)
+    plan = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset)
+    if plan.backend in ("numpy", "direct"):
+        Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, plan.backend, potential, scores)
+        return KernelSums(Z, Y, Phi, S, KernelInfo(
+            plan.backend, backend, plan.reason + where + " (sources passed around a ring)",
+            err_direct, tol, (), threads() if plan.backend == "direct" else 1, triples))
+    # --- fast summation: local coefficients, one ordered sum, local evaluation
+    nx = np.sqrt(np.einsum("ij,ij->i", x, x))
+    xhat = x / nx[:, None] if M else x
+    xT = np.ascontiguousarray(xhat.T)
+    dev = _gmax(comm, float(np.max(np.abs(nx - 1.0))) if M else 0.0)
+    q = np.ascontiguousarray(np.vstack([m[None, :], (m[:, None] * x).T]))  # (4, M)
+    qabs = np.abs(q).max(axis=0) if M else np.zeros(0)
+    heads = [h for h in range(H) if plan.fast[h]]
+    tabs, parts, geo = {}, [], {}
+    for h in heads:
+        L = plan.degree[h]
+        c = plan.centres[h]
+        u = x @ A[h].T
+        w = u - c
+        r = np.sqrt(np.einsum("ij,ij->i", w, w))
+        uhat = np.where(r[:, None] > 0, w / np.where(r > 0, r, 1.0)[:, None], [0.0, 0.0, 1.0])
+        zj = beta * r
+        tabs[h] = fs._tables(L)
+        off = tabs[h][0]
+        Pn = int(off[L + 1])
+        Cr = np.empty((fs._NBLK, 4, Pn))
+        Ci = np.empty((fs._NBLK, 4, Pn))
+        if M:
+            fs._coefficients(np.ascontiguousarray(uhat.T), np.ascontiguousarray(zj), q, L,
+                             *tabs[h], fs._NBLK, Cr, Ci)
+        else:
+            Cr[:] = 0.0
+            Ci[:] = 0.0
+        parts += [Cr.sum(axis=0).ravel(), Ci.sum(axis=0).ravel(),
+                  [float(np.sum(qabs * np.exp(zj)))]]
+        geo[h] = Pn
+    parts.append([float(np.sum(qabs))])
+    tot = ordered_sum(comm, np.concatenate(parts))  # THE reduction of this evaluation
+    Z = np.zeros((H, M))
+    Y = np.zeros((H, M, 3))
+    S = np.zeros((H, M)) if scores else None
+    degree = np.full(H, -1, dtype=np.int64)
+    inner_min = np.full(H, np.inf)
+    outs, pos = {}, 0
+    sum_qabs = float(tot[-1])
+    scales = {}
+    for h in heads:
+        L, Pn = plan.degree[h], geo[h]
+        Cr = tot[pos:pos + 4 * Pn].reshape(4, Pn)
+        Ci = tot[pos + 4 * Pn:pos + 8 * Pn].reshape(4, Pn)
+        scales[h] = float(tot[pos + 8 * Pn])
+        pos += 8 * Pn + 1
+        eps_m = np.full(Pn, 2.0)
+        eps_m[: L + 1] = 1.0
+        Cr = 4.0 * math.pi * eps_m * Cr
+        Ci = 4.0 * math.pi * eps_m * Ci
+        out = np.empty((4, M))
+        if M:
+            fs._evaluate(xT, L, *tabs[h], np.ascontiguousarray(Cr), np.ascontiguousarray(Ci), out)
+            inner_min[h] = float(np.min(out[0]))
+        outs[h] = out
+    gmin = _gmin_vec(comm, inner_min)  # the smallest inner sum of each head, all ranks
+    err = np.full(H, np.inf)
+    for h in heads:
+        L, zR = plan.degree[h], plan.zR[h]
+        tail = fs.bessel_tail(zR, L)
+        abs_err = tail * sum_qabs + fs.ROUNDOFF_KAPPA * _EPS * scales[h]
+        zmin = float(gmin[h])
+        err[h] = np.inf if not zmin > 0 else abs_err / zmin + zR * dev * math.exp(zR * dev)
+        degree[h] = L
+        out = outs[h]
+        fac = np.exp(beta * (x @ plan.centres[h]))
+        Z[h] = fac * out[0]
+        Y[h] = (fac * out[1:]).T
+        if scores:
+            S[h] = beta * np.einsum("mi,ij,mj->m", x, A[h], Y[h])
+    ok = err <= tol
+    redo = ~ok
+    reason = plan.reason + where + " (one ordered sum of the coefficients)"
+    name = "fastsum"
+    if np.any(redo):
+        idx = np.flatnonzero(redo)
+        failed = [h for h in idx if plan.fast[h]]
+        if failed:
+            ests = ", ".join(f"head {h}: {err[h]:.1e}" for h in failed)
+            reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
+            logger.info("fast summation fell back to direct sums (%s)", ests)
+        Zd, Yd, _, Sd = _ring_sums(comm, x, m, Q[idx], K[idx], beta, kind, "direct", False,
+                                   scores)
+        Z[idx] = Zd
+        Y[idx] = Yd
+        if scores:
+            S[idx] = Sd
+        name = "fastsum+direct" if np.any(ok) else "direct"
+    ests = [float(e) for e in err[ok]] + ([err_direct] if np.any(redo) else [])
+    degs = tuple(int(L) if o else -1 for L, o in zip(degree, ok, strict=True))
+    return KernelSums(Z, Y, Z if potential else None, S,
+                      KernelInfo(name, backend, reason, float(max(ests)), tol, degs, threads(),
+                                 triples))
