@@ -117,20 +117,21 @@ def test_error_on_one_rank_is_raised_on_all_and_sums_agree_bitwise(cases):
     assert bool(cases["coll_same"])
 
 
-SCENARIO = """seed = 1
+SCENARIO = """seed = 2
 [attention]
 kind = "softmax"
-beta = 1.0
+beta = 1.5
 d = 3
 [tokens]
 n = 90
 [heads]
 type = "random_symmetric"
-H = 2
-scale = 0.5
+H = 3
+scale = 0.4
 [particles]
-T = 0.2
+T = 0.15
 dt = 0.05
+integrator = "rk4"
 """
 
 

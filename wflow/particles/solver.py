@@ -75,39 +75,53 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
+
+    def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        return _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
+
+    return _states(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow, rng=rng,
+                   kernel=kernel, terms=terms, finite=lambda x: bool(np.all(np.isfinite(x))))
+
+
+def _states(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
+            integrator: str, flow: str, rng: np.random.Generator | None, kernel,
+            terms: Callable, finite: Callable[[np.ndarray], bool]) -> Iterator[ParticleState]:
+    """The time loop of :func:`iterate` (and of the split loop, :mod:`wflow.particles.split`).
+
+    ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
+    state; ``kernel`` evaluates the integrators' stages; ``finite(x)``: every token finite.
+    """
     grid = time_grid(T, dt, schedule.jump_times)
     # weights take the tokens' explicit Euler step under the Euler integrator (the
     # published scheme), RK4 half steps under RK4 (4th-order midpoint)
     integ = INTEGRATORS.lookup(integrator, "particles.integrator")
     weights = integ.weights
     theta = schedule.initial_theta()
-    heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow, kernel=kernel)
+    heads, fe, vel, tm = terms(x, 0.0, theta, None)
     jumps = set(schedule.jump_times)
     pre_jump: dict[str, float] | None = None
     for k in range(len(grid)):
         t = float(grid[k])
         if k + 1 == len(grid):
-            yield ParticleState(t, x, theta, heads, fe, vel, terms, None, pre_jump)
+            yield ParticleState(t, x, theta, heads, fe, vel, tm, None, pre_jump)
             return
         h = float(grid[k + 1] - t)
         theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=weights)
         dnoise = None
         if schedule.stochastic:
             dnoise = theta_new - theta - h * schedule.drift(theta, t)
-        yield ParticleState(t, x, theta, heads, fe, vel, terms, dnoise, pre_jump)
+        yield ParticleState(t, x, theta, heads, fe, vel, tm, dnoise, pre_jump)
         x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
                            flow, kernel)
         x, theta = x_new, theta_new
         t_new = float(grid[k + 1])
-        heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
-                                             heads if schedule.static else None, kernel)
+        heads, fe, vel, tm = terms(x, t_new, theta, heads if schedule.static else None)
         pre_jump = None
         if t_new in jumps:
-            pre_jump = terms
+            pre_jump = tm
             theta = schedule.after_jump(theta, t_new)
-            heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
-                                                 kernel=kernel)
-        if not np.all(np.isfinite(x)) or not np.isfinite(terms["E"]):
+            heads, fe, vel, tm = terms(x, t_new, theta, None)
+        if not finite(x) or not np.isfinite(tm["E"]):
             raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
                                      "reduce dt or the head scale")
 
@@ -235,15 +249,9 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             "engine = 'python' to choose it explicitly", why)
     else:
         why = "engine = 'python' requested"
-    P = int(opts.n_paths) if schedule.stochastic else 1
     if opts.n_paths > 1 and not schedule.stochastic:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
-    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
-    S = len(grid) - 1
-    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
-    heads0 = schedule.heads_at(schedule.initial_theta())
-    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts)
     n = x0.shape[0]
     m = np.full(n, 1.0 / n)
     klog = KernelLog()
@@ -265,6 +273,18 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
                      extra)
+
+
+def _setup(schedule: Schedule, opts: ParticleOptions):
+    """Paths, their generators, the time grid, steps, recorded steps and the flow's sign."""
+    P = int(opts.n_paths) if schedule.stochastic else 1
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
+    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
+    S = len(grid) - 1
+    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
+    heads0 = schedule.heads_at(schedule.initial_theta())
+    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    return P, rngs, grid, S, rec_idx, sign
 
 
 def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
@@ -335,14 +355,8 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
     from . import split as sp
 
     size, rank = comm.Get_size(), comm.Get_rank()
-    P = int(opts.n_paths) if schedule.stochastic else 1
-    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
-    S = len(grid) - 1
-    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
-    heads0 = schedule.heads_at(schedule.initial_theta())
-    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts)
     n = x0.shape[0]
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
     klog = KernelLog()
     t_start = time.perf_counter()
     status, message = "success", ""

@@ -44,13 +44,13 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule
 from ..diagnostics import count_clusters, head_rates, radial_shadows
-from ..energy import FieldEval, _head_outputs, energy_gradient_A, slope_terms
-from ..geometry.sphere import check_on_sphere, project_tangent
+from ..energy import FieldEval, _head_outputs, energy_gradient_A, field_from_sums, slope_terms
+from ..geometry.sphere import check_on_sphere
 from ..infra.parallel import collective_check, ordered_sum, split_range
 from ..kernels import KernelLog
 from ..kernels._split import split_sums
-from .integrators import INTEGRATORS, _velocity, time_grid
-from .result import ParticleState
+from .integrators import _velocity
+from .result import ParticleState, put_record
 
 __all__ = ["SplitKernel", "iterate_split", "record_split", "martingale_split"]
 
@@ -104,25 +104,13 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     from all ranks' tokens. Collective.
     """
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
-    sums = split_sums(x, m, heads.Q, heads.K, comm=comm, potential=True, **kw)
-    if log is not None:
-        log.add(sums.info)
-    Z, Y = sums.Z, sums.Y
-    A = heads.A
-    AY = np.einsum("hij,hmj->hmi", A, Y)
-    if heads.is_symmetric():
-        grad_psi = AY
-    else:
-        swapped = split_sums(x, m, heads.K, heads.Q, comm=comm, **kw)
-        if log is not None:
-            log.add(swapped.info)
-        grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, swapped.Y))
+
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool):
+        return split_sums(x, m, Q, K, comm=comm, potential=potential, **kw)
+
     # a normaliser that underflowed on one rank's tokens is an error on every rank
-    VY, f, bhat, hmZ = collective_check(comm, lambda: _head_outputs(Z, Y, heads, attn))
-    w = heads.w
-    v = project_tangent(x, np.einsum("h,hmd->md", w, f))
-    vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))
-    return FieldEval(Z, Y, sums.Phi, f, grad_psi, v, vhat, bhat, hmZ)
+    return field_from_sums(x, heads, attn, sums, log=log, outputs=lambda Z, Y: collective_check(
+        comm, lambda: _head_outputs(Z, Y, heads, attn)))
 
 
 def _ring(comm: Any, x: np.ndarray, m: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -210,42 +198,18 @@ def iterate_split(x: np.ndarray, schedule: Schedule, attn: Attention, *, kernel:
     The yielded states hold this rank's tokens and field; their integrands are the
     whole system's (identical on every rank).
     """
+    from .solver import _states
+
     comm = kernel.comm
     x = check_on_sphere(x, name="tokens") if x.shape[0] else np.asarray(x, dtype=np.float64)
     m = np.full(x.shape[0], 1.0 / kernel.n)
-    grid = time_grid(T, dt, schedule.jump_times)
-    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
-    theta = schedule.initial_theta()
-    heads, fe, vel, terms = _state_terms_split(x, m, 0.0, theta, schedule, attn, flow, kernel)
-    jumps = set(schedule.jump_times)
-    pre_jump: dict[str, float] | None = None
-    for k in range(len(grid)):
-        t = float(grid[k])
-        if k + 1 == len(grid):
-            yield ParticleState(t, x, theta, heads, fe, vel, terms, None, pre_jump)
-            return
-        h = float(grid[k + 1] - t)
-        theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=integ.weights)
-        dnoise = None
-        if schedule.stochastic:
-            dnoise = theta_new - theta - h * schedule.drift(theta, t)
-        yield ParticleState(t, x, theta, heads, fe, vel, terms, dnoise, pre_jump)
-        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                           flow, kernel)
-        x, theta = x_new, theta_new
-        t_new = float(grid[k + 1])
-        heads, fe, vel, terms = _state_terms_split(x, m, t_new, theta, schedule, attn, flow,
-                                                   kernel, heads if schedule.static else None)
-        pre_jump = None
-        if t_new in jumps:
-            pre_jump = terms
-            theta = schedule.after_jump(theta, t_new)
-            heads, fe, vel, terms = _state_terms_split(x, m, t_new, theta, schedule, attn,
-                                                       flow, kernel)
-        finite = _gmin(comm, float(bool(np.all(np.isfinite(x)))))
-        if not finite or not np.isfinite(terms["E"]):
-            raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
-                                     "reduce dt or the head scale")
+
+    def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        return _state_terms_split(x, m, t, theta, schedule, attn, flow, kernel, heads)
+
+    return _states(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow, rng=rng,
+                   kernel=kernel, terms=terms,
+                   finite=lambda x: bool(_gmin(comm, float(bool(np.all(np.isfinite(x)))))))
 
 
 def martingale_split(prev: ParticleState, m: np.ndarray, schedule: Schedule, comm: Any) -> float:
@@ -275,30 +239,16 @@ def record_split(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: 
     sm2, msum, m2 = (float(v) for v in tot[H + 1 + d:H + 4 + d])
     pos = H + 4 + d
 
-    def put(key: str, val) -> None:
-        rows.setdefault(key, []).append(val)
-
-    put("E", terms["E"])
-    put("E_h", E_h)
-    for key in ("dEdt_w", "power", "slope2", "speed2", "G2", "ito"):
-        put(key, terms[key])
-    put("bhat_mean", bmean)
-    put("bhat_min", _gmin(comm, float(fe.bhat.min()) if x.shape[0] else np.inf))
-    put("bhat_max", _gmax(comm, float(fe.bhat.max()) if x.shape[0] else -np.inf))
-    put("mean_inner", float(s @ s - sm2) / float(msum**2 - m2))
-    if opts.clusters:
-        put("n_clusters", float(count_clusters(x, cos_threshold=opts.cluster_cos, comm=comm)))
-    res = acc.residuals()
-    for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
-        put(f"balance_{key}", res[key])
+    rates = None
     if opts.head_rates:
         own, cd, cr = tot[pos:pos + H], tot[pos + H:pos + 2 * H], tot[pos + 2 * H:pos + 3 * H]
-        put("dEh_dt", own + cd + cr)
-        put("dEh_own", own)
-        put("dEh_cross_direct", cd)
-        put("dEh_cross_radial", cr)
-        put("radial_margin", own - np.abs(cr))
-        put("radial_shadow", tot[pos + 3 * H:pos + 4 * H])
+        rates = (own + cd + cr, own, cd, cr, own - np.abs(cr), tot[pos + 3 * H:pos + 4 * H])
+    bmin = _gmin(comm, float(fe.bhat.min()) if x.shape[0] else np.inf)
+    bmax = _gmax(comm, float(fe.bhat.max()) if x.shape[0] else -np.inf)
+    nc = (float(count_clusters(x, cos_threshold=opts.cluster_cos, comm=comm)) if opts.clusters
+          else None)
+    put_record(rows, terms, E_h, (bmean, bmin, bmax), float(s @ s - sm2) / float(msum**2 - m2),
+               nc, acc, rates)
 
 
 def local_block(x0: np.ndarray, comm: Any) -> tuple[np.ndarray, int]:
