@@ -121,13 +121,14 @@ def evaluate(
 
 
 def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
-                    log: KernelLog | None = None, outputs=None) -> FieldEval:
+                    log: KernelLog | None = None, guard=None) -> FieldEval:
     """The :class:`FieldEval` at targets ``x`` from a function giving the kernel sums.
 
     ``sums(Q, K, potential)`` returns :class:`wflow.kernels.KernelSums` at ``x`` for the
     heads ``(Q, K)`` (:func:`evaluate`: :func:`wflow.kernels.kernel_sums` over the sources;
     a particle system split over MPI ranks: the sums over every rank's tokens).
-    ``outputs(Z, Y)``: the head outputs (default ``_head_outputs``).
+    ``guard(fn)`` runs the head outputs ``fn()`` (which raise ``FloatingPointError`` on an
+    underflowed normaliser; split over ranks: raised on every rank), default ``fn()``.
     """
     s = sums(heads.Q, heads.K, True)
     if log is not None:
@@ -143,10 +144,10 @@ def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
             log.add(swapped.info)
         Yt = swapped.Y
         grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, Yt))
-    if outputs is None:
+    if guard is None:
         VY, f, bhat, hmZ = _head_outputs(Z, Y, heads, attn)
     else:
-        VY, f, bhat, hmZ = outputs(Z, Y)
+        VY, f, bhat, hmZ = guard(lambda: _head_outputs(Z, Y, heads, attn))
     w = heads.w
     v = project_tangent(x, np.einsum("h,hmd->md", w, f))
     vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))

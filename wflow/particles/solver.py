@@ -48,7 +48,8 @@ from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
-from .integrators import INTEGRATORS, _Kernel, _state_terms, time_grid
+from .integrators import _Kernel, _state_terms, time_grid
+from .loop import time_loop
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -79,51 +80,9 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
         return _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
 
-    return _states(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow, rng=rng,
-                   kernel=kernel, terms=terms, finite=lambda x: bool(np.all(np.isfinite(x))))
-
-
-def _states(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
-            integrator: str, flow: str, rng: np.random.Generator | None, kernel,
-            terms: Callable, finite: Callable[[np.ndarray], bool]) -> Iterator[ParticleState]:
-    """The time loop of :func:`iterate` (and of the split loop, :mod:`wflow.particles.split`).
-
-    ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
-    state; ``kernel`` evaluates the integrators' stages; ``finite(x)``: every token finite.
-    """
-    grid = time_grid(T, dt, schedule.jump_times)
-    # weights take the tokens' explicit Euler step under the Euler integrator (the
-    # published scheme), RK4 half steps under RK4 (4th-order midpoint)
-    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
-    weights = integ.weights
-    theta = schedule.initial_theta()
-    heads, fe, vel, tm = terms(x, 0.0, theta, None)
-    jumps = set(schedule.jump_times)
-    pre_jump: dict[str, float] | None = None
-    for k in range(len(grid)):
-        t = float(grid[k])
-        if k + 1 == len(grid):
-            yield ParticleState(t, x, theta, heads, fe, vel, tm, None, pre_jump)
-            return
-        h = float(grid[k + 1] - t)
-        theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=weights)
-        dnoise = None
-        if schedule.stochastic:
-            dnoise = theta_new - theta - h * schedule.drift(theta, t)
-        yield ParticleState(t, x, theta, heads, fe, vel, tm, dnoise, pre_jump)
-        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                           flow, kernel)
-        x, theta = x_new, theta_new
-        t_new = float(grid[k + 1])
-        heads, fe, vel, tm = terms(x, t_new, theta, heads if schedule.static else None)
-        pre_jump = None
-        if t_new in jumps:
-            pre_jump = tm
-            theta = schedule.after_jump(theta, t_new)
-            heads, fe, vel, tm = terms(x, t_new, theta, None)
-        if not finite(x) or not np.isfinite(tm["E"]):
-            raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
-                                     "reduce dt or the head scale")
+    return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
+                     rng=rng, kernel=kernel, terms=terms,
+                     finite=lambda x: bool(np.all(np.isfinite(x))))
 
 
 class _PathRun(NamedTuple):

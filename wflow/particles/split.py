@@ -6,11 +6,12 @@ result of the serial run (to round-off, see below):
 * **Paths over ranks** (noisy weights with ``n_paths > 1``): path ``p`` runs whole on rank
   ``p mod P`` with its own generator (``SeedSequence(seed).spawn(n_paths)[p]``, as in the
   serial run), through the step-by-step loop of :func:`wflow.particles.iterate`; the
-  finished paths are gathered in path order. Each path is the serial Python loop's path
-  bit for bit (the serial default, the compiled loop, agrees with it to 1e-12).
+  finished paths are gathered in path order. Each path runs the serial Python loop's
+  operations (equal to round-off: NumPy's vectorised reductions may round by where an
+  array starts in memory; the serial default, the compiled loop, agrees to 1e-12).
 * **Tokens over ranks** (one large system, every other case): rank ``r`` holds the
   contiguous block :func:`~wflow.infra.parallel.split_range` ``(n, P, r)`` of the tokens.
-  Every evaluation of the field is :func:`wflow.kernels._split.split_sums` (the fast
+  Every evaluation of the field is :func:`wflow.kernels.split.split_sums` (the fast
   summation on S² with one ordered sum of the harmonic coefficients, else direct sums
   with the sources passed around a ring); everything else a step needs is local to the
   rank's tokens, and every diagnostic that is a sum over tokens (energies, power, slopes,
@@ -26,7 +27,7 @@ result of the serial run (to round-off, see below):
 Round-off. A sum over tokens is added in a different order than in one process (``P``
 partial sums, each in the serial kernels' order, added in rank order), so each recorded
 sum is within ``(P − 1) ε Σ|terms|`` plus the kernels' own reordering (``2 N ε``
-relative per attention sum, :mod:`wflow.kernels._split`) of the serial one; along a run
+relative per attention sum, :mod:`wflow.kernels.split`) of the serial one; along a run
 these differences grow with the flow's Lipschitz constant like any perturbation of the
 initial data. Every reduction has a fixed order, so a run with ``P`` ranks repeats bit
 for bit, and every rank holds the same numbers (the same control flow on every rank).
@@ -44,12 +45,13 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule
 from ..diagnostics import count_clusters, head_rates, radial_shadows
-from ..energy import FieldEval, _head_outputs, energy_gradient_A, field_from_sums, slope_terms
+from ..energy import FieldEval, energy_gradient_A, field_from_sums, slope_terms
 from ..geometry.sphere import check_on_sphere
 from ..infra.parallel import collective_check, ordered_sum, split_range
 from ..kernels import KernelLog
-from ..kernels._split import split_sums
+from ..kernels.split import split_sums
 from .integrators import _velocity
+from .loop import time_loop
 from .result import ParticleState, put_record
 
 __all__ = ["SplitKernel", "iterate_split", "record_split", "martingale_split"]
@@ -73,7 +75,7 @@ class SplitKernel:
     """The kernel settings of a split run: ``evaluate`` is the field at this rank's tokens.
 
     Duck-types :class:`wflow.particles.integrators._Kernel` for the integrators (every
-    stage's field then comes from :func:`wflow.kernels._split.split_sums`); ``fused``
+    stage's field then comes from :func:`wflow.kernels.split.split_sums`); ``fused``
     is ``None`` (the fused direct pass is one process's).
     """
 
@@ -109,8 +111,8 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
         return split_sums(x, m, Q, K, comm=comm, potential=potential, **kw)
 
     # a normaliser that underflowed on one rank's tokens is an error on every rank
-    return field_from_sums(x, heads, attn, sums, log=log, outputs=lambda Z, Y: collective_check(
-        comm, lambda: _head_outputs(Z, Y, heads, attn)))
+    return field_from_sums(x, heads, attn, sums, log=log,
+                           guard=lambda fn: collective_check(comm, fn))
 
 
 def _ring(comm: Any, x: np.ndarray, m: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -198,8 +200,6 @@ def iterate_split(x: np.ndarray, schedule: Schedule, attn: Attention, *, kernel:
     The yielded states hold this rank's tokens and field; their integrands are the
     whole system's (identical on every rank).
     """
-    from .solver import _states
-
     comm = kernel.comm
     x = check_on_sphere(x, name="tokens") if x.shape[0] else np.asarray(x, dtype=np.float64)
     m = np.full(x.shape[0], 1.0 / kernel.n)
@@ -207,8 +207,8 @@ def iterate_split(x: np.ndarray, schedule: Schedule, attn: Attention, *, kernel:
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
         return _state_terms_split(x, m, t, theta, schedule, attn, flow, kernel, heads)
 
-    return _states(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow, rng=rng,
-                   kernel=kernel, terms=terms,
+    return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
+                     rng=rng, kernel=kernel, terms=terms,
                    finite=lambda x: bool(_gmin(comm, float(bool(np.all(np.isfinite(x)))))))
 
 

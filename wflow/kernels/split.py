@@ -54,10 +54,14 @@ def split_count(comm: Any, n_local: int) -> int:
     return int(comm.allreduce(int(n_local)))
 
 
-def _gmax(comm: Any, val: float) -> float:
+def _gmax_vec(comm: Any, vals) -> np.ndarray:
+    """Elementwise maximum over the ranks (exact in any order)."""
     from mpi4py import MPI
 
-    return float(comm.allreduce(float(val), op=MPI.MAX))
+    v = np.ascontiguousarray(vals, dtype=np.float64)
+    out = np.empty_like(v)
+    comm.Allreduce(v, out, op=MPI.MAX)
+    return out
 
 
 def _gmin_vec(comm: Any, vals: np.ndarray) -> np.ndarray:
@@ -69,96 +73,133 @@ def _gmin_vec(comm: Any, vals: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ global plan
-def _farthest_split(comm: Any, u: np.ndarray, c: np.ndarray, offset: int):
-    """Global farthest source from ``c``: ``(point, distance)``, ties to the lowest index.
+# Every step below handles all heads in one collective operation (so an evaluation costs
+# a fixed number of them, whatever H); each head's numbers are those of the serial code.
+def _farthest_split(comm: Any, us: list, cs: list, offset: int, active: list[int]) -> dict:
+    """Global farthest source from ``cs[h]`` for each active head: ``h -> (point, distance)``.
 
     The serial :func:`~wflow.kernels._fastsum._farthest` keeps the first index with the
     largest squared distance; the squared distances are compared here too (recomputed in
-    the same IEEE operations), so the chosen point is the serial one.
+    the same IEEE operations), ties going to the lowest global index: the serial point.
     """
     from ._fastsum import _farthest
 
-    cand = None
-    if u.shape[0]:
-        k, _ = _farthest(u, float(c[0]), float(c[1]), float(c[2]))
-        d0, d1, d2 = (float(u[k, 0] - c[0]), float(u[k, 1] - c[1]), float(u[k, 2] - c[2]))
-        cand = (d0 * d0 + d1 * d1 + d2 * d2, offset + int(k), u[k].copy())
-    cands = [cc for cc in comm.allgather(cand) if cc is not None]
-    best = min(cands, key=lambda cc: (-cc[0], cc[1]))
-    return best[2], math.sqrt(best[0])
+    mine = {}
+    for h in active:
+        u, c = us[h], cs[h]
+        if u.shape[0]:
+            k, _ = _farthest(u, float(c[0]), float(c[1]), float(c[2]))
+            d0, d1, d2 = (float(u[k, 0] - c[0]), float(u[k, 1] - c[1]), float(u[k, 2] - c[2]))
+            mine[h] = (d0 * d0 + d1 * d1 + d2 * d2, offset + int(k), u[k].copy())
+    parts = comm.allgather(mine)
+    out = {}
+    for h in active:
+        best = min((p[h] for p in parts if h in p), key=lambda cc: (-cc[0], cc[1]))
+        out[h] = (best[2], math.sqrt(best[0]))
+    return out
 
 
-def _radius_split(comm: Any, u: np.ndarray, c: np.ndarray) -> float:
+def _radii_split(comm: Any, us: list, cs: list) -> np.ndarray:
+    """``max_j |u_j − c|`` of each (head, centre) pair over all ranks (one reduction)."""
     from ._fastsum import _radius
 
-    loc = _radius(u, float(c[0]), float(c[1]), float(c[2])) if u.shape[0] else 0.0
-    return _gmax(comm, loc)
+    loc = [_radius(u, float(c[0]), float(c[1]), float(c[2])) if u.shape[0] else 0.0
+           for u, c in zip(us, cs, strict=True)]
+    return _gmax_vec(comm, loc)
 
 
-def _enclosing_centre_split(comm: Any, u: np.ndarray, offset: int) -> tuple[np.ndarray, float]:
-    """:func:`~wflow.kernels._fastsum.enclosing_centre` of the union of the ranks' ``u``."""
-    from mpi4py import MPI
-
-    lo = u.min(axis=0) if u.shape[0] else np.full(3, np.inf)
-    hi = u.max(axis=0) if u.shape[0] else np.full(3, -np.inf)
-    glo, ghi = np.empty(3), np.empty(3)
-    comm.Allreduce(np.ascontiguousarray(lo), glo, op=MPI.MIN)
-    comm.Allreduce(np.ascontiguousarray(hi), ghi, op=MPI.MAX)
-    cands = [np.zeros(3), 0.5 * (glo + ghi)]
-    radii = [_radius_split(comm, u, cands[0]), _radius_split(comm, u, cands[1])]
-    # Ritter's ball, the serial iterations with global farthest points
-    first = comm.bcast(u[0].copy() if (offset == 0 and u.shape[0]) else None, root=0)
-    q, _ = _farthest_split(comm, u, first, offset)
-    r, dist = _farthest_split(comm, u, q, offset)
-    c = 0.5 * (q + r)
-    rad = 0.5 * dist
+def _centres_split(comm: Any, us: list, offset: int) -> list[tuple[np.ndarray, float]]:
+    """:func:`~wflow.kernels._fastsum.enclosing_centre` of each head's global ``u``."""
+    H = len(us)
+    lo = np.array([u.min(axis=0) if u.shape[0] else np.full(3, np.inf) for u in us])
+    hi = np.array([u.max(axis=0) if u.shape[0] else np.full(3, -np.inf) for u in us])
+    box = _gmax_vec(comm, np.concatenate([-lo.ravel(), hi.ravel()]))
+    glo, ghi = -box[: 3 * H].reshape(H, 3), box[3 * H:].reshape(H, 3)
+    origin = [np.zeros(3) for _ in range(H)]
+    mid = [0.5 * (glo[h] + ghi[h]) for h in range(H)]
+    r0 = _radii_split(comm, us + us, origin + mid)
+    # Ritter's ball: the serial iterations, every head in step, with global farthest points
+    first = comm.bcast([u[0].copy() for u in us] if (offset == 0 and us[0].shape[0]) else None,
+                       root=0)
+    heads = list(range(H))
+    q = {h: p for h, (p, _) in _farthest_split(comm, us, first, offset, heads).items()}
+    far = _farthest_split(comm, us, [q[h] for h in heads], offset, heads)
+    c = [0.5 * (q[h] + far[h][0]) for h in heads]
+    rad = [0.5 * far[h][1] for h in heads]
+    active = list(heads)
     for _ in range(8):
-        far, dist = _farthest_split(comm, u, c, offset)
-        if dist <= rad * (1.0 + 1e-12):
+        if not active:
             break
-        new_rad = 0.5 * (rad + dist)
-        c = c + (dist - new_rad) / dist * (far - c)
-        rad = new_rad
-    cands.append(c)
-    radii.append(_radius_split(comm, u, c))
-    best = int(np.argmin(radii))
-    return cands[best], float(radii[best])
+        far = _farthest_split(comm, us, c, offset, active)
+        still = []
+        for h in active:
+            pt, dist = far[h]
+            if dist <= rad[h] * (1.0 + 1e-12):
+                continue
+            new_rad = 0.5 * (rad[h] + dist)
+            c[h] = c[h] + (dist - new_rad) / dist * (pt - c[h])
+            rad[h] = new_rad
+            still.append(h)
+        active = still
+    r1 = _radii_split(comm, us, c)
+    out = []
+    for h in heads:
+        cands = [origin[h], mid[h], c[h]]
+        radii = [float(r0[h]), float(r0[H + h]), float(r1[h])]
+        best = int(np.argmin(radii))
+        out.append((cands[best], radii[best]))
+    return out
 
 
-def _floor_split(comm: Any, x: np.ndarray, y: np.ndarray, m: np.ndarray, u: np.ndarray,
-                 c: np.ndarray, beta: float, n: int, offset: int, nprobe: int = 16) -> float:
-    """:func:`~wflow.kernels._fastsum.estimate_floor` over the whole system (same probes)."""
+def _floors_split(comm: Any, x: np.ndarray, m: np.ndarray, us: list, cs: list, beta: float,
+                  n: int, offset: int, heads: list[int], nprobe: int = 16) -> dict:
+    """:func:`~wflow.kernels._fastsum.estimate_floor` of each listed head, whole system."""
     from ._fastsum import ROUNDOFF_KAPPA, _probe_min
 
-    if n == 0:
-        return 0.0
+    if n == 0 or not heads:
+        return {h: 0.0 for h in heads}
     M = x.shape[0]
-    w = u - c
-    r = np.sqrt(np.einsum("ij,ij->i", w, w))
-    qabs = np.abs(m) * np.maximum(1.0, np.max(np.abs(y), axis=1)) if M else np.zeros(0)
-    part = np.concatenate([[float(np.sum(qabs * np.exp(beta * r)))], m @ w if M else np.zeros(3)])
-    tot = ordered_sum(comm, part)
-    scale, mean = float(tot[0]), tot[1:]
-    loc = None
+    qabs = np.abs(m) * np.maximum(1.0, np.max(np.abs(x), axis=1)) if M else np.zeros(0)
+    ws = {h: us[h] - cs[h] for h in heads}
+    part = []
+    for h in heads:
+        r = np.sqrt(np.einsum("ij,ij->i", ws[h], ws[h]))
+        part += [[float(np.sum(qabs * np.exp(beta * r)))], m @ ws[h] if M else np.zeros(3)]
+    tot = ordered_sum(comm, np.concatenate(part)).reshape(len(heads), 4)
+    loc = {}
     if M:
-        k = int(np.argmin(x @ mean))
-        loc = (float(x[k] @ mean), offset + k)
-    arg = min((cc for cc in comm.allgather(loc) if cc is not None), key=lambda cc: (cc[0], cc[1]))
-    idx = np.unique(np.concatenate([np.linspace(0, n - 1, min(nprobe, n)).astype(np.int64),
-                                    [arg[1]]]))
-    mine = (idx >= offset) & (idx < offset + M)
-    pts = np.zeros((idx.size, 3))
-    pts[mine] = x[idx[mine] - offset]
-    probes = ordered_sum(comm, pts)  # each probe held by one rank: the sum is a copy
-    xp = probes / np.linalg.norm(probes, axis=1, keepdims=True)
-    bx = np.ascontiguousarray(beta * xp)
-    wT = np.ascontiguousarray(w.T)
+        for a, h in enumerate(heads):
+            k = int(np.argmin(x @ tot[a, 1:]))
+            loc[h] = (float(x[k] @ tot[a, 1:]), offset + k)
+    parts = comm.allgather(loc)
+    base = np.linspace(0, n - 1, min(nprobe, n)).astype(np.int64)
+    idxs, pts = {}, []
+    for h in heads:
+        arg = min((p[h] for p in parts if h in p), key=lambda cc: (cc[0], cc[1]))
+        idx = np.unique(np.concatenate([base, [arg[1]]]))
+        mine = (idx >= offset) & (idx < offset + M)
+        pt = np.zeros((idx.size, 3))
+        pt[mine] = x[idx[mine] - offset]
+        idxs[h] = idx
+        pts.append(pt)
+    probes = ordered_sum(comm, np.concatenate(pts))  # each probe held by one rank: a copy
     mm = np.ascontiguousarray(m, dtype=np.float64)
-    sums = np.array([_probe_min(bx[p:p + 1], wT, mm) if M else 0.0 for p in range(idx.size)])
-    gmin = float(np.min(ordered_sum(comm, sums)))
-    if not gmin > 0:
-        return math.inf
-    return ROUNDOFF_KAPPA * _EPS * scale / gmin
+    sums, pos = [], 0
+    for h in heads:
+        k = idxs[h].size
+        pr = probes[pos:pos + k]
+        pos += k
+        bx = np.ascontiguousarray(beta * pr / np.linalg.norm(pr, axis=1, keepdims=True))
+        wT = np.ascontiguousarray(ws[h].T)
+        sums.append([_probe_min(bx[p:p + 1], wT, mm) if M else 0.0 for p in range(k)])
+    allsums = ordered_sum(comm, np.concatenate(sums))
+    out, pos = {}, 0
+    for a, h in enumerate(heads):
+        k = idxs[h].size
+        gmin = float(np.min(allsums[pos:pos + k]))
+        pos += k
+        out[h] = math.inf if not gmin > 0 else ROUNDOFF_KAPPA * _EPS * float(tot[a, 0]) / gmin
+    return out
 
 
 class _Plan:
@@ -173,7 +214,7 @@ class _Plan:
         self.degree = tuple(degree)
 
 
-def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset) -> _Plan:
+def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, dev) -> _Plan:
     """:func:`wflow.kernels.plan_kernel` for the whole system (same rules, global data)."""
     from . import _COST_DIRECT3, _COST_FAST, _COST_FAST_POINT, FASTSUM_MIN_TRIPLES
     from . import _fastsum as fs
@@ -193,8 +234,6 @@ def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset) -> _Plan:
         why = ("fast summation needs the exponential kernel, got "
                f"{spec.label} ({spec.kernel.name})")
     else:
-        loc = float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if x.shape[0] else 0.0
-        dev = _gmax(comm, loc)
         if dev > 1e-6:
             why = f"targets are not on the unit sphere (max ||x| - 1| = {dev:.1e})"
     if why is None and backend == "auto" and n * n * H < FASTSUM_MIN_TRIPLES:
@@ -206,14 +245,18 @@ def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset) -> _Plan:
     fast, centres, radii, degrees = [], [], [], []
     cost_fast = 0.0
     cost_dir = _COST_DIRECT3 * n * n * H
+    us = [x @ A[h].T for h in range(H)]
+    cr = _centres_split(comm, us, offset)
+    Ls = [fs.choose_degree(beta * R, tol) for _, R in cr]
+    floors = _floors_split(comm, x, m, us, [c for c, _ in cr], beta, n, offset,
+                           [h for h in range(H) if Ls[h] is not None and backend == "auto"])
     for h in range(H):
-        u = x @ A[h].T
-        c, R = _enclosing_centre_split(comm, u, offset)
+        c, R = cr[h]
         zR = beta * R
-        L = fs.choose_degree(zR, tol)
+        L = Ls[h]
         feasible = L is not None
         if feasible and backend == "auto":
-            feasible = _floor_split(comm, x, x, m, u, c, beta, n, offset) <= tol
+            feasible = floors[h] <= tol
         c_h = ((2 * n) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
                + fs_fixed() if L is not None else math.inf)
         use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * n * n)
@@ -318,27 +361,29 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     n = int(sum(counts))
     offset = int(sum(counts[: comm.Get_rank()]))
     expo = spec.exponential
-    if expo and n and H and spec.compiled:
+    nx = np.sqrt(np.einsum("ij,ij->i", x, x))
+    # the score bound and the distance of the targets from the sphere: one reduction
+    bq = bk = 0.0
+    if expo and n and H and spec.compiled and M:
         from . import _numba as kn
 
-        bq = _gmax(comm, kn.max_rownorm(Q, x) if M else 0.0)
-        bk = _gmax(comm, kn.max_rownorm(K, x) if M else 0.0)
+        bq, bk = kn.max_rownorm(Q, x), kn.max_rownorm(K, x)
+    bq, bk, dev = _gmax_vec(comm, [bq, bk, float(np.max(np.abs(nx - 1.0))) if M else 0.0])
+    if expo and n and H and spec.compiled:
         raise_bound(beta * bq * bk)
     triples = n * n * H
     err_direct = max(n, 1) * _EPS
     where = f"; split over {P} ranks"
     A = _scores_A(Q, K)
-    plan = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset)
+    plan = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, float(dev))
     if plan.backend in ("numpy", "direct"):
         Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, plan.backend, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo(
             plan.backend, backend, plan.reason + where + " (sources passed around a ring)",
             err_direct, tol, (), threads() if plan.backend == "direct" else 1, triples))
     # --- fast summation: local coefficients, one ordered sum, local evaluation
-    nx = np.sqrt(np.einsum("ij,ij->i", x, x))
     xhat = x / nx[:, None] if M else x
     xT = np.ascontiguousarray(xhat.T)
-    dev = _gmax(comm, float(np.max(np.abs(nx - 1.0))) if M else 0.0)
     q = np.ascontiguousarray(np.vstack([m[None, :], (m[:, None] * x).T]))  # (4, M)
     qabs = np.abs(q).max(axis=0) if M else np.zeros(0)
     heads = [h for h in range(H) if plan.fast[h]]
