@@ -136,18 +136,27 @@ ROWS = {
 QUICK = ("n1e5_p1", "n1e5_p2")
 
 
+#: CPU-detection overrides of this machine's OpenBLAS passed to every peer when set (without
+#: ``OPENBLAS_L2_SIZE`` the d = 64 BLAS score blocks crash in OpenBLAS on this VM, measured).
+_KEEP = ("OPENBLAS_L2_SIZE",)
+
+
 def run_row(name: str, spec: dict, threads: int = 1) -> dict:
     """One row in its own process (``mpirun -n P`` for ``P > 1``)."""
+    import os
+
+    extra = {k: os.environ[k] for k in _KEEP if k in os.environ}
     spec = dict(spec)
     P = int(spec.pop("ranks"))
     python = sys.executable
     mpirun = str(Path(sys.executable).parent / "mpirun")
     if P == 1:
-        rec = call_peer("bench_particles_mpi:step_peer", threads=threads, timeout=3600, **spec)
+        rec = call_peer("bench_particles_mpi:step_peer", threads=threads, timeout=3600,
+                        extra_env=extra, **spec)
     else:
         from _common import peer_env, recorded_env
 
-        env = peer_env(threads)
+        env = peer_env(threads, extra)
         cmd = [mpirun, "-n", str(P), python, str(HERE / "_peer.py"),
                "bench_particles_mpi:step_peer", json.dumps(spec)]
         import subprocess
