@@ -262,20 +262,29 @@ def _count_clusters_split(x: np.ndarray, r: float, comm: Any) -> int:
         pts, off, lead, vlab = visit
         if lead_tree is None or lead.shape[0] == 0:
             continue
-        other = cKDTree(lead)
-        near = lead_tree.query_ball_tree(other, 2.0 * cover.rc)
+        pairs = lead_tree.sparse_distance_matrix(cKDTree(lead), 2.0 * cover.rc,
+                                                 output_type="ndarray")
+        if pairs.size == 0:
+            continue
+        # candidate group pairs grouped by the component pair they would link, nearest
+        # leaders first: a component pair needs one link, so its other candidates are
+        # never tested (the loop runs over component pairs, not over group pairs)
+        ga, gb = pairs["i"].astype(np.int64), pairs["j"].astype(np.int64)
+        kk = label[ga] * (int(vlab.max()) + 1) + vlab[gb]
+        order = np.lexsort((pairs["v"], kk))
+        ga, gb, kk = ga[order], gb[order], kk[order]
+        starts = np.flatnonzero(np.r_[True, kk[1:] != kk[:-1]])
+        ends = np.r_[starts[1:], kk.size]
         trees: dict[int, object] = {}
-        for a, bs in enumerate(near):
-            for b in bs:
-                key = (int(label[a]), src, int(vlab[b]))
-                if key in edges:
-                    continue
+        for s0, s1 in zip(starts.tolist(), ends.tolist(), strict=True):
+            for a, b in zip(ga[s0:s1].tolist(), gb[s0:s1].tolist(), strict=True):
                 ob = pts[off[b]:off[b + 1]]
                 tb = trees.get(b)
                 if tb is None:
                     tb = trees[b] = cKDTree(ob)
                 if cover.linked(cover.members(a), ob, tb):
-                    edges.add(key)
+                    edges.add((int(label[a]), src, int(vlab[b])))
+                    break
     counts = comm.allgather(nloc)
     base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     all_edges = comm.allgather(sorted(edges))
