@@ -357,6 +357,9 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
         if opts.entropy:
             raise ValueError("particles.entropy: attention entropies are not split over MPI "
                              "ranks (O(n²) per record); run them in one process")
+        if n < size:
+            raise ValueError(f"tokens: {n} tokens cannot be split over {size} MPI ranks "
+                             "(fewer tokens than ranks); run with fewer ranks")
         x_loc, first = sp.local_block(x0, comm)
         m = np.full(x_loc.shape[0], 1.0 / n)
         kernel = sp.SplitKernel(comm, n, opts.kernel_backend, opts.kernel_tol, klog)
