@@ -71,7 +71,7 @@ def _current_rss_mb() -> float:
 
 
 def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = (1, 3),
-              backend: str = "auto", seed: int = 0) -> dict:
+              backend: str = "auto", seed: int = 0, engine: str = "auto") -> dict:
     """In the peer process (every rank): the two runs of the row, per-rank measurements."""
     import numpy as np
     from mpi4py import MPI
@@ -89,14 +89,15 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
     # warm-up: compile / load every kernel on a small system with the same settings
     xw = sample_uniform(2000, d, np.random.default_rng(1))
     simulate(xw, heads, attn, T=dt, dt=dt, kernel_backend=backend,
-             comm=world if P > 1 else None)
+             comm=world if P > 1 else None, engine=engine)
     x0 = sample_uniform(n, d, rng)
     rss0 = _current_rss_mb()
     runs = []
     for S in steps:
         comm = TimedComm(world) if P > 1 else None
         w0, c0 = time.perf_counter(), time.process_time()
-        res = simulate(x0, heads, attn, T=S * dt, dt=dt, kernel_backend=backend, comm=comm)
+        res = simulate(x0, heads, attn, T=S * dt, dt=dt, kernel_backend=backend, comm=comm,
+                       engine=engine)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         runs.append({"steps": S, "wall_s": wall, "cpu_s": cpu, "status": res.status,
                      "comm_s": comm.seconds if comm else 0.0,
@@ -118,6 +119,7 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
 
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     return {"n": n, "d": d, "H": H, "beta": beta, "ranks": P, "backend": backend,
+            "engine": "python (split over ranks)" if P > 1 else engine,
             "step_wall_s": per["wall_s"], "step_cpu_s": per["cpu_s"],
             "step_comm_s": per["comm_s"], "peak_rss_mb_max": max(r["peak_rss_mb"] for r in ranks),
             "rss_before_mb_max": max(r["rss_before_mb"] for r in ranks),
@@ -130,6 +132,9 @@ ROWS = {
     "n1e6_p1": dict(n=1_000_000, ranks=1), "n1e6_p2": dict(n=1_000_000, ranks=2),
     # d = 64, direct sums (the ring)
     "d64_n1e4_p1": dict(n=10_000, d=64, ranks=1, steps=(1, 2)),
+    # the same one-process run on the Python loop (the split engine's loop: BLAS score
+    # blocks for wide heads, no pair-once), the like-for-like 1-rank reference
+    "d64_n1e4_p1_python": dict(n=10_000, d=64, ranks=1, steps=(1, 2), engine="python"),
     "d64_n1e4_p2": dict(n=10_000, d=64, ranks=2, steps=(1, 2)),
     "d64_n2e4_p2": dict(n=20_000, d=64, ranks=2, steps=(1, 2)),
 }
