@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.jobs.particles import run_particles
     from ..apps.scenario import load_scenario
     from ..infra.parallel import comm_rank_size, launched_rank_size
-    from ..particles.run import run_particles
 
     # under mpirun: MPI first (rank 0 decides on the output), the run split over the ranks
     comm, rank, size = comm_rank_size() if launched_rank_size()[1] > 1 else (None, 0, 1)

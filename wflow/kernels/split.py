@@ -202,87 +202,28 @@ def _floors_split(comm: Any, x: np.ndarray, m: np.ndarray, us: list, cs: list, b
     return out
 
 
-class _Plan:
-    """The global plan of one split evaluation: back-end, heads to expand, their centres."""
+def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, dev):
+    """:func:`wflow.kernels.plan_kernel` for the whole system: its rules on global numbers.
 
-    def __init__(self, backend: str, reason: str, fast=(), centres=(), zR=(), degree=()):
-        self.backend = backend
-        self.reason = reason
-        self.fast = tuple(fast)
-        self.centres = tuple(centres)
-        self.zR = tuple(zR)
-        self.degree = tuple(degree)
-
-
-def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, dev) -> _Plan:
-    """:func:`wflow.kernels.plan_kernel` for the whole system (same rules, global data)."""
-    from . import _COST_DIRECT3, _COST_FAST, _COST_FAST_POINT, FASTSUM_MIN_TRIPLES
+    Returns ``(KernelPlan, centres)`` (the centre of each head's source cloud, where the
+    plan asked for it).
+    """
     from . import _fastsum as fs
+    from .plan import plan_rules
 
-    d = x.shape[1]
-    if backend == "numpy" or not spec.compiled:
-        if backend not in ("numpy", "auto"):
-            spec.require_compiled(f"backend={backend!r}")
-        return _Plan("numpy", "requested" if backend == "numpy"
-                     else f"kind {spec.name!r} has no compiled kernel")
-    if backend == "direct":
-        return _Plan("direct", "requested")
-    why = None
-    if d != 3:
-        why = f"fast summation needs d = 3 (S²), got d = {d}"
-    elif not spec.fastsum:
-        why = ("fast summation needs the exponential kernel, got "
-               f"{spec.label} ({spec.kernel.name})")
-    else:
-        if dev > 1e-6:
-            why = f"targets are not on the unit sphere (max ||x| - 1| = {dev:.1e})"
-    if why is None and backend == "auto" and n * n * H < FASTSUM_MIN_TRIPLES:
-        why = f"small problem (M·N·H = {n * n * H} < {FASTSUM_MIN_TRIPLES})"
-    if why is not None:
-        if backend == "fastsum":
-            raise ValueError(f"backend='fastsum' not applicable: {why}")
-        return _Plan("direct", why)
-    fast, centres, radii, degrees = [], [], [], []
-    cost_fast = 0.0
-    cost_dir = _COST_DIRECT3 * n * n * H
     us = [x @ A[h].T for h in range(H)]
-    cr = _centres_split(comm, us, offset)
-    Ls = [fs.choose_degree(beta * R, tol) for _, R in cr]
-    floors = _floors_split(comm, x, m, us, [c for c, _ in cr], beta, n, offset,
-                           [h for h in range(H) if Ls[h] is not None and backend == "auto"])
-    for h in range(H):
-        c, R = cr[h]
-        zR = beta * R
-        L = Ls[h]
-        feasible = L is not None
-        if feasible and backend == "auto":
-            feasible = floors[h] <= tol
-        c_h = ((2 * n) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
-               + fs_fixed() if L is not None else math.inf)
-        use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * n * n)
-        fast.append(bool(use))
-        centres.append(c)
-        radii.append(zR)
-        degrees.append(int(L) if use else -1)
-        cost_fast += c_h if use else _COST_DIRECT3 * n * n
-    if not any(fast):
-        if backend == "fastsum":
-            raise ValueError(
-                "backend='fastsum' not applicable: the expansion cannot meet "
-                f"tol={tol:g} for β R' = {max(radii):.3g} (degree > {fs.MAX_DEGREE}); "
-                "use backend='direct' or a larger tol")
-        return _Plan("direct", "fast summation would not pay off "
-                     f"(β R' up to {max(radii):.3g}, tol {tol:g})")
-    reason = "requested" if backend == "fastsum" else (
-        f"fast summation predicted {cost_dir / cost_fast:.1f}x cheaper than direct")
-    return _Plan("fastsum", reason, fast, centres, radii, degrees)
+    cr: list = []
 
+    def heads() -> list:
+        cr.extend(_centres_split(comm, us, offset))
+        return [(beta * R, fs.choose_degree(beta * R, tol)) for _, R in cr]
 
-def fs_fixed() -> float:
-    """The fixed per-head cost of the fast summation in the cost model of ``auto``."""
-    from . import _COST_FAST_FIXED
+    def floors(hs: list[int]) -> dict:
+        return _floors_split(comm, x, m, us, [c for c, _ in cr], beta, n, offset, hs)
 
-    return _COST_FAST_FIXED
+    plan = plan_rules(spec, H=H, d=x.shape[1], M=n, N=n, backend=backend, tol=tol,
+                      dev=lambda: dev, heads=heads, floors=floors)
+    return plan, [c for c, _ in cr]
 
 
 # ------------------------------------------------------------------ evaluation
@@ -349,8 +290,9 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
         Sums at this rank's tokens over all sources, ``.info`` naming the back-end (with
         ``"split over P ranks"`` in the reason). Collective: every rank must call it.
     """
-    from . import DEFAULT_TOL, KernelInfo, KernelSums, _scores_A, _validate, raise_bound, threads
+    from . import DEFAULT_TOL, KernelInfo, KernelSums, raise_bound, threads
     from . import _fastsum as fs
+    from .validation import _scores_A, _validate
 
     tol = DEFAULT_TOL if tol is None else tol
     x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
@@ -375,7 +317,7 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     err_direct = max(n, 1) * _EPS
     where = f"; split over {P} ranks"
     A = _scores_A(Q, K)
-    plan = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, float(dev))
+    plan, centres = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, float(dev))
     if plan.backend in ("numpy", "direct"):
         Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, plan.backend, potential, scores)
         return KernelSums(Z, Y, Phi, S, KernelInfo(
@@ -386,11 +328,11 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     xT = np.ascontiguousarray(xhat.T)
     q = np.ascontiguousarray(np.vstack([m[None, :], (m[:, None] * x).T]))  # (4, M)
     qabs = np.abs(q).max(axis=0) if M else np.zeros(0)
-    heads = [h for h in range(H) if plan.fast[h]]
+    heads = [h for h in range(H) if plan.fast_heads[h]]
     tabs, parts, geo = {}, [], {}
     for h in heads:
         L = plan.degree[h]
-        c = plan.centres[h]
+        c = centres[h]
         u = x @ A[h].T
         w = u - c
         r = np.sqrt(np.einsum("ij,ij->i", w, w))
@@ -438,14 +380,14 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     gmin = _gmin_vec(comm, inner_min)  # the smallest inner sum of each head, all ranks
     err = np.full(H, np.inf)
     for h in heads:
-        L, zR = plan.degree[h], plan.zR[h]
+        L, zR = plan.degree[h], plan.radius[h]
         tail = fs.bessel_tail(zR, L)
         abs_err = tail * sum_qabs + fs.ROUNDOFF_KAPPA * _EPS * scales[h]
         zmin = float(gmin[h])
         err[h] = np.inf if not zmin > 0 else abs_err / zmin + zR * dev * math.exp(zR * dev)
         degree[h] = L
         out = outs[h]
-        fac = np.exp(beta * (x @ plan.centres[h]))
+        fac = np.exp(beta * (x @ centres[h]))
         Z[h] = fac * out[0]
         Y[h] = (fac * out[1:]).T
         if scores:
@@ -456,7 +398,7 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     name = "fastsum"
     if np.any(redo):
         idx = np.flatnonzero(redo)
-        failed = [h for h in idx if plan.fast[h]]
+        failed = [h for h in idx if plan.fast_heads[h]]
         if failed:
             ests = ", ".join(f"head {h}: {err[h]:.1e}" for h in failed)
             reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
