@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..status import Status
 from . import add_output, finish, prepare
 
 _HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
@@ -127,7 +128,7 @@ def handler(args: argparse.Namespace) -> int:
     if run.classification is not None:
         line += f"; classification: {run.classification.summary_line()}"
     print(f"{line}; wrote {args.out}")
-    return 0 if tr.status != "failed" else 1
+    return 0 if tr.status != Status.FAILED else 1
 
 
 def _pretrained(args: argparse.Namespace) -> int:

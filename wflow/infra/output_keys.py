@@ -143,6 +143,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
       "text", where=_P + ", " + _D),
     K("integrator_order", "order of the particle integrator", "count", where=_P),
+    K("engine", "the particle time loop that ran: compiled or python", "text", where=_P),
+    K("engine_reason", "why the Python loop ran (engine 'auto': what the compiled loop "
+      "lacks, e.g. a user's integrator or kind without compiled code)", "text", where=_P),
     K("flow", "transformer (v) or surrogate (v̂ = b̂ P∇ψ, the weighted gradient flow)",
       "text", where=_P + ", " + _RUN),
     K("steps", "time steps taken", "count", where=_P),
@@ -309,6 +312,15 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.rows[].l1_final", "the same at the last time", "1", "≥ 0", _RUN),
     K("jko_refinement.order_l1", "fitted order of the L¹ distance in h ∝ τ", "1",
       where=_RUN),
+    K("jko_refinement.rows[].empty_cells", "its most cells empty at one JKO time (mass < "
+      "1e-9 of the cell's initial mass; 0 for the FV scheme, the OT scheme's speckle)",
+      "count", "≥ 0", _RUN),
+    K("warnings[].phase", "the main job's phase that logged the warning (pde, particles, "
+      "jko, pde_surrogate, jko_refinement, compare)", "text", where=_RUN),
+    K("warnings[].logger", "the wflow module that logged it", "text", where=_RUN),
+    K("warnings[].level", "its logging level (WARNING or ERROR)", "text", where=_RUN),
+    K("warnings[].message", "the warning as printed on the terminal (each distinct one "
+      "once)", "text", where=_RUN),
     K("jko_refinement.ot_crosscheck.*", "the coarsest row run once more with the static OT "
       "scheme (not a row of the table): the same keys as a row", "as the row", where=_RUN),
     K("jko_refinement.order_w2", "fitted order of W₂(JKO, PDE) in h ∝ τ", "1", where=_RUN),

@@ -47,8 +47,9 @@ from ..energy import energy_gradient_A
 from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
+from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
-from .integrators import _Kernel, _state_terms, time_grid
+from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
 from .loop import time_loop
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
@@ -154,6 +155,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
              **kwargs) -> ParticleResult:
     """Run the particle system and record diagnostics and the energy balance.
 
+    The order of every solve function (docs/guide/solvers.md): the initial state, the
+    heads or schedule, the attention; then keywords only (``options=``)::
+
+        simulate(x0, heads, attn, options=ParticleOptions(...))
+
     Parameters
     ----------
     x0 : (n, d) array
@@ -201,9 +207,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             return res
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
-        # a schedule the compiled loop lacks is worth a warning (the run is much slower);
-        # a kernel back-end that needs Python was chosen (or planned) on purpose
-        log = logger.warning if type(schedule) not in COMPILED_SCHEDULES else logger.info
+        # a schedule or integrator the compiled loop lacks is worth a warning (the run is
+        # much slower); a kernel back-end that needs Python was chosen (or planned) on purpose
+        integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+        lacks = type(schedule) not in COMPILED_SCHEDULES or compiled_code(integ) is None
+        log = logger.warning if lacks else logger.info
         log("particles: engine 'auto' falls back to the Python loop (%s); set "
             "engine = 'python' to choose it explicitly", why)
     else:
@@ -216,14 +224,14 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     klog = KernelLog()
     bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     runs: list[_PathRun] = []
     try:
         for p in range(P):
             runs.append(_serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
                                      grid, rec_idx, bar))
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("particle run failed: %s", exc)
     finally:
         if bar is not None:
@@ -267,16 +275,16 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
         bar=bar)
 
 
-def _assemble(runs: list[_PathRun], status: str, message: str, x0: np.ndarray,
+def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray,
               schedule: Schedule, opts: ParticleOptions, grid: np.ndarray,
               rec_idx: np.ndarray, wall: float, sign: int, extra: dict) -> ParticleResult:
     """The :class:`ParticleResult` of the finished paths (in path order)."""
-    if status == "failed":
-        return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
-                              grid[rec_idx], {}, {}, {}, x0[None],
-                              schedule.initial_theta()[None], None, None, wall, sign,
+    if status == Status.FAILED:
+        return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
+                              schedule.initial_theta()[None], None, None, sign,
                               {"engine": extra["engine"], "engine_reason": extra["engine_reason"],
-                               **({"mpi": extra["mpi"]} if "mpi" in extra else {})})
+                               **({"mpi": extra["mpi"]} if "mpi" in extra else {})},
+                              order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall)
     hist: dict[str, list] = {}
     balance: dict[str, list[float]] = {}
     for run in runs:
@@ -295,15 +303,15 @@ def _assemble(runs: list[_PathRun], status: str, message: str, x0: np.ndarray,
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     save = opts.save_trajectory
     res = ParticleResult(
-        status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
-        {"t": grid, **steps}, bal, np.stack([run.x for run in runs]),
-        np.stack([run.theta for run in runs]),
+        status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
+        np.stack([run.x for run in runs]), np.stack([run.theta for run in runs]),
         np.stack([np.asarray(run.traj) for run in runs]) if save else None,
         np.stack([np.asarray(run.ttraj) for run in runs]) if (save and not schedule.static)
-        else None, wall, sign, extra, checks)
-    if status == "inaccurate":
+        else None, sign, extra, history=history, checks=checks,
+        order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall, engine=extra["engine"])
+    if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
-    elif status != "success":
+    elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res
 
@@ -318,7 +326,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
     n = x0.shape[0]
     klog = KernelLog()
     t_start = time.perf_counter()
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     runs: list[_PathRun] = []
     mode = "paths" if P > 1 else "tokens"
     if mode == "paths":  # whole paths on ranks p mod size, the serial loop's paths
@@ -339,7 +347,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
         parts = comm.allgather((mine, err, klog))
         errs = [e for _, e, _ in parts if e is not None]
         if errs:
-            status, message = "failed", errs[0]
+            status, message = Status.FAILED, errs[0]
             logger.error("particle run failed: %s", message)
         else:
             got: dict[int, _PathRun] = {}
@@ -388,7 +396,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
                                traj=[sp.gather_rows(comm, xk) for xk in run.traj])
             runs = [run]
         except FloatingPointError as exc:  # raised on every rank alike (collective checks)
-            status, message = "failed", str(exc)
+            status, message = Status.FAILED, str(exc)
             logger.error("particle run failed: %s", exc)
         finally:
             if bar is not None:

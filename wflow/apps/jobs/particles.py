@@ -26,6 +26,7 @@ from ...infra.io import (
 )
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
+from ...status import Status
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
@@ -89,7 +90,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         raise EstimateError(err)
     dt = dt_record(opts.T, opts.dt)
     res = simulate(x0, schedule, attn, options=opts, comm=comm)
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"particle run failed: {res.message}")
     summary = {
         "status": res.status,
@@ -111,6 +112,8 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         "wall_time_s": res.wall_time,
         "gradient_flow_sign": res.sign,
         "kernel": res.extra.get("kernel"),
+        "engine": res.extra.get("engine"),
+        **({"engine_reason": res.extra["engine_reason"]} if "engine_reason" in res.extra else {}),
         "conventions": {
             "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
             "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",
