@@ -302,10 +302,11 @@ def test_own_leftover_checkpoint_is_recognised(tmp_path):
 def test_non_mpi_command_refuses_mpirun(tmp_path):
     sc = _sc(tmp_path)
     out = tmp_path / "o"
-    r = subprocess.run([str(MPIRUN), "-n", "2", sys.executable, "-m", "wflow.cli", "particles",
+    # (`wflow particles` is MPI-aware since issue 31: the JKO scheme is not)
+    r = subprocess.run([str(MPIRUN), "-n", "2", sys.executable, "-m", "wflow.cli", "jko",
                         str(sc), "--out", str(out)], capture_output=True, text=True,
                        timeout=120, cwd=tmp_path, env=ENV)
     assert r.returncode == 2, r.stdout + r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("wflow particles")]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("wflow jko")]
     assert len(lines) == 1 and "not MPI-aware" in lines[0], r.stderr
     assert not out.exists() and not lock.lock_path(out).exists()

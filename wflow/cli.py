@@ -22,7 +22,7 @@ Exit status (the same for every command):
 * 2 also for an output location in use by another running wflow process (the message
   names it: PID, host, command, start time; :mod:`wflow.infra.lock`), and for a command
   that is not MPI-aware started under ``mpirun -n P`` with ``P > 1`` (only ``pde``,
-  ``verify`` and ``reproduce`` distribute their work, rank 0 writing);
+  ``verify``, ``reproduce`` and ``particles`` distribute their work, rank 0 writing);
 * 128 + signal — interrupted: Ctrl-C (SIGINT, 130), SIGTERM (143) and SIGHUP (129) all
   behave alike: one line, no traceback; the staging folder is removed (``wflow run``
   keeps its checkpoint and prints how to resume). PETSc's own signal handler is turned
@@ -65,7 +65,7 @@ logger = logging.getLogger("wflow.cli")
 
 #: Commands that distribute their work under ``mpirun -n P`` (rank 0 writes); every other
 #: command refuses to start under mpirun with more than one rank.
-MPI_AWARE = frozenset({"pde", "verify", "reproduce"})
+MPI_AWARE = frozenset({"pde", "verify", "reproduce", "particles"})
 
 #: Commands that load MPI (DOLFINx meshes, PETSc): MPI is initialised before the CLI
 #: installs its signal handlers, because MPI's initialisation replaces the SIGHUP handler.

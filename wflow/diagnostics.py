@@ -24,13 +24,10 @@ Conventions
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.integrate import simpson
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
 
 from .attention.heads import Attention, Heads
 from .energy import FieldEval
@@ -59,18 +56,252 @@ def mean_inner_product(x: np.ndarray, m: np.ndarray | None = None) -> float:
     return off / float(m.sum() ** 2 - np.sum(m * m))
 
 
-def count_clusters(x: np.ndarray, *, cos_threshold: float = 0.99) -> int:
+def _sqdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Squared distances ``|a_i − b_i|²`` row by row, in the arithmetic of SciPy's k-d tree.
+
+    Four partial sums over the components ``k ≡ 0, 1, 2, 3 (mod 4)`` of the full groups of
+    four, added left to right, then the remaining components one by one
+    (``sqeuclidean_distance_double`` of ``scipy.spatial``): the link test of
+    :func:`count_clusters` is then the one of the former ``cKDTree.query_pairs`` count.
+    """
+    diff = a - b
+    d = diff.shape[1]
+    q = d - d % 4
+    if q:
+        acc = [np.zeros(diff.shape[0]) for _ in range(4)]
+        for i in range(0, q, 4):
+            for lane in range(4):
+                acc[lane] = acc[lane] + diff[:, i + lane] * diff[:, i + lane]
+        s = ((acc[0] + acc[1]) + acc[2]) + acc[3]
+    else:
+        s = np.zeros(diff.shape[0])
+    for i in range(q, d):
+        s = s + diff[:, i] * diff[:, i]
+    return s
+
+
+class _Cover:
+    """Tokens grouped around leaders (radius ``ρ``), the groups linked by union-find.
+
+    Leaders are picked greedily (the first token not yet in a group, in index order); a
+    group holds the tokens within ``ρ = (r/2)(1 − 10⁻⁹)`` of its leader that no earlier
+    group holds, so any two tokens of one group are within ``r`` (triangle inequality, the
+    margin covering the rounding): each group lies in one cluster without looking at its
+    pairs. Two groups can be linked only if their leaders are within ``2ρ + r < 2r``;
+    for each such pair not yet in one component, the link test looks for one token of
+    the first group whose nearest token of the second (a k-d tree of that group) is
+    within ``r`` — by the explicit test :func:`_sqdist` ``≤ r²``, chunk by chunk, stopping
+    at the first link. Leaders are ``ρ``-separated, so on S² a leader has a bounded
+    number of neighbouring leaders (a packing number, about 80 within ``2r``).
+
+    Memory ``O(n d)`` (the tokens sorted by group and one tree per group built when first
+    needed) plus the leader pairs; no pair of tokens is ever stored.
+    """
+
+    CHUNK = 256
+    #: Token lists returned at once by the k-d tree while building the groups.
+    BUDGET = 1 << 22
+
+    def __init__(self, x: np.ndarray, r: float) -> None:
+        from scipy.spatial import cKDTree
+
+        self.r = float(r)
+        self.r2 = self.r * self.r
+        self.rc = self.r * (1.0 + 1e-9)  # candidate radius of the k-d tree queries
+        n = x.shape[0]
+        rho = 0.5 * self.r * (1.0 - 1e-9)
+        group = np.full(n, -1, dtype=np.int64)
+        leaders: list[int] = []
+        if n:
+            tree = cKDTree(x)
+            nxt = 0  # every token before nxt is in a group
+            while nxt < n:
+                free = np.flatnonzero(group[nxt:nxt + (1 << 14)] < 0)
+                if free.size == 0:
+                    nxt += 1 << 14
+                    continue
+                cand = nxt + free[:1024]
+                nxt = int(cand[0]) + 1  # cand[0] leads the next group
+                lens = tree.query_ball_point(x[cand], rho, return_length=True)
+                take = max(1, int(np.searchsorted(np.cumsum(lens), self.BUDGET, "right")))
+                balls = tree.query_ball_point(x[cand[:take]], rho)
+                for c, ball in zip(cand[:take], balls, strict=True):
+                    if group[c] >= 0:
+                        continue
+                    members = np.asarray(ball, dtype=np.int64)
+                    members = members[group[members] < 0]
+                    group[members] = len(leaders)  # (c itself is in its ball)
+                    leaders.append(int(c))
+        self.k = len(leaders)
+        order = np.argsort(group, kind="stable")
+        self.pts = np.ascontiguousarray(x[order])
+        self.off = np.searchsorted(group[order], np.arange(self.k + 1))
+        self.lead = np.ascontiguousarray(x[np.asarray(leaders, dtype=np.int64)]) if self.k \
+            else np.zeros((0, x.shape[1]))
+        self.parent = np.arange(self.k)
+        self._trees: dict[int, object] = {}
+
+    def members(self, g: int) -> np.ndarray:
+        """Tokens of group ``g``."""
+        return self.pts[self.off[g]:self.off[g + 1]]
+
+    def tree(self, g: int):
+        """k-d tree of group ``g`` (built once)."""
+        from scipy.spatial import cKDTree
+
+        t = self._trees.get(g)
+        if t is None:
+            t = self._trees[g] = cKDTree(self.members(g))
+        return t
+
+    def find(self, a: int) -> int:
+        """Root of ``a`` (path halving)."""
+        p = self.parent
+        while p[a] != a:
+            p[a] = p[p[a]]
+            a = int(p[a])
+        return a
+
+    def linked(self, pts: np.ndarray, other: np.ndarray, tree) -> bool:
+        """Whether some token of ``pts`` is within ``r`` of a token of ``other`` (its tree)."""
+        for i0 in range(0, pts.shape[0], self.CHUNK):
+            chunk = pts[i0:i0 + self.CHUNK]
+            dist, j = tree.query(chunk, k=1)
+            near = dist <= self.rc
+            if not np.any(near):
+                continue
+            if np.any(_sqdist(chunk[near], other[j[near]]) <= self.r2):
+                return True
+            # the nearest candidate failed the exact test only at the rounding level:
+            # every candidate of those tokens is tested
+            for p in chunk[near]:
+                cand = np.asarray(tree.query_ball_point(p, self.rc), dtype=np.int64)
+                if cand.size and np.any(
+                        _sqdist(np.broadcast_to(p, (cand.size, p.size)), other[cand]) <= self.r2):
+                    return True
+        return False
+
+    def link_all(self) -> None:
+        """Union the groups of this cover that hold a linked pair of tokens."""
+        from scipy.spatial import cKDTree
+
+        if self.k < 2:
+            return
+        pairs = cKDTree(self.lead).query_pairs(2.0 * self.rc, output_type="ndarray")
+        if pairs.size == 0:
+            return
+        dl = _sqdist(self.lead[pairs[:, 0]], self.lead[pairs[:, 1]])
+        for a, b in pairs[np.argsort(dl, kind="stable")]:
+            ra, rb = self.find(int(a)), self.find(int(b))
+            if ra == rb:
+                continue
+            a, b = int(a), int(b)
+            size_a, size_b = self.off[a + 1] - self.off[a], self.off[b + 1] - self.off[b]
+            small, big = (a, b) if size_a <= size_b else (b, a)
+            if self.linked(self.members(small), self.members(big), self.tree(big)):
+                self.parent[ra] = rb
+
+    def components(self) -> np.ndarray:
+        """Component root of every group."""
+        return np.array([self.find(g) for g in range(self.k)], dtype=np.int64)
+
+
+def count_clusters(x: np.ndarray, *, cos_threshold: float = 0.99, comm: Any = None) -> int:
     """Number of clusters: components of the graph ``<x_i, x_j> >= cos_threshold``.
 
-    Uses a k-d tree on chordal distances (``|x−y|² = 2 − 2<x, y>``), ``O(n log n)``.
+    Two tokens are linked when their chordal distance is within
+    ``r = √(2 − 2 cos_threshold)`` (``|x − y|² = 2 − 2<x, y>`` on the unit sphere), the
+    squared distance computed as SciPy's k-d tree does (:func:`_sqdist`) and compared
+    with ``r²``. Memory ``O(n d)``: tokens are grouped around leaders within ``r/2``
+    (a group is inside one cluster), and only neighbouring groups are tested for a link
+    (:class:`_Cover`), so no list of pairs is ever held (the former
+    ``cKDTree.query_pairs`` held all of them: ``O(n²)`` for collapsed tokens).
+
+    Parameters
+    ----------
+    x : (n, d) array
+        Tokens (this rank's block when ``comm`` is given).
+    cos_threshold : float
+        Inner-product threshold of a link.
+    comm : mpi4py communicator, optional
+        Tokens split over its ranks (rank order = token order): each rank groups and
+        links its own tokens, the blocks then travel around a ring and each rank tests
+        its groups against the visiting ones; the links between components
+        (``O(components)`` integers) are gathered and joined by union-find. The same
+        count as the serial call on the concatenated tokens, on every rank (collective).
     """
-    n = x.shape[0]
-    r = np.sqrt(max(0.0, 2.0 - 2.0 * cos_threshold))
-    pairs = cKDTree(x).query_pairs(r, output_type="ndarray")
-    if pairs.size == 0:
-        return n
-    g = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
-    return int(connected_components(g, directed=False)[0])
+    r = float(np.sqrt(max(0.0, 2.0 - 2.0 * cos_threshold)))
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if comm is None or comm.Get_size() == 1:
+        cover = _Cover(x, r)
+        cover.link_all()
+        return int(np.unique(cover.components()).size) if cover.k else 0
+    return _count_clusters_split(x, r, comm)
+
+
+def _count_clusters_split(x: np.ndarray, r: float, comm: Any) -> int:
+    """:func:`count_clusters` with the tokens split over the ranks of ``comm``."""
+    from scipy.spatial import cKDTree
+
+    P, rank = comm.Get_size(), comm.Get_rank()
+    cover = _Cover(x, r)
+    cover.link_all()
+    comp = cover.components()
+    # local components, renumbered 0..c-1
+    roots, label = np.unique(comp, return_inverse=True) if cover.k else (np.zeros(0), comp)
+    nloc = int(roots.size)
+    label = np.asarray(label, dtype=np.int64)
+    edges: set[tuple[int, int, int]] = set()  # (my component, other rank, its component)
+    mine = (cover.pts, cover.off, cover.lead, label)
+    visit = mine
+    src = rank
+    lead_tree = cKDTree(cover.lead) if cover.k else None
+    for _ in range(P - 1):
+        visit = comm.sendrecv(visit, dest=(rank + 1) % P, source=(rank - 1) % P)
+        src = (src - 1) % P
+        pts, off, lead, vlab = visit
+        if lead_tree is None or lead.shape[0] == 0:
+            continue
+        pairs = lead_tree.sparse_distance_matrix(cKDTree(lead), 2.0 * cover.rc,
+                                                 output_type="ndarray")
+        if pairs.size == 0:
+            continue
+        # candidate group pairs grouped by the component pair they would link, nearest
+        # leaders first: a component pair needs one link, so its other candidates are
+        # never tested (the loop runs over component pairs, not over group pairs)
+        ga, gb = pairs["i"].astype(np.int64), pairs["j"].astype(np.int64)
+        kk = label[ga] * (int(vlab.max()) + 1) + vlab[gb]
+        order = np.lexsort((pairs["v"], kk))
+        ga, gb, kk = ga[order], gb[order], kk[order]
+        starts = np.flatnonzero(np.r_[True, kk[1:] != kk[:-1]])
+        ends = np.r_[starts[1:], kk.size]
+        trees: dict[int, object] = {}
+        for s0, s1 in zip(starts.tolist(), ends.tolist(), strict=True):
+            for a, b in zip(ga[s0:s1].tolist(), gb[s0:s1].tolist(), strict=True):
+                ob = pts[off[b]:off[b + 1]]
+                tb = trees.get(b)
+                if tb is None:
+                    tb = trees[b] = cKDTree(ob)
+                if cover.linked(cover.members(a), ob, tb):
+                    edges.add((int(label[a]), src, int(vlab[b])))
+                    break
+    counts = comm.allgather(nloc)
+    base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    all_edges = comm.allgather(sorted(edges))
+    parent = np.arange(int(base[-1]))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = int(parent[a])
+        return a
+
+    for rk, es in enumerate(all_edges):
+        for ca, s, cb in es:
+            ra, rb = find(int(base[rk] + ca)), find(int(base[s] + cb))
+            if ra != rb:
+                parent[ra] = rb
+    return int(sum(1 for i in range(parent.size) if find(i) == i))
 
 
 def radial_shadows(x: np.ndarray, field_: FieldEval) -> np.ndarray:

@@ -42,6 +42,7 @@ from .kernels import DEFAULT_TOL, KernelLog, kernel_sums
 __all__ = [
     "FieldEval",
     "evaluate",
+    "field_from_sums",
     "particle_field",
     "head_energies",
     "energy_gradient_A",
@@ -112,25 +113,45 @@ def evaluate(
     y = x if y is None else y
     m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
-    sums = kernel_sums(x, y, m, heads.Q, heads.K, potential=True, **kw)
+
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool):
+        return kernel_sums(x, y, m, Q, K, potential=potential, **kw)
+
+    return field_from_sums(x, heads, attn, sums, log=log)
+
+
+def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
+                    log: KernelLog | None = None, guard=None) -> FieldEval:
+    """The :class:`FieldEval` at targets ``x`` from a function giving the kernel sums.
+
+    ``sums(Q, K, potential)`` returns :class:`wflow.kernels.KernelSums` at ``x`` for the
+    heads ``(Q, K)`` (:func:`evaluate`: :func:`wflow.kernels.kernel_sums` over the sources;
+    a particle system split over MPI ranks: the sums over every rank's tokens).
+    ``guard(fn)`` runs the head outputs ``fn()`` (which raise ``FloatingPointError`` on an
+    underflowed normaliser; split over ranks: raised on every rank), default ``fn()``.
+    """
+    s = sums(heads.Q, heads.K, True)
     if log is not None:
-        log.add(sums.info)
-    Z, Y = sums.Z, sums.Y
+        log.add(s.info)
+    Z, Y = s.Z, s.Y
     A = heads.A
     AY = np.einsum("hij,hmj->hmi", A, Y)
     if heads.is_symmetric():
         grad_psi = AY
     else:
-        swapped = kernel_sums(x, y, m, heads.K, heads.Q, **kw)
+        swapped = sums(heads.K, heads.Q, False)
         if log is not None:
             log.add(swapped.info)
         Yt = swapped.Y
         grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, Yt))
-    VY, f, bhat, hmZ = _head_outputs(Z, Y, heads, attn)
+    if guard is None:
+        VY, f, bhat, hmZ = _head_outputs(Z, Y, heads, attn)
+    else:
+        VY, f, bhat, hmZ = guard(lambda: _head_outputs(Z, Y, heads, attn))
     w = heads.w
     v = project_tangent(x, np.einsum("h,hmd->md", w, f))
     vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))
-    return FieldEval(Z, Y, sums.Phi, f, grad_psi, v, vhat, bhat, hmZ)
+    return FieldEval(Z, Y, s.Phi, f, grad_psi, v, vhat, bhat, hmZ)
 
 
 def _head_outputs(Z: np.ndarray, Y: np.ndarray, heads: Heads,

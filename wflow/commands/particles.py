@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Simulate n tokens on S^{d-1} under multi-head attention with (possibly "
         "time-dependent) weights, record energies, slopes, the energy balance, radial shadows, "
         "entropies and clustering. Writes DIR/summary.json, DIR/diagnostics.csv and, with "
-        "--save-trajectory, DIR/trajectory.npz.",
+        "--save-trajectory, DIR/trajectory.npz. Under `mpirun -n P wflow particles ...` the run "
+        "is split over the ranks (noisy paths over ranks, else the tokens of the one system) "
+        "and equals the serial run to round-off; rank 0 writes.",
     )
     p.add_argument("scenario", help="scenario TOML file (see wflow.apps.scenario for the schema)")
     add_output(p)
@@ -34,11 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     from ..apps.jobs.particles import run_particles
     from ..apps.scenario import load_scenario
+    from ..infra.parallel import comm_rank_size, launched_rank_size
 
+    # under mpirun: MPI first (rank 0 decides on the output), the run split over the ranks
+    comm, rank, size = comm_rank_size() if launched_rank_size()[1] > 1 else (None, 0, 1)
     out = prepare(args)
     sc = load_scenario(args.scenario)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
-                        progress=args.progress, gif=args.gif, confirm=args.yes)
+                        progress=args.progress, gif=args.gif, confirm=args.yes,
+                        comm=comm if size > 1 else None)
+    if rank != 0:
+        return 0 if res.status == "success" else 1
     fin = res.final()
     rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
     adj, o = "", getattr(res, "options", None)

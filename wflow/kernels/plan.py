@@ -6,6 +6,7 @@ Part of :mod:`wflow.kernels` (the face re-exports the public names).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,6 +23,8 @@ _COST_DIRECT3 = 0.85e-9
 _COST_FAST_POINT = 250e-9
 _COST_FAST = 1.0e-9
 _COST_FAST_FIXED = 3e-4
+
+
 def plan_kernel(
     x: np.ndarray,
     y: np.ndarray,
@@ -60,6 +63,43 @@ def plan_kernel(
     spec = get_kind(kind)
     H, k, d = np.shape(Q)
     M, N = np.shape(x)[0], np.shape(y)[0]
+    us: dict[int, np.ndarray] = {}
+    cs: dict[int, np.ndarray] = {}
+
+    def heads() -> list[tuple[float, int | None]]:
+        A = _scores_A(Q, K)
+        yy = np.asarray(y, dtype=np.float64)
+        out = []
+        for h in range(H):
+            us[h] = yy @ A[h].T
+            cs[h], zR, L = fs.plan_head(us[h], beta, tol)
+            out.append((zR, L))
+        return out
+
+    def floors(hs: list[int]) -> dict[int, float]:
+        if m is None:
+            return {}
+        return {h: fs.estimate_floor(x, y, m, us[h], cs[h], beta) for h in hs}
+
+    return plan_rules(
+        spec, H=H, d=d, M=M, N=N, backend=backend, tol=tol,
+        dev=lambda: float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if M else 0.0,
+        heads=heads, floors=floors)
+
+
+def plan_rules(spec, *, H: int, d: int, M: int, N: int, backend: str, tol: float,
+               dev: Callable[[], float], heads: Callable[[], list],
+               floors: Callable[[list[int]], dict[int, float]]) -> KernelPlan:
+    """The rules of :func:`plan_kernel` from the numbers they need (one process or many).
+
+    ``dev()``: ``max_i ||x_i| − 1|`` of the targets; ``heads()``: ``(β R', L or None)``
+    per head (:func:`wflow.kernels._fastsum.plan_head`); ``floors(heads)``: the probe
+    floor of the listed heads (:func:`wflow.kernels._fastsum.estimate_floor`; ``{}``
+    without masses). Asked only when the rules need them (``auto`` asks for the floors).
+    The split engine (:mod:`wflow.kernels.split`) passes the same numbers over all ranks.
+    """
+    from . import _fastsum as fs
+
     if backend == "numpy":
         return KernelPlan("numpy", "requested")
     if not spec.compiled:
@@ -75,27 +115,26 @@ def plan_kernel(
         why = ("fast summation needs the exponential kernel, got "
                f"{spec.label} ({spec.kernel.name})")
     else:
-        dev = float(np.max(np.abs(np.linalg.norm(x, axis=1) - 1.0))) if M else 0.0
-        if dev > 1e-6:
-            why = f"targets are not on the unit sphere (max ||x| - 1| = {dev:.1e})"
+        dv = dev()
+        if dv > 1e-6:
+            why = f"targets are not on the unit sphere (max ||x| - 1| = {dv:.1e})"
     if why is None and backend == "auto" and M * N * H < FASTSUM_MIN_TRIPLES:
         why = f"small problem (M·N·H = {M * N * H} < {FASTSUM_MIN_TRIPLES})"
     if why is not None:
         if backend == "fastsum":
             raise ValueError(f"backend='fastsum' not applicable: {why}")
         return KernelPlan("direct", why)
-    A = _scores_A(Q, K)
-    y = np.asarray(y, dtype=np.float64)
+    zl = heads()
+    fl = floors([h for h in range(H) if zl[h][1] is not None]) if backend == "auto" else {}
     degrees, radii, fast = [], [], []
     cost_fast = 0.0
     cost_dir = _COST_DIRECT3 * M * N * H
     for h in range(H):
-        u = y @ A[h].T
-        c, zR, L = fs.plan_head(u, beta, tol)
+        zR, L = zl[h]
         radii.append(float(zR))
         feasible = L is not None
-        if feasible and m is not None and backend == "auto":
-            feasible = fs.estimate_floor(x, y, m, u, c, beta) <= tol
+        if feasible and h in fl:
+            feasible = fl[h] <= tol
         c_h = ((M + N) * (_COST_FAST_POINT + _COST_FAST * (L + 1) * (L + 2) / 2)
                + _COST_FAST_FIXED if L is not None else math.inf)
         use = feasible and (backend == "fastsum" or c_h < 0.5 * _COST_DIRECT3 * M * N)

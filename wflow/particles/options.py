@@ -89,6 +89,11 @@ class ParticleOptions:
     save_trajectory: bool = field(default=False, metadata=opt(
         "Keep tokens (and weights) at every recorded time.", toml=False,
         reason="the command line's ``--save-trajectory`` / ``--gif``"))
+    trajectory_tokens: int = field(default=0, metadata=opt(
+        "With ``save_trajectory``: keep only this many tokens per recorded time, the fixed "
+        "subset of global indices ``unique(round(linspace(0, n − 1, k)))`` (the same tokens "
+        "at every time, in every path; ``0``: all ``n``). Memory ``O(k K d)`` instead of "
+        "``O(n K d)`` for ``K`` recorded times.", check=number(0, integer=True)))
     progress: bool | None = field(default=None, metadata=opt(
         "Progress bar (``None``: only when stderr is a TTY).", toml=False,
         reason="the command line's ``--progress``"))

@@ -185,12 +185,15 @@ def _accuracy(t: np.ndarray, steps: dict[str, np.ndarray], chain: np.ndarray,
     return judge_steps(t, steps, chain, order=q, scheme=scheme)
 
 
-def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Attention,
-            acc: BalanceAccumulator, opts: ParticleOptions, schedule: Schedule) -> None:
-    x, fe, heads = st.x, st.field, st.heads
-    terms = st.integrands
-    E_h = head_energies(fe, m, attn)
+def put_record(rows: dict[str, list], terms: dict[str, float], E_h: np.ndarray,
+               bhat: tuple[float, float, float], mean_inner: float, n_clusters: float | None,
+               acc: BalanceAccumulator, rates: tuple | None) -> None:
+    """Append one record's values to ``rows`` (the keys and their order of every engine).
 
+    ``bhat``: mean, min and max of ``b̂``; ``n_clusters``: ``None`` when not counted;
+    ``rates``: ``(dE_h/dt, own, cross direct, cross radial, margin, radial shadow)`` or
+    ``None``.
+    """
     def put(key: str, val) -> None:
         rows.setdefault(key, []).append(val)
 
@@ -198,26 +201,37 @@ def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Atten
     put("E_h", E_h)
     for key in ("dEdt_w", "power", "slope2", "speed2", "G2", "ito"):
         put(key, terms[key])
-    put("bhat_mean", float(m @ fe.bhat))
-    put("bhat_min", float(fe.bhat.min()))
-    put("bhat_max", float(fe.bhat.max()))
-    put("mean_inner", mean_inner_product(x, m))
-    if opts.clusters:
-        put("n_clusters", float(count_clusters(x, cos_threshold=opts.cluster_cos)))
+    put("bhat_mean", bhat[0])
+    put("bhat_min", bhat[1])
+    put("bhat_max", bhat[2])
+    put("mean_inner", mean_inner)
+    if n_clusters is not None:
+        put("n_clusters", n_clusters)
     res = acc.residuals()
     for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
         put(f"balance_{key}", res[key])
+    if rates is not None:
+        for key, val in zip(("dEh_dt", "dEh_own", "dEh_cross_direct", "dEh_cross_radial",
+                             "radial_margin", "radial_shadow"), rates, strict=True):
+            put(key, val)
+
+
+def _record(rows: dict[str, list], st: ParticleState, m: np.ndarray, attn: Attention,
+            acc: BalanceAccumulator, opts: ParticleOptions, schedule: Schedule) -> None:
+    x, fe, heads = st.x, st.field, st.heads
+    rates = None
     if opts.head_rates:
         hr = head_rates(x, m, fe, heads)
-        put("dEh_dt", hr.total)
-        put("dEh_own", hr.own)
-        put("dEh_cross_direct", hr.cross_direct)
-        put("dEh_cross_radial", hr.cross_radial)
-        put("radial_margin", hr.margin)
-        put("radial_shadow", radial_shadows(x, fe) @ m)
+        rates = (hr.total, hr.own, hr.cross_direct, hr.cross_radial, hr.margin,
+                 radial_shadows(x, fe) @ m)
+    put_record(rows, st.integrands, head_energies(fe, m, attn),
+               (float(m @ fe.bhat), float(fe.bhat.min()), float(fe.bhat.max())),
+               mean_inner_product(x, m),
+               float(count_clusters(x, cos_threshold=opts.cluster_cos)) if opts.clusters
+               else None, acc, rates)
     if opts.entropy:
         ent = attention_entropy(x, heads, attn)
         A_dot = None if schedule.static else schedule.A_dot(st.theta, st.t)
         rate = entropy_production(x, st.velocity, heads, attn, A_dot)
-        put("entropy", ent @ m)
-        put("entropy_rate", rate @ m)
+        rows.setdefault("entropy", []).append(ent @ m)
+        rows.setdefault("entropy_rate", []).append(rate @ m)

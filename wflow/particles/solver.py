@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,6 +50,7 @@ from ..kernels import KernelLog
 from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
+from .loop import time_loop
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -74,45 +77,82 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
-    grid = time_grid(T, dt, schedule.jump_times)
-    # weights take the tokens' explicit Euler step under the Euler integrator (the
-    # published scheme), RK4 half steps under RK4 (4th-order midpoint)
-    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
-    weights = integ.weights
-    theta = schedule.initial_theta()
-    heads, fe, vel, terms = _state_terms(x, m, 0.0, theta, schedule, attn, flow, kernel=kernel)
-    jumps = set(schedule.jump_times)
-    pre_jump: dict[str, float] | None = None
-    for k in range(len(grid)):
-        t = float(grid[k])
-        if k + 1 == len(grid):
-            yield ParticleState(t, x, theta, heads, fe, vel, terms, None, pre_jump)
-            return
-        h = float(grid[k + 1] - t)
-        theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=weights)
-        dnoise = None
-        if schedule.stochastic:
-            dnoise = theta_new - theta - h * schedule.drift(theta, t)
-        yield ParticleState(t, x, theta, heads, fe, vel, terms, dnoise, pre_jump)
-        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                           flow, kernel)
-        x, theta = x_new, theta_new
-        t_new = float(grid[k + 1])
-        heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
-                                             heads if schedule.static else None, kernel)
-        pre_jump = None
-        if t_new in jumps:
-            pre_jump = terms
-            theta = schedule.after_jump(theta, t_new)
-            heads, fe, vel, terms = _state_terms(x, m, t_new, theta, schedule, attn, flow,
-                                                 kernel=kernel)
-        if not np.all(np.isfinite(x)) or not np.isfinite(terms["E"]):
-            raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
-                                     "reduce dt or the head scale")
+
+    def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        return _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
+
+    return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
+                     rng=rng, kernel=kernel, terms=terms,
+                     finite=lambda x: bool(np.all(np.isfinite(x))))
+
+
+class _PathRun(NamedTuple):
+    """One finished path: recorded rows, per-step integrands, balance terms, final state."""
+
+    rows: dict[str, list]
+    steps: dict[str, np.ndarray]
+    balance: dict[str, float]
+    x: np.ndarray
+    theta: np.ndarray
+    traj: list
+    ttraj: list
+
+
+def _run_path(states: Iterator[ParticleState], *, S: int, sign: int, grid: np.ndarray,
+              rec_idx: np.ndarray, schedule: Schedule, opts: ParticleOptions,
+              record: Callable[[dict, ParticleState, BalanceAccumulator], None],
+              martingale: Callable[[ParticleState], float],
+              keep: Callable[[np.ndarray], np.ndarray], bar) -> _PathRun:
+    """Drive one path's states: integrands of every step, the balance, the records."""
+    acc: BalanceAccumulator | None = None
+    prev: ParticleState | None = None
+    rows: dict[str, list] = {}
+    steps = {k: np.empty(S + 1) for k in STEP_KEYS}
+    traj, ttraj = [], []
+    for k, st in enumerate(states):
+        terms = st.integrands
+        for key in steps:
+            steps[key][k] = terms[key]
+        if acc is None:
+            acc = BalanceAccumulator(sign=sign, E0=terms["E"])
+        else:
+            assert prev is not None
+            mart = 0.0
+            if prev.dtheta_noise is not None:
+                mart = martingale(prev)
+            acc.step(st.t - prev.t, prev.integrands, terms, pre_jump=st.pre_jump,
+                     stochastic=schedule.stochastic, martingale=mart)
+            if bar is not None:
+                bar.update(1)
+        prev = st
+        if k in rec_idx:
+            record(rows, st, acc)
+            if opts.save_trajectory:
+                traj.append(keep(st.x))
+                ttraj.append(st.theta.copy())
+    assert acc is not None and prev is not None
+    balance: dict[str, float] = {}
+    for key, val in acc.residuals().items():
+        if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
+            balance[key] = val
+    simp: dict[str, list[float]] = {}
+    add_simpson(simp, grid, {k: v[None] for k, v in steps.items()}, 0, sign=sign,
+                schedule=schedule)
+    balance.update({k: v[0] for k, v in simp.items()})
+    return _PathRun(rows, steps, balance, prev.x, prev.theta, traj, ttraj)
+
+
+def _kept_tokens(n: int, opts: ParticleOptions) -> np.ndarray | None:
+    """Global indices of the tokens a saved trajectory keeps (``None``: all of them)."""
+    k = int(getattr(opts, "trajectory_tokens", 0) or 0)
+    if k <= 0 or k >= n:
+        return None
+    return np.unique(np.round(np.linspace(0, n - 1, k)).astype(np.int64))
 
 
 def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attention, *,
-             options: ParticleOptions | None = None, **kwargs) -> ParticleResult:
+             options: ParticleOptions | None = None, comm: Any = None,
+             **kwargs) -> ParticleResult:
     """Run the particle system and record diagnostics and the energy balance.
 
     The order of every solve function (docs/guide/solvers.md): the initial state, the
@@ -130,6 +170,13 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         Attention kind and ``β``.
     options : ParticleOptions, optional
         Solver options; keyword arguments override its fields.
+    comm : mpi4py communicator, optional
+        Spread the run over its ranks (:mod:`wflow.particles.split`; every rank passes
+        the same ``x0`` and gets the whole result): noisy paths over ranks when
+        ``n_paths > 1``, else the tokens of the one system split over ranks (fast
+        summation with one ordered sum of the harmonic coefficients per evaluation, or
+        direct sums with the sources around a ring). Equal to the serial run to
+        round-off; ``None`` or one rank: the serial run, unchanged. Collective.
 
     Returns
     -------
@@ -146,10 +193,18 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
+    if comm is not None and comm.Get_size() > 1:
+        return _simulate_split(x0, schedule, attn, opts, comm)
     if opts.engine != "python":  # the compiled time loop (wflow.particles.compiled)
         why = compiled_support(x0, schedule, attn, opts)
+        kept = _kept_tokens(x0.shape[0], opts) if opts.save_trajectory else None
+        if why is None and kept is not None and opts.engine == "auto":
+            why = "a trajectory of a token subset (trajectory_tokens) is kept by the Python loop"
         if why is None:
-            return simulate_compiled(x0, schedule, attn, opts)
+            res = simulate_compiled(x0, schedule, attn, opts)
+            if kept is not None and res.trajectory is not None:  # (engine = "compiled")
+                res = replace(res, trajectory=res.trajectory[:, :, kept])
+            return res
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
         # a schedule or integrator the compiled loop lacks is worth a warning (the run is
@@ -161,70 +216,20 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             "engine = 'python' to choose it explicitly", why)
     else:
         why = "engine = 'python' requested"
-    P = int(opts.n_paths) if schedule.stochastic else 1
     if opts.n_paths > 1 and not schedule.stochastic:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
-    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
-    S = len(grid) - 1
-    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
-    heads0 = schedule.heads_at(schedule.initial_theta())
-    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts)
     n = x0.shape[0]
     m = np.full(n, 1.0 / n)
-
-    hist: dict[str, list] = {}
-    steps = {k: np.empty((P, S + 1)) for k in STEP_KEYS}
-    balance: dict[str, list[float]] = {}
-    xs, thetas, trajs, ttrajs = [], [], [], []
     klog = KernelLog()
     bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
     status, message = Status.SUCCESS, ""
+    runs: list[_PathRun] = []
     try:
         for p in range(P):
-            acc: BalanceAccumulator | None = None
-            prev: ParticleState | None = None
-            rows: dict[str, list] = {}
-            traj, ttraj = [], []
-            for k, st in enumerate(iterate(x0, schedule, attn, T=opts.T, dt=opts.dt,
-                                           integrator=opts.integrator, flow=opts.flow,
-                                           rng=rngs[p], kernel_backend=opts.kernel_backend,
-                                           kernel_tol=opts.kernel_tol, kernel_log=klog)):
-                terms = st.integrands
-                for key in steps:
-                    steps[key][p, k] = terms[key]
-                if acc is None:
-                    acc = BalanceAccumulator(sign=sign, E0=terms["E"])
-                else:
-                    assert prev is not None
-                    mart = 0.0
-                    if prev.dtheta_noise is not None:
-                        G = energy_gradient_A(prev.x, m, prev.field)
-                        dA = schedule.param.A_dot(prev.theta, prev.dtheta_noise)
-                        mart = float(np.einsum("h,hij,hij->", prev.heads.w, G, dA))
-                    acc.step(st.t - prev.t, prev.integrands, terms, pre_jump=st.pre_jump,
-                             stochastic=schedule.stochastic, martingale=mart)
-                    if bar is not None:
-                        bar.update(1)
-                prev = st
-                if k in rec_idx:
-                    _record(rows, st, m, attn, acc, opts, schedule)
-                    if opts.save_trajectory:
-                        traj.append(st.x.copy())
-                        ttraj.append(st.theta.copy())
-            for key, vals in rows.items():
-                hist.setdefault(key, []).append(np.asarray(vals))
-            assert acc is not None and prev is not None
-            for key, val in acc.residuals().items():
-                if np.isfinite(val) or key not in ("edi", "g2"):  # undefined when sign = 0
-                    balance.setdefault(key, []).append(val)
-            add_simpson(balance, grid, steps, p, sign=sign, schedule=schedule)
-            xs.append(prev.x)
-            thetas.append(prev.theta)
-            if opts.save_trajectory:
-                trajs.append(np.asarray(traj))
-                ttrajs.append(np.asarray(ttraj))
+            runs.append(_serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
+                                     grid, rec_idx, bar))
     except FloatingPointError as exc:
         status, message = Status.FAILED, str(exc)
         logger.error("particle run failed: %s", exc)
@@ -232,11 +237,62 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
+    extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why}
+    return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
+                     extra)
+
+
+def _setup(schedule: Schedule, opts: ParticleOptions):
+    """Paths, their generators, the time grid, steps, recorded steps and the flow's sign."""
+    P = int(opts.n_paths) if schedule.stochastic else 1
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
+    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
+    S = len(grid) - 1
+    rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
+    heads0 = schedule.heads_at(schedule.initial_theta())
+    sign = heads0.value_alignment() if heads0.is_symmetric() else 0
+    return P, rngs, grid, S, rec_idx, sign
+
+
+def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
+                 rng: np.random.Generator, klog: KernelLog, m: np.ndarray, S: int, sign: int,
+                 grid: np.ndarray, rec_idx: np.ndarray, bar) -> _PathRun:
+    """One path of the whole system in this process (the step-by-step Python loop)."""
+
+    def mart(prev: ParticleState) -> float:
+        G = energy_gradient_A(prev.x, m, prev.field)
+        dA = schedule.param.A_dot(prev.theta, prev.dtheta_noise)
+        return float(np.einsum("h,hij,hij->", prev.heads.w, G, dA))
+
+    idx = _kept_tokens(x0.shape[0], opts)
+    states = iterate(x0, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
+                     flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
+                     kernel_tol=opts.kernel_tol, kernel_log=klog)
+    return _run_path(
+        states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
+        record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
+        martingale=mart, keep=(lambda x: x.copy()) if idx is None else (lambda x: x[idx]),
+        bar=bar)
+
+
+def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray,
+              schedule: Schedule, opts: ParticleOptions, grid: np.ndarray,
+              rec_idx: np.ndarray, wall: float, sign: int, extra: dict) -> ParticleResult:
+    """The :class:`ParticleResult` of the finished paths (in path order)."""
     if status == Status.FAILED:
         return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
                               schedule.initial_theta()[None], None, None, sign,
-                              {"engine": "python", "engine_reason": why},
+                              {"engine": extra["engine"], "engine_reason": extra["engine_reason"],
+                               **({"mpi": extra["mpi"]} if "mpi" in extra else {})},
                               order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall)
+    hist: dict[str, list] = {}
+    balance: dict[str, list[float]] = {}
+    for run in runs:
+        for key, vals in run.rows.items():
+            hist.setdefault(key, []).append(np.asarray(vals))
+        for key, val in run.balance.items():
+            balance.setdefault(key, []).append(val)
+    steps = {k: np.stack([run.steps[k] for run in runs]) for k in STEP_KEYS}
     history = {k: np.stack(v) for k, v in hist.items()}
     t_rec = grid[rec_idx]
     if "entropy" in history and t_rec.size >= 3:
@@ -245,15 +301,109 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
+    save = opts.save_trajectory
     res = ParticleResult(
-        status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal, np.stack(xs),
-        np.stack(thetas), np.stack(trajs) if opts.save_trajectory else None,
-        np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
-        history=history, checks=checks, order=INTEGRATOR_ORDER[opts.integrator],
-        wall_time=wall, engine="python")
+        status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
+        np.stack([run.x for run in runs]), np.stack([run.theta for run in runs]),
+        np.stack([np.asarray(run.traj) for run in runs]) if save else None,
+        np.stack([np.asarray(run.ttraj) for run in runs]) if (save and not schedule.static)
+        else None, sign, extra, history=history, checks=checks,
+        order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall, engine=extra["engine"])
     if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
     elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res
+
+
+def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
+                    comm: Any) -> ParticleResult:
+    """:func:`simulate` over the ranks of ``comm`` (:mod:`wflow.particles.split`)."""
+    from . import split as sp
+
+    size, rank = comm.Get_size(), comm.Get_rank()
+    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts)
+    n = x0.shape[0]
+    klog = KernelLog()
+    t_start = time.perf_counter()
+    status, message = Status.SUCCESS, ""
+    runs: list[_PathRun] = []
+    mode = "paths" if P > 1 else "tokens"
+    if mode == "paths":  # whole paths on ranks p mod size, the serial loop's paths
+        bar = progress_bar(len(range(rank, P, size)) * S, opts.progress, desc="particles",
+                           rank=rank)
+        m = np.full(n, 1.0 / n)
+        mine: dict[int, _PathRun] = {}
+        err = None
+        try:
+            for p in range(rank, P, size):
+                mine[p] = _serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
+                                       grid, rec_idx, bar)
+        except FloatingPointError as exc:
+            err = str(exc)
+        finally:
+            if bar is not None:
+                bar.close()
+        parts = comm.allgather((mine, err, klog))
+        errs = [e for _, e, _ in parts if e is not None]
+        if errs:
+            status, message = Status.FAILED, errs[0]
+            logger.error("particle run failed: %s", message)
+        else:
+            got: dict[int, _PathRun] = {}
+            for d_, _, _ in parts:
+                got.update(d_)
+            runs = [got[p] for p in range(P)]
+        klog = KernelLog()
+        for _, _, lg in parts:
+            for b, c in lg.counts.items():
+                klog.counts[b] = klog.counts.get(b, 0) + c
+            klog.max_err_est = max(klog.max_err_est, lg.max_err_est)
+            klog.max_degree = max(klog.max_degree, lg.max_degree)
+            klog.last = lg.last if lg.last is not None else klog.last
+    else:  # one system, the tokens split over the ranks
+        if opts.entropy:
+            raise ValueError("particles.entropy: attention entropies are not split over MPI "
+                             "ranks (O(n²) per record); run them in one process")
+        if n < size:
+            raise ValueError(f"tokens: {n} tokens cannot be split over {size} MPI ranks "
+                             "(fewer tokens than ranks); run with fewer ranks")
+        x_loc, first = sp.local_block(x0, comm)
+        m = np.full(x_loc.shape[0], 1.0 / n)
+        kernel = sp.SplitKernel(comm, n, opts.kernel_backend, opts.kernel_tol, klog)
+        idx = _kept_tokens(n, opts)
+        if idx is None:
+            def keep(x: np.ndarray) -> np.ndarray:
+                return x.copy()
+        else:
+            sel = idx[(idx >= first) & (idx < first + x_loc.shape[0])] - first
+
+            def keep(x: np.ndarray) -> np.ndarray:
+                return x[sel]
+        bar = progress_bar(S, opts.progress, desc="particles", rank=rank)
+        try:
+            states = sp.iterate_split(x_loc, schedule, attn, kernel=kernel, T=opts.T, dt=opts.dt,
+                                      integrator=opts.integrator, flow=opts.flow, rng=rngs[0])
+            run = _run_path(
+                states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule,
+                opts=opts,
+                record=lambda rows, st, acc: sp.record_split(rows, st, m, attn, acc, opts,
+                                                             schedule, comm),
+                martingale=lambda prev: sp.martingale_split(prev, m, schedule, comm),
+                keep=keep, bar=bar)
+            # the result holds the whole system: final (and kept) tokens gathered in order
+            run = run._replace(x=sp.gather_rows(comm, run.x),
+                               traj=[sp.gather_rows(comm, xk) for xk in run.traj])
+            runs = [run]
+        except FloatingPointError as exc:  # raised on every rank alike (collective checks)
+            status, message = Status.FAILED, str(exc)
+            logger.error("particle run failed: %s", exc)
+        finally:
+            if bar is not None:
+                bar.close()
+    wall = sp.wall_max(comm, t_start)
+    extra = {"kernel": klog.summary(), "engine": "python",
+             "engine_reason": f"split over {size} MPI ranks ({mode})",
+             "mpi": {"ranks": size, "mode": mode}}
+    return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
+                     extra)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ...infra.estimate import check_estimate, dt_record, estimate_particles
+from ...infra.estimate import EstimateError, check_estimate, dt_record, estimate_particles
 from ...infra.io import (
     check_finite,
     history_columns,
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,
                   progress: bool | None = None, gif: bool = False,
-                  confirm: bool = False) -> ParticleResult:
+                  confirm: bool = False, comm: Any = None) -> ParticleResult:
     """Run the particle system of ``scenario`` and write ``out/``.
 
     Writes ``summary.json`` (status and its reason, the accuracy checks, scenario echo,
@@ -49,6 +49,8 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     ``gif``, ``tokens.gif`` (the tokens on S² of path 0, d = 3) and ``run.png`` (``E``,
     ``G²`` and the energy balance, :mod:`wflow.apps.animate`).
     Returns the result; ``res.status`` may be ``"inaccurate"`` (written all the same).
+    With ``comm`` (``mpirun -n P wflow particles``) the run is split over its ranks
+    (:func:`wflow.particles.simulate` ``comm``; collective) and rank 0 writes.
 
     Before computing, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
     a run that cannot fit in memory is refused; one above an hour needs ``confirm``,
@@ -74,12 +76,23 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     x0 = scenario.build_tokens()
     opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)
     H = int(schedule.heads_at(schedule.initial_theta()).H)
-    check_estimate(estimate_particles(
-        n=int(x0.shape[0]), d=int(x0.shape[1]), H=H, T=opts.T, dt=opts.dt,
-        paths=opts.n_paths, record_every=opts.record_every, integrator=opts.integrator,
-        save_trajectory=opts.save_trajectory), confirm=confirm)
+    rank = 0 if comm is None else comm.Get_rank()
+    err = None
+    if rank == 0:  # rank 0 decides (it alone may ask on a terminal); every rank raises
+        try:
+            check_estimate(estimate_particles(
+                n=int(x0.shape[0]), d=int(x0.shape[1]), H=H, T=opts.T, dt=opts.dt,
+                paths=opts.n_paths, record_every=opts.record_every,
+                integrator=opts.integrator, save_trajectory=opts.save_trajectory),
+                confirm=confirm)
+        except EstimateError as exc:
+            err = str(exc)
+    if comm is not None and comm.Get_size() > 1:
+        err = comm.bcast(err, root=0)
+    if err is not None:
+        raise EstimateError(err)
     dt = dt_record(opts.T, opts.dt)
-    res = simulate(x0, schedule, attn, options=opts)
+    res = simulate(x0, schedule, attn, options=opts, comm=comm)
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle run failed: {res.message}")
     summary = {
@@ -116,7 +129,12 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         "balance": res.balance_summary(),
     }
     check_finite("summary.final", {k: v["mean"] for k, v in summary["final"].items()})
+    if res.extra.get("mpi"):
+        summary["mpi"] = res.extra["mpi"]
     cols = history_columns(res.t, res.history)
+    if rank != 0:  # one process writes (the result is the same on every rank)
+        comm.barrier()
+        return res
     with run_directory(out) as stage:
         write_json(stage / "summary.json", summary)
         write_csv(stage / "diagnostics.csv", cols)
@@ -132,5 +150,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
                 arrays["theta"] = (res.theta_trajectory[0] if res.n_paths == 1
                                    else res.theta_trajectory)
             save_npz(stage / "trajectory.npz", **arrays)
+    if comm is not None and comm.Get_size() > 1:
+        comm.barrier()
     logger.info("particles: wrote %s", out)
     return res

@@ -1,0 +1,63 @@
+"""The time loop of one weight path, shared by the serial and the split particle engines.
+
+:func:`time_loop` yields the states ``k = 0..S`` of :func:`wflow.particles.iterate`; the
+state terms (field, integrands) come from the caller, so the same loop drives the tokens
+of one process (:mod:`wflow.particles.solver`) and a block of tokens split over MPI ranks
+(:mod:`wflow.particles.split`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from ..attention.heads import Attention
+from ..attention.schedules import Schedule
+from .integrators import INTEGRATORS, time_grid
+from .result import ParticleState
+
+__all__ = ["time_loop"]
+
+
+def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
+              integrator: str, flow: str, rng: np.random.Generator | None, kernel,
+              terms: Callable, finite: Callable[[np.ndarray], bool]) -> Iterator[ParticleState]:
+    """The time loop of :func:`~wflow.particles.iterate` and of the split loop.
+
+    ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
+    state; ``kernel`` evaluates the integrators' stages; ``finite(x)``: every token finite.
+    """
+    grid = time_grid(T, dt, schedule.jump_times)
+    # weights take the tokens' explicit Euler step under the Euler integrator (the
+    # published scheme), RK4 half steps under RK4 (4th-order midpoint)
+    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
+    weights = integ.weights
+    theta = schedule.initial_theta()
+    heads, fe, vel, tm = terms(x, 0.0, theta, None)
+    jumps = set(schedule.jump_times)
+    pre_jump: dict[str, float] | None = None
+    for k in range(len(grid)):
+        t = float(grid[k])
+        if k + 1 == len(grid):
+            yield ParticleState(t, x, theta, heads, fe, vel, tm, None, pre_jump)
+            return
+        h = float(grid[k + 1] - t)
+        theta_mid, theta_new = schedule.advance(theta, t, h, rng, method=weights)
+        dnoise = None
+        if schedule.stochastic:
+            dnoise = theta_new - theta - h * schedule.drift(theta, t)
+        yield ParticleState(t, x, theta, heads, fe, vel, tm, dnoise, pre_jump)
+        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
+                           flow, kernel)
+        x, theta = x_new, theta_new
+        t_new = float(grid[k + 1])
+        heads, fe, vel, tm = terms(x, t_new, theta, heads if schedule.static else None)
+        pre_jump = None
+        if t_new in jumps:
+            pre_jump = tm
+            theta = schedule.after_jump(theta, t_new)
+            heads, fe, vel, tm = terms(x, t_new, theta, None)
+        if not finite(x) or not np.isfinite(tm["E"]):
+            raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
+                                     "reduce dt or the head scale")
