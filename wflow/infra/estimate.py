@@ -59,6 +59,18 @@ CONFIRM_SECONDS = 3600.0
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
 PAIR_SECONDS = 5e-10
 
+#: CPU seconds per token, head and stage of the spherical-harmonic fast summation (one
+#: evaluation of the field): 15.5 s per RK4 step at n = 10⁶, H = 4 and 1.39 s at n = 10⁵
+#: (9.7e-7 and 8.7e-7; ``bench/results/particles_mpi.json``, one rank).
+FASTSUM_SECONDS = 1.0e-6
+
+#: Working doubles per token coordinate and per (1 + H) — positions, the RK4 stages, the
+#: per-head outputs, normalisers and scores: peak RSS above the libraries 1.07 kB per token
+#: at n = 10⁶ and 1.26 kB at n = 10⁵ (d = 3, H = 4), 18 kB at d = 64, n = 10⁴
+#: (``bench/results/particles_mpi.json``); ``8 · 8 max(d, 3)(1 + H)`` gives 0.96, 0.96 and
+#: 20 kB.
+TOKEN_BYTES_PER_DOUBLE = 8.0
+
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
 STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
@@ -236,27 +248,37 @@ def _base(cmd: str, what: str) -> dict[str, float]:
 
 def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        paths: int = 1, record_every: int = 1, integrator: str = "rk4",
-                       save_trajectory: bool = False, what: str = "particles") -> Estimate:
+                       save_trajectory: bool = False, fastsum: bool = False,
+                       what: str = "particles") -> Estimate:
     """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
     libraries, the time grid ``8 S``, the per-step integrands ``160 S`` and the recorded
-    rows ``8 R (24 + 8 H)`` per path, the trajectory ``8 R n d`` per path (if saved); time:
-    ``STARTUP + P (S (STEP + stages n² H PAIR) + R RECORD)``
-    (``stages`` = 4 for RK4, 1 for Euler).
+    rows ``8 R (24 + 8 H)`` per path, the working arrays of the tokens
+    ``TOKEN_BYTES_PER_DOUBLE · 8 max(d, 3) (1 + H) n`` per path (positions, stages, the
+    per-head outputs and scores), the trajectory ``8 R n d`` per path (if saved); time:
+    ``STARTUP + P (S (STEP + stages · c) + R RECORD)`` with the cost ``c`` of one
+    evaluation of the field (``stages`` = 4 for RK4, 1 for Euler): the direct sums,
+    ``n² H PAIR_SECONDS max(d, 3)/3``, or — where the spherical-harmonic fast summation
+    applies (``fastsum``: ``d = 3``, an exponential kernel with compiled code, a back-end
+    that may choose it) — the cheaper of that and ``n H FASTSUM_SECONDS``, as the kernel
+    plan chooses the cheaper one.
     """
     S = _steps(T, dt)
     R = S / max(1, record_every) + 1
     stages = 4 if integrator == "rk4" else 1
-    pairs = float(n) * n * H
+    width = max(int(d), 3)
+    direct = float(n) * n * H * PAIR_SECONDS * width / 3.0
+    fast = float(n) * H * FASTSUM_SECONDS
+    per_eval = min(direct, fast) if fastsum and d == 3 else direct
     parts = _base("particles", what)
     parts.update({"time grid": 8.0 * S, "per-step integrands": 160.0 * S * paths,
                   "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
-                  "tokens": 8.0 * n * max(d, 3) * 4 * paths})
+                  "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * n * width * (1 + H) * paths})
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
     secs = STARTUP_SECONDS["particles"] + paths * (
-        S * (STEP_SECONDS + stages * pairs * PAIR_SECONDS) + R * RECORD_SECONDS)
+        S * (STEP_SECONDS + stages * per_eval) + R * RECORD_SECONDS)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
 
 

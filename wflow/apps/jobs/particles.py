@@ -27,6 +27,7 @@ from ...infra.io import (
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...status import Status
+from .precheck import fastsum_eligible
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
@@ -83,7 +84,8 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
             check_estimate(estimate_particles(
                 n=int(x0.shape[0]), d=int(x0.shape[1]), H=H, T=opts.T, dt=opts.dt,
                 paths=opts.n_paths, record_every=opts.record_every,
-                integrator=opts.integrator, save_trajectory=opts.save_trajectory),
+                integrator=opts.integrator, save_trajectory=opts.save_trajectory,
+                fastsum=fastsum_eligible(attn.kind, int(x0.shape[1]), opts.kernel_backend)),
                 confirm=confirm)
         except EstimateError as exc:
             err = str(exc)

@@ -27,7 +27,20 @@ from ...infra.estimate import (
     mesh_cells,
 )
 
-__all__ = ["precheck_particles", "precheck_pde", "precheck_jko", "resolve_mesh"]
+__all__ = ["precheck_particles", "precheck_pde", "precheck_jko", "resolve_mesh",
+           "fastsum_eligible"]
+
+
+def fastsum_eligible(kind: str, d: int, backend: str) -> bool:
+    """Whether the kernel plan may choose the fast summation (the particle estimate's cost).
+
+    ``d = 3``, a kind whose kernel has compiled code and the fast-summation expansion, and
+    a back-end (``kernel_backend``) that may choose it (``"auto"`` or ``"fastsum"``).
+    """
+    from ...attention.kinds import get_kind
+
+    spec = get_kind(kind)
+    return d == 3 and spec.compiled and spec.fastsum and backend in ("auto", "fastsum")
 
 
 def _heads(sc: Any) -> int:
@@ -56,7 +69,9 @@ def precheck_particles(sc: Any, *, save_trajectory: bool, confirm: bool) -> None
     check_estimate(estimate_particles(
         n=int(sc.tokens["n"]), d=sc.d, H=_heads(sc), T=opts.T, dt=opts.dt,
         paths=opts.n_paths, record_every=opts.record_every, integrator=opts.integrator,
-        save_trajectory=opts.save_trajectory), confirm=confirm)
+        save_trajectory=opts.save_trajectory,
+        fastsum=fastsum_eligible(sc.attention["kind"], sc.d, opts.kernel_backend)),
+        confirm=confirm)
 
 
 def precheck_pde(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
