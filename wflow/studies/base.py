@@ -44,7 +44,7 @@ from ..infra.parallel import comm_rank_size
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
-           "LogLogFit", "write_study", "SEED_NOTE"]
+           "LogLogFit", "write_study", "SEED_NOTE", "VERDICT_STATUS", "study_status"]
 
 #: The sentence a seed-independent study appends to its verdict.
 SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs or draws "
@@ -263,6 +263,30 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
     return LogLogFit(float(coef[0]), float(coef[1]), se)
 
 
+#: The ``status`` of a study's ``summary.json`` from its verdict, defined once (``wflow
+#: verify`` and ``wflow reproduce``): a verdict that passed is ``"success"``; one whose text
+#: starts with ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
+#: fail, too few samples) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
+#: Only ``"success"`` exits 0.
+VERDICT_STATUS = {"PASS": "success", "INCONCLUSIVE": "inconclusive", "FAIL": "failed"}
+
+
+def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:
+    """``(status, message, checks)`` of a study's summary (:data:`VERDICT_STATUS`).
+
+    ``message`` is ``""`` on success, else the verdict; ``checks`` are the criteria as
+    ``{name: {value, tolerance, passed, rule}}`` (``tolerance``: the accepted range in
+    words, ``rule``: why that range), the ``checks`` every command writes.
+    """
+    word = "PASS" if result.passed else (
+        "INCONCLUSIVE" if result.verdict.lstrip().upper().startswith("INCONCLUSIVE")
+        else "FAIL")
+    checks = {c["name"]: {"value": c["value"], "tolerance": c["accepted"], "passed": c["ok"],
+                          "rule": c["why"]}
+              for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
+    return VERDICT_STATUS[word], "" if result.passed else result.verdict, checks
+
+
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
@@ -280,7 +304,10 @@ def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyRe
         figs = tuple(make_plot(stage) if make_plot is not None else ())
         result = StudyResult(result.name, result.summary, result.verdict, result.passed,
                              tuple(str(out / f) for f in figs))
-        write_json(stage / "summary.json", {"study": result.name, "passed": result.passed,
+        status, message, checks = study_status(result)
+        write_json(stage / "summary.json", {"status": status, "message": message,
+                                            "checks": checks, "study": result.name,
+                                            "passed": result.passed,
                                             "verdict": result.verdict, "figures": list(figs),
                                             **result.summary})
     return result
