@@ -115,7 +115,8 @@ def scenario_tables(sections: Iterable[str], *, detailed: Iterable[str] = ()) ->
             groups.setdefault(where, []).append((k, d, doc))
         parts.append(f"  {title}")
         for where, items in groups.items():
-            parts.append(f"    keys that apply {where}:")
+            if len(groups) > 1:
+                parts.append(f"    keys that apply {where}:")
             for k, d, doc in items:
                 parts.append(_fill(f"{k} = {_default(d)}: {_plain(doc)}", " " * 10,
                                    " " * 6))

@@ -64,6 +64,9 @@ _ALL = "all"
 _RUN = "wflow run"
 _P, _D, _J = "wflow particles", "wflow pde", "wflow jko"
 _SOLVERS = "wflow particles, pde, jko"
+_EQ = "wflow verify"
+_G = "wflow gaussian"
+_CHECKS = "wflow particles, pde, jko, gaussian, verify, reproduce"
 _CHAIN_SIGN = "signed: ΔE − ∫∂_tE − ∫power − Itô − M (positive: the energy grew more)"
 _EDI_SIGN = ("signed: ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2), sign = +1 for V = A "
              "(ascent), −1 for V = −A")
@@ -71,10 +74,17 @@ _EDI_SIGN = ("signed: ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + 
 #: The keys of ``summary.json`` (flattened), first match wins.
 SUMMARY_KEYS: tuple[OutputKey, ...] = (
     # --- every output -------------------------------------------------------------------
-    K("status", "the run's status: success, inaccurate, not_converged, locked, max_steps "
-      "(the worst phase for wflow run)", "text", where=_ALL),
-    K("message", "why the status is what it is ('' on success); every reason", "text",
+    K("status", "the run's status: success, inaccurate, not_converged, locked, max_steps, "
+      "failed (the worst phase for wflow run); a study (wflow verify, wflow reproduce): its "
+      "verdict, PASS → success, INCONCLUSIVE → inconclusive, FAIL → failed "
+      "(wflow.studies.base.VERDICT_STATUS); wflow gaussian: success (a blow-up is a "
+      "result) or failed, reach: success or inaccurate (target missed)", "text",
       where=_ALL),
+    K("message", "why the status is what it is ('' on success); every reason (a study: "
+      "its verdict)", "text", where=_ALL),
+    K("checks", "the run's checks, each {value, tolerance, passed, rule}; {} where the "
+      "command judges no tolerance (wflow gaussian run: the moment ODE is integrated to "
+      "its solver tolerances)", "as named", where=_ALL),
     K("scenario.**", "the scenario as read (every section and key of the TOML file, "
       "defaults not added)", "as in the scenario", where=_RUN),
     K("provenance.**", "versions of wflow, NumPy, SciPy, POT, Python; machine; start time",
@@ -95,12 +105,14 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("density.**", "the initial density as specified (only the keys of its type)",
       "as in the scenario", where=_D),
     # --- checks (every solver; the main job per phase) -------------------------------------
-    K("checks.*.value", "the measured value of the named check (relative residual)", "1",
-      where=_SOLVERS),
-    K("checks.*.tolerance", "the tolerance the value is judged against", "1", where=_SOLVERS),
-    K("checks.*.passed", "value within tolerance", "bool", where=_SOLVERS),
+    K("checks.*.value", "the measured value of the named check (solvers: a relative "
+      "residual; gaussian reach: a relative error at target.T; a study: its criterion's "
+      "value)", "1", where=_CHECKS),
+    K("checks.*.tolerance", "the tolerance the value is judged against (a study: the "
+      "criterion's accepted range in words)", "1", where=_CHECKS),
+    K("checks.*.passed", "value within tolerance", "bool", where=_CHECKS),
     K("checks.*.rule", "how the value is computed and why the tolerance", "text",
-      where=_SOLVERS),
+      where=_CHECKS),
     K("checks.*.order", "the balance order q the tolerance 0.1^q comes from", "count",
       where=_SOLVERS),
     K("checks.*.scheme", "the scheme the order belongs to", "text", where=_SOLVERS),
@@ -137,7 +149,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       where=_D + ", " + _RUN),
     # --- particles -------------------------------------------------------------------------
     K("n_tokens", "number of tokens n", "count", where=_P),
-    K("d", "dimension of the ambient space (tokens on S^{d-1})", "count", where=_P),
+    K("d", "dimension of the ambient space (particles: tokens on S^{d-1}; gaussian: R^d)",
+      "count", where=_P + ", " + _G),
     K("n_heads", "number of heads H", "count", where=_SOLVERS),
     K("n_paths", "Monte-Carlo weight-noise paths P", "count", where=_P),
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
@@ -374,6 +387,144 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "seeds)", "bool", where="wflow verify"),
     K("fits.**", "the study's fitted numbers (orders, rates, levels; see the study's module)",
       "as named", where="wflow verify, wflow reproduce"),
+    # --- wflow verify equiangular (one record per case) -----------------------------------
+    K("cases[].n", "equiangular: tokens n of the case", "count", where=_EQ),
+    K("cases[].d", "equiangular: dimension d", "count", where=_EQ),
+    K("cases[].lambdas", "equiangular: the head eigenvalues λ_h", "1", where=_EQ),
+    K("cases[].beta", "equiangular: inverse temperature β", "1", where=_EQ),
+    K("cases[].T", "equiangular: final time", "time", where=_EQ),
+    K("cases[].dt", "equiangular: time step", "time", where=_EQ),
+    K("cases[].equiangular_spread", "equiangular: max over time of (max − min) of the "
+      "off-diagonal Gram entries <x_i, x_j> (0: the configuration stays equiangular)",
+      "1", "≥ 0", _EQ),
+    K("cases[].ode_distance", "equiangular: max |γ_particles − γ_ODE| of the common inner "
+      "product against the scalar ODE", "1", "≥ 0", _EQ),
+    K("cases[].early_rate_formula", "equiangular: the predicted early rate of γ",
+      "1/time",
+      where=_EQ),
+    K("cases[].early_rate_F0", "equiangular: the ODE's right side F(γ) at γ = 0", "1/time",
+      where=_EQ),
+    K("cases[].early_rate_fit", "equiangular: the early rate fitted on the particle run",
+      "1/time", where=_EQ),
+    K("cases[].early_fit_tau", "equiangular: the early fit's window [0, τ] (γ(τ) <~ 0.05)", "time",
+      where=_EQ),
+    K("cases[].early_rel_err", "equiangular: |fit − formula| / |formula| of the early rate",
+      "1", "≥ 0", _EQ),
+    K("cases[].late_rate_theory", "equiangular: the predicted late rate of 1 − γ, 2Λ "
+      "(Λ = Σ_h λ_h)", "1/time", where=_EQ),
+    K("cases[].late_rate_fit", "equiangular: the rate fitted on 1 − γ in [1e-8, 1e-4] "
+      "(NaN: the run never enters the window)", "1/time",
+      where=_EQ),
+    K("cases[].late_fit_samples", "equiangular: samples in the late fit", "count", where=_EQ),
+    K("cases[].late_rel_err", "equiangular: |fit − theory| / |theory| of the late rate", "1",
+      "≥ 0", _EQ),
+    K("cases[].series.*", "equiangular: the recorded series (t, γ of the particles, γ of the "
+      "ODE)", "as named", where=_EQ),
+    K("cases[].checks.*", "equiangular: the case's criterion values (as criteria[].value)",
+      "1", where=_EQ),
+    # --- wflow gaussian (run; reach; the scenario echo) -----------------------------------
+    K("title", "the scenario's title", "text", where=_G),
+    K("source", "the scenario file read", "text", where=_G),
+    K("T", "the final time of the moment ODE", "time", where=_G),
+    K("initial.m", "initial mean m₀ (d,)", "1", where=_G),
+    K("initial.Sigma", "initial covariance Σ₀ (d, d)", "1", where=_G),
+    K("parameters.*", "the constant parameters A, b, V, B (matrices d × d, b (d,)), or "
+      "params_path: the type of the piecewise-constant path ([[layers]])", "1", where=_G),
+    K("run.*", "the [run] options as used (T, n_out, method, rtol, atol, blowup_factor)",
+      "as in the options", where=_G),
+    K("result.status", "the moment ODE's end: completed, blowup or failed", "text",
+      where=_G),
+    K("result.message", "why it ended there", "text", where=_G),
+    K("result.t_final", "the time reached", "time", where=_G),
+    K("result.rank", "rank of Σ (invariant along the flow)", "count", where=_G),
+    K("result.blowup_time", "extrapolated blow-up time t* (None: no blow-up)", "time",
+      where=_G),
+    K("result.event_time", "the time tr Σ crossed the blow-up threshold (None: never)",
+      "time", where=_G),
+    K("result.blowup_threshold_trace", "the threshold of tr Σ: blowup_factor · max(tr Σ₀, 1)",
+      "1", where=_G),
+    K("result.final_m", "m at the last time", "1", where=_G),
+    K("result.final_Sigma", "Σ at the last time", "1", where=_G),
+    K("result.final_eigenvalues", "eigenvalues of the last Σ, ascending", "1", where=_G),
+    K("result.n_times", "output times recorded", "count", where=_G),
+    K("result.nfev", "right-hand-side evaluations of the ODE solver", "count", where=_G),
+    K("closed_form_blowup_time", "t* from the V = vI closed form (None: no closed form; "
+      "null: no blow-up before closed_form_searched_to)", "time", where=_G),
+    K("closed_form_searched_to", "end of the closed-form search", "time", where=_G),
+    K("classification.label", "long-time behaviour: converges_to_zero, converges, "
+      "blows_up, depends_on_initial_data, unbounded, oscillates, undetermined", "text",
+      where=_G),
+    K("classification.method", "what decided it: exact (closed form / invariant), "
+      "lyapunov, probe (integrations up to the horizon)", "text", where=_G),
+    K("classification.reason", "the structure, invariant or fitted law that decided",
+      "text", where=_G),
+    K("classification.limit", "the limit covariance (converges), zeros (converges_to_zero), "
+      "None otherwise", "1", where=_G),
+    K("classification.limit_rank", "rank of the limit", "count", where=_G),
+    K("classification.rate_kind", "exponential, algebraic or stationary (None: no rate)",
+      "text", where=_G),
+    K("classification.rate", "the rate: ‖Σ − limit‖ ~ e^{−rate·t} or t^{−rate} (structure "
+      "when known, else fitted)", "1/time or 1", where=_G),
+    K("classification.blowup_time", "blow-up time (blows_up with the given Σ₀)", "time",
+      where=_G),
+    K("classification.scope", "Sigma0 (the trajectory from Σ₀) or all (every full-rank Σ₀)",
+      "text", where=_G),
+    K("classification.equilibria[].*", "an isolated Riccati equilibrium (Σ = 0 first): m, "
+      "Sigma, rank, stable, spectrum_real / spectrum_imag_max / mean_spectrum_real (of the "
+      "linearisation), residual of the equilibrium equation, source (the rule that found "
+      "it)", "as named", where=_G),
+    K("classification.families", "continua of equilibria (empty list: none)", "as named",
+      where=_G),
+    K("classification.families[].*", "a continuum of equilibria: dimension, offset + span "
+      "of basis, description, source", "as named", where=_G),
+    K("classification.rate_fit", "the law fitted on the integration's tail (None: no fit)",
+      "as named", where=_G),
+    K("classification.rate_fit.**", "the fit: kind (exponential, algebraic), rate, t_range, "
+      "reason, local exponential and algebraic slopes", "as named", where=_G),
+    K("classification.details.**", "the deciding rule's data: eigen-structure "
+      "(B_prime_eigenvalues, basis, kernel_dim, V_commutes_with_B), invariants (a, c, "
+      "Sigma_K), Lyapunov certificate (level, rho, spectrum_real_max, value_at_entry), "
+      "horizon, t_Sigma_limit, blowup_time_integrated", "as named", where=_G),
+    K("nearest_equilibrium.index", "index of the isolated equilibrium nearest the final Σ",
+      "count", where=_G),
+    K("nearest_equilibrium.bures_distance", "its Bures–Wasserstein distance to the final Σ",
+      "1", "≥ 0", _G),
+    K("nearest_equilibrium.stable", "it is linearly stable", "bool", where=_G),
+    K("nearest_equilibrium.note", "isolated equilibria only (continua: families)", "text",
+      where=_G),
+    K("distance_to_limit", "Bures–Wasserstein distance of the final Σ to the limit", "1",
+      "≥ 0", _G),
+    K("particles.status", "particle check: ok or skipped (with reason)", "text", where=_G),
+    K("particles.reason", "why the particle check was skipped", "text", where=_G),
+    K("particles.n", "particles sampled from N(m₀, Σ₀)", "count", where=_G),
+    K("particles.seed", "their seed", "count", where=_G),
+    K("particles.steps", "RK4 steps over [0, T]", "count", where=_G),
+    K("particles.m_error", "|m̂ − m| at T (empirical vs moment ODE)", "1", "≥ 0", _G),
+    K("particles.Sigma_error", "‖Σ̂ − Σ‖_F at T", "1", "≥ 0", _G),
+    K("particles.w2", "W₂(N(m̂, Σ̂), N(m, Σ)) at T (expected O(n^{-1/2}))", "1", "≥ 0", _G),
+    K("particles.n_to_minus_half", "n^{-1/2}, the scale of the sampling error", "1", "> 0",
+      _G),
+    K("particles.final_m_particles", "m̂ at T", "1", where=_G),
+    K("particles.final_Sigma_particles", "Σ̂ at T", "1", where=_G),
+    K("phase_diagram.x_name", "name of the first parameter of the family", "text", where=_G),
+    K("phase_diagram.y_name", "name of the second", "text", where=_G),
+    K("phase_diagram.counts.*", "grid points with each classification label", "count",
+      where=_G),
+    K("target.*", "the [target] table: m, Sigma, T, keep_attention (reach)", "as named",
+      where=_G),
+    K("reach.status", "reached or missed", "text", where=_G),
+    K("reach.message", "why the target was missed ('' when reached)", "text", where=_G),
+    K("reach.tol", "the tolerance of the relative errors", "1", where=_G),
+    K("reach.m_error", "|m(T) − m₁| (absolute)", "1", "≥ 0", _G),
+    K("reach.Sigma_error", "‖Σ(T) − Σ₁‖_F / max(‖Σ₁‖_F, 1)", "1", "≥ 0", _G),
+    K("reach.w2_error", "W₂(N(m(T), Σ(T)), N(m₁, Σ₁)) (absolute)", "1", "≥ 0", _G),
+    K("reach.T", "the steering time", "time", where=_G),
+    K("reach.bures_map_G", "the Bures (OT) map between Σ₀ and Σ₁", "1", where=_G),
+    K("reach.rotation", "the rotation of the plan", "1", where=_G),
+    K("reach.phases[].*", "a phase of the controls: t0, t1, kind, L, c (A(t), b(t) on it)",
+      "as named", where=_G),
+    K("reach.integration.*", "the moment ODE integrated with the controls (as result.*)",
+      "as result.*", where=_G),
 )
 
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
