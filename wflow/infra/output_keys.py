@@ -86,9 +86,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "command judges no tolerance (wflow gaussian run: the moment ODE is integrated to "
       "its solver tolerances)", "as named", where=_ALL),
     K("scenario.**", "the scenario as read (every section and key of the TOML file, "
-      "defaults not added)", "as in the scenario", where=_RUN),
+      "defaults not added)", "as in the scenario", where=_SOLVERS + ", run"),
     K("provenance.**", "versions of wflow, NumPy, SciPy, POT, Python; machine; start time",
-      "text", where=_RUN),
+      "text", where=_SOLVERS + ", run"),
     K("solver", "the solver that wrote the file: particles, pde or jko", "text",
       where=_SOLVERS),
     K("seed", "the scenario's master seed", "count", where=_SOLVERS),
@@ -120,13 +120,15 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "τ|∂E|² > 1e-12|E|", "count", where=_J),
     K("checks.empty_cells_max", "most cells emptied by a JKO step (mass below 1e-9 of its "
       "initial mass: the speckle of the static scheme)", "count", "≥ 0", _J),
-    K("checks.*.*.value", "the measured value of the phase's check: chain = relative "
+    K("checks.*.*.value", "(wflow verify: a criterion whose name holds a dot, as "
+      "checks.*.value) the measured value of the phase's check: chain = relative "
       "chain-rule residual |chain| / energy budget; edi (JKO) = Σ_k|edi_k| / discrete "
       "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN),
-    K("checks.*.*.tolerance", "the tolerance the value is judged against", "1", where=_RUN),
-    K("checks.*.*.passed", "value within tolerance", "bool", where=_RUN),
+    K("checks.*.*.tolerance", "the tolerance the value is judged against", "1",
+      where=_RUN + ", verify"),
+    K("checks.*.*.passed", "value within tolerance", "bool", where=_RUN + ", verify"),
     K("checks.*.*.rule", "how the value is computed and why the tolerance", "text",
-      where=_RUN),
+      where=_RUN + ", verify"),
     K("checks.*.*.order", "the balance order q of the tolerance 0.1^q (None: JKO)", "count",
       where=_RUN),
     K("checks.*.*.scheme", "the scheme the order belongs to", "text", where=_RUN),
@@ -158,14 +160,16 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("integrator_order", "order of the particle integrator", "count", where=_P),
     K("flow", "transformer (v) or surrogate (v̂ = b̂ P∇ψ, the weighted gradient flow)",
       "text", where=_P + ", " + _RUN),
-    K("steps", "time steps taken", "count", where=_P),
+    K("steps", "time steps taken (gaussian-particles study: RK4 steps)", "count",
+      where=_P + ", wflow verify"),
     K("dt.requested", "the time step asked for", "time", where=_P),
     K("dt.used", "the step used: T / ceil(T/dt), so that the steps end at T", "time",
       where=_P),
     K("dt.steps", "number of steps of dt.used", "count", where=_P),
     K("dt.adjusted", "dt.used differs from dt.requested (the command's line says so)",
       "bool", where=_P),
-    K("wall_time_s", "wall time of the solve", "s", where=_P),
+    K("wall_time_s", "wall time of the solve (a study: of the study)", "s",
+      where=_P + ", wflow verify"),
     K("final.*.mean", "the history column at T, mean over paths (see the CSV columns)",
       "as the column", where=_P),
     K("final.*.std", "its standard deviation over paths", "as the column", where=_P),
@@ -203,27 +207,27 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("t_final", "the time reached", "time", where=_D + ", " + _J),
     K("final.*", "the history column at the last output time (see the CSV columns)",
       "as the column", where=_D + ", " + _J),
-    K("*stats.steps", "time steps (PDE) or JKO steps taken", "count", where=_SOLVERS),
+    K("*stats.steps", "time steps (PDE) or JKO steps taken", "count", where=_SOLVERS + ", run"),
     K("*stats.rejected_steps", "PDE steps rejected by the positivity check and retried",
       "count", where=_D + ", " + _RUN),
     K("*stats.velocity_evals", "evaluations of the nonlocal velocity", "count",
       where=_D + ", " + _RUN),
-    K("*stats.wall_time", "wall time of the solve", "s", where=_SOLVERS),
-    K("*stats.time_per_step", "wall time per step", "s", where=_SOLVERS),
+    K("*stats.wall_time", "wall time of the solve", "s", where=_SOLVERS + ", run"),
+    K("*stats.time_per_step", "wall time per step", "s", where=_SOLVERS + ", run"),
     K("*stats.time_per_velocity_eval", "wall time per velocity evaluation", "s",
       where=_D + ", " + _RUN),
     K("*stats.rhs_time", "wall time in the finite-volume right-hand side", "s",
       where=_D + ", " + _RUN),
     K("*stats.measure_time", "wall time of the diagnostics at the output times", "s",
       where=_D + ", " + _RUN),
-    K("*stats.mass_error_max", "max over time of |Σ m_K − 1|", "1", "≥ 0", _SOLVERS),
+    K("*stats.mass_error_max", "max over time of |Σ m_K − 1|", "1", "≥ 0", _SOLVERS + ", run"),
     K("*stats.rho_min", "smallest cell density over the run", "1/area", "≥ 0 (positivity)",
       _D + ", " + _RUN),
     K("*stats.dt_min", "smallest PDE step taken", "time", where=_D + ", " + _RUN),
     K("*stats.dt_max", "largest PDE step taken", "time", where=_D + ", " + _RUN),
     K("*stats.max_normal_speed", "largest |v·n| at the edge quadrature points", "1/time",
       where=_D + ", " + _RUN),
-    K("*stats.cells", "number of cells", "count", where=_SOLVERS),
+    K("*stats.cells", "number of cells", "count", where=_SOLVERS + ", run"),
     K("*stats.ranks", "MPI ranks", "count", where=_D + ", " + _RUN),
     K("*stats.edge_quadrature_points", "Gauss–Legendre points per edge", "count",
       where=_D + ", " + _RUN),
@@ -375,11 +379,13 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("fault", "the injected fault (--fault), None for a normal run", "text",
       where="wflow verify"),
     K("fault_description", "what the fault changes", "text", where="wflow verify"),
-    K("negative_controls.*", "every fault the study declares (FAULTS) and what it changes",
+    K("negative_controls.**", "every fault the study declares (FAULTS) and what it changes",
       "text", where="wflow verify"),
     K("fault_family", "the family of a sized fault (--fault FAMILY:S), None otherwise",
       "text", where="wflow verify"),
     K("fault_size", "the size S of a sized fault (velocity or time scaled by 1 + S, …)", "1",
+      where="wflow verify"),
+    K("fault_families", "the fault families the study accepts ({}: none)", "text",
       where="wflow verify"),
     K("fault_families.*", "every fault family the study accepts and what it scales (size "
       "and power: docs/studies_power.md)", "text", where="wflow verify"),
@@ -422,10 +428,64 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "ODE)", "as named", where=_EQ),
     K("cases[].checks.*", "equiangular: the case's criterion values (as criteria[].value)",
       "1", where=_EQ),
+    # --- wflow verify: the measured tables of each study (see the study's module) ---------
+    K("decay.*.*", "asymptotics: per schedule (ou, oscillating) G² early and late, their "
+      "ratio, mean inner product and clusters at T", "as named", where=_EQ),
+    K("G2_vs_H.*.*", "asymptotics: per schedule, H, the late-time mean of G² and its "
+      "standard error (the fit of G² against H)", "as named", where=_EQ),
+    K("series_part_a.*.*", "asymptotics: per schedule the series t, G²", "as named",
+      where=_EQ),
+    K("ok.*", "edi: each criterion's pass (orders of the EDI residual per solver; the "
+      "transformer's defect persists)", "bool", where=_EQ),
+    K("table.**", "a study's table of measured rows: edi: per solver and step (dt, flow, "
+      "EDI and G² residuals, dissipation, …); gamma: per family (init, decay) ε, sup|E^ε − E| "
+      "and sup W₂; mean-field: per n the W₂ of two particle samples at 0 and T (two0, twoT), "
+      "particles vs PDE (xyT), PDE vs PDE (zzT) and the prediction predT = √(½(xyT² + zzT²))",
+      "as named", where=_EQ),
+    K("general.**", "entropy: the entropy-production identity on general heads "
+      "(symmetric, nonsymmetric): errors per dt (max absolute error, max rate) and the "
+      "fitted order", "as named", where=_EQ),
+    K("equiangular.**", "entropy: the equiangular closed form (n, λ, T, the smallest "
+      "increment and rate, the closed form's error); relu-vs-softmax: per kind the "
+      "collapse time of the particles and of the theory", "as named", where=_EQ),
+    K("random.*[].*", "relu-vs-softmax: per kind, each random configuration (n, d, "
+      "recorded times, status)", "as named", where=_EQ),
+    K("random_summary.*.*", "relu-vs-softmax: per kind the median collapse time and the "
+      "fraction of runs that collapsed", "as named", where=_EQ),
+    K("ns", "gaussian-particles: the particle counts n", "count", where=_EQ),
+    K("m_error", "gaussian-particles: |m̂ − m| per n and replicate", "1", "≥ 0", _EQ),
+    K("Sigma_error", "gaussian-particles: ‖Σ̂ − Σ‖_F per n and replicate", "1", "≥ 0", _EQ),
+    K("w2", "gaussian-particles: W₂(N(m̂, Σ̂), N(m, Σ)) per n and replicate", "1", "≥ 0",
+      _EQ),
+    K("reps", "gaussian-particles: replicates per n", "count", where=_EQ),
+    K("bias", "gaussian-particles: the mean error per n and component", "1", where=_EQ),
+    K("bias_stderr", "gaussian-particles: its standard error", "1", "≥ 0", _EQ),
+    K("components", "gaussian-particles: the components of the error vector", "text",
+      where=_EQ),
+    K("blown_up", "gaussian-particles: replicates that blew up", "count", where=_EQ),
+    K("expected_slope", "gaussian-particles: the predicted slope of the error in n", "1",
+      where=_EQ),
+    K("slope_tol", "gaussian-particles: the tolerance of the slope", "1", where=_EQ),
+    K("extrapolated_bias.*", "gaussian-particles: the bias extrapolated to n → ∞ (b, "
+      "stderr) and its χ² statistic", "1", where=_EQ),
+    K("runs[].*", "head-monotonicity: one run per configuration (β/β* per block, β, "
+      "δ_rel, head overlap, fractions monotone / dominant / certified, largest relative "
+      "energy drop, …)", "as named", where=_EQ),
+    K("by_dt.**", "noisy-edi: per β and dt the EDI residual over the paths (paths, mean, "
+      "stderr, with and without the Itô term, raw)", "energy", where=_EQ),
+    K("per_H.**", "radial-dominance: per H the critical β* (bound and exact), the β grid, "
+      "the margins (raw, normalised, smallest) and whether dominance holds everywhere",
+      "as named", where=_EQ),
+    K("series.**", "stability: the recorded series (t, the spectral bounds λ_lo, λ_hi and "
+      "their integrals, per case the coupling ratio and W₂)", "as named", where=_EQ),
+    K("rows[].*", "superadditivity: one row per configuration (side convex/concave, λ̄, H, "
+      "ε, heterogeneous λ, the rates of equal and heterogeneous heads by particles and "
+      "formula, the gain)", "as named", where=_EQ),
     # --- wflow gaussian (run; reach; the scenario echo) -----------------------------------
     K("title", "the scenario's title", "text", where=_G),
     K("source", "the scenario file read", "text", where=_G),
-    K("T", "the final time of the moment ODE", "time", where=_G),
+    K("T", "the final time of the moment ODE (gaussian-particles study: of its runs)", "time",
+      where=_G + ", wflow verify"),
     K("initial.m", "initial mean m₀ (d,)", "1", where=_G),
     K("initial.Sigma", "initial covariance Σ₀ (d, d)", "1", where=_G),
     K("parameters.*", "the constant parameters A, b, V, B (matrices d × d, b (d,)), or "

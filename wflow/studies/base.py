@@ -267,7 +267,8 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 #: verify`` and ``wflow reproduce``): a verdict that passed is ``"success"``; one whose text
 #: starts with ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
 #: fail, too few samples) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
-#: Only ``"success"`` exits 0.
+#: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
+#: runs completed (a claim not reproduced is a measured outcome, not an error).
 VERDICT_STATUS = {"PASS": "success", "INCONCLUSIVE": "inconclusive", "FAIL": "failed"}
 
 
