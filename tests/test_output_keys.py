@@ -10,8 +10,14 @@ import json
 import pytest
 
 from wflow.cli import main
-from wflow.commands._help import _commands_of
-from wflow.infra.output_keys import CSV_COLUMNS, SUMMARY_KEYS, explain, flatten, unexplained
+from wflow.infra.output_keys import (
+    CSV_COLUMNS,
+    SUMMARY_KEYS,
+    contract_problems,
+    explain,
+    flatten,
+    unexplained,
+)
 from wflow.studies.base import VERDICT_STATUS
 
 SCENARIO = """
@@ -71,26 +77,6 @@ def outputs(tmp_path_factory):
     return outs
 
 
-#: The contract of every command's summary.json (README): a status, a message and checks.
-CONTRACT = ("status", "message", "checks")
-
-
-def check_contract(summary: dict, cmd: str) -> list[str]:
-    """What breaks the contract: a missing status/message/checks, a key the table does not
-    explain, or one whose entry does not name ``wflow CMD`` (so ``wflow CMD --help``, which
-    lists the entries naming it, would not show it)."""
-    bad = [f"no {k}" for k in CONTRACT if k not in summary]
-    if not isinstance(summary.get("checks"), dict):
-        bad.append("checks is not a mapping")
-    for key in flatten(summary):
-        entry = explain(key)
-        if entry is None:
-            bad.append(f"undocumented {key}")
-        elif not ({"*", cmd} & _commands_of(entry.where)):
-            bad.append(f"{key}: its entry {entry.pattern!r} says where = {entry.where!r}")
-    return bad
-
-
 @pytest.mark.parametrize("cmd", ["particles", "pde", "jko", "run"])
 def test_every_written_key_and_column_is_in_the_table(outputs, cmd):
     out = outputs[cmd]
@@ -99,7 +85,7 @@ def test_every_written_key_and_column_is_in_the_table(outputs, cmd):
     assert len(keys) > 50
     assert not unexplained(keys), f"{cmd}: summary keys missing from output_keys: " \
         f"{unexplained(keys)}"
-    assert not check_contract(summary, cmd)
+    assert not contract_problems(summary, cmd)
     for table in sorted(out.glob("*.csv")):
         with table.open(encoding="utf-8") as fh:
             cols = next(csv.reader(fh))
@@ -115,7 +101,7 @@ def test_verify_keeps_the_contract(tmp_path):
     assert main(["verify", "equiangular", "--quick", "--out", str(tmp_path / "s")]) == 0
     s = _summary(tmp_path / "s")
     assert {"study", "passed", "verdict", "criteria[].value"} <= set(flatten(s))
-    assert not check_contract(s, "verify"), check_contract(s, "verify")
+    assert not contract_problems(s, "verify"), contract_problems(s, "verify")
     assert s["status"] == VERDICT_STATUS["PASS"] == "success" and s["message"] == ""
     assert set(s["checks"]) == {c["name"] for c in s["criteria"]}
     assert all(c["passed"] for c in s["checks"].values())
@@ -180,8 +166,8 @@ def test_gaussian_keeps_the_contract(tmp_path):
     assert main(["gaussian", "reach", str(sc), "--out", str(tmp_path / "reach")]) == 0
     run, reach = _summary(tmp_path / "run"), _summary(tmp_path / "reach")
     assert len(flatten(run)) > 60
-    assert not check_contract(run, "gaussian"), check_contract(run, "gaussian")
-    assert not check_contract(reach, "gaussian"), check_contract(reach, "gaussian")
+    assert not contract_problems(run, "gaussian"), contract_problems(run, "gaussian")
+    assert not contract_problems(reach, "gaussian"), contract_problems(reach, "gaussian")
     assert run["status"] == "success" and run["checks"] == {}
     assert reach["status"] == "success" and set(reach["checks"]) == {
         "m_error", "Sigma_error", "w2_error"}
@@ -201,6 +187,17 @@ def test_a_missed_reach_is_not_a_success(tmp_path):
     s = _summary(tmp_path / "r")
     assert s["status"] == "inaccurate" and s["message"]
     assert not all(c["passed"] for c in s["checks"].values())
+
+
+def test_a_broken_contract_is_caught():
+    """Negative control: a summary without status, or with a key of another command."""
+    ok = {"status": "success", "message": "", "checks": {}, "seed": 1}
+    assert contract_problems(ok, "jko") == []
+    assert contract_problems({k: v for k, v in ok.items() if k != "status"}, "jko") == \
+        ["no status"]
+    assert contract_problems({**ok, "checks": []}, "jko") == ["checks: not a mapping"]
+    assert contract_problems(ok, "gaussian") == [
+        "seed: its entry 'seed' has where = 'wflow particles, pde, jko'"]
 
 
 def test_an_unknown_key_is_caught():

@@ -123,19 +123,12 @@ def scenario_tables(sections: Iterable[str], *, detailed: Iterable[str] = ()) ->
     return "\n".join(parts)
 
 
-def _commands_of(where: str) -> set[str]:
-    """``"wflow particles, pde, jko"`` -> {particles, pde, jko}; ``"all"`` -> {"*"}."""
-    if where.strip() == "all":
-        return {"*"}
-    return {w.strip().removeprefix("wflow").strip() for w in where.split(",")} - {""}
-
-
 def summary_keys(command: str) -> list[str]:
     """The patterns of the output-key table that ``wflow COMMAND`` writes (column where)."""
-    from ..infra.output_keys import SUMMARY_KEYS
+    from ..infra.output_keys import SUMMARY_KEYS, commands_of
 
     return [k.pattern for k in SUMMARY_KEYS
-            if {"*", command} & _commands_of(k.where)]
+            if {"*", command} & commands_of(k.where)]
 
 
 def written_keys(command: str, files: str) -> str:

@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OutputKey", "SUMMARY_KEYS", "CSV_COLUMNS", "flatten", "explain", "unexplained"]
+__all__ = ["OutputKey", "SUMMARY_KEYS", "CSV_COLUMNS", "CONTRACT", "flatten", "explain",
+           "unexplained", "commands_of", "contract_problems"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("checks.*.*.value", "(wflow verify: a criterion whose name holds a dot, as "
       "checks.*.value) the measured value of the phase's check: chain = relative "
       "chain-rule residual |chain| / energy budget; edi (JKO) = Σ_k|edi_k| / discrete "
-      "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN),
+      "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN + ", verify"),
     K("checks.*.*.tolerance", "the tolerance the value is judged against", "1",
       where=_RUN + ", verify"),
     K("checks.*.*.passed", "value within tolerance", "bool", where=_RUN + ", verify"),
@@ -698,3 +699,36 @@ def explain(key: str, *, csv: bool = False) -> OutputKey | None:
 def unexplained(keys: Iterable[str], *, csv: bool = False) -> list[str]:
     """The keys (or columns) that no entry of the table explains."""
     return [k for k in keys if explain(k, csv=csv) is None]
+
+
+#: The keys every command's ``summary.json`` carries (README): its status, why, and checks.
+CONTRACT = ("status", "message", "checks")
+
+
+def commands_of(where: str) -> set[str]:
+    """The commands of an entry's ``where`` (``"all"``: ``{"*"}``).
+
+    ``"wflow particles, pde, jko"`` -> ``{particles, pde, jko}``.
+    """
+    if where.strip() == _ALL:
+        return {"*"}
+    return {w.strip().removeprefix("wflow").strip() for w in where.split(",")} - {""}
+
+
+def contract_problems(summary: Mapping[str, Any], command: str) -> list[str]:
+    """What breaks the ``summary.json`` contract of ``wflow COMMAND`` (empty: none).
+
+    A missing ``status``, ``message`` or ``checks`` (a mapping); a key no entry explains;
+    a key whose entry does not name the command in ``where`` (``wflow COMMAND --help``
+    lists the entries that name it, so the key would be missing there).
+    """
+    bad = [f"no {k}" for k in CONTRACT if k not in summary]
+    if not isinstance(summary.get("checks"), Mapping):
+        bad.append("checks: not a mapping")
+    for key in flatten(summary):
+        entry = explain(key)
+        if entry is None:
+            bad.append(f"undocumented {key}")
+        elif not ({"*", command} & commands_of(entry.where)):
+            bad.append(f"{key}: its entry {entry.pattern!r} has where = {entry.where!r}")
+    return bad
