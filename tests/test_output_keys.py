@@ -122,6 +122,9 @@ def test_a_verdict_maps_to_one_status():
     assert status(True, "All 2 criteria hold") == "success"
     assert status(False, "FAIL — 1 of 2 criteria not met") == "failed"
     assert status(False, "INCONCLUSIVE — the negative control did not fail") == "inconclusive"
+    assert status(False, "s2_ou: published claim b ≈ −1: INCONCLUSIVE (tolerance ±0.25)") == \
+        "inconclusive"
+    assert status(False, "s2: s2_ou INCONCLUSIVE; s2_oscillating NOT REPRODUCED") == "failed"
 
 
 #: A Gaussian scenario with every table the run and reach forms write keys for.

@@ -67,6 +67,7 @@ _P, _D, _J = "wflow particles", "wflow pde", "wflow jko"
 _SOLVERS = "wflow particles, pde, jko"
 _EQ = "wflow verify"
 _G = "wflow gaussian"
+_R = "wflow reproduce"
 _CHECKS = "wflow particles, pde, jko, gaussian, verify, reproduce"
 _CHAIN_SIGN = "signed: ΔE − ∫∂_tE − ∫power − Itô − M (positive: the energy grew more)"
 _EDI_SIGN = ("signed: ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2), sign = +1 for V = A "
@@ -482,6 +483,92 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("rows[].*", "superadditivity: one row per configuration (side convex/concave, λ̄, H, "
       "ε, heterogeneous λ, the rates of equal and heterogeneous heads by particles and "
       "formula, the gain)", "as named", where=_EQ),
+    # --- wflow reproduce (the [TD] experiments; one record per experiment) ---------------
+    K("experiments.*.d", "the experiment's dimension (tokens on S^{d-1})", "count", where=_R),
+    K("experiments.*.regime", "the weights' regime: oscillating or ou", "text", where=_R),
+    K("experiments.*.claim", "the published claim in words", "text", where=_R),
+    K("experiments.*.claim_slope", "the published slope b of G² ~ a·H^b", "1", where=_R),
+    K("experiments.*.paths", "Monte-Carlo paths per run", "count", where=_R),
+    K("experiments.*.fit.a", "the published fit's a (curve_fit of a·H^b on the late means)",
+      "energy/time", where=_R),
+    K("experiments.*.fit.b", "the published fit's slope b", "1", where=_R),
+    K("experiments.*.fit.loglog", "the log–log least-squares slope (a referee of b)", "1",
+      where=_R),
+    K("experiments.*.fit.u", "the uncertainty of b: max(u_bootstrap, u_window)", "1", "≥ 0",
+      _R),
+    K("experiments.*.fit.u_bootstrap", "the bootstrap standard deviation of b over the paths",
+      "1", "≥ 0", _R),
+    K("experiments.*.fit.u_window", "the largest change of b over the late windows "
+      "[T/2, 3T/4] and [3T/4, T]", "1", "≥ 0", _R),
+    K("experiments.*.fit.b_windows", "b on those two windows", "1", where=_R),
+    K("experiments.*.fit.bootstrap_ci", "the 95 % bootstrap interval of b (None: one path)",
+      "1", where=_R),
+    K("experiments.*.fit.verdict", "reproduced (|b − claim| + 2u ≤ tol), not reproduced "
+      "(|b − claim| − 2u > tol) or inconclusive", "text", where=_R),
+    K("experiments.*.fit.control", "the same slope judged against the other regime's claim "
+      "(the negative control: it must not be reproduced)", "text", where=_R),
+    K("experiments.*.runs[].H", "the run's head count H", "count", where=_R),
+    K("experiments.*.runs[].paths", "its Monte-Carlo paths", "count", where=_R),
+    K("experiments.*.runs[].wall_time_s", "its wall time", "s", where=_R),
+    K("experiments.*.runs[].status", "its status (the particle run's accuracy check)", "text",
+      where=_R),
+    K("experiments.*.runs[].message", "why", "text", where=_R),
+    K("experiments.*.runs[].G2_late_mean.*", "the late-time mean of G² (over t ≥ T/2): mean "
+      "and standard error over the paths", "energy/time", where=_R),
+    K("experiments.*.runs[].G2_late_per_path", "the late-time mean of G² of every path",
+      "energy/time", where=_R),
+    K("experiments.*.runs[].E_0", "the energy at t = 0", "energy", where=_R),
+    K("experiments.*.runs[].E_T.*", "the energy at T: mean and standard error", "energy",
+      where=_R),
+    K("experiments.*.runs[].G2_T.*", "G² at T: mean and standard error", "energy/time",
+      where=_R),
+    K("experiments.*.runs[].G2_decay_ratio", "mean G² over [3T/4, T] over its mean over "
+      "[T/4, T/2] (Monte-Carlo mean)", "1", "≥ 0", _R),
+    K("experiments.*.runs[].balance.*.*", "a term of the energy balance (dE, work_int_dtE, "
+      "ito, martingale, G2_int, the G²-form EDI defect, the chain residual, the published "
+      "form's residual): mean and standard error over the paths", "energy", where=_R),
+    # the field's papers (wflow reproduce glpr_phase | castin_ranks | metastable_staircase)
+    K("paper", "the paper reproduced (authors, title, arXiv id)", "text", where=_R),
+    K("claim", "its claim, in words", "text", where=_R),
+    K("verdict_rule", "when the claim counts as reproduced, not reproduced, inconclusive",
+      "text", where=_R),
+    K("reasons", "the measured numbers behind the verdict, one sentence each", "text",
+      where=_R),
+    K("control_*", "the negative control's verdict: the claim judged on reversed or "
+      "floored data, which must come out not reproduced", "text", where=_R),
+    K("n_steps", "glpr_phase: time steps of each run", "count", where=_R),
+    K("pair_evaluations", "glpr_phase: token-pair kernel evaluations over the runs", "count",
+      where=_R),
+    K("kendall_tau", "glpr_phase: Kendall's τ between β and t_half (> 0: clustering slows "
+      "as β grows)", "1", where=_R),
+    K("p_final_smallest_beta", "glpr_phase: the probability of one cluster at T for the "
+      "smallest β", "1", where=_R),
+    K("p_final_largest_beta", "glpr_phase: the same for the largest β", "1", where=_R),
+    K("t_half.**", "glpr_phase: per β the time at which half the draws have clustered (inf: "
+      "never before T)", "time", where=_R),
+    K("max_stderr", "glpr_phase: the largest standard error of a probability", "1", "≥ 0",
+      _R),
+    K("wall_s_per_beta_sum", "glpr_phase: wall time summed over the β", "s", where=_R),
+    K("ranks", "MPI ranks of the run", "count", where=_R),
+    K("cases.*.*.*", "castin_ranks: per case and dimension d the draws (attempts, "
+      "converged, exceptions, iterations), the rank histograms of the published and the "
+      "exact solver, their disagreements, the unsettled draws, Euler steps and wall time",
+      "as named", where=_R),
+    K("per_beta.*.*", "metastable_staircase: per β the records, the record of the full "
+      "merge, f80, the plateau fraction and the largest fall over the rise", "as named",
+      where=_R),
+    K("per_beta.*.plateaus[].*", "metastable_staircase: a plateau of the energy (t_start, "
+      "t_end, E)", "as named", where=_R),
+    K("nan_from_step.*", "metastable_staircase: per β the first record whose angle is NaN "
+      "(the published step divides 0 by 0 after the full merge)", "count", where=_R),
+    K("merges.*", "metastable_staircase: per β the merges [record, token i, token j]",
+      "count", where=_R),
+    K("wall_s.*", "metastable_staircase: wall time per β", "s", where=_R),
+    K("finding", "metastable_staircase: what the reproduction found about the published "
+      "code", "text", where=_R),
+    K("differences_from_published", "what differs from the published code, and why", "text",
+      where=_R),
+    K("run_wall_time_s", "wall time of all runs", "s", "≥ 0", _R),
     # --- wflow gaussian (run; reach; the scenario echo) -----------------------------------
     K("title", "the scenario's title", "text", where=_G),
     K("source", "the scenario file read", "text", where=_G),

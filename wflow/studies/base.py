@@ -264,9 +264,10 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 
 
 #: The ``status`` of a study's ``summary.json`` from its verdict, defined once (``wflow
-#: verify`` and ``wflow reproduce``): a verdict that passed is ``"success"``; one whose text
-#: starts with ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
-#: fail, too few samples) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
+#: verify`` and ``wflow reproduce``): a verdict that passed is ``"success"``; a failing one
+#: that says ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
+#: fail, an interval that straddles the tolerance) and refutes nothing (no ``FAIL …`` head,
+#: no ``NOT REPRODUCED``) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
 #: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
 #: runs completed (a claim not reproduced is a measured outcome, not an error).
 VERDICT_STATUS = {"PASS": "success", "INCONCLUSIVE": "inconclusive", "FAIL": "failed"}
@@ -275,16 +276,20 @@ VERDICT_STATUS = {"PASS": "success", "INCONCLUSIVE": "inconclusive", "FAIL": "fa
 def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:
     """``(status, message, checks)`` of a study's summary (:data:`VERDICT_STATUS`).
 
-    ``message`` is ``""`` on success, else the verdict; ``checks`` are the criteria as
-    ``{name: {value, tolerance, passed, rule}}`` (``tolerance``: the accepted range in
-    words, ``rule``: why that range), the ``checks`` every command writes.
+    ``message`` is ``""`` on success, else the verdict; ``checks`` are the summary's own
+    ``checks`` when it states them (``wflow reproduce``: one per experiment), else the
+    criteria as ``{name: {value, tolerance, passed, rule}}`` (``tolerance``: the accepted
+    range in words, ``rule``: why that range), the ``checks`` every command writes.
     """
+    text = result.verdict.lstrip()
+    refuted = text.startswith("FAIL") or "NOT REPRODUCED" in text
     word = "PASS" if result.passed else (
-        "INCONCLUSIVE" if result.verdict.lstrip().upper().startswith("INCONCLUSIVE")
-        else "FAIL")
-    checks = {c["name"]: {"value": c["value"], "tolerance": c["accepted"], "passed": c["ok"],
-                          "rule": c["why"]}
-              for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
+        "INCONCLUSIVE" if "INCONCLUSIVE" in text and not refuted else "FAIL")
+    checks = result.summary.get("checks")  # a study that states its checks itself
+    if not isinstance(checks, Mapping):
+        checks = {c["name"]: {"value": c["value"], "tolerance": c["accepted"],
+                              "passed": c["ok"], "rule": c["why"]}
+                  for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
     return VERDICT_STATUS[word], "" if result.passed else result.verdict, checks
 
 
