@@ -358,6 +358,8 @@ def main() -> int:
     g.add_argument("--record", type=Path)
     g.add_argument("--compare", type=Path)
     g.add_argument("--list", action="store_true")
+    g.add_argument("--cpu-json", action="store_true",
+                   help="run, then print the CPU seconds of each run as one JSON line")
     ap.add_argument("--only", default="", help="comma-separated run names")
     args = ap.parse_args()
     names = [*CLI_RUNS, *API_RUNS]
@@ -368,8 +370,17 @@ def main() -> int:
         names = [n for n in args.only.split(",") if n]
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "NUMBA_NUM_THREADS",
                                           "OMP_NUM_THREADS")}
-    print(f"{len(names)} runs; environment {env}; wflow from "
-          f"{__import__('wflow').__file__}", flush=True)
+    if not args.cpu_json:
+        print(f"{len(names)} runs; environment {env}; wflow from "
+              f"{__import__('wflow').__file__}", flush=True)
+    if args.cpu_json:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, secs = run_all(names)
+        print(json.dumps(secs))
+        return 0
     flat, secs = run_all(names)
     if args.record:
         meta = {"__env__": np.array(json.dumps(env)),
