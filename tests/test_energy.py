@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from wflow.attention.heads import Attention, Heads
+from wflow.attention.kinds import get_kind
 from wflow.energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from wflow.geometry.sphere import project_tangent, sample_uniform
 
@@ -13,8 +14,9 @@ from .conftest import EPS, KINDS
 
 
 def _phi(s: np.ndarray, kind: str) -> np.ndarray:
-    """The energy's kernel: ``e^s`` (softmax, USA) or ``max(0, s)²/2`` (ReLU)."""
-    return np.exp(s) if kind != "relu" else 0.5 * np.maximum(s, 0.0) ** 2
+    """The energy's potential ``Φ`` of the kind (its own NumPy ``Φ``, e.g. ``e^s``, ReLU's
+    ``max(0, s)²/2``)."""
+    return get_kind(kind).phi(s)
 
 
 def _energy(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention) -> float:
@@ -35,7 +37,7 @@ def _setup(rng, H=2, d=3, n=40, beta=1.7):
 def test_head_energies_are_the_double_sum(rng, kind):
     x, m, heads, beta = _setup(rng)
     attn = Attention(kind, beta)
-    fe = evaluate(x, heads, attn, m=m, backend="direct")
+    fe = evaluate(x, heads, attn, m=m, backend=get_kind(kind).exact_backend)
     E = float(heads.w @ head_energies(fe, m, attn))
     # a sum of n² positive terms of size O(1): relative round-off ~ n·eps
     np.testing.assert_allclose(E, _energy(x, m, heads, attn), rtol=100 * EPS)
@@ -47,7 +49,7 @@ def test_grad_psi_is_the_gradient_of_the_energy(rng, kind):
     """``∂E/∂x_i = m_i Σ_h w_h ∇ψ_h(x_i)`` (ambient gradient; central differences, O(h²))."""
     x, m, heads, beta = _setup(rng, n=12)
     attn = Attention(kind, beta)
-    fe = evaluate(x, heads, attn, m=m, backend="direct")
+    fe = evaluate(x, heads, attn, m=m, backend=get_kind(kind).exact_backend)
     grad = m[:, None] * np.einsum("h,hmd->md", heads.w, fe.grad_psi)
     h = 1e-6
     fd = np.zeros_like(x)
@@ -103,7 +105,7 @@ def test_weight_derivative_of_the_energy(rng, kind):
     attn = Attention(kind, beta)
     Z = rng.standard_normal(heads.A.shape)
     Adot = Z + np.swapaxes(Z, 1, 2)
-    fe = evaluate(x, heads, attn, m=m, backend="direct")
+    fe = evaluate(x, heads, attn, m=m, backend=get_kind(kind).exact_backend)
     val = dE_dt_weights(x, m, fe, heads, Adot, attn)
     h = 1e-6
 

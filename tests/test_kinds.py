@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import types
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +23,20 @@ import pytest
 from wflow.attention import heads as heads_mod
 from wflow.attention import kinds
 from wflow.attention.heads import Attention, Heads
-from wflow.attention.kinds import KERNELS, KINDS, REGISTRY, AttentionKind, Kernel, get_kind
+from wflow.attention.kinds import (
+    KERNELS,
+    KINDS,
+    REGISTRY,
+    AttentionKind,
+    Kernel,
+    get_kind,
+    register_kind,
+    registered_kind,
+    unregister_kind,
+)
 from wflow.geometry.sphere import sample_uniform
 
-from .conftest import EPS
+from .conftest import EPS, EXTRA_KINDS
 from .conftest import KINDS as TEST_KINDS
 
 #: Scores of the finite-difference checks: both signs, away from ReLU's kink at 0.
@@ -114,7 +125,8 @@ def _registry_errors(kernels: dict[str, Kernel], registry: dict[str, AttentionKi
 
 def test_registry_is_consistent():
     assert _registry_errors(KERNELS, REGISTRY) == []
-    assert {k.code for k in KERNELS.values()} == {kinds.CODE_EXP, kinds.CODE_RELU}
+    codes = {k.code for k in KERNELS.values()} - {None}  # None: NumPy-only kernels
+    assert codes == {kinds.CODE_EXP, kinds.CODE_RELU}
     assert [get_kind(k).fastsum for k in ("softmax", "usa", "relu")] == [True, True, False]
     assert [get_kind(k).normalised for k in ("softmax", "usa", "relu")] == [True, False, False]
 
@@ -139,6 +151,8 @@ def test_get_kind_names_the_known_kinds():
     assert "'bogus'" in msg and all(k in msg for k in KINDS)
     with pytest.raises(ValueError, match="registered twice"):
         kinds._register(AttentionKind("softmax", "SA", kinds.EXP_KERNEL, normalised=True))
+    with pytest.raises(ValueError, match="registered twice"):  # a built-in is never replaced
+        register_kind(AttentionKind("softmax", "SA2", kinds.EXP_KERNEL, normalised=True))
 
 
 # ------------------------------------------------------------- unknown kinds raise everywhere
@@ -216,15 +230,10 @@ def test_cli_rejects_an_unknown_kind(tmp_path, capsys, rng):
 
 # ------------------------------------------------------------------- adding a kind
 @pytest.fixture
-def register(monkeypatch):
-    """Register a kind for one test (the one line of the recipe, undone afterwards)."""
-
-    def add(spec: AttentionKind) -> AttentionKind:
-        monkeypatch.setitem(REGISTRY, spec.name, spec)
-        monkeypatch.setattr(heads_mod, "KINDS", heads_mod.KINDS + (spec.name,))
-        return spec
-
-    return add
+def register():
+    """Register kinds for one test (:func:`register_kind`, undone afterwards)."""
+    with ExitStack() as stack:
+        yield lambda spec: stack.enter_context(registered_kind(spec))
 
 
 def test_a_kind_with_an_existing_kernel_runs_on_every_path(register, rng):
@@ -260,29 +269,15 @@ def test_a_kind_with_an_existing_kernel_runs_on_every_path(register, rng):
     np.testing.assert_allclose(rc.history["E"], rp.history["E"], rtol=1e-12)
 
 
-@dataclass(frozen=True)
-class _Poly2(Kernel):
-    """``k = 1 + s + s²/2`` (positive), ``Φ = s + s²/2 + s³/6``, ``Φ'' = 1 + s``."""
-
-    def phi(self, s):  # noqa: D102
-        return s + 0.5 * s * s + s * s * s / 6.0
-
-    def dphi(self, s):  # noqa: D102
-        return 1.0 + s + 0.5 * s * s
-
-    def d2phi(self, s):  # noqa: D102
-        return 1.0 + s
-
-
 def test_a_kernel_without_compiled_code_runs_on_the_numpy_paths(register, rng):
     from wflow.energy import evaluate, head_energies
     from wflow.kernels import kernel_sums, particle_terms, plan_kernel
     from wflow.particles import euler_path, simulate
 
-    kern = _Poly2("poly2", None, exponential=False, fastsum=False)
+    spec = register(EXTRA_KINDS["poly2"])  # k = 1 + s + s²/2, code=None (tests/conftest.py)
+    kern = spec.kernel
     assert _fd_error(kern.phi, kern.dphi, S_GRID) <= 1.0
     assert _fd_error(kern.dphi, kern.d2phi, S_GRID) <= 1.0
-    spec = register(AttentionKind("poly2", "P2", kern, normalised=False))
     assert not spec.compiled
     x = sample_uniform(20, 3, rng)
     m = np.full(20, 1 / 20)
@@ -327,3 +322,170 @@ def test_equiangular_generic_formula_matches_the_closed_forms(register, kind):
         other = register(AttentionKind(f"{kind}_unnorm", "u", ref.kernel, False))
         assert np.max(np.abs(equiangular_rhs(g, lam, 2.0, 12, kind=other.name, w=w)
                              / want - 1)) > 0.1
+
+
+# ------------------------------------------------------------- register_kind: a live registry
+def _readers(name: str) -> dict[str, object]:
+    """Every reader of the list of kinds, asked about ``name`` (raises if it refuses)."""
+    from wflow.apps.scenario import parse_scenario
+
+    return {
+        "KINDS": name in KINDS and name in heads_mod.KINDS and KINDS[-1] == name,
+        "Attention": Attention(name, 1.0),
+        "parse_scenario": parse_scenario({"attention": {"kind": name}}).attention["kind"],
+    }
+
+
+def test_a_kind_registered_at_run_time_is_read_by_every_reader():
+    spec = AttentionKind("poly2_sa", "P2-SA", EXTRA_KINDS["poly2"].kernel, normalised=True)
+    assert spec.name not in KINDS
+    for call in (lambda: Attention(spec.name, 1.0),
+                 lambda: _readers(spec.name)["parse_scenario"]):
+        with pytest.raises(ValueError, match="poly2_sa"):  # control: unknown before
+            call()
+    with registered_kind(spec) as got:
+        assert got is spec and get_kind("poly2_sa") is spec
+        r = _readers(spec.name)
+        assert r["KINDS"] and r["parse_scenario"] == "poly2_sa"
+        assert tuple(KINDS) == tuple(REGISTRY) and len(KINDS) == len(REGISTRY)
+        assert KINDS == list(REGISTRY) and KINDS + ("x",) == (*REGISTRY, "x")
+        assert KERNELS[spec.kernel.name] is spec.kernel
+    # unregistered on leaving the block: every reader refuses it again
+    assert "poly2_sa" not in KINDS and "poly2_sa" not in REGISTRY
+    with pytest.raises(ValueError, match="poly2_sa"):
+        Attention("poly2_sa", 1.0)
+
+
+def test_register_kind_refuses_what_would_run_as_another_kind():
+    """A new kernel claiming an existing compiled code (the numba kernels branch on it:
+    it would run as e^s), an unknown code, a built-in name, a taken kernel name."""
+    poly = EXTRA_KINDS["poly2"].kernel
+    claims_exp = type(poly)("poly2_exp", kinds.CODE_EXP, exponential=False, fastsum=False)
+    with pytest.raises(ValueError, match="claims compiled code 0, which is the code of "
+                                         "kernel 'exp'"):
+        register_kind(AttentionKind("p2e", "P2E", claims_exp))
+    with pytest.raises(ValueError, match="which no compiled kernel has"):
+        register_kind(AttentionKind("p2x", "P2X", type(poly)("poly2_x", 7, exponential=False,
+                                                                 fastsum=False)))
+    with pytest.raises(ValueError, match="registered twice"):
+        register_kind(AttentionKind("relu", "ReLU", poly))
+    with pytest.raises(ValueError, match="kernel name 'exp' is taken"):
+        register_kind(AttentionKind("p2n", "P2N", type(poly)("exp", None, exponential=False,
+                                                                fastsum=False)))
+    with pytest.raises(TypeError, match="AttentionKind"):
+        register_kind("poly2")
+    with pytest.raises(ValueError, match="built-in"):
+        unregister_kind("softmax")
+    with pytest.raises(ValueError, match="must be one of"):
+        unregister_kind("never_registered")
+    assert not {"p2e", "p2x", "p2n"} & set(KINDS) and "poly2_exp" not in KERNELS
+    # control: an existing compiled kernel under a new kind is accepted
+    with registered_kind(AttentionKind("relu_sa2", "R", kinds.RELU_KERNEL, True)) as spec:
+        assert spec.compiled and spec.code == kinds.CODE_RELU
+    assert KERNELS["relu"] is kinds.RELU_KERNEL  # a built-in kernel stays
+
+
+USER_MODULE = '''
+from dataclasses import dataclass
+import numpy as np
+from wflow.attention.kinds import AttentionKind, Kernel, register_kind
+
+@dataclass(frozen=True)
+class Cubic(Kernel):
+    def phi(self, s):
+        return s + s**2 / 2 + s**3 / 6 + s**4 / 24
+    def dphi(self, s):
+        return 1 + s + s**2 / 2 + s**3 / 6
+    def d2phi(self, s):
+        return 1 + s + s**2 / 2
+
+CUBIC = register_kind(AttentionKind("cubic_LABEL", "C", Cubic("cubic", None, False, False)))
+'''
+
+
+def test_a_module_imported_twice_registers_its_kind_once(tmp_path):
+    """A scenario imports its ``modules`` on every load: the same definition re-registers
+    (replaced), a different one under the same name is refused."""
+    from wflow.infra.callables import load_module
+
+    f = tmp_path / "mykinds.py"
+    f.write_text(USER_MODULE.replace("LABEL", "1"))
+    try:
+        a = load_module("mykinds.py", base_dir=tmp_path).CUBIC
+        b = load_module(str(f)).CUBIC
+        assert a is not b and a != b  # two classes (two executions of the file) ...
+        assert get_kind("cubic_1") is b and list(KINDS).count("cubic_1") == 1  # ... one kind
+        g = tmp_path / "other.py"  # negative control: another file, same kind name
+        g.write_text(USER_MODULE.replace("LABEL", "1"))
+        with pytest.raises(ValueError, match="registered twice"):
+            load_module(str(g))
+        assert get_kind("cubic_1") is b
+    finally:
+        unregister_kind("cubic_1")
+    assert "cubic_1" not in KINDS and "cubic" not in KERNELS
+
+
+def test_compiled_paths_refuse_a_numpy_kind_with_one_message(register, rng):
+    """Every compiled path refuses a kind without compiled code with the kind's one message
+    (:meth:`AttentionKind.not_compiled`), and ``auto`` never picks one of them for it."""
+    from wflow.energy import particle_field
+    from wflow.kernels import kernel_sums, particle_terms, plan_kernel
+    from wflow.particles import ParticleOptions, compiled_support, euler_path, simulate
+
+    spec = register(EXTRA_KINDS["poly2"])
+    msg = spec.not_compiled()
+    assert msg is not None and get_kind("softmax").not_compiled() is None
+    x = sample_uniform(16, 3, rng)
+    m = np.full(16, 1 / 16)
+    hs = Heads.random_symmetric(1, 3, rng, scale=0.5)
+    attn = Attention(spec.name, 1.0)
+    calls = {
+        "kernel_sums[direct]": lambda: kernel_sums(x, x, m, hs.Q, hs.K, beta=1.0,
+                                                   kind=spec.name, backend="direct"),
+        "plan_kernel[direct]": lambda: plan_kernel(x, x, hs.Q, hs.K, beta=1.0,
+                                                   kind=spec.name, backend="direct"),
+        "particle_terms": lambda: particle_terms(x, m, hs.Q, hs.K, hs.V, hs.w, beta=1.0,
+                                                 kind=spec.name),
+        "particle_field": lambda: particle_field(x, m, hs, attn),
+        "euler_path": lambda: euler_path(x, hs, attn, dt=0.01, steps=2),
+        "simulate[compiled]": lambda: simulate(x, hs, attn, T=0.02, dt=0.01,
+                                               engine="compiled"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError) as exc:
+            call()
+        assert str(exc.value).endswith(msg), f"{name}: {exc.value}"
+    # auto: the NumPy sums and the Python loop, recorded
+    assert plan_kernel(x, x, hs.Q, hs.K, beta=1.0, kind=spec.name).backend == "numpy"
+    assert compiled_support(x, hs, attn, ParticleOptions()) == msg
+    res = simulate(x, hs, attn, T=0.04, dt=0.02, head_rates=False)
+    assert res.status == "success" and res.extra["engine"] == "python"
+    assert res.extra["engine_reason"] == msg
+    assert set(res.extra["kernel"]["calls"]) == {"numpy"}, res.extra["kernel"]
+    # negative control: a compiled kind under auto does take the compiled loop
+    r2 = simulate(x, hs, Attention("usa", 1.0), T=0.04, dt=0.02, head_rates=False)
+    assert r2.extra["engine"] == "compiled"
+
+
+def test_the_kind_parametrised_suite_runs_for_new_numpy_kinds():
+    """The proof that a new kernel needs no test edit: the kind-parametrised tests, run in
+    a subprocess with two NumPy-only kinds registered (``WFLOW_TEST_EXTRA_KINDS``), pass
+    or skip with the stated reason (the compiled paths), and none fails."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [f"tests/{f}" for f in ("test_kinds.py", "test_kernels.py", "test_energy.py",
+                                     "test_particles.py", "test_jko.py", "test_multihead.py")]
+    env = dict(os.environ, WFLOW_TEST_EXTRA_KINDS="poly2,tanh", PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-rs", "-k", "(poly2 or tanh) and not parametrised_suite", *files],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    tail = r.stdout[-3000:]
+    assert r.returncode == 0, tail
+    last = tail.strip().splitlines()[-1]
+    assert "passed" in last and "failed" not in last and "error" not in last, last
+    skips = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert skips and all("no compiled kernel (code=None)" in ln for ln in skips), skips

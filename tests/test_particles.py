@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from wflow.attention.heads import Attention, Heads
+from wflow.attention.kinds import get_kind
 from wflow.attention.schedules import (
     CallableSchedule,
     Layers,
@@ -20,7 +21,7 @@ from wflow.geometry.sphere import sample_uniform
 from wflow.particles import INTEGRATOR_ORDER, iterate, simulate
 from wflow.published.td import published_relaxed
 
-from .conftest import EPS, KINDS
+from .conftest import EPS, KINDS, needs_compiled
 
 
 def fitted_order(h, err):
@@ -31,6 +32,7 @@ def fitted_order(h, err):
 def naive(x, heads, attn):
     """Independent O(n²) reference: explicit loops over heads, full pair matrices."""
     n, d = x.shape
+    spec = get_kind(attn.kind)
     E = 0.0
     v = np.zeros((n, d))
     gpsi = np.zeros((n, d))
@@ -38,19 +40,16 @@ def naive(x, heads, attn):
     for h in range(heads.H):
         A, V, w = heads.Q[h].T @ heads.K[h], heads.V[h], heads.w[h]
         S = attn.beta * x @ A @ x.T
-        if attn.kind == "relu":
-            k, Phi = np.maximum(S, 0), 0.5 * np.maximum(S, 0) ** 2
-        else:
-            k = Phi = np.exp(S)
+        k, Phi = spec.dphi(S), spec.phi(S)  # the kind's own k = Φ' and Φ
         Z = k.mean(axis=1)
         Zs.append(Z)
         E += w * Phi.sum() / n**2 / (2 * attn.beta)
         out = (k @ x) @ V.T / n
-        if attn.kind == "softmax":
+        if spec.normalised:
             out = out / Z[:, None]
         v += w * out
         # ∇_x of (1/2β)∫∫Φ(βxᵀAy) symmetrised (general A)
-        kT = np.exp(S.T) if attn.kind != "relu" else np.maximum(S.T, 0)
+        kT = spec.dphi(S.T)
         gpsi += w * 0.5 * ((k @ x) @ A.T + (kT @ x) @ A) / n
     P = np.eye(d)[None] - x[:, :, None] * x[:, None, :]
     v = np.einsum("nij,nj->ni", P, v)
@@ -388,6 +387,7 @@ def test_euler_path_equals_simulate(rng, kind, symmetric, d, H, flow):
     pass differs: round-off accumulated over 30 steps)."""
     from wflow.particles import euler_path
 
+    needs_compiled(kind)  # euler_path is a compiled loop
     if symmetric:
         heads = Heads.random_symmetric(H, d, rng, scale=0.7, value_sign=-1.0)
     else:
@@ -472,6 +472,7 @@ def test_particle_field_equals_separate_calls(rng, kind, symmetric, flow):
     """energy.particle_field = evaluate + slope_terms + head_energies to 1e-12 (one pass)."""
     from wflow.energy import particle_field
 
+    needs_compiled(kind)  # particle_field is the fused compiled pass
     n, d, H = 120, 3, 3
     x = sample_uniform(n, d, rng)
     m = rng.uniform(0.5, 1.0, n)

@@ -18,8 +18,9 @@ The public face:
 * theory checks: :mod:`wflow.multihead` (§6: :func:`equiangular_rate`, the early-time rate
   ``φ`` of one head, not the kernel's ``Φ``), :mod:`wflow.studies`;
 * extension points: the registries :data:`INTEGRATORS` (particle integrators) and
-  :data:`SCHEDULE_TYPES` (``[schedule] type``), attention kinds in
-  :mod:`wflow.attention.kinds`.
+  :data:`SCHEDULE_TYPES` (``[schedule] type``), attention kinds by :func:`register_kind`
+  (:mod:`wflow.attention.kinds`); a scenario imports a user's file that registers them
+  with ``modules = [...]``.
 
 Internal pieces (kernel plans and logs, the particle step's terms, the compiled Euler path)
 stay importable from their modules (:mod:`wflow.kernels`, :mod:`wflow.particles`).
@@ -36,6 +37,7 @@ from .infra import interrupts as _interrupts  # noqa: F401
 # isort: split
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
+from .attention.kinds import register_kind
 from .attention.schedules import (
     SCHEDULE_TYPES,
     CallableSchedule,
@@ -87,6 +89,7 @@ __all__ = [
     "ParticleResult",
     "simulate",
     "INTEGRATORS",
+    "register_kind",
     "SCHEDULE_TYPES",
     "initial_density",
     "sample_particles",

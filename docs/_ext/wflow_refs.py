@@ -137,7 +137,7 @@ def scenario_keys() -> list[str]:
              "folder. A guided example: :doc:`../guide/scenarios`.", ""]
     for section, (spec_ref, sources) in SECTIONS.items():
         try:
-            spec = _get(spec_ref) if spec_ref else {"seed": (0, None)}
+            spec = _get(spec_ref) if spec_ref else {"seed": (0, None), "modules": ([], None)}
             docs = [_get(ref) for ref in sources]
         except (ImportError, AttributeError):
             continue
@@ -165,7 +165,10 @@ def scenario_keys() -> list[str]:
         for key, (default, check) in spec.items():
             meaning = meanings.get(key, "")
             if section == "(top level)":
-                meaning = "master seed: every generator of the run derives from it"
+                meaning = {"seed": "master seed: every generator of the run derives from it",
+                           "modules": "files or packages imported before anything is "
+                           "validated: a user's attention kinds, integrators, schedule "
+                           "types (``register_kind``, ``INTEGRATORS.register``)"}[key]
             rows.append([f"``{key}``", _esc(_checker_type(default, check)),
                          f"``{default!r}``", meaning.replace("\n", " ")])
         lines += _table(["key", "type", "default", "meaning"], rows, "14 22 12 52")

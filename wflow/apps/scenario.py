@@ -8,6 +8,8 @@ paths are resolved against the scenario file's directory.
 Schema (defaults in brackets)::
 
     seed = 0                                 # master seed [0]
+    modules = ["mykinds.py", "pkg.mod"]      # imported first (relative to the scenario):
+                                             # they register kinds, integrators, schedules
     [attention]  kind = "softmax"|"usa"|"relu" ["softmax"]; beta = 1.0; d = 3
     [tokens]     n = 200; sampler = "uniform"|"vmf"|"polytope"|"published"|"equiangular"|
                  "orthonormal"|"file" ["uniform"];
@@ -68,8 +70,8 @@ from ..geometry.sphere import (
     sample_uniform,
     sample_vmf_mixture,
 )
-from ..infra.callables import resolve_callable
-from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
+from ..infra.callables import load_module, resolve_callable
+from ..infra.schema import ScenarioError, Spec, boolean, choice, choice_in, number, string, take
 from ..infra.schema import array as _array
 from ..particles.options import PARTICLES_SCHEMA, ParticleOptions
 
@@ -95,7 +97,7 @@ def register_section(name: str, spec: Spec) -> None:
 
 
 ATTENTION_SCHEMA: Spec = {
-    "kind": ("softmax", choice(*KINDS)),
+    "kind": ("softmax", choice_in(KINDS)),  # live: kinds registered by `modules` count
     "beta": (1.0, number(0, strict_lo=True)),
     "d": (3, number(2, integer=True)),
 }
@@ -373,13 +375,31 @@ class Scenario:
         return ParticleOptions(**{**self.particles, "seed": self.seed, **overrides})
 
 
+def _import_modules(mods: Any, base_dir: str | Path) -> None:
+    """Import the scenario's ``modules`` before anything is validated.
+
+    Their registrations (attention kinds, particle integrators, schedule types) are then
+    valid names in every section.
+    """
+    mods = [mods] if isinstance(mods, str) else mods
+    if not isinstance(mods, list) or not all(isinstance(m, str) for m in mods):
+        raise ScenarioError(f"modules: expected a module (string) or a list of them, "
+                            f"got {mods!r}")
+    for i, spec in enumerate(mods):
+        try:
+            load_module(spec, base_dir=base_dir, name=f"modules[{i}]")
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from exc
+
+
 def parse_scenario(raw: Mapping[str, Any], *, base_dir: str | Path = ".") -> Scenario:
     """Validate a scenario mapping (as read from TOML)."""
     raw = dict(raw)
-    allowed = {"seed", *CORE_SECTIONS, *KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS}
+    allowed = {"seed", "modules", *CORE_SECTIONS, *KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ScenarioError(f"{unknown[0]}: unknown top-level key (known: {sorted(allowed)})")
+    _import_modules(raw.get("modules", []), base_dir)
     seed = number(0, integer=True)(raw.get("seed", 0), "seed")
     parts = {}
     for name, spec in CORE_SECTIONS.items():

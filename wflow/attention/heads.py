@@ -31,9 +31,11 @@ class Attention:
 
     Parameters
     ----------
-    kind : {"softmax", "usa", "relu"}
+    kind : {"softmax", "usa", "relu"} or a kind registered later
         ``softmax``: ``f_h = ∫ e^{s} V y dμ / ∫ e^{s} dμ``; ``usa``: the same
-        without normalisation; ``relu``: ``f_h = ∫ max(0, s) V y dμ``.
+        without normalisation; ``relu``: ``f_h = ∫ max(0, s) V y dμ``; any name of
+        :data:`~wflow.attention.kinds.KINDS` (read at construction:
+        :func:`~wflow.attention.kinds.register_kind` adds one).
     beta : float
         Inverse temperature ``β > 0`` multiplying every score.
     """

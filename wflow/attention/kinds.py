@@ -24,35 +24,52 @@ the Itô terms), its compiled code (the integer the numba kernels of
 :data:`CODE_RELU`; ``None`` for a kernel without compiled code), whether it grows
 exponentially (scores are guarded against overflow of ``e^s``) and whether the
 spherical-harmonic fast summation applies (exponential kernels only: the expansion is
-that of ``e^{<a, y>}``). :data:`KINDS` (re-exported as ``wflow.attention.heads.KINDS``)
-is the only list of names; :func:`get_kind` is the only look-up and raises a
+that of ``e^{<a, y>}``). :data:`REGISTRY` is the only registry and :data:`KINDS`
+(re-exported as ``wflow.attention.heads.KINDS``) a live view of its names: every reader
+(:class:`~wflow.attention.heads.Attention`, the scenario's ``[attention] kind``, the
+CLI's ``--kind``, :func:`get_kind`) reads it at call time, so a kind registered at run
+time is valid everywhere at once. :func:`get_kind` is the only look-up and raises a
 ``ValueError`` naming the known kinds for any other name.
 
 Where to add a kind
 -------------------
-A kind with an existing kernel (say a normalised ReLU) is one :func:`_register` line
-below: ``_register(AttentionKind("relu_softmax", "ReLU-SA", RELU_KERNEL, normalised=True))``.
-Every path picks it up: the NumPy, direct and fast-summation sums, the energies and
-slopes, the compiled particle loops (they read ``kind.code`` and ``kind.normalised``),
-the equiangular ODE (generic formula from ``k`` and the normalisation), the CLI choices
-and the scenario schema (both read :data:`KINDS`).
+From your own code (no edit of wflow): :func:`register_kind` (undo with
+:func:`unregister_kind`, or :func:`registered_kind` for a ``with`` block). A scenario
+reaches a kind defined in the user's file with a top-level ``modules = ["my_kinds.py"]``
+(imported before anything is validated; ``wflow particles / pde / jko / run``).
 
-A kind with a new kernel is a :class:`Kernel` here too (``phi``, ``dphi``, ``d2phi``
-in NumPy, ``code=None``, ``exponential`` and ``fastsum`` as they apply) plus its
-``_register`` line. Without a compiled code it runs on the NumPy back-end
-(``backend="auto"`` plans ``"numpy"``) and the Python particle loop; the direct
-back-end and the compiled loops refuse it with a ``ValueError`` that says so. Compiled
-code for it is a new code here and one branch in each ``kind``-switch of
-:mod:`wflow.kernels._numba` and :mod:`wflow.particles._path_numba`.
+* A kind with an existing kernel (say a normalised ReLU):
+  ``register_kind(AttentionKind("relu_sa", "ReLU-SA", RELU_KERNEL, normalised=True))``.
+  Every path runs it: the NumPy, direct and fast-summation sums, the energies and slopes,
+  the compiled particle loops (they read ``kind.code`` and ``kind.normalised``), the
+  equiangular ODE (generic formula from ``k`` and the normalisation).
+* A kind with a new kernel: a :class:`Kernel` subclass with ``phi``, ``dphi``, ``d2phi``
+  in NumPy and ``code=None`` (``exponential`` and ``fastsum`` as they apply). It runs on
+  every solver under ``kernel_backend = "auto"``: the plan is the NumPy sums and every
+  solver keeps it (particles on the Python engine, the PDE, the JKO, the energies). The
+  compiled paths (direct sums, the fused particle pass, the compiled particle loop,
+  ``euler_path``) refuse it with one message (:meth:`AttentionKind.not_compiled`, raised
+  by :meth:`AttentionKind.require_compiled`), and ``auto`` never picks them for it.
+  :func:`register_kind` refuses a new kernel that claims an existing compiled code (the
+  numba kernels branch on the code alone: it would run as that kernel).
+* Compiled code for a new kernel is a change to wflow: a new code here and one branch in
+  each ``kind``-switch of :mod:`wflow.kernels._numba` and
+  :mod:`wflow.particles._path_numba`, and its kernel registered with ``_register``.
 
-Its tests: ``tests/test_kinds.py`` and every kind-parametrised test iterate over
-:data:`KINDS` (``tests/conftest.py``), so ``Φ' = k`` and ``Φ''`` against finite
-differences, the registry's consistency and the agreement of all back-ends run for the
-new kind with no edit.
+Its tests need no edit: ``tests/test_kinds.py`` and every kind-parametrised test iterate
+over :data:`KINDS` (``tests/conftest.py``) with references built from the kind's own
+``Φ``, ``Φ'``, ``Φ''`` and ``normalised``; tests of a compiled path skip a kind without
+compiled code, saying so. ``WFLOW_TEST_EXTRA_KINDS=poly2,tanh pytest ...`` runs the suite
+with two NumPy-only kinds registered (the proof). See
+``docs/tutorials/plot_4_own_kind_and_integrator.py`` for a kind and an integrator of a
+user's own, end to end.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,7 +87,11 @@ __all__ = [
     "KERNELS",
     "REGISTRY",
     "KINDS",
+    "KindNames",
     "get_kind",
+    "register_kind",
+    "registered_kind",
+    "unregister_kind",
 ]
 
 #: Compiled code of the exponential kernel (the ``kind`` argument of the numba kernels).
@@ -156,7 +177,7 @@ class _ReLU(Kernel):
 EXP_KERNEL = _Exponential("exp", CODE_EXP, exponential=True, fastsum=True)
 #: The ReLU kernel ``max(0, s)``.
 RELU_KERNEL = _ReLU("relu", CODE_RELU, exponential=False, fastsum=False)
-#: Every kernel, by name.
+#: Every kernel of a registered kind, by name (kept by :func:`register_kind`).
 KERNELS: dict[str, Kernel] = {kern.name: kern for kern in (EXP_KERNEL, RELU_KERNEL)}
 
 
@@ -214,32 +235,198 @@ class AttentionKind:
         """``Φ''(s)``."""
         return self.kernel.d2phi(s)
 
+    @property
+    def exact_backend(self) -> str:
+        """The exact (unapproximated) sums of this kind: ``"direct"`` (compiled) or ``"numpy"``."""
+        return "direct" if self.compiled else "numpy"
+
+    def not_compiled(self) -> str | None:
+        """Why the compiled paths refuse this kind (``None``: they run it).
+
+        The one message of every compiled path (direct sums, fused particle pass, compiled
+        particle loop, :func:`~wflow.particles.euler_path`).
+        """
+        if self.code is not None:
+            return None
+        return (f"attention kind {self.name!r} (kernel {self.kernel.name!r}) has no compiled "
+                "kernel; use the NumPy back-end / the Python particle loop")
+
     def require_compiled(self, where: str) -> int:
         """The compiled code, or ``ValueError`` naming ``where`` if the kernel has none."""
-        if self.code is None:
-            raise ValueError(f"{where}: attention kind {self.name!r} (kernel "
-                             f"{self.kernel.name!r}) has no compiled kernel; use the NumPy "
-                             "back-end / the Python particle loop")
+        why = self.not_compiled()
+        if why is not None:
+            raise ValueError(f"{where}: {why}")
         return self.code
 
 
-#: name -> kind, in registration order.
+#: name -> kind, in registration order (edit through :func:`register_kind` /
+#: :func:`unregister_kind`).
 REGISTRY: dict[str, AttentionKind] = {}
+#: Names of the kinds built into wflow (never replaced nor unregistered).
+_BUILTIN: set[str] = set()
 
 
 def _register(kind: AttentionKind) -> AttentionKind:
+    """Register a built-in kind (strict: a name registered twice raises)."""
     if kind.name in REGISTRY:
         raise ValueError(f"attention kind {kind.name!r} registered twice")
     REGISTRY[kind.name] = kind
+    KERNELS.setdefault(kind.kernel.name, kind.kernel)
+    _BUILTIN.add(kind.name)
     return kind
+
+
+def _definition(kind: AttentionKind) -> tuple:
+    """What a kind is, independent of the module object that defined it (re-imports)."""
+    kern = kind.kernel
+    mod = type(kern).__module__
+    where = getattr(sys.modules.get(mod), "__file__", None) or mod  # the file, not its name
+    return (kind.name, kind.label, kind.normalised, kern.name, kern.code, kern.exponential,
+            kern.fastsum, where, type(kern).__qualname__)
+
+
+def register_kind(kind: AttentionKind) -> AttentionKind:
+    """Register an attention kind at run time; every path reads it from then on.
+
+    The name becomes valid for :class:`~wflow.attention.heads.Attention`, the scenario
+    key ``[attention] kind``, the CLI's ``--kind`` and every sum, energy and solver (they
+    read :data:`REGISTRY` / :data:`KINDS` at each call). A kernel without compiled code
+    (``code=None``) runs on the NumPy back-end and the Python particle loop; the compiled
+    paths refuse it (:meth:`AttentionKind.require_compiled`).
+
+    Registering the same definition again (an equal kind, or the same module re-imported,
+    as a scenario's ``modules`` are on each load) returns the registered kind.
+
+    Parameters
+    ----------
+    kind : AttentionKind
+
+    Returns
+    -------
+    AttentionKind
+        The registered kind.
+
+    Raises
+    ------
+    TypeError
+        ``kind`` is not an :class:`AttentionKind`.
+    ValueError
+        The name is taken by another definition (a built-in kind is never replaced); the
+        kernel claims a compiled code it does not own (the numba kernels branch on the
+        code alone, so a new kernel with an existing code would run as that kernel); the
+        kernel's name is taken by another kernel.
+    """
+    if not isinstance(kind, AttentionKind):
+        raise TypeError(f"register_kind: expected an AttentionKind, got {type(kind).__name__}")
+    kern = kind.kernel
+    if kern.code is not None:
+        owner = next((k for k in KERNELS.values() if k.code == kern.code), None)
+        if owner is not kern:
+            raise ValueError(
+                f"register_kind: kernel {kern.name!r} claims compiled code {kern.code}, "
+                + (f"which is the code of kernel {owner.name!r}; " if owner is not None
+                   else "which no compiled kernel has; ")
+                + "a kernel without numba code has code=None (NumPy paths)")
+    old = REGISTRY.get(kind.name)
+    if old is not None:
+        if old == kind:
+            return old
+        if kind.name in _BUILTIN or _definition(old) != _definition(kind):
+            raise ValueError(f"attention kind {kind.name!r} registered twice (registered: "
+                             f"{old!r}); unregister_kind({kind.name!r}) first")
+    taken = KERNELS.get(kern.name)
+    if taken is not None and taken is not kern and not (
+            old is not None and taken is old.kernel):
+        raise ValueError(f"register_kind: kernel name {kern.name!r} is taken by {taken!r}")
+    if old is not None:
+        _drop(old)
+    REGISTRY[kind.name] = kind
+    KERNELS[kern.name] = kern
+    return kind
+
+
+def _drop(kind: AttentionKind) -> None:
+    del REGISTRY[kind.name]
+    if not any(k.kernel is kind.kernel for k in REGISTRY.values()) and \
+            KERNELS.get(kind.kernel.name) is kind.kernel and \
+            kind.kernel not in (EXP_KERNEL, RELU_KERNEL):
+        del KERNELS[kind.kernel.name]
+
+
+def unregister_kind(name: str) -> AttentionKind:
+    """Remove a kind registered by :func:`register_kind` (and its kernel, if unused).
+
+    Raises ``ValueError`` for a built-in kind or an unknown name.
+    """
+    if name in _BUILTIN:
+        raise ValueError(f"unregister_kind: {name!r} is a built-in attention kind")
+    kind = get_kind(name)
+    if REGISTRY.get(name) is not kind:
+        raise ValueError(f"unregister_kind: {name!r} is not registered")
+    _drop(kind)
+    return kind
+
+
+@contextmanager
+def registered_kind(kind: AttentionKind) -> Iterator[AttentionKind]:
+    """Register ``kind`` for the ``with`` block, then unregister it (tests, examples).
+
+    A kind registered before the block stays registered after it.
+    """
+    was = REGISTRY.get(kind.name)
+    spec = register_kind(kind)
+    try:
+        yield spec
+    finally:
+        if was is None and REGISTRY.get(spec.name) is spec:
+            unregister_kind(spec.name)
+
+
+class KindNames(Sequence[str]):
+    """The names of the registered kinds, read from :data:`REGISTRY` at each use.
+
+    Behaves like the tuple of names (iteration, ``in``, indexing, ``len``, ``==`` with a
+    tuple or list, ``+``), but a kind registered later is in it: readers never hold a
+    copy taken at import.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, i):  # noqa: D105
+        return tuple(REGISTRY)[i]
+
+    def __len__(self) -> int:  # noqa: D105
+        return len(REGISTRY)
+
+    def __iter__(self) -> Iterator[str]:  # noqa: D105
+        return iter(tuple(REGISTRY))
+
+    def __contains__(self, name: object) -> bool:  # noqa: D105
+        return isinstance(name, str) and name in REGISTRY
+
+    def __eq__(self, other: object) -> bool:  # noqa: D105
+        if isinstance(other, (tuple, list, KindNames)):
+            return tuple(REGISTRY) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents
+
+    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
+        return tuple(REGISTRY) + tuple(other)
+
+    def __radd__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
+        return tuple(other) + tuple(REGISTRY)
+
+    def __repr__(self) -> str:  # noqa: D105
+        return repr(tuple(REGISTRY))
 
 
 SOFTMAX = _register(AttentionKind("softmax", "SA", EXP_KERNEL, normalised=True))
 USA = _register(AttentionKind("usa", "USA", EXP_KERNEL, normalised=False))
 RELU = _register(AttentionKind("relu", "ReLU", RELU_KERNEL, normalised=False))
 
-#: Names of the attention kinds (the only list; derived from :data:`REGISTRY`).
-KINDS: tuple[str, ...] = tuple(REGISTRY)
+#: Names of the attention kinds: a live view of :data:`REGISTRY` (the only list).
+KINDS: KindNames = KindNames()
 
 
 def get_kind(kind: str | AttentionKind) -> AttentionKind:

@@ -1,4 +1,8 @@
-"""``"package.module:function"`` references in scenarios (densities, schedules, drifts)."""
+"""``"package.module:function"`` references in scenarios (densities, schedules, drifts).
+
+:func:`load_module` imports a scenario's ``modules`` (a user's file or package that
+registers its own attention kinds, integrators or schedule types at import).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["load_callable", "resolve_callable"]
+__all__ = ["load_callable", "load_module", "resolve_callable"]
 
 
 def resolve_callable(spec: str, base_dir: str | Path | None) -> str:
@@ -63,3 +67,29 @@ def load_callable(spec: str, *, name: str = "callable") -> Callable:
     if not callable(fn):
         raise ValueError(f"{name}: {mod_name!r} has no callable {fn_name!r}")
     return fn
+
+
+def load_module(spec: str, *, base_dir: str | Path | None = None, name: str = "modules"):
+    """Import a module given as ``"path/to/file.py"`` or ``"package.module"``.
+
+    A relative file path, and a dotted name with a file ``base_dir/<package>/<module>.py``,
+    resolve against ``base_dir`` (the scenario's folder), as :func:`resolve_callable`;
+    other dotted names are imported from the Python path. A file is executed on each
+    call (its registrations must be idempotent:
+    :func:`wflow.attention.kinds.register_kind` is); a package module once.
+
+    Raises ``ValueError`` naming ``name`` when the module is not found or fails to import.
+    """
+    if not isinstance(spec, str) or not spec or ":" in spec:
+        raise ValueError(f"{name}: expected 'path/to/module.py' or 'package.module', "
+                         f"got {spec!r}")
+    resolved = resolve_callable(f"{spec}:_", base_dir).rsplit(":", 1)[0]
+    if resolved.endswith(".py"):
+        return _import_file(Path(resolved), name)
+    try:
+        return importlib.import_module(resolved)
+    except ImportError as exc:
+        raise ValueError(f"{name}: cannot import module {resolved!r} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's module, named
+        raise ValueError(f"{name}: cannot import {resolved!r} ({type(exc).__name__}: "
+                         f"{exc})") from exc

@@ -22,12 +22,20 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .schema import ScenarioError
 
 __all__ = ["Registry", "UnknownName"]
+
+def _reimported(old: type, new: type) -> bool:
+    """Whether ``new`` is ``old`` defined again by the same file executed once more."""
+    def where(c: type) -> str:  # the file, else the module's name (a file's, by its path)
+        return getattr(sys.modules.get(c.__module__), "__file__", None) or c.__module__
+    return old is not new and old.__qualname__ == new.__qualname__ and where(old) == where(new)
+
 
 class UnknownName(ScenarioError, LookupError):
     """A name that no registered object carries (the message lists the known names)."""
@@ -50,17 +58,28 @@ class Registry[T](Mapping[str, T]):
         """Class decorator: register one instance of ``cls`` under ``cls.name``.
 
         The class must be constructible without arguments; registering a name twice
-        raises ``ValueError``.
+        raises ``ValueError``, except for the same class of a module executed again (a
+        scenario's ``modules`` file, imported on each load), which replaces it.
         """
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
             raise TypeError(f"{cls.__name__}: a registered {self.concept} needs a class "
                             "attribute `name` (str)")
-        if name in self._items:
+        old = self._items.get(name)
+        if old is not None and not _reimported(type(old), cls):
             raise ValueError(f"{self.concept} {name!r} is already registered "
-                             f"({type(self._items[name]).__name__})")
+                             f"({type(old).__name__})")
         self._items[name] = cls()
         return cls
+
+    def unregister(self, name: str) -> T:
+        """Remove and return the object registered as ``name`` (a user's scheme, in tests).
+
+        Raises :class:`UnknownName` for a name that is not registered.
+        """
+        obj = self.lookup(name)
+        del self._items[name]
+        return obj
 
     def names(self) -> tuple[str, ...]:
         """Registered names, in registration order."""

@@ -11,12 +11,13 @@ options can use it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ScenarioError", "Spec", "number", "choice", "boolean", "string", "array", "take"]
+__all__ = ["ScenarioError", "Spec", "number", "choice", "choice_in", "boolean", "string", "array",
+           "take"]
 
 
 class ScenarioError(ValueError):
@@ -56,6 +57,21 @@ def choice(*options: str) -> Callable[[Any, str], Any]:
             raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
         return v
     check.choices = lambda: options  # type: ignore[attr-defined]
+    return check
+
+
+def choice_in(options: Collection[str]) -> Callable[[Any, str], Any]:
+    """Checker of a value in a live collection (a registry view), read at each call.
+
+    Unlike :func:`choice`, which copies its options, a name added to ``options`` later
+    (e.g. :func:`wflow.attention.kinds.register_kind`) is accepted.
+    """
+
+    def check(v: Any, key: str) -> Any:
+        if not isinstance(v, str) or v not in options:
+            raise ScenarioError(f"{key}: must be one of {list(options)}, got {v!r}")
+        return v
+    check.choices = lambda: tuple(options)  # type: ignore[attr-defined]
     return check
 
 

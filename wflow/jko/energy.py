@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..attention.kinds import get_kind
 from ..kernels import kernel_sums
 
 __all__ = [
@@ -29,13 +30,17 @@ def _check_heads(heads: Heads) -> int:
 
 
 def energy_gradient(points: np.ndarray, nu: np.ndarray, heads: Heads, attn: Attention, *,
-                    backend: str = "direct") -> np.ndarray:
+                    backend: str | None = None) -> np.ndarray:
     """``∂E/∂ν_i = Σ_h w_h Φ_h(ĉ_i)/β`` for cell masses ``ν`` (signed masses allowed).
 
-    Linear in ``ν``; ``E(ν) = ½ <ν, ∂E/∂ν(ν)>``. Direct sums (exact to round-off) from
-    :func:`wflow.kernels.kernel_sums` with symmetric ``A_h`` (``backend = "auto"``: the
-    fast summation where it pays, for diagnostics on large meshes).
+    Linear in ``ν``; ``E(ν) = ½ <ν, ∂E/∂ν(ν)>``. Exact sums (to round-off) from
+    :func:`wflow.kernels.kernel_sums` with symmetric ``A_h``: ``backend = None`` takes the
+    kind's :attr:`~wflow.attention.kinds.AttentionKind.exact_backend` (compiled direct
+    sums, NumPy for a kind without compiled code); ``"auto"``: the fast summation where it
+    pays, for diagnostics on large meshes.
     """
+    if backend is None:
+        backend = get_kind(attn.kind).exact_backend
     sums = kernel_sums(points, points, nu, heads.Q, heads.K, beta=attn.beta, kind=attn.kind,
                        potential=True, backend=backend)
     return np.einsum("h,hm->m", heads.w, sums.Phi) / attn.beta

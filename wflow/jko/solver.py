@@ -510,7 +510,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                 # minimality against ν = μ_k at the new time: s ΔE at fixed t_{k+1} >= W²/2τ
                 E_old_new = 0.5 * float(prev.m @ energy_gradient(
                     xs, prev.m, st.heads if not st.jump else prev.heads, attn,
-                    backend="auto" if opts.scheme == "fv" else "direct"))
+                    backend="auto" if opts.scheme == "fv" else None))
                 ineq = sign * (E_new - E_old_new) - W2sq / (2 * tau)
                 if bar is not None:
                     bar.update(1)

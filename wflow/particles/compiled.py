@@ -24,8 +24,11 @@ integrators, noisy weights under a fixed seed), with the whole time loop compile
 
 Diagnostics the loop does not compute — cluster counts, per-head rates, attention
 entropies — are evaluated in Python at the recorded states (every ``record_every``
-steps). Callable schedules (and schedule subclasses), and the NumPy or fast-summation
-kernel back-ends, run on the Python path (:func:`compiled_support` says why).
+steps). Callable schedules (and schedule subclasses), integrators without compiled code
+(a user's, or a subclass of a built-in one), attention kinds without compiled kernel, and
+the NumPy or fast-summation kernel back-ends run on the Python path
+(:func:`compiled_support` says why): the compiled loop never runs one integrator or
+schedule in place of another.
 """
 
 from __future__ import annotations
@@ -58,7 +61,15 @@ from ..kernels import (
     team,
     threads,
 )
-from .integrators import _Kernel, _velocity, time_grid
+from .integrators import (
+    CODE_EULER,
+    CODE_RK4,
+    INTEGRATORS,
+    _Kernel,
+    _velocity,
+    compiled_code,
+    time_grid,
+)
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -142,14 +153,21 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
                      opts: ParticleOptions) -> str | None:
     """Why :func:`simulate_compiled` cannot run this simulation, or ``None`` if it can.
 
-    Unsupported: schedules other than :data:`COMPILED_SCHEDULES` (callables, subclasses),
+    Unsupported: integrators without compiled code
+    (:func:`~wflow.particles.integrators.compiled_code`: a user's integrator, a subclass of
+    a built-in one), schedules other than :data:`COMPILED_SCHEDULES` (exact types:
+    callables, subclasses),
     the ``"numpy"`` and ``"fastsum"`` kernel back-ends, ``"auto"`` where it would plan
     the fast summation at ``t = 0`` (large ``n`` on S²), and attention kinds without a
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`).
     """
     spec = get_kind(attn.kind)
     if not spec.compiled:
-        return f"attention kind {spec.name!r} has no compiled kernel"
+        return spec.not_compiled()
+    integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    if compiled_code(integ) is None:
+        return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
+                "code (ParticleIntegrator.compiled_code)")
     if type(schedule) not in COMPILED_SCHEDULES:
         return f"{type(schedule).__name__} schedules run on the Python path"
     if opts.kernel_backend in ("numpy", "fastsum"):
@@ -162,6 +180,15 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
         if plan.backend != "direct":
             return f"kernel_backend='auto' plans {plan.backend} sums ({plan.reason})"
     return None
+
+
+def _integrator_code(opts: ParticleOptions) -> int:
+    """The compiled code of the run's integrator (checked by :func:`compiled_support`)."""
+    code = compiled_code(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
+    if code not in (CODE_EULER, CODE_RK4):
+        raise ValueError(f"particles.integrator: {opts.integrator!r} has no compiled code "
+                         f"(got {code!r})")
+    return code
 
 
 class _Program(NamedTuple):
@@ -240,7 +267,7 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     ipar[pn.I_KIND] = spec.require_compiled("particles.engine='compiled'")
     ipar[pn.I_SOFT] = spec.normalised
     ipar[pn.I_SURR] = opts.flow == "surrogate"
-    ipar[pn.I_RK4] = opts.integrator == "rk4"
+    ipar[pn.I_RK4] = _integrator_code(opts) == CODE_RK4
     ipar[pn.I_WKIND] = wkind
     ipar[pn.I_PKIND] = 0 if param.kind == "bilinear" else 1
     ipar[pn.I_VFIX] = param.V is not None
@@ -343,7 +370,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     heads0 = schedule.heads_at(theta0)
     sign = heads0.value_alignment() if heads0.is_symmetric() else 0
     prog = _program(schedule, attn, opts, grid, n, d, sign)
-    rk4 = opts.integrator == "rk4"
+    rk4 = _integrator_code(opts) == CODE_RK4
     m = aligned(np.full(n, 1.0 / n))
     w = aligned(heads0.w)
     wbar = aligned(heads0.w / heads0.w.sum())

@@ -9,6 +9,11 @@ declares its ``order()`` and how the weights are advanced alongside):
   (tangent, so ``|x|`` is a first integral) with normalised stages and a final
   projection, order 4.
 
+A user's integrator is a :class:`ParticleIntegrator` subclass with ``name``, ``order()``
+and ``step``, registered with ``@INTEGRATORS.register``; it runs on the Python engine
+(``engine="auto"`` hands over to it with a warning, ``engine="compiled"`` refuses it),
+since only a class that declares ``compiled_code`` has a compiled step.
+
 The state of each step (field, slope terms, energy) comes from one fused compiled pass
 (:func:`wflow.energy.particle_field`) for ``d ≤ 3`` where the sums are direct, else
 from :func:`wflow.energy.evaluate` with the chosen back-end.
@@ -38,7 +43,10 @@ from ..kernels import KernelLog, plan_kernel
 
 __all__ = [
     "INTEGRATORS",
+    "CODE_EULER",
+    "CODE_RK4",
     "ParticleIntegrator",
+    "compiled_code",
     "Euler",
     "RK4",
     "time_grid",
@@ -135,6 +143,10 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 
 
 # ----------------------------------------------------------------------------- integrators
+#: Compiled code of explicit Euler (the token step ``I_RK4 = 0`` of the compiled loop).
+CODE_EULER = 0
+#: Compiled code of RK4 with normalised stages (``I_RK4 = 1``; weights by RK4 half steps).
+CODE_RK4 = 1
 #: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``).
 INTEGRATORS: Registry[ParticleIntegrator] = Registry("particle integrator")
 
@@ -149,10 +161,17 @@ class ParticleIntegrator:
     weights : {"euler", "rk4"}
         How the schedule advances the weights over the step
         (:meth:`wflow.attention.schedules.Schedule.advance` ``method``).
+    compiled_code : int or None
+        The step of the compiled loop (:mod:`wflow.particles._path_numba`) that is this
+        integrator, bit for bit: :data:`CODE_EULER`, :data:`CODE_RK4`; ``None`` (the
+        default): no compiled code, the run takes the Python engine. Read with
+        :func:`compiled_code`, from the class's own body only: a subclass that redefines
+        ``step`` does not inherit its parent's code.
     """
 
     name: str = ""
     weights: str = "rk4"
+    compiled_code: int | None = None
 
     def order(self) -> int:
         """Order of accuracy in time (checked by a fitted-order test)."""
@@ -165,12 +184,22 @@ class ParticleIntegrator:
         raise NotImplementedError
 
 
+def compiled_code(integrator: ParticleIntegrator) -> int | None:
+    """The compiled loop's code of ``integrator`` (``None``: it has none).
+
+    Declared in the body of the integrator's own class (``compiled_code = ...``), never
+    inherited, so that the compiled engine cannot run a parent's step for a subclass's.
+    """
+    return type(integrator).__dict__.get("compiled_code")
+
+
 @INTEGRATORS.register
 class Euler(ParticleIntegrator):
     """Explicit Euler and renormalisation; the weights take the same Euler step."""
 
     name = "euler"
     weights = "euler"
+    compiled_code = CODE_EULER
 
     def order(self) -> int:  # noqa: D102
         return 1
@@ -187,6 +216,7 @@ class RK4(ParticleIntegrator):
 
     name = "rk4"
     weights = "rk4"
+    compiled_code = CODE_RK4
 
     def order(self) -> int:  # noqa: D102
         return 4

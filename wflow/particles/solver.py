@@ -46,7 +46,7 @@ from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
-from .integrators import INTEGRATORS, _Kernel, _state_terms, time_grid
+from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -146,9 +146,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             return simulate_compiled(x0, schedule, attn, opts)
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
-        # a schedule the compiled loop lacks is worth a warning (the run is much slower);
-        # a kernel back-end that needs Python was chosen (or planned) on purpose
-        log = logger.warning if type(schedule) not in COMPILED_SCHEDULES else logger.info
+        # a schedule or integrator the compiled loop lacks is worth a warning (the run is
+        # much slower); a kernel back-end that needs Python was chosen (or planned) on purpose
+        integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+        lacks = type(schedule) not in COMPILED_SCHEDULES or compiled_code(integ) is None
+        log = logger.warning if lacks else logger.info
         log("particles: engine 'auto' falls back to the Python loop (%s); set "
             "engine = 'python' to choose it explicitly", why)
     else:

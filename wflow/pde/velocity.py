@@ -90,7 +90,8 @@ def _global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) ->
 
     The plan depends on the targets (all edge quadrature points), the sources (the cell
     centroids, fixed) and the initial heads; taking it from the global problem keeps
-    serial and parallel runs on the same back-end.
+    serial and parallel runs on the same back-end. The planned back-end is used as is:
+    direct or fast summation for a kind with compiled code, NumPy for one without.
     """
     q_all = fv.comm.gather(fv.qhat, root=0)
     choice = None
@@ -98,6 +99,6 @@ def _global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) ->
         heads = schedule.heads_at(schedule.initial_theta())
         plan = plan_kernel(np.concatenate(q_all), fv.chat_glob, heads.Q, heads.K,
                            beta=attn.beta, kind=attn.kind, tol=tol)
-        choice = "fastsum" if plan.backend == "fastsum" else "direct"
+        choice = plan.backend  # as planned: a kind without compiled code stays on NumPy
         logger.info("pde: kernel back-end %s (%s)", choice, plan.reason)
     return fv.comm.bcast(choice, root=0)

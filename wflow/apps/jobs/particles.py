@@ -98,6 +98,8 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         "wall_time_s": res.wall_time,
         "gradient_flow_sign": res.sign,
         "kernel": res.extra.get("kernel"),
+        "engine": res.extra.get("engine"),
+        **({"engine_reason": res.extra["engine_reason"]} if "engine_reason" in res.extra else {}),
         "conventions": {
             "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
             "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",

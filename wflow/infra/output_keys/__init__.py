@@ -135,6 +135,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
       "text", where=_P + ", " + _D),
     K("integrator_order", "order of the particle integrator", "count", where=_P),
+    K("engine", "the particle time loop that ran: compiled or python", "text", where=_P),
+    K("engine_reason", "why the Python loop ran (engine 'auto': what the compiled loop "
+      "lacks, e.g. a user's integrator or kind without compiled code)", "text", where=_P),
     K("flow", "transformer (v) or surrogate (v̂ = b̂ P∇ψ, the weighted gradient flow)",
       "text", where=_P + ", " + _RUN),
     K("steps", "time steps taken (gaussian-particles study: RK4 steps)", "count",
