@@ -228,6 +228,37 @@ COMMAND_KEYS: tuple[OutputKey, ...] = (
     K("differences_from_published", "what differs from the published code, and why", "text",
       where=_R),
     K("run_wall_time_s", "wall time of all runs", "s", "≥ 0", _R),
+    # --- wflow gaussian pretrained (per-layer Gaussianity of a real transformer) ---------
+    K("model.**", "pretrained: the model read (name, source path) and its BERT config "
+      "(hidden size, heads, layers, …)", "as named", where=_G),
+    K("n_samples", "pretrained: Gaussian input samples", "count", where=_G),
+    K("input", "pretrained: what the input samples are", "text", where=_G),
+    K("pca_dim", "pretrained: the principal components of the projected space (None: none)",
+      "count", where=_G),
+    K("layers", "pretrained: the layers analysed", "count", where=_G),
+    K("spaces", "pretrained: the spaces tested (full, pcaK)", "text", where=_G),
+    K("wall_time", "pretrained: wall time", "s", where=_G),
+    K("notes", "pretrained: notes (a plot skipped, …)", "text", where=_G),
+    K("summary.*.*", "pretrained: per layer (input, layerN) the compact table: per space the "
+      "Mardia kurtosis z (and of the Gaussian null), the skewness ratio to the null, the W₂ "
+      "ratio to the null; the prediction errors one_layer_rel, open_loop_rel, attn_rel",
+      "1", where=_G),
+    K("layer_predictions.**", "pretrained: per layer the moment-ODE prediction of the layer "
+      "(one layer from the measured input, open loop from the start: Bures–Wasserstein "
+      "distance bw and relative error rel_scale) and the attention's entropy, largest score "
+      "and log n", "as named", where=_G),
+    K("stages[].*", "pretrained: one stage (layer, stage input/attn/ln1/ffn/out, mean norm, "
+      "covariance trace, token norm)", "as named", where=_G),
+    K("stages[].mardia.**", "pretrained: per space Mardia's skewness b1 and kurtosis b2 of "
+      "the stage's tokens, their statistics, z-scores and p-values, dimension and samples",
+      "as named", where=_G),
+    K("stages[].mardia_null.**", "pretrained: the same for a Gaussian sample of the same "
+      "moments (the null)", "as named", where=_G),
+    K("stages[].w2.**", "pretrained: per space W₂ to the moment-matched Gaussian, its null, "
+      "their ratio and excess, the scale, the OT sample size", "as named", where=_G),
+    K("stages[].prediction.**", "pretrained: the moment-ODE prediction of the stage against "
+      "the measured tokens (relative mean and covariance errors, Bures–Wasserstein "
+      "distances predicted, moved and of sampling, the Mehler bound)", "as named", where=_G),
     # --- wflow gaussian (run; reach; the scenario echo) -----------------------------------
     K("title", "the scenario's title", "text", where=_G),
     K("source", "the scenario file read", "text", where=_G),
