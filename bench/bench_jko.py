@@ -54,7 +54,7 @@ def run_config(x, areas, m0, heads, attn, **kw) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as wl:
         warnings.simplefilter("always", JKOWarning)
-        res = solve_jko(x, areas, m0, heads, attn, options=opts)
+        res = solve_jko(m0, heads, attn, points=x, areas=areas, options=opts)
     wall = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -158,9 +158,9 @@ def main() -> None:
                     configs.append((("exact mirror" if ot_ == "emd" else "entropic mirror "
                                      "e=0.5"), "warm" if warm else "cold", kw))
         # warm-up (imports, JIT caches) outside the timings
-        first = solve_jko(x, areas, m0, heads, attn,
+        first = solve_jko(m0, heads, attn, points=x, areas=areas,
                           options=JKOOptions(T=TAU, tau=TAU, scheme="ot", verify=False)).masses
-        solve_jko(x, areas, m0, heads, attn,
+        solve_jko(m0, heads, attn, points=x, areas=areas,
                   options=JKOOptions(T=TAU, tau=TAU, scheme="ot", verify=False, ot="sinkhorn",
                                      max_inner=1))
         for name, warm, kw in configs:

@@ -63,14 +63,15 @@ def one(cells: int, scheme: str) -> dict:
         warnings.simplefilter("ignore", JKOWarning)
         if wt is not None:  # compile and warm caches
             g, m = problem(wt)
-            solve_jko(g.centres, g.areas, m, heads, attn, options=opts, mesh=wt)
+            solve_jko(m, heads, attn, points=g.centres, areas=g.areas, options=opts, mesh=wt)
         t0 = time.perf_counter()
         tri = _mesh(cells)
         geo, m0 = problem(tri)
         t_geo = time.perf_counter() - t0
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         t0, c0 = time.perf_counter(), time.process_time()
-        res = solve_jko(geo.centres, geo.areas, m0, heads, attn, options=opts, mesh=tri)
+        res = solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas, options=opts,
+                        mesh=tri)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         cpu_step = float("nan")
         if scheme == "fv":  # one more step alone: its process CPU time (all threads)

@@ -49,8 +49,8 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
     rho0 = initial_density(mesh, density_spec_from_scenario(sc))
     schedule, attn = sc.build_schedule(), sc.attention_obj()
     cen, areas = mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas)
-    res = solve_jko(cen, areas, rho0 * areas, schedule, attn, options=jopts)
-    pde = solve_pde(mesh, rho0, schedule, attn, options=popts)
+    res = solve_jko(rho0 * areas, schedule, attn, points=cen, areas=areas, options=jopts)
+    pde = solve_pde(rho0, schedule, attn, mesh=mesh, options=popts)
     x = res.centroids
     w2 = np.array([w2_sphere(x, x, res.masses[k], pde.masses[k], max_points=20000)
                    for k in range(len(res.t))])

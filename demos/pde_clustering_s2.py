@@ -35,8 +35,8 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
         mesh_spec = "sphere_720.msh"
         opts = opts.__class__(**{**opts.__dict__, "T": 1.0, "n_saves": 3})
     mesh = load_mesh(mesh_spec)
-    res = solve_pde(mesh, density_spec_from_scenario(sc), sc.build_schedule(),
-                    sc.attention_obj(), options=opts)
+    res = solve_pde(density_spec_from_scenario(sc), sc.build_schedule(), sc.attention_obj(),
+                    mesh=mesh, options=opts)
     h = res.history
     result = {
         "status": res.status,

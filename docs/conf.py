@@ -26,8 +26,8 @@ import wflow_refs  # noqa: E402
 import wflow  # noqa: E402
 
 project = "wflow"
-author = "the wflow authors"
-copyright = "the wflow authors, MIT licence"  # noqa: A001
+author = "the wflow developers"
+copyright = "2026, the wflow developers, MIT licence"  # noqa: A001
 release = version = wflow.__version__
 
 extensions = [
@@ -37,6 +37,7 @@ extensions = [
     "numpydoc",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
+    "wflow_links",  # docs/_ext: every internal link and anchor resolves (-W: else an error)
 ]
 
 # --- generated sources ------------------------------------------------------------------
@@ -47,8 +48,10 @@ wflow_gallery.prepare(ROOT / "demos", DOCS / "_gallery_src")
 # --- sources ----------------------------------------------------------------------------
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "_gallery_src", "tutorials", "**.ipynb_checkpoints",
-                    "gallery/*.py", "auto_tutorials/*.py", "**/sg_execution_times.rst"]
+exclude_patterns = ["_build", "_ext", "_static", "_gallery_src", "tutorials",
+                    "**.ipynb_checkpoints",
+                    "gallery/*.py", "auto_tutorials/*.py", "sg_execution_times.rst",
+                    "**/sg_execution_times.rst"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 myst_dmath_double_inline = True
@@ -80,6 +83,8 @@ sphinx_gallery_conf = {
     "capture_repr": (),
     "backreferences_dir": None,
     "matplotlib_animations": False,
+    # its timing page loads jQuery and DataTables from CDNs: the site must work offline
+    "write_computation_times": False,
 }
 
 # --- output -----------------------------------------------------------------------------
@@ -96,13 +101,16 @@ html_theme_options = {
     "footer_end": [],
 }
 html_sidebars = {"**": ["sidebar-nav-bs"]}
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+# MathJax bundled (docs/_static/mathjax/README.md): pages read offline render their maths;
+# no page loads a script from another host (tests/test_docs.py).
+mathjax_path = "mathjax/tex-svg-full.js"
 html_show_sourcelink = False
 
 
 #: Top-level pages the index lists itself; every other ``docs/*.md`` (pages that other
 #: work adds, e.g. ``jko.md``) is listed in the guides' table of contents automatically.
-_LISTED = {"index", "theory"}
+_LISTED = {"index", "theory", "install", "troubleshooting", "changelog", "citing"}
 
 
 def _extra_toc(app, docname, source):

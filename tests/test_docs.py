@@ -10,6 +10,7 @@ A tiny project with one bad reference proves that a broken reference does fail.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,59 @@ def test_site_builds_without_warnings(tmp_path):
     theory = (html / "theory.html").read_text(encoding="utf-8")
     for n in range(1, 8):
         assert f"{n}. " in theory, f"theory §{n} missing"
+    # the pages users expect (issue 34): install, troubleshooting, changelog, citing
+    for page in ("install.html", "troubleshooting.html", "changelog.html", "citing.html"):
+        assert (html / page).is_file(), page
+    # offline: no page loads a script, a style sheet or an image from another host, and
+    # the maths is rendered by the bundled MathJax
+    remote = [(str(p.relative_to(html)), m.group(0)) for p in html.rglob("*.html")
+              for m in REMOTE.finditer(p.read_text(encoding="utf-8"))]
+    assert not remote, f"pages load remote resources: {remote[:5]}"
+    assert "_static/mathjax/tex-svg-full.js" in theory
+    assert (html / "_static" / "mathjax" / "tex-svg-full.js").is_file()
+    # every internal link and anchor resolves (the build warns, -W fails; checked again)
+    sys.path.insert(0, str(DOCS / "_ext"))
+    from wflow_links import broken_links
+
+    assert broken_links(html) == []
+    # no development notes on user pages (the history is in the changelog)
+    notes = [(str(p.relative_to(html)), m.group(0)) for p in html.rglob("*.html")
+             if p.name != "changelog.html" and "_modules" not in p.parts
+             for m in DEV_NOTE.finditer(re.sub(r"<[^>]+>", " ", p.read_text(encoding="utf-8")))]
+    assert not notes, f"development notes on user pages: {notes[:8]}"
+
+
+#: A development note: an issue number, a "what changed (issue N)" section.
+DEV_NOTE = re.compile(r"\bissues? #?\d+\b|\(#\d+\)|What changed \(", re.I)
+
+#: A script, style sheet, image or frame loaded from another host (``//host``, ``http(s)://``).
+REMOTE = re.compile(r"<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)=[\"']?"
+                    r"(?:https?:)?//", re.I)
+
+
+def test_a_broken_anchor_fails_the_build(tmp_path):
+    """Negative control of the link check (``docs/_ext/wflow_links.py``): a link to an
+    anchor that no page has, or to a page that does not exist, fails ``-W``; the same
+    link to an existing anchor builds."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(DOCS / '_ext')!r})\n"
+        "extensions = ['myst_parser', 'wflow_links']\n", encoding="utf-8")
+    (src / "other.md").write_text("# Other\n\n## A section\n", encoding="utf-8")
+    index = "# t\n\n```{toctree}\nother\n```\n\n<a href=\"other.html#%s\">x</a>\n"
+    (src / "index.md").write_text(index % "a-section", encoding="utf-8")
+    r = _sphinx(src, tmp_path / "ok", timeout=300)
+    assert r.returncode == 0, r.stderr
+    (src / "index.md").write_text(index % "no-such-section", encoding="utf-8")
+    r = _sphinx(src, tmp_path / "bad", timeout=300)
+    assert r.returncode != 0
+    assert "no-such-section" in r.stderr and "no such anchor" in r.stderr, r.stderr
+    (src / "index.md").write_text(index.replace("other.html", "gone.html") % "a-section",
+                                  encoding="utf-8")
+    r = _sphinx(src, tmp_path / "gone", timeout=300)
+    assert r.returncode != 0 and "no such page" in r.stderr, r.stderr
 
 
 def test_a_broken_reference_fails_the_build(tmp_path):

@@ -183,13 +183,13 @@ def test_user_kind_on_the_pde(user):
     attn = Attention("softsign", 1.0)
     bump = {"type": "vmf", "means": [[0, 0, 1]], "kappas": [3.0], "weights": [1.0]}
     kw = {"T": 0.1, "dt": 0.05, "order": 2, "n_saves": 2}
-    auto = wflow.solve_pde(mesh, bump, heads, attn, **kw)
+    auto = wflow.solve_pde(bump, heads, attn, mesh=mesh, **kw)
     assert auto.status == "success", auto.message
     assert set(auto.stats["kernel"]["calls"]) == {"numpy"}, auto.stats["kernel"]
-    num = wflow.solve_pde(mesh, bump, heads, attn, kernel_backend="numpy", **kw)
+    num = wflow.solve_pde(bump, heads, attn, mesh=mesh, kernel_backend="numpy", **kw)
     np.testing.assert_array_equal(auto.masses, num.masses)  # the plan, honoured
     with pytest.raises(ValueError) as exc:
-        wflow.solve_pde(mesh, bump, heads, attn, kernel_backend="direct", **kw)
+        wflow.solve_pde(bump, heads, attn, mesh=mesh, kernel_backend="direct", **kw)
     assert str(exc.value).endswith(get_kind("softsign").not_compiled())
 
 
@@ -209,7 +209,7 @@ def test_user_kind_on_the_jko(user, scheme):
     m0 /= m0.sum()
     heads = Heads.scalar([1.0], 3)
     attn = Attention("softsign", 1.0)
-    res = wflow.solve_jko(pts, areas, m0, heads, attn, T=0.2, tau=0.1, scheme=scheme,
+    res = wflow.solve_jko(m0, heads, attn, points=pts, areas=areas, T=0.2, tau=0.1, scheme=scheme,
                           mesh=tri if scheme == "fv" else None)
     assert res.status in ("success", "locked"), res.message  # OT may lock on 180 cells
     E = res.history["E"]  # V = +A (ascent): E grows, or stays where the OT step locks

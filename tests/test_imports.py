@@ -24,6 +24,7 @@ RANKS = {
     "wflow.energy": 4,
     "wflow.diagnostics": 5,
     "wflow.status": 5,
+    "wflow.results": 5,
     "wflow.multihead": 6,
     "wflow.particles": 7,
     "wflow.pde": 7,

@@ -245,7 +245,7 @@ def test_mirror_descent_on_emd_potentials_reports_non_convergence():
     mu = bumps(x, areas)
     heads, attn = single_head(), Attention("softmax", 1.0)
     with pytest.warns(JKOWarning, match="optimality gap"):
-        res = solve_jko(x, areas, mu, heads, attn,
+        res = solve_jko(mu, heads, attn, points=x, areas=areas,
                         options=JKOOptions(scheme="ot", T=0.3, tau=0.3, inner="mirror",
                                            max_inner=3))
     assert res.status == "not_converged"
@@ -262,7 +262,8 @@ def test_energy_monotone_along_static_jko(case):
     heads = {"sa1": single_head(), "sa2": two_heads(), "descent": two_heads(-1.0),
              "usa": Heads.scalar([1.0], 3)}[case]
     attn = Attention("usa" if case == "usa" else "softmax", 1.0)
-    res = solve_jko(x, areas, mu, heads, attn, options=JKOOptions(scheme="ot", T=0.6, tau=0.2))
+    res = solve_jko(mu, heads, attn, points=x, areas=areas,
+                    options=JKOOptions(scheme="ot", T=0.6, tau=0.2))
     # τ = 0.2 on 720 cells is near the locking edge (τ|v|max ≈ 1–2h): the summed EDI
     # residual (0.04–0.18) may exceed its 0.1 tolerance ("inaccurate"); monotonicity holds
     # for every τ, and no step is locked
@@ -295,7 +296,7 @@ def test_time_dependent_energy_uses_the_new_time():
     np.testing.assert_allclose(states[1].m, nu, rtol=0, atol=1e-15)
     nu0, _ = jko_step(x, areas, mu, sched.heads_at(sched.closed_form(0.0)), attn, options=opts)
     assert np.max(np.abs(nu0 - nu)) > 1e-6  # the test can tell the two times apart
-    res = solve_jko(x, areas, mu, sched, attn, options=opts)
+    res = solve_jko(mu, sched, attn, points=x, areas=areas, options=opts)
     assert np.all(np.abs(res.history["dEdt_w"]) > 0)
     # ∂_tE enters the per-step EDI: residual = s ΔE − s τ⟨∂_tE⟩ − dissipation
     h = res.history
@@ -343,10 +344,10 @@ def test_options_validation():
     x, areas = geometry(2)
     bad = Heads.bilinear(A2, V=np.stack([np.eye(3)] * 2), w=0.5)
     with pytest.raises(ValueError, match="value-aligned"):
-        solve_jko(x, areas, np.full(80, 1 / 80), bad, Attention(),
+        solve_jko(np.full(80, 1 / 80), bad, Attention(), points=x, areas=areas,
                   options=JKOOptions(scheme="ot", T=0.1))
     with pytest.raises(ValueError, match="mass0"):
-        solve_jko(x, areas, -np.ones(80), single_head(), Attention(),
+        solve_jko(-np.ones(80), single_head(), Attention(), points=x, areas=areas,
                   options=JKOOptions(scheme="ot", T=0.1))
 
 
@@ -406,13 +407,13 @@ def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
     rho0 = initial_density(sm, VMF2)
     attn = Attention("softmax", 1.0)
     tmin = min(taus)
-    pres = solve_pde(sm, rho0, heads, attn, options=PDEOptions(
+    pres = solve_pde(rho0, heads, attn, mesh=sm, options=PDEOptions(
         T=T, dt=0.01, order=2, flow="surrogate", n_saves=int(round(T / tmin)) + 1,
         balance=False, clusters=False, progress=False))
     assert pres.status == "success"
     errs, edis = [], []
     for tau in taus:
-        res = solve_jko(x, areas, rho0 * areas, heads, attn,
+        res = solve_jko(rho0 * areas, heads, attn, points=x, areas=areas,
                         options=JKOOptions(scheme="ot", T=T, tau=tau, ot=ot, eps_scale=eps_scale,
                                            verify=False))
         # exact steps in the resolved range: "success"; the entropic blur (ε = 4τ²) is a

@@ -79,7 +79,7 @@ def run_fv(cells: int, tau: float, T: float, *, beta: float = BETA, kind: str = 
            **kw):
     tri, geo, m0 = geometry(cells)
     heads, _ = usa_head()
-    return solve_jko(geo.centres, geo.areas, m0, heads, Attention(kind, beta),
+    return solve_jko(m0, heads, Attention(kind, beta), points=geo.centres, areas=geo.areas,
                      options=JKOOptions(T=T, tau=tau, verify=False, **kw), mesh=tri)
 
 
@@ -124,10 +124,10 @@ def test_a_mesh_that_is_not_well_centred_is_refused_naming_the_worst_cell():
     heads, attn = usa_head()
     m0 = geo.areas / geo.areas.sum()
     with pytest.raises(NotWellCentredError):
-        solve_jko(geo.centres, geo.areas, m0, heads, attn,
+        solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas,
                   options=JKOOptions(T=0.1, tau=0.1), mesh=(pts, cells))
     with pytest.raises(ValueError, match="needs the mesh connectivity"):
-        solve_jko(geo.centres, geo.areas, m0, heads, attn,
+        solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas,
                   options=JKOOptions(T=0.1, tau=0.1, scheme="fv"))
 
 
@@ -261,7 +261,7 @@ def test_ot_scheme_reports_partial_locking_in_the_status():
     heads, attn = usa_head()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JKOWarning)
-        ot = solve_jko(geo.centres, geo.areas, m0, heads, attn,
+        ot = solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas,
                        options=JKOOptions(T=0.1, tau=0.1, scheme="ot", verify=False))
     assert ot.status == "locked" and "lock_fraction" in ot.message
     assert ot.history["moved_fraction"][1] < 0.5
@@ -273,7 +273,7 @@ def test_ot_scheme_reports_partial_locking_in_the_status():
 def test_fv_run_records_the_referee_and_the_edi_in_its_own_metric():
     tri, geo, m0 = geometry(2420)
     heads, attn = usa_head()
-    res = solve_jko(geo.centres, geo.areas, m0, heads, attn,
+    res = solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas,
                     options=JKOOptions(T=0.2, tau=0.1), mesh=tri)
     h = res.history
     assert res.status == "success" and res.options.scheme == "fv"

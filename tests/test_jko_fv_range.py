@@ -67,7 +67,7 @@ def test_fv_never_locks_nor_empties_a_cell_over_the_whole_cfl_range(name):
             warnings.simplefilter("error", JKOWarning)  # no locking / speckle warning
             if tau > FIRST_ORDER_TAU:  # reported through the status (see the docstring)
                 warnings.filterwarnings("ignore", "jko: step .* concave–convex", JKOWarning)
-            res = solve_jko(geo.centres, geo.areas, m0, heads, attn, mesh=tri,
+            res = solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas, mesh=tri,
                             options=JKOOptions(T=steps * tau, tau=tau, scheme="fv",
                                                verify=False))
         assert res.status != "locked" and res.stats["locked_steps"] == 0, (
@@ -91,7 +91,7 @@ def test_the_locking_criterion_sees_the_ot_scheme_lock():
     tau = 0.3 * geo.h / vmax
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JKOWarning)
-        res = solve_jko(geo.centres, geo.areas, m0, heads, attn,
+        res = solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas,
                         options=JKOOptions(T=2 * tau, tau=tau, scheme="ot", ot="emd"))
     frac = np.asarray(res.history["moved_fraction"])[1:]
     assert np.any(frac < 0.5), frac
@@ -106,7 +106,7 @@ def test_the_pot_referee_beyond_the_dense_size_is_the_same_number():
     tri, geo, m0, heads, _, vmax = _problem("sphere_2420.msh")
     attn = Attention("softmax", BETA)
     tau = 0.2
-    runs = [solve_jko(geo.centres, geo.areas, m0, heads, attn, mesh=tri,
+    runs = [solve_jko(m0, heads, attn, points=geo.centres, areas=geo.areas, mesh=tri,
                       options=JKOOptions(T=2 * tau, tau=tau, scheme="fv", verify=True,
                                          dense_ot_max_cells=dense))
             for dense in (6000, 1000)]

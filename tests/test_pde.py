@@ -229,7 +229,7 @@ def rotation_errors(cells_list, order, **kw):
     errs, results = [], []
     for cells in cells_list:
         sm = mesh(cells)
-        res = solve_pde(sm, f0, velocity=rotation_velocity(OMEGA), T=T, dt=1.0, order=order,
+        res = solve_pde(f0, mesh=sm, velocity=rotation_velocity(OMEGA), T=T, dt=1.0, order=order,
                         n_saves=2, **kw)
         assert res.status == "success", res.message
         chat = normalize(res.centroids)
@@ -279,7 +279,7 @@ def test_rotation_keeps_uniform_density_nearly_uniform():
     errs = []
     for cells in (720, 2420):
         sm = mesh(cells)
-        res = solve_pde(sm, "uniform", velocity=rotation_velocity(OMEGA), T=0.5, dt=1.0,
+        res = solve_pde("uniform", mesh=sm, velocity=rotation_velocity(OMEGA), T=0.5, dt=1.0,
                         n_saves=2)
         errs.append(np.max(np.abs(res.rho[-1] / res.rho[0] - 1)))
     assert errs[0] < 2e-3
@@ -294,8 +294,8 @@ def test_mass_conserved_and_positive_for_a_cap(order):
     """A cap (zero outside) moved by a nonlocal softmax flow: mass to round-off, ρ >= 0."""
     sm = mesh(720)
     heads = Heads.random_symmetric(2, 3, np.random.default_rng(2), scale=1.0)
-    res = solve_pde(sm, {"type": "cap", "center": [0, 0.3, 1], "radius": 0.7}, heads,
-                    Attention("softmax", 2.0), T=0.5, dt=0.05, order=order, n_saves=3,
+    res = solve_pde({"type": "cap", "center": [0, 0.3, 1], "radius": 0.7}, heads,
+                    Attention("softmax", 2.0), mesh=sm, T=0.5, dt=0.05, order=order, n_saves=3,
                     balance=False)
     assert res.status == "success", res.message
     # each step adds O(M eps) relative round-off; a whole run stays far below 1e-12
@@ -314,7 +314,7 @@ def test_rejected_step_is_retried_not_taken():
     def v(x, t):  # speed × 50 after t = 0.05
         return base(x, t) * (1.0 if t < 0.05 else 50.0)
 
-    res = solve_pde(sm, {"type": "cap", "center": [1, 0, 0], "radius": 0.5}, velocity=v,
+    res = solve_pde({"type": "cap", "center": [1, 0, 0], "radius": 0.5}, mesh=sm, velocity=v,
                     T=0.2, dt=1.0, order=2, n_saves=2)
     assert res.status == "success", res.message
     assert res.stats["rejected_steps"] >= 1
@@ -324,7 +324,7 @@ def test_rejected_step_is_retried_not_taken():
 def test_min_dt_failure_is_reported():
     sm = mesh(320)
     with pytest.warns(UserWarning, match="min_dt"):
-        res = solve_pde(sm, {"type": "cap", "center": [1, 0, 0], "radius": 0.5},
+        res = solve_pde({"type": "cap", "center": [1, 0, 0], "radius": 0.5}, mesh=sm,
                         velocity=rotation_velocity([0, 0, 1e13]), T=1.0, n_saves=2)
     assert res.status == "failed"
     assert "min_dt" in res.message
@@ -333,19 +333,19 @@ def test_min_dt_failure_is_reported():
 def test_max_steps_status():
     sm = mesh(320)
     with pytest.warns(UserWarning, match="max_steps"):
-        res = solve_pde(sm, "uniform", velocity=rotation_velocity([0, 0, 1]), T=1.0,
+        res = solve_pde("uniform", mesh=sm, velocity=rotation_velocity([0, 0, 1]), T=1.0,
                         dt=0.01, max_steps=5, n_saves=2)
     assert res.status == "max_steps"
 
 
 def test_adaptive_step_respects_user_dt_and_cfl():
     sm = mesh(720)
-    res = solve_pde(sm, "uniform", velocity=rotation_velocity([0, 0, 1]), T=0.3, dt=0.02,
+    res = solve_pde("uniform", mesh=sm, velocity=rotation_velocity([0, 0, 1]), T=0.3, dt=0.02,
                     n_saves=4)
     dts = res.steps["dt"][1:]
     assert np.all(dts <= 0.02 + 1e-15)
     np.testing.assert_allclose(res.t, np.linspace(0, 0.3, 4), atol=1e-14)
-    fast = solve_pde(sm, "uniform", velocity=rotation_velocity([0, 0, 30]), T=0.1, dt=0.02,
+    fast = solve_pde("uniform", mesh=sm, velocity=rotation_velocity([0, 0, 30]), T=0.1, dt=0.02,
                      n_saves=2)
     assert fast.stats["dt_max"] < 0.02  # the CFL bound is active
 
@@ -368,7 +368,7 @@ def test_usa_energy_non_decreasing_and_edi_shrinks():
     cells = [320, 720, 1280]
     res_edi = []
     for c in cells:
-        res = solve_pde(mesh(c), VMF2, heads, attn, T=1.0, dt=0.6 * h_of(c), order=1,
+        res = solve_pde(VMF2, heads, attn, mesh=mesh(c), T=1.0, dt=0.6 * h_of(c), order=1,
                         n_saves=3)
         assert_status(res, finest=c == cells[-1])
         assert res.sign == 1
@@ -390,7 +390,7 @@ def test_surrogate_edi_second_order():
     cells = [320, 720, 1280]
     r = []
     for c in cells:
-        res = solve_pde(mesh(c), VMF2, heads, attn, T=1.0, dt=0.6 * h_of(c), order=2,
+        res = solve_pde(VMF2, heads, attn, mesh=mesh(c), T=1.0, dt=0.6 * h_of(c), order=2,
                         flow="surrogate", n_saves=2)
         assert res.status == "success", res.message
         r.append(abs(res.balance["edi"]))
@@ -409,7 +409,7 @@ def test_transformer_edi_defect_persists_while_surrogate_residual_vanishes():
     out = {}
     for c in (320, 1280):
         for flow in ("transformer", "surrogate"):
-            res = solve_pde(mesh(c), "uniform", heads, attn, T=1.0, dt=0.5 * h_of(c),
+            res = solve_pde("uniform", heads, attn, mesh=mesh(c), T=1.0, dt=0.5 * h_of(c),
                             order=2, n_saves=2, flow=flow)
             assert_status(res, finest=c == 1280)
             assert res.sign == -1
@@ -430,7 +430,7 @@ def test_diagnostics_match_particle_formulas():
 
     sm = mesh(720)
     heads, attn = two_heads(), Attention("softmax", 1.0)
-    res = solve_pde(sm, VMF2, heads, attn, T=0.1, dt=0.05, n_saves=2, entropy=True,
+    res = solve_pde(VMF2, heads, attn, mesh=sm, T=0.1, dt=0.05, n_saves=2, entropy=True,
                     head_rates=True)
     chat = normalize(res.centroids)
     m = res.masses[0]
@@ -464,7 +464,7 @@ def test_diagnostics_match_particle_formulas():
 ])
 def test_cluster_count_on_mesh(means, expected):
     sm = mesh(720)
-    res = solve_pde(sm, {"type": "vmf", "means": means, "kappas": 15.0},
+    res = solve_pde({"type": "vmf", "means": means, "kappas": 15.0}, mesh=sm,
                     velocity=rotation_velocity([0, 0, 1]), T=0.01, n_saves=2)
     assert res.history["n_clusters"][0] == expected
     # same meaning as for particles: the mean inner product of the measure
@@ -484,7 +484,7 @@ def test_oscillating_schedule_chain_balance():
     attn = Attention("usa", 1.0)
     chain = []
     for c in (320, 1280):
-        res = solve_pde(mesh(c), VMF2, sch, attn, T=1.0, dt=0.5 * h_of(c), order=2,
+        res = solve_pde(VMF2, sch, attn, mesh=mesh(c), T=1.0, dt=0.5 * h_of(c), order=2,
                         n_saves=2)
         assert_status(res, finest=c == 1280)
         assert abs(res.balance["work"]) > 1e-3
@@ -498,15 +498,15 @@ def test_layers_jump_and_stochastic_schedule_reproducible():
     h2 = Heads.bilinear(np.stack([np.eye(3), -np.eye(3)]), w=0.5)
     sch = Layers.of([h1, h2], delta=0.2)
     sm = mesh(320)
-    res = solve_pde(sm, VMF2, sch, Attention("softmax", 1.0), T=0.3, dt=0.05, n_saves=4)
+    res = solve_pde(VMF2, sch, Attention("softmax", 1.0), mesh=sm, T=0.3, dt=0.05, n_saves=4)
     assert res.status == "success", res.message
     assert np.any(np.isclose(res.steps["t"], 0.2, atol=1e-14))  # the step grid hits the jump
     param, theta0 = Parametrisation.from_heads(h1, kind="bilinear")
     ou = OrnsteinUhlenbeck(param, theta0, np.broadcast_to(np.eye(3), theta0.shape).copy(),
                            kappa=1.0, sigma0=0.3)
-    a = solve_pde(sm, VMF2, ou, Attention("usa", 1.0), T=0.2, dt=0.05, n_saves=2, seed=4)
-    b = solve_pde(sm, VMF2, ou, Attention("usa", 1.0), T=0.2, dt=0.05, n_saves=2, seed=4)
-    c = solve_pde(sm, VMF2, ou, Attention("usa", 1.0), T=0.2, dt=0.05, n_saves=2, seed=5)
+    a = solve_pde(VMF2, ou, Attention("usa", 1.0), mesh=sm, T=0.2, dt=0.05, n_saves=2, seed=4)
+    b = solve_pde(VMF2, ou, Attention("usa", 1.0), mesh=sm, T=0.2, dt=0.05, n_saves=2, seed=4)
+    c = solve_pde(VMF2, ou, Attention("usa", 1.0), mesh=sm, T=0.2, dt=0.05, n_saves=2, seed=5)
     assert a.status == "success"
     np.testing.assert_array_equal(a.rho, b.rho)
     assert np.abs(a.rho[-1] - c.rho[-1]).max() > 0
@@ -526,12 +526,13 @@ def test_iterate_pde_is_a_generator_of_states():
 def test_bad_solver_inputs():
     sm = mesh(320)
     with pytest.raises(ValueError, match="heads/attention"):
-        solve_pde(sm, "uniform")
+        solve_pde("uniform", mesh=sm)
     with pytest.raises(ValueError, match="d = 3"):
-        solve_pde(sm, "uniform", Heads.random_symmetric(1, 4, np.random.default_rng(0)),
-                  Attention())
+        solve_pde("uniform", Heads.random_symmetric(1, 4, np.random.default_rng(0)), Attention(),
+                  mesh=sm)
     with pytest.raises(ValueError, match="velocity"):
-        solve_pde(sm, "uniform", two_heads(), Attention(), velocity=rotation_velocity([0, 0, 1]))
+        solve_pde("uniform", two_heads(), Attention(), mesh=sm,
+                  velocity=rotation_velocity([0, 0, 1]))
 
 
 # ----------------------------------------------------------------------------- PDE vs particles
@@ -542,7 +543,7 @@ def pde_vs_particles(n, cells, T, rng, *, max_points):
 
     heads, attn = two_heads(), Attention("softmax", 1.0)
     sm = mesh(cells)
-    res = solve_pde(sm, VMF2, heads, attn, T=T, dt=0.5 * h_of(cells), order=2, n_saves=2,
+    res = solve_pde(VMF2, heads, attn, mesh=sm, T=T, dt=0.5 * h_of(cells), order=2, n_saves=2,
                     balance=False)
     x0 = sample_vmf_mixture(n, np.array(VMF2["means"], float), np.array([3.0, 2.0]), None, rng)
     part = simulate(x0, heads, attn, T=T, dt=0.05, integrator="rk4", head_rates=False,
@@ -650,8 +651,8 @@ def test_layer_jump_enters_the_work_term_without_extra_error():
     h2 = Heads.bilinear(np.stack([1.5 * np.eye(3), 0.5 * np.eye(3)]), w=0.5)
     sm = mesh(320)
     kw = dict(T=0.4, dt=0.02, n_saves=3, order=2)
-    jump = solve_pde(sm, VMF2, Layers.of([h1, h2], delta=0.2), Attention("usa", 1.0), **kw)
-    base = solve_pde(sm, VMF2, h1, Attention("usa", 1.0), **kw)
+    jump = solve_pde(VMF2, Layers.of([h1, h2], delta=0.2), Attention("usa", 1.0), mesh=sm, **kw)
+    base = solve_pde(VMF2, h1, Attention("usa", 1.0), mesh=sm, **kw)
     assert jump.status == base.status == "success"
     cj, cb, work = (abs(jump.balance["chain"]), abs(base.balance["chain"]),
                     abs(jump.balance["work"]))

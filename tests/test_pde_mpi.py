@@ -34,8 +34,8 @@ def case() -> dict[str, np.ndarray]:
     param, theta0 = Parametrisation.from_heads(heads, kind="bilinear")
     sch = Oscillating(param, theta0, amplitude=0.4, omega=2.0)
     sm = load_mesh("sphere_720.msh")
-    res = solve_pde(sm, {"type": "vmf", "means": [[1, 0, 0], [0, 1, 0.3]], "kappas": [3, 2]},
-                    sch, Attention("softmax", 1.5), T=0.4, dt=0.05, order=2, n_saves=3,
+    res = solve_pde({"type": "vmf", "means": [[1, 0, 0], [0, 1, 0.3]], "kappas": [3, 2]},
+                    sch, Attention("softmax", 1.5), mesh=sm, T=0.4, dt=0.05, order=2, n_saves=3,
                     entropy=True, head_rates=True)
     assert res.status == "success", res.message
     out = {"rho": res.rho, "t": res.t, "steps_t": res.steps["t"], "E": res.steps["E"],

@@ -171,7 +171,8 @@ def test_jko_locking_is_a_status_and_auto_tau_resolves_it():
     cen, areas, m0, heads = _jko_problem()
     attn = Attention("softmax", 1.0)
     with pytest.warns(JKOWarning, match="5 of 5 JKO steps locked"):
-        res = solve_jko(cen, areas, m0, heads, attn, options=JKOOptions(T=0.5, tau=0.1))
+        res = solve_jko(m0, heads, attn, points=cen, areas=areas,
+                        options=JKOOptions(T=0.5, tau=0.1))
     assert res.status == "locked" and "locked" in res.message
     assert res.stats["locked_steps"] == 5 and np.all(res.history["locked"][1:] == 1)
     assert np.all(res.history["W2sq"][1:] == 0) and np.all(res.history["inner_iters"][1:] == 0)
@@ -180,7 +181,7 @@ def test_jko_locking_is_a_status_and_auto_tau_resolves_it():
     assert info["steps"] == 2 and 2.25 <= info["cells_per_step"] <= 3.75
     with warnings.catch_warnings():
         warnings.simplefilter("error", JKOWarning)
-        ok = solve_jko(cen, areas, m0, heads, attn, options=opts)
+        ok = solve_jko(m0, heads, attn, points=cen, areas=areas, options=opts)
     assert ok.status == "success" and ok.stats["locked_steps"] == 0, ok.message
     assert ok.checks["edi"]["value"] < 0.1
 
@@ -191,7 +192,7 @@ def test_jko_partial_locking_is_counted_and_inaccurate():
     "inaccurate"."""
     cen, areas, m0, heads = _jko_problem()
     with pytest.warns(JKOWarning, match="of 10 JKO steps locked"):
-        res = solve_jko(cen, areas, m0, heads, Attention("softmax", 1.0),
+        res = solve_jko(m0, heads, Attention("softmax", 1.0), points=cen, areas=areas,
                         options=JKOOptions(T=2.0, tau=0.2))
     n = res.stats["locked_steps"]
     assert 0 < n < 10 and res.status == "inaccurate"

@@ -63,7 +63,8 @@ from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
 from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
-from .status import Check, chain_check
+from .results import SolverResult, status_summary
+from .status import Check, Status, chain_check, worst_status
 
 __all__ = [
     "__version__",
@@ -123,6 +124,10 @@ __all__ = [
     "verify",
     "Check",
     "chain_check",
+    "Status",
+    "worst_status",
+    "SolverResult",
+    "status_summary",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use

@@ -1,21 +1,31 @@
 """Run statuses and the a-posteriori accuracy checks behind them (every solver).
 
-A run's ``status`` says whether its numbers can be used, its ``message`` why not:
+A run's ``status`` says whether its numbers can be used, its ``message`` why not. It is
+one :class:`Status` member (a :class:`~enum.StrEnum`, like diffrax's ``RESULTS``): it
+compares equal to its string (``res.status == "success"`` keeps working, JSON writes the
+string) and carries a sentence (:attr:`Status.message`) and what to do about it
+(:attr:`Status.remedy`). Least to most severe (:func:`worst_status`):
 
-``"success"``
+``Status.SUCCESS`` (``"success"``)
     Every number finite and every accuracy check within its tolerance.
-``"inaccurate"``
+``Status.COMPLETED`` (``"completed"``)
+    Gaussian moment ODE: the final time was reached within ``solve_ivp``'s tolerances.
+    It has no a-posteriori accuracy check, hence a word of its own.
+``Status.BLOWUP`` (``"blowup"``)
+    Gaussian moment ODE: stopped at the covariance blow-up event (a terminating event,
+    like diffrax's ``event_occurred``); the numbers hold up to the event time.
+``Status.INACCURATE`` (``"inaccurate"``)
     Finite numbers, but an accuracy check failed: they do not approximate the flow
     (the message names the residual, its value and the tolerance). The file jobs still
     write the outputs, so that they can be inspected.
-``"locked"``
+``Status.NOT_CONVERGED`` (``"not_converged"``)
+    JKO: an inner solve missed its optimality-gap tolerance (the sequence is complete).
+``Status.LOCKED`` (``"locked"``)
     JKO: every step left the measure where it was although the slope was not zero (the
     step is too small for the mesh, see :mod:`wflow.jko.solver`).
-``"not_converged"``
-    JKO: an inner solve missed its optimality-gap tolerance (the sequence is complete).
-``"max_steps"``
+``Status.MAX_STEPS`` (``"max_steps"``)
     PDE: the step budget ran out before ``T``.
-``"failed"``
+``Status.FAILED`` (``"failed"``)
     Non-finite values or a breakdown; the file jobs write nothing.
 
 The accuracy check of a time-dependent run is the **chain-rule residual**
@@ -45,6 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -52,6 +63,7 @@ import numpy as np
 from .attention.kinds import get_kind
 
 __all__ = [
+    "Status",
     "STATUSES",
     "CHAIN_THETA",
     "JKO_EDI_RTOL",
@@ -66,8 +78,86 @@ __all__ = [
     "edi_kind",
 ]
 
+class Status(StrEnum):
+    """The status of a run: one type for every solver, least to most severe.
+
+    A :class:`~enum.StrEnum`: a member *is* its string (``Status.SUCCESS == "success"``,
+    ``json.dumps`` writes ``"success"``, ``f"{status}"`` formats as ``success``). Each
+    member carries :attr:`message` (what the status says about the numbers) and
+    :attr:`remedy` (what to do; empty where nothing is to be done). :attr:`usable` is
+    ``True`` where the numbers approximate the model (``SUCCESS``, ``COMPLETED``,
+    ``BLOWUP``). Severity is the order of definition (:attr:`severity`,
+    :func:`worst_status`).
+
+    Examples
+    --------
+    >>> Status("inaccurate") is Status.INACCURATE
+    True
+    >>> Status.MAX_STEPS.remedy
+    'raise pde.max_steps, or dt (pde.dt is the largest step the controller takes)'
+    """
+
+    message: str
+    remedy: str
+    usable: bool
+
+    def __new__(cls, value: str, message: str, remedy: str, usable: bool) -> Status:
+        """A member from ``(value, message, remedy, usable)``."""
+        obj = str.__new__(cls, value)
+        obj._value_ = value
+        obj.message = message
+        obj.remedy = remedy
+        obj.usable = usable
+        return obj
+
+    SUCCESS = ("success",
+               "every number is finite and every accuracy check is within its tolerance",
+               "", True)
+    COMPLETED = ("completed",
+                 "the Gaussian moment ODE reached the final time within the integrator's "
+                 "tolerances (it has no a-posteriori accuracy check)",
+                 "", True)
+    BLOWUP = ("blowup",
+              "the Gaussian moment ODE stopped at the covariance blow-up event; the numbers "
+              "hold up to the event time and t* is extrapolated from the Riccati asymptotics",
+              "nothing for a true blow-up; for a sharper t* lower rtol or raise blowup_factor",
+              True)
+    INACCURATE = ("inaccurate",
+                  "the numbers are finite, but an accuracy check (chain-rule or EDI "
+                  "residual) exceeds its tolerance: they do not approximate the flow",
+                  "lower dt (particles: or use a higher-order integrator); PDE: lower dt "
+                  "or refine the mesh; JKO: lower jko.tau or refine the mesh", False)
+    NOT_CONVERGED = ("not_converged",
+                     "JKO: an inner solve missed its optimality-gap tolerance (the sequence "
+                     "is complete)",
+                     "raise jko.max_inner (or jko.ccp_max), or use inner = 'gcg'", False)
+    LOCKED = ("locked",
+              "JKO: every step left the measure where it was although the slope was not "
+              "zero: the step is too short for the mesh",
+              "raise jko.tau to >~ 3h/|v|_max, use scheme = 'fv', or refine the mesh", False)
+    MAX_STEPS = ("max_steps",
+                 "PDE: the step budget ran out before the final time",
+                 "raise pde.max_steps, or dt (pde.dt is the largest step the controller "
+                 "takes)", False)
+    FAILED = ("failed",
+              "non-finite values or a breakdown (conservation, positivity, the integrator)",
+              "lower dt and check the inputs (initial state, weights, tolerances); the "
+              "message names the first non-finite quantity", False)
+
+    @property
+    def severity(self) -> int:
+        """Rank in :data:`STATUSES` (0 = ``SUCCESS``, the largest = ``FAILED``)."""
+        return _SEVERITY[self]
+
+    def explain(self, message: str = "") -> str:
+        """One line: the status, the run's ``message`` (or :attr:`message`), the remedy."""
+        line = f"{self.value}: {message or self.message}"
+        return f"{line} (remedy: {self.remedy})" if self.remedy else line
+
+
 #: Every status, least to most severe (:func:`worst_status` combines them).
-STATUSES = ("success", "inaccurate", "not_converged", "locked", "max_steps", "failed")
+STATUSES = tuple(Status)
+_SEVERITY = {s: i for i, s in enumerate(STATUSES)}
 
 #: Resolved-step parameter of the chain-rule tolerance ``CHAIN_THETA ** q``.
 CHAIN_THETA = 0.1
@@ -111,7 +201,7 @@ class Check(NamedTuple):
                 "rule": self.rule, "order": self.order, "scheme": self.scheme}
 
     def failure(self) -> str:
-        """The sentence an ``"inaccurate"`` status carries."""
+        """The sentence a ``Status.INACCURATE`` status carries."""
         return (f"{self.name} residual {self.value:.3g} exceeds its tolerance "
                 f"{self.tolerance:.3g} ({self.rule})")
 
@@ -199,10 +289,18 @@ def budget_integral(t: np.ndarray, *integrands: np.ndarray) -> np.ndarray:
     return np.sum(0.5 * np.diff(t) * (f[..., 1:] + f[..., :-1]), axis=-1)
 
 
-def worst_status(*statuses: str) -> str:
-    """The most severe of ``statuses`` (order :data:`STATUSES`)."""
-    rank = {s: i for i, s in enumerate(STATUSES)}
-    return max(statuses, key=lambda s: rank.get(s, len(STATUSES)), default="success")
+def worst_status(*statuses: Status | str) -> Status:
+    """The most severe of ``statuses`` (order :data:`STATUSES`; ``SUCCESS`` for none).
+
+    Strings are read as :class:`Status` (``"failed"`` is ``Status.FAILED``).
+
+    Raises
+    ------
+    ValueError
+        For a string that names no status.
+    """
+    return max((Status(s) for s in statuses), key=_SEVERITY.__getitem__,
+               default=Status.SUCCESS)
 
 
 def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:

@@ -22,20 +22,26 @@ from typing import Any
 #: Pages other contributors add beside these; listed in the index when present.
 OPTIONAL_PAGES = ("jko", "reproduce_field")
 
-#: Scenario sections: name -> (schema "module:attr", documentation sources). A source is an
-#: options class (its numpydoc Parameters/Attributes name the keys) or a function/module
-#: whose docstring documents ``key = value`` or ````key```` (text); the first that
-#: documents a key gives its meaning.
+#: Scenario sections: name -> (schema "module:attr", documentation sources). A source is a
+#: ``{key: meaning}`` table kept beside the schema (``ATTENTION_DOCS``, …), an options class
+#: (its field metadata, or its numpydoc Parameters/Attributes) or a function/module whose
+#: docstring documents ``key = value`` or ````key```` (text); the first that documents a
+#: key gives its meaning.
 SECTIONS = {
     "(top level)": ("", ["wflow.apps.scenario"]),
-    "attention": ("wflow.apps.scenario:ATTENTION_SCHEMA|ATTENTION_SPEC", ["wflow.apps.scenario"]),
-    "tokens": ("wflow.apps.scenario:TOKENS_SCHEMA|TOKENS_SPEC", ["wflow.apps.scenario"]),
-    "heads": ("wflow.apps.scenario:HEADS_SCHEMA|HEADS_SPEC", ["wflow.apps.scenario"]),
-    "schedule": ("wflow.apps.scenario:SCHEDULE_SCHEMA|SCHEDULE_SPEC", ["wflow.apps.scenario"]),
+    "attention": ("wflow.apps.scenario:ATTENTION_SCHEMA|ATTENTION_SPEC",
+                  ["wflow.apps.scenario:ATTENTION_DOCS", "wflow.apps.scenario"]),
+    "tokens": ("wflow.apps.scenario:TOKENS_SCHEMA|TOKENS_SPEC",
+               ["wflow.apps.scenario:TOKENS_DOCS", "wflow.apps.scenario"]),
+    "heads": ("wflow.apps.scenario:HEADS_SCHEMA|HEADS_SPEC",
+              ["wflow.apps.scenario:HEADS_DOCS", "wflow.apps.scenario"]),
+    "schedule": ("wflow.apps.scenario:SCHEDULE_SCHEMA|SCHEDULE_SPEC",
+                 ["wflow.apps.scenario:SCHEDULE_DOCS", "wflow.apps.scenario"]),
     "particles": ("wflow.particles.options:PARTICLES_SCHEMA|PARTICLES_SPEC",
                   ["wflow.particles.options:ParticleOptions"]),
     "density": ("wflow.geometry.density:DENSITY_SCHEMA",
-                ["wflow.geometry.density:density_spec_from_scenario"]),
+                ["wflow.geometry.density:DENSITY_DOCS",
+                 "wflow.geometry.density:density_spec_from_scenario"]),
     "pde": ("wflow.pde.options:PDE_SCHEMA", ["wflow.pde.options:PDEOptions",
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
@@ -127,14 +133,12 @@ def _fragments(text: str, keys: list[str]) -> dict[str, str]:
     return out
 
 
-def scenario_keys() -> list[str]:
-    """The lines of ``reference/scenario_keys.rst``."""
-    lines = ["Scenario keys", "=============", "",
-             "Every key of every section of a scenario file, generated from the schemas that",
-             "validate them: the type and the default are read off the checker, the meaning",
-             "from the options' docstrings. Unknown keys are errors naming the key; relative",
-             "paths (files, meshes, modules of callables) resolve against the scenario's",
-             "folder. A guided example: :doc:`../guide/scenarios`.", ""]
+def scenario_key_rows() -> list[tuple[str, str, str, str, str]]:
+    """Every key of every scenario section: ``(section, key, type, default, meaning)``.
+
+    The meaning is reST (``code`` marked up); a key no source documents has ``""``.
+    """
+    out = []
     for section, (spec_ref, sources) in SECTIONS.items():
         try:
             spec = _get(spec_ref) if spec_ref else {"seed": (0, None), "modules": ([], None)}
@@ -143,6 +147,10 @@ def scenario_keys() -> list[str]:
             continue
         meanings: dict[str, str] = {}
         for obj in docs:
+            if isinstance(obj, dict):  # a {key: meaning} table beside the schema
+                for k, v in obj.items():
+                    meanings.setdefault(k, _esc(v))
+                continue
             found = _param_docs(obj) if isinstance(obj, type) else {}
             try:  # options declared once with field metadata (wflow.infra.options)
                 from wflow.infra.options import docs_of
@@ -160,8 +168,6 @@ def scenario_keys() -> list[str]:
             for k, v in found.items():
                 meanings.setdefault(k, v)
         title = f"[{section}]" if section != "(top level)" else "Top level"
-        lines += [title, "-" * len(title), ""]
-        rows = []
         for key, (default, check) in spec.items():
             meaning = meanings.get(key, "")
             if section == "(top level)":
@@ -169,10 +175,43 @@ def scenario_keys() -> list[str]:
                            "modules": "files or packages imported before anything is "
                            "validated: a user's attention kinds, integrators, schedule "
                            "types (``register_kind``, ``INTEGRATORS.register``)"}[key]
-            rows.append([f"``{key}``", _esc(_checker_type(default, check)),
-                         f"``{default!r}``", meaning.replace("\n", " ")])
-        lines += _table(["key", "type", "default", "meaning"], rows, "14 22 12 52")
-    return lines + _gaussian_keys()
+            out.append((title, key, _checker_type(default, check), repr(default),
+                        meaning.replace("\n", " ")))
+    for title, spec, docs in _gaussian_sections():
+        for k, (d, c) in spec.items():
+            out.append((title, k, _checker_type(d, c), repr(d), docs.get(k, "")))
+    return out
+
+
+def scenario_keys() -> list[str]:
+    """The lines of ``reference/scenario_keys.rst``."""
+    lines = ["Scenario keys", "=============", "",
+             "Every key of every section of a scenario file, generated from the schemas that",
+             "validate them: the type and the default are read off the checker, the meaning",
+             "from the options' field metadata and the tables of meanings kept beside the",
+             "schemas. Unknown keys are errors naming the key; relative",
+             "paths (files, meshes, modules of callables) resolve against the scenario's",
+             "folder. A guided example: :doc:`../guide/scenarios`.", ""]
+    rows = scenario_key_rows()
+    gaussian = {t for t, _, _ in _gaussian_sections()}
+    done: set[str] = set()
+    for title, *_ in rows:
+        if title in done:
+            continue
+        done.add(title)
+        if title in gaussian:
+            if not done & gaussian - {title}:
+                lines += ["Gaussian scenarios (``wflow gaussian``)",
+                          "---------------------------------------", "",
+                          "A Gaussian scenario has its own tables; the scalar ones are "
+                          "options classes.", ""]
+            lines += [f"**{title}**", ""]
+        else:
+            lines += [title, "-" * len(title), ""]
+        table = [[f"``{k}``", _esc(typ), f"``{d}``", m] for t, k, typ, d, m in rows
+                 if t == title]
+        lines += _table(["key", "type", "default", "meaning"], table, "14 22 12 52")
+    return lines + _gaussian_schema_block()
 
 
 #: Options classes of other scenario kinds (``wflow gaussian``): title -> class.
@@ -183,36 +222,37 @@ GAUSSIAN = {
 }
 
 
-def _gaussian_keys() -> list[str]:
-    """The Gaussian scenario's tables: the options classes, then the documented schema."""
-    import textwrap
-
+def _gaussian_sections() -> list[tuple[str, dict, dict[str, str]]]:
+    """The Gaussian scenario's options classes: ``(title, spec, {key: meaning})``."""
     try:
         from wflow.infra.options import docs_of, schema_of
-
-        mod = importlib.import_module("wflow.gaussian.options")
     except ImportError:
         return []
-    lines = ["Gaussian scenarios (``wflow gaussian``)",
-             "---------------------------------------", "",
-             "A Gaussian scenario has its own tables; the scalar ones are options classes.", ""]
+    out = []
     for title, ref in GAUSSIAN.items():
         try:
             cls = _get(ref)
-            spec, docs = schema_of(cls), {kd.key: kd.doc for kd in docs_of(cls)}
-        except (AttributeError, TypeError):
+            out.append((title, schema_of(cls), {kd.key: kd.doc for kd in docs_of(cls)}))
+        except (ImportError, AttributeError, TypeError):
             continue
-        lines += [f"**{title}**", ""]
-        rows = [[f"``{k}``", _esc(_checker_type(d, c)), f"``{d!r}``", docs.get(k, "")]
-                for k, (d, c) in spec.items()]
-        lines += _table(["key", "type", "default", "meaning"], rows, "14 22 12 52")
+    return out
+
+
+def _gaussian_schema_block() -> list[str]:
+    """The whole Gaussian schema as documented in :mod:`wflow.gaussian.options`."""
+    import textwrap
+
+    try:
+        mod = importlib.import_module("wflow.gaussian.options")
+    except ImportError:
+        return []
     doc = mod.__doc__ or ""
-    if "::" in doc:
-        block = textwrap.dedent(doc.split("::", 1)[1].strip("\n"))
-        lines += ["The whole schema, as documented in :mod:`wflow.gaussian.options`::", ""]
-        lines += ["    " + ln if ln.strip() else "" for ln in block.splitlines()]
-        lines.append("")
-    return lines
+    if "::" not in doc:
+        return []
+    block = textwrap.dedent(doc.split("::", 1)[1].strip("\n"))
+    lines = ["The whole schema, as documented in :mod:`wflow.gaussian.options`::", ""]
+    lines += ["    " + ln if ln.strip() else "" for ln in block.splitlines()]
+    return lines + [""]
 
 
 def studies() -> list[str]:

@@ -57,7 +57,7 @@ def two_bumps(x: np.ndarray) -> np.ndarray:
 rng = np.random.default_rng(3)
 heads = wflow.Heads.random_symmetric(2, 3, rng, scale=0.5)
 attn = wflow.Attention("softmax", beta=1.0)
-res = wflow.solve_pde(mesh, two_bumps, heads, attn,
+res = wflow.solve_pde(two_bumps, heads, attn, mesh=mesh,
                       options=wflow.PDEOptions(T=0.6, order=2, n_saves=4))
 print(res.status, res.message)
 print("mass at every output time:", (res.rho * res.areas).sum(axis=1))

@@ -75,7 +75,7 @@ pde = []
 hs = []
 for name in ("sphere_720.msh", "sphere_2420.msh"):
     m = wflow.load_mesh(name)
-    r = wflow.solve_pde(m, bump, heads, attn,
+    r = wflow.solve_pde(bump, heads, attn, mesh=m,
                         options=wflow.PDEOptions(T=1.0, dt=0.02, order=2, flow="surrogate",
                                                  n_saves=3))
     hs.append(np.sqrt(r.areas.mean()))
@@ -93,7 +93,7 @@ taus = np.array([1.0, 0.5])
 cen, areas = mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas)
 h1 = wflow.Heads.random_symmetric(1, 3, np.random.default_rng(1), scale=0.5)
 for tau in taus:
-    j = wflow.solve_jko(cen, areas, initial_density(mesh, bump) * areas, h1, attn,
+    j = wflow.solve_jko(initial_density(mesh, bump) * areas, h1, attn, points=cen, areas=areas,
                         options=wflow.JKOOptions(T=2.0, tau=tau))
     jko.append(j.checks["edi"]["value"])
     print(f"JKO τ = {tau}: status {j.status}, summed |EDI| relative {jko[-1]:.2e}")

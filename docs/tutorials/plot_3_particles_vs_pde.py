@@ -26,7 +26,7 @@ attn = wflow.Attention("softmax", beta=2.0)
 bump = {"type": "vmf", "means": [[0, 0, 1]], "kappas": [3.0], "weights": [1.0]}
 mesh = wflow.load_mesh("sphere_2420.msh")
 T = 1.0
-pde = wflow.solve_pde(mesh, bump, heads, attn,
+pde = wflow.solve_pde(bump, heads, attn, mesh=mesh,
                       options=wflow.PDEOptions(T=T, order=2, n_saves=2))
 masses0 = initial_density(mesh, bump) * pde.areas  # file order, as the result's areas
 cells = pde.centroids / np.linalg.norm(pde.centroids, axis=1, keepdims=True)

@@ -151,15 +151,15 @@ print(f"E = {heads.w @ wflow.energy.head_energies(fe, m, attn):.15f} (double sum
 # the solvers keep the plan.
 mesh = wflow.load_mesh("icosphere:1280")
 bump = {"type": "vmf", "means": [[0, 0, 1]], "kappas": [3.0], "weights": [1.0]}
-pde = wflow.solve_pde(mesh, bump, heads, attn, T=0.2, dt=0.05, order=2, n_saves=3)
+pde = wflow.solve_pde(bump, heads, attn, mesh=mesh, T=0.2, dt=0.05, order=2, n_saves=3)
 print("pde:", pde.status, "| kernel sums:", pde.stats["kernel"]["calls"])
 tri = icosphere(4)
 P = tri.points[tri.cells]
 pts = normalize(P.mean(axis=1))
 areas = 0.5 * np.linalg.norm(np.cross(P[:, 1] - P[:, 0], P[:, 2] - P[:, 0]), axis=1)
 m0 = np.exp(3.0 * pts[:, 2]) * areas
-jko = wflow.solve_jko(pts, areas, m0 / m0.sum(), wflow.Heads.scalar([1.0], 3), attn, T=0.2,
-                      tau=0.05, scheme="fv", mesh=tri)
+jko = wflow.solve_jko(m0 / m0.sum(), wflow.Heads.scalar([1.0], 3), attn, points=pts,
+                      areas=areas, T=0.2, tau=0.05, scheme="fv", mesh=tri)
 print("jko:", jko.status, "E:", np.round(jko.history["E"], 6))
 assert get_kind("taylor4") is TAYLOR4
 

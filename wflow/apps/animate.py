@@ -193,18 +193,39 @@ def token_snapshots(rows: list[tuple[str, np.ndarray]], t: np.ndarray, path: str
     return path
 
 
+#: The logarithmic colour scales of the density pictures span at most this many decades
+#: below the largest density shown (:func:`log_colour_range`).
+RENDER_DECADES = 6
+
+
+def log_colour_range(rho: np.ndarray, decades: int = RENDER_DECADES) -> tuple[float, float]:
+    """``(lo, hi)`` of a logarithmic colour scale for the cell densities ``rho``.
+
+    ``hi = max ρ``; ``lo`` the smallest positive value, raised to ``hi · 10^-decades``
+    where it lies further below, and lowered to ``hi / 10`` for a (nearly) constant
+    density. A clustered density spans decades: on a linear ``[0, max ρ]`` scale every cell
+    away from the clusters gets the lowest colour. Values below ``lo`` are drawn in it.
+    """
+    rho = np.asarray(rho, float)
+    hi = float(np.max(rho)) if rho.size else 0.0
+    if not hi > 0:
+        return 1e-300, 1.0
+    lo = max(float(rho[rho > 0].min()), hi * 10.0 ** -decades)
+    return min(lo, hi / 10.0), hi
+
+
 def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path: str | Path, *,
                 title: str = "", frames: int = GIF_FRAMES, ms: int = GIF_FRAME_MS) -> Path:
     """Animate a cell density on a sphere mesh: ``cell_vertices (M, 3, 3)``, ``rho (K, M)``.
 
-    One colour scale for all frames (``[0, max ρ]``, viridis); cells facing away from
-    the camera are not drawn.
+    One logarithmic colour scale for all frames (:func:`log_colour_range`, viridis); cells
+    facing away from the camera are not drawn.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import LogNorm
     from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
     verts = np.asarray(cell_vertices, float)
@@ -218,12 +239,12 @@ def density_gif(cell_vertices: np.ndarray, rho: np.ndarray, t: np.ndarray, path:
         raise ValueError("density_gif: non-finite density or vertices")
     centre = verts.mean(axis=1)
     centre /= np.linalg.norm(centre, axis=1, keepdims=True)
-    norm = Normalize(0.0, max(float(rho.max()), 1e-300))
+    norm = LogNorm(*log_colour_range(rho), clip=True)
     cmap = plt.get_cmap("viridis")
-    fig = plt.figure(figsize=(4.2, 3.6), dpi=_DPI)
-    ax = _sphere_axes(fig, (0, 0, 0.86, 0.94))
+    fig = plt.figure(figsize=(4.6, 3.6), dpi=_DPI)
+    ax = _sphere_axes(fig, (0, 0, 0.76, 0.94))  # the colour bar, its ticks and label beside
     sm = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, cax=fig.add_axes((0.84, 0.2, 0.03, 0.56)), label="density")
+    fig.colorbar(sm, cax=fig.add_axes((0.77, 0.2, 0.03, 0.56)), label="density (log)")
     head = ax.set_title("", fontsize=8, pad=0)
     coll: Poly3DCollection | None = None
     idx = frame_indices(rho.shape[0], frames)
@@ -342,13 +363,14 @@ class RunSeries(NamedTuple):
 
 
 def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") -> Path:
-    """Per-run figure: one row per run, columns ``E(t)``, ``G²(t)`` (semilogy), balance.
+    """Per-run figure: one row per run, columns ``E(t)``, ``G²(t)`` (semilogy), balance, residual.
 
     Several Monte-Carlo paths: the mean and the band between the 16 % and 84 % quantiles
     over paths. The balance panel shows ``ΔE``, ``∫∂_tE``, Itô, ``M``, ``sign·∫G²`` and
     the residual ``ΔE − ∫∂_tE − Itô − M − sign·∫G²`` (the EDI defect in the published
     ``G²`` form: zero up to ``O(dt)`` for a gradient flow); for ``sign = 0`` it shows
-    ``∫power`` and the chain residual instead.
+    ``∫power`` and the chain residual instead. The residual is orders of magnitude smaller
+    than the balance's terms, so ``|residual|`` has its own column on a log axis.
     """
     import matplotlib
 
@@ -357,8 +379,8 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
 
     if not runs:
         raise ValueError("run_figure: no run given")
-    ncol = 3 if any(r.balance is not None for r in runs) else 2
-    fig, axes = plt.subplots(len(runs), ncol, figsize=(4.4 * ncol, 3.3 * len(runs)),
+    ncol = 4 if any(r.balance is not None for r in runs) else 2
+    fig, axes = plt.subplots(len(runs), ncol, figsize=(4.2 * ncol, 3.3 * len(runs)),
                              squeeze=False)
     for ax, run in zip(axes, runs, strict=True):
         t = np.asarray(run.t, float)
@@ -380,6 +402,7 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
             continue
         if bal is None:
             ax[2].axis("off")
+            ax[3].axis("off")
             continue
         for key, lab in (("dE", "ΔE"), ("work", "∫∂_tE"), ("ito", "Itô"), ("martingale", "M")):
             if key in ("ito", "martingale") and not np.any(bal[key]):
@@ -388,18 +411,23 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
         base = bal["dE"] - bal["work"] - bal["ito"] - bal["martingale"]
         if run.sign:
             band(ax[2], run.sign * bal["G2_int"], f"{'+' if run.sign > 0 else '−'}∫G²")
-            band(ax[2], base - run.sign * bal["G2_int"], "G² balance residual (absolute)",
-                 color="k", lw=1.2)
+            res, rlab = base - run.sign * bal["G2_int"], "|G² balance residual|"
             what = "G² balance: ΔE − ∫∂_tE − Itô − M ∓ ∫G² (not the EDI)"
         else:
             band(ax[2], bal["power_int"], "∫power")
-            band(ax[2], base - bal["power_int"], "chain-rule residual (absolute)", color="k",
-                 lw=1.2)
+            res, rlab = base - bal["power_int"], "|chain-rule residual|"
             what = "chain rule: ΔE − ∫∂_tE − Itô − M − ∫power"
         ax[2].axhline(0.0, color="0.6", lw=0.6)
         ax[2].set(xlabel="t (depth)", title=what)
         ax[2].title.set_fontsize(8)
         ax[2].legend(fontsize=7, ncol=2)
+        # its own log axis: beside the terms (O(E)) the residual is a flat line at zero
+        mag = np.abs(np.atleast_2d(res))
+        mag = np.where(mag > 0, mag, np.nan)  # exactly 0 at t = 0: not drawn on a log axis
+        band(ax[3], mag, f"{rlab} (absolute)", log=True, color="k", lw=1.0)
+        ax[3].set(xlabel="t (depth)", title="residual of the balance")
+        ax[3].title.set_fontsize(8)
+        ax[3].legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..infra.io import atomic_write_text
+from ..status import Status
 
 __all__ = ["write_report"]
 
@@ -64,7 +65,6 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
             snaps.append((float(pde.t[k]), f.name))
             figs.append(f.name)
     st = pde.steps
-    ts = np.asarray(st["t"])
 
     def energy(plt):
         fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -83,67 +83,109 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
 
     figs.append(_fig(stage / "energy.png", energy))
 
-    def edi(plt):
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        E = np.asarray(st["E"])
-        diss = _cumtrapz(ts, 0.5 * (np.asarray(st["speed2"]) + np.asarray(st["slope2"])))
-        work = _cumtrapz(ts, np.asarray(st["dEdt_w"]))
-        sign = pde.sign or 1
-        ax.plot(ts, E - E[0], label="E(t) − E(0)")
-        ax.plot(ts, work, label="∫ ∂_tE")
-        ax.plot(ts, sign * diss, label="±∫ (½|μ'|² + ½|∂E|²)")
-        defect = summary["edi"]["pde"]["meaning"] == "defect"
-        ax.plot(ts, E - E[0] - work - sign * diss, "k", lw=0.8,
-                label="EDI defect (model, absolute)" if defect else "EDI residual (absolute)")
-        ax.set(xlabel="t", title="EDI balance (PDE): defect of the transformer flow"
-               if defect else "EDI balance (PDE)")
-        ax.legend(fontsize=8)
-        return fig
+    defect = summary["edi"]["pde"]["meaning"] == "defect"
+    figs.append(_fig(stage / "edi_balance.png",
+                     lambda plt: edi_figure(plt, st, sign=pde.sign or 1, defect=defect)))
 
-    figs.append(_fig(stage / "edi_balance.png", edi))
-
-    def w2(plt):
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        w = summary["w2"]
-        ax.plot(compare["t"], compare["w2_particles_vs_pde"], "o-", label="particles vs PDE")
-        ax.axhline(w["particles_vs_pde_initial"], color="C0", ls=":", lw=1,
-                   label="sampling level at t = 0")
-        ax.axhline(w["growth_tolerance"] * w["particles_vs_pde_initial"], color="C0",
-                   ls="--", lw=0.8, label=f"tolerance ({w['growth_tolerance']:g}× t = 0)")
-        ax.axhline(w["n_inv_sqrt"], color="grey", ls="-.", lw=1, label="n^(-1/2)")
-        if "w2_jko_vs_pde" in compare:
-            ref = ("surrogate PDE" if w.get("jko_reference") == "pde_surrogate" else "PDE")
-            ax.plot(compare["t_jko"], compare["w2_jko_vs_pde"], "s--", color="C1",
-                    label=f"JKO vs {ref}")
-        ax.set(xlabel="t", ylabel="W₂ (rad)", title="Wasserstein distances", ylim=(0, None))
-        ax.legend(fontsize=7)
-        return fig
-
-    figs.append(_fig(stage / "w2.png", w2))
+    figs.append(_fig(stage / "w2.png", lambda plt: w2_figure(plt, compare, summary["w2"])))
     tab = summary.get("jko_refinement")
     if tab is not None and len(tab["rows"]) > 1:
-        def refine(plt):
-            fig, ax = plt.subplots(figsize=(6.4, 3.8))
-            tau = [r["tau"] for r in tab["rows"]]
-            ax.loglog(tau, [r["w2_max"] for r in tab["rows"]], "s-",
-                      label=f"max W₂(JKO, PDE) (order {_fmt_order(tab['order_w2'])})")
-            l1 = [r.get("l1_max", float("nan")) for r in tab["rows"]]
-            if all(np.isfinite(l1)):
-                ax.loglog(tau, l1, "^-",
-                          label=f"max L¹(JKO, PDE) (order {_fmt_order(tab.get('order_l1'))})")
-            ax.loglog(tau, [r["edi_abs_relative"] for r in tab["rows"]], "o-",
-                      label=f"JKO Σ|EDI_k| relative (order {_fmt_order(tab['order_edi'])})")
-            ax.loglog(tau, [tau_ / tau[0] * tab["rows"][0]["w2_max"] for tau_ in tau], "k:",
-                      lw=0.8, label="slope 1")
-            ax.axhline(summary["checks"]["jko"]["edi"]["tolerance"], color="C1", ls="--",
-                       lw=0.8, label="JKO Σ|EDI_k| tolerance")
-            ax.set(xlabel="τ (h ∝ τ)", title="JKO under joint refinement")
-            ax.legend(fontsize=8)
-            return fig
-
-        figs.append(_fig(stage / "jko_refinement.png", refine))
+        tol = summary["checks"]["jko"]["edi"]["tolerance"]
+        figs.append(_fig(stage / "jko_refinement.png",
+                         lambda plt: refinement_figure(plt, tab, tolerance=tol)))
     _write_md(stage, summary, snaps)
     return figs
+
+
+def edi_figure(plt, st: dict, *, sign: int, defect: bool):
+    """The PDE's energy–dissipation balance: its terms above, ``|residual|`` below (log).
+
+    ``st``: the PDE's per-step records (``t``, ``E``, ``speed2``, ``slope2``, ``dEdt_w``).
+    """
+    ts = np.asarray(st["t"])
+    # two panels: the balance's terms are O(E), the residual is orders of magnitude
+    # smaller (invisible on their scale): |residual| on its own log axis below
+    fig, ax = plt.subplots(2, 1, figsize=(6.4, 5.4), sharex=True,
+                           gridspec_kw={"height_ratios": [3, 2]})
+    E = np.asarray(st["E"])
+    diss = _cumtrapz(ts, 0.5 * (np.asarray(st["speed2"]) + np.asarray(st["slope2"])))
+    work = _cumtrapz(ts, np.asarray(st["dEdt_w"]))
+    ax[0].plot(ts, E - E[0], lw=3, alpha=0.5, label="E(t) − E(0)")
+    ax[0].plot(ts, work, label="∫ ∂_tE")
+    ax[0].plot(ts, sign * diss, "--", label="±∫ (½|μ'|² + ½|∂E|²)")
+    res = np.abs(E - E[0] - work - sign * diss)
+    what = "|EDI defect| (model, absolute)" if defect else "|EDI residual| (absolute)"
+    ax[0].set(title="EDI balance (PDE): defect of the transformer flow"
+              if defect else "EDI balance (PDE)")
+    ax[0].legend(fontsize=8)
+    pos = res > 0
+    if pos.any():
+        ax[1].semilogy(ts[pos], res[pos], "k", lw=0.9, label=what)
+    scale = np.abs(diss)
+    if (scale > 0).any():
+        ax[1].semilogy(ts[scale > 0], scale[scale > 0], color="C2", ls=":", lw=0.9,
+                       label="∫ (½|μ'|² + ½|∂E|²) (its scale)")
+    ax[1].set(xlabel="t", ylabel="absolute")
+    ax[1].legend(fontsize=8)
+    return fig
+
+
+def w2_figure(plt, compare: dict, w: dict):
+    """W₂ of the particles against the PDE and, in its own panel, of the JKO.
+
+    The particles' panel carries their sampling level, its tolerance and ``n^(-1/2)``;
+    ``w``: ``summary["w2"]``.
+    """
+    # one panel per comparison: the sampling level, its tolerance and n^(-1/2) belong
+    # to the particles, not to the JKO
+    jko_cmp = "w2_jko_vs_pde" in compare
+    fig, axs = plt.subplots(1, 2 if jko_cmp else 1, figsize=(10, 3.8) if jko_cmp
+                            else (6.4, 3.8), squeeze=False)
+    ax = axs[0, 0]
+    ax.plot(compare["t"], compare["w2_particles_vs_pde"], "o-", label="particles vs PDE")
+    ax.axhline(w["particles_vs_pde_initial"], color="C0", ls=":", lw=1,
+               label="sampling level at t = 0")
+    ax.axhline(w["growth_tolerance"] * w["particles_vs_pde_initial"], color="C0",
+               ls="--", lw=0.8, label=f"tolerance ({w['growth_tolerance']:g}× t = 0)")
+    ax.axhline(w["n_inv_sqrt"], color="grey", ls="-.", lw=1, label="n^(-1/2)")
+    ax.set(xlabel="t", ylabel="W₂ (rad)", title="particles against the PDE", ylim=(0, None))
+    ax.legend(fontsize=7, loc="lower right")
+    if jko_cmp:
+        ref = ("surrogate PDE" if w.get("jko_reference") == "pde_surrogate" else "PDE")
+        ax = axs[0, 1]
+        ax.plot(compare["t_jko"], compare["w2_jko_vs_pde"], "s--", color="C1",
+                label=f"JKO vs {ref}")
+        ax.set(xlabel="t", ylabel="W₂ (rad)", title=f"JKO against the {ref}",
+               ylim=(0, None))
+        ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def refinement_figure(plt, tab: dict, *, tolerance: float):
+    """The ``τ/h`` table: errors against the PDE, and the EDI check with its tolerance.
+
+    ``tab``: ``summary["jko_refinement"]``; ``tolerance``: the JKO EDI check's.
+    """
+    # the errors against the PDE (left) and the EDI check with its tolerance
+    # (right): a tolerance applies to one curve only
+    fig, ax = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    tau = [r["tau"] for r in tab["rows"]]
+    ax[0].loglog(tau, [r["w2_max"] for r in tab["rows"]], "s-",
+                 label=f"max W₂(JKO, PDE) (order {_fmt_order(tab['order_w2'])})")
+    l1 = [r.get("l1_max", float("nan")) for r in tab["rows"]]
+    if all(np.isfinite(l1)):
+        ax[0].loglog(tau, l1, "^-", label="max L¹(JKO, PDE) (order "
+                     f"{_fmt_order(tab.get('order_l1'))})")
+    ax[0].loglog(tau, [tau_ / tau[0] * tab["rows"][0]["w2_max"] for tau_ in tau], "k:",
+                 lw=0.8, label="slope 1")
+    ax[0].set(xlabel="τ (h ∝ τ)", title="JKO against the PDE")
+    ax[0].legend(fontsize=8)
+    ax[1].loglog(tau, [r["edi_abs_relative"] for r in tab["rows"]], "o-", color="C2",
+                 label=f"JKO Σ|EDI_k| relative (order {_fmt_order(tab['order_edi'])})")
+    ax[1].axhline(tolerance, color="C2", ls="--", lw=0.8, label="its tolerance")
+    ax[1].set(xlabel="τ (h ∝ τ)", title="JKO energy–dissipation check")
+    ax[1].legend(fontsize=8)
+    return fig
 
 
 def _fmt_order(p: float | None) -> str:
@@ -222,14 +264,17 @@ def _refinement_lines(tab: dict) -> list[str]:
               f"Σ|EDI_k| {_yes_no(tab['shrinks_edi'])} (judged in the verdicts above).", ""]
     ot = tab.get("ot_crosscheck")
     if ot is not None:
-        if ot.get("status") == "failed":
+        if ot.get("status") == Status.FAILED:
             lines += [f"OT cross-check on {ot['cells']} cells: failed ({_cell(ot['message'])}).",
                       ""]
         else:
             fv = tab["rows"][0]
             lines += [f"OT cross-check (the coarsest level once more with `scheme = \"ot\"`, "
                       f"not a row of the fit): {ot['cells']} cells, τ = {ot['tau']:.4g}, "
-                      f"status {ot['status']}, {ot['locked_steps']} locked steps, max W₂ "
+                      f"status {ot['status']}, {ot['locked_steps']} locked steps, "
+                      + (f"up to {ot['empty_cells']} of {ot['cells']} cells empty "
+                         "(the OT density speckles), " if "empty_cells" in ot else "")
+                      + f"max W₂ "
                       f"{_num(ot['w2_max'])}, max L¹ {_num(ot['l1_max'])}, Σ|EDI_k| "
                       f"{_num(ot['edi_abs_relative'])} (FV on the same level: W₂ "
                       f"{_num(fv['w2_max'])}, L¹ {_num(fv.get('l1_max'))}).", ""]
@@ -241,15 +286,25 @@ def _refinement_lines(tab: dict) -> list[str]:
 def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     status = s["status"]
     warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == "WARN"]
+    logged = s.get("warnings") or []
     head = (f" — {s['message']}" if s["message"] else
             f" — with warnings: {'; '.join(warns)} (see the verdicts below)." if warns else
             " — every check below passed.")
+    if logged:
+        head += (f" {len(logged)} warning{'s were' if len(logged) > 1 else ' was'} logged "
+                 "during the run: see \"Warnings logged\" below.")
     lines = ["# wflow run report", "",
              f"**Status: {status.upper()}**" + head, "",
              f"Mesh of {s['mesh']['cells']} cells; {s['n_particles']} particles; "
              f"T = {s['scenario'].get('pde', {}).get('T', '?')}; wflow "
              f"{s['provenance']['wflow']}; wall time {s['wall_time_s']['total']:.1f} s.", ""]
     lines += _flow_statement(s)
+    if logged:
+        lines += ["## Warnings logged", "",
+                  "Every warning a phase logged (also printed on the terminal), with the "
+                  "phase that logged it; a warning is not a failed check, but says where a "
+                  "number needs care.", "", "| phase | warning |", "|---|---|"]
+        lines += [f"| {w['phase']} | {_cell(w['message'])} |" for w in logged] + [""]
     lines += ["## Phase statuses", "", "| phase | status | reason |", "|---|---|---|"]
     for name, st in s["statuses"].items():
         lines.append(f"| {name} | {st['status']} | {_cell(st['message'] or '—')} |")
@@ -258,7 +313,7 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
               "`locked` (JKO: no step moved the measure), `not_converged` (JKO: an inner "
               "solve missed its gap tolerance), `failed` (non-finite; nothing written). "
               "Tolerances: chain-rule residual 0.1^q for a scheme of balance order q "
-              "(README, section \"Statuses and tolerances\").", ""]
+              "(docs/guide/main_job.md, section \"Statuses and tolerances\").", ""]
     lines += ["## Key numbers: meaning, tolerance, verdict", "",
               "| quantity | value | tolerance | verdict |", "|---|---|---|---|"]
     for v in s["verdicts"]:

@@ -64,6 +64,7 @@ from ..attention.schedules import Schedule
 from ..infra.io import prepare_output
 from ..infra.parallel import parallel_map
 from ..particles import ParticleResult, simulate
+from ..status import Status
 from ..studies.base import StudyResult, fit_loglog, write_study
 
 __all__ = [
@@ -115,7 +116,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "hd": ("hd_oscillating", "hd_ou"),
     "all": tuple(EXPERIMENTS),
 }
-#: Published experiments of other papers of the field (issue 25), run by their own
+#: Published experiments of other papers of the field, run by their own
 #: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
 FIELD: dict[str, tuple[str, str]] = {
     "glpr_phase": ("wflow.published.glpr_phase",
@@ -254,7 +255,7 @@ def _one_run(item: tuple[str, int, ReproduceOptions]) -> dict[str, Any]:
     res = _simulate(x0, schedule, opts, n_paths=P, seed=exp.noise_seed + H,
                     save_trajectory=exp.d == 3)
     wall = time.perf_counter() - t0
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"reproduce {name}, H = {H}: {res.message}")
     series = running_balance(res.steps, res.t, res.history["balance_chain"],
                              stochastic=schedule.stochastic)
@@ -402,7 +403,7 @@ def _sentence(exp: Experiment, fit: SlopeFit, tol: float, runs: list[dict[str, A
     s = (f"{exp.name}: G² ~ H^{fit.b:.2f} ± {fit.u:.2f} (published fit a·H^b; log–log "
          f"least squares {fit.loglog:.2f}); published claim b {claim}: {fit.verdict.upper()} "
          f"(tolerance ±{tol:g}, 2u)")
-    bad = [r for r in runs if r.get("status", "success") != "success"]
+    bad = [r for r in runs if r.get("status", Status.SUCCESS) != Status.SUCCESS]
     if bad:
         s += "; runs not judged accurate: " + ", ".join(
             f"H = {r['H']} {r['status']} ({r['message']})" for r in bad)
@@ -479,7 +480,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
         late = [late_mean(r["G2"]) for r in rs]
         fits[nm] = fit_experiment(exp, Hs, late, [r["G2"] for r in rs], opts.tol,
                                   n_boot=opts.n_boot)
-        if any(r.get("status", "success") != "success" for r in rs):
+        if any(r.get("status", Status.SUCCESS) != Status.SUCCESS for r in rs):
             # a run whose accuracy check failed (e.g. "inaccurate") cannot carry a verdict
             fits[nm] = replace(fits[nm], verdict="inconclusive")
         table[nm] = {
@@ -537,7 +538,7 @@ def _run_summary(r: dict[str, Any]) -> dict[str, Any]:
     late = late_mean(r["G2"])
     return {
         "H": r["H"], "paths": r["paths"], "wall_time_s": r["wall_s"],
-        "status": r.get("status", "success"), "message": r.get("message", ""),
+        "status": r.get("status", Status.SUCCESS), "message": r.get("message", ""),
         "G2_late_mean": _stats(late), "G2_late_per_path": late.tolist(),
         "E_0": float(r["E"][0, 0]), "E_T": _stats(r["E"][:, -1]), "G2_T": _stats(r["G2"][:, -1]),
         # decay in time: mean G² over [3T/4, T] against [T/4, T/2] (Monte-Carlo mean)

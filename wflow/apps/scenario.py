@@ -153,6 +153,87 @@ SCHEDULE_SCHEMA: Spec = {
     "delta": (1.0, number(0, strict_lo=True)),
     "function": (None, string),
 }
+#: What each key means, in words (the scenario-key reference of the site is generated from
+#: these and the schemas above; ``tests/test_scenario_key_docs.py`` fails when a key has
+#: no meaning or its meaning only repeats the default).
+ATTENTION_DOCS: dict[str, str] = {
+    "kind": "Attention kernel: normalised softmax, unnormalised self-attention (USA, "
+            "e^{β⟨x, Ay⟩} without the normaliser) or ReLU (the registered attention kinds).",
+    "beta": "Inverse temperature β of the scores (e^{β⟨Q x, K y⟩}); larger β, sharper "
+            "attention and faster clustering.",
+    "d": "Ambient dimension: tokens live on the sphere S^{d-1} ⊂ R^d (the PDE and JKO "
+         "solvers need d = 3).",
+}
+TOKENS_DOCS: dict[str, str] = {
+    "n": "Number of tokens (particles).",
+    "sampler": "How the initial tokens are drawn: uniform on the sphere, a von Mises–Fisher "
+               "mixture, noisy polytope vertices, the published experiments' draws, "
+               "equiangular or orthonormal tokens, or read from a file.",
+    "means": "vmf: the mixture's mean directions, one row of length d per component "
+             "(normalised; required for sampler = \"vmf\").",
+    "kappas": "vmf: concentration κ of each component (one number for all, or one per "
+              "component; default 10).",
+    "weights": "vmf: mixture weights of the components (default: equal).",
+    "polytope": "polytope: the vertex set the tokens cluster around: \"octahedron\" / "
+                "\"cross\" (±e_i), \"simplex\", \"cube\" or \"icosahedron\" (d = 3).",
+    "noise": "polytope and published: standard deviation of the Gaussian perturbation added "
+             "to each vertex before normalising.",
+    "layout": "published: the vertex order of the published draws, \"octahedral\" or "
+              "\"cross\" (default: the one the published experiments use for d).",
+    "gamma": "equiangular: the common inner product γ = ⟨x_i, x_j⟩ of every pair, in "
+             "(−1/(n−1), 1).",
+    "file": "file: a .npy array (n, d) of unit tokens, relative to the scenario's folder.",
+    "seed": "Seed of the token draw (default: the top-level seed).",
+}
+HEADS_DOCS: dict[str, str] = {
+    "type": "How the heads are built: random symmetric score matrices, the published "
+            "experiments' heads, scalar heads λ_h I, explicit matrices, or a .npz file.",
+    "H": "Number of heads (random_symmetric and published).",
+    "scale": "random_symmetric: A_h = scale · (Z + Zᵀ), Z standard normal.",
+    "lambdas": "scalar: the heads' scalars λ_h (A_h = λ_h I), one per head.",
+    "A": "matrices: the score matrices A_h, shape (H, d, d) (required for type = "
+         "\"matrices\").",
+    "V": "matrices: the value matrices V_h, shape (H, d, d) (default: value_sign · A).",
+    "file": "file: a .npz archive with Q, K, V[, w] or A[, V, w], relative to the "
+            "scenario's folder.",
+    "value_sign": "V = value_sign · A where V is not given: +1 (ascent, value-aligned "
+                  "heads) or −1 (descent); for files only archives with A alone.",
+    "w": "Mixing weights of the heads: \"mean\" (w_h = 1/H, the mean-field average), "
+         "\"sum\" (w_h = 1) or a list of H non-negative numbers.",
+    "seed": "Seed of the random heads (default: seed + 1; published: seed + H).",
+    "generator": "published: the random stream of Z, NumPy's (the published law) or "
+                 "torch's CPU stream (the very matrices of the published code on a CPU).",
+}
+SCHEDULE_DOCS: dict[str, str] = {
+    "type": "How the head weights θ(t) evolve with depth: static, Ornstein–Uhlenbeck, "
+            "oscillating, relaxed towards an oscillating target, piecewise-constant "
+            "layers, or a user's callable (the registered schedule types).",
+    "kappa": "ou and relaxed: relaxation rate κ of dθ = −κ(θ − θ_∞) dt (resp. towards "
+             "the target F(t)).",
+    "sigma": "ou and callable: noise amplitude σ₀ of the weights (σ₀ e^{−γt} dW; default "
+             "0, deterministic); give sigma or sigma2, not both.",
+    "sigma2": "ou and callable: the noise variance σ₀² instead of sigma (σ₀ = √sigma2; "
+              "the published OU runs use 2).",
+    "gamma": "ou and callable: decay rate γ of the noise amplitude σ₀ e^{−γt} (γ > 0 "
+             "makes the path integrable).",
+    "symmetric_noise": "ou and callable: symmetrise each noise increment "
+                       "((Z + Zᵀ)/2), so that symmetric heads stay symmetric.",
+    "target": "ou: the limit θ_∞ (\"identity\", the \"initial\" heads, \"zero\" or a "
+              "number c for c·I; default identity); relaxed: the oscillating target, "
+              "\"published\" frames or wflow's \"rotating\" variant.",
+    "amplitude": "oscillating: amplitude a of θ_h(t) = θ_∞,h + a sin(ωt + φ_h).",
+    "omega": "oscillating: angular frequency ω (default 1); relaxed, rotating: frequency "
+             "of the rotating target (default 0.5).",
+    "c": "relaxed, rotating: the identity part c of the target F_h(t) = c I + α P(ω(t + "
+         "s_h)), P the oscillating pattern (default 2).",
+    "alpha": "relaxed, rotating: the amplitude α of the target's oscillating part "
+             "(default 1.5).",
+    "files": "layers: the list of .npz head files, one per layer, relative to the "
+             "scenario's folder.",
+    "delta": "layers: the depth (duration) of each layer; layer ℓ acts on [ℓδ, (ℓ+1)δ).",
+    "function": "callable: \"package.module:function\" computing dθ/dt = f(θ, t) (a "
+                "module beside the scenario is found there first).",
+}
 CORE_SECTIONS = {"attention": ATTENTION_SCHEMA, "tokens": TOKENS_SCHEMA, "heads": HEADS_SCHEMA,
                  "schedule": SCHEDULE_SCHEMA, "particles": PARTICLES_SCHEMA}
 #: Sections owned by other solvers, validated there (registered at import of those modules).

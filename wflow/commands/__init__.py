@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..status import Status
+
 __all__ = ["add_output", "add_yes", "prepare", "finish"]
 
 
@@ -56,7 +58,7 @@ def finish(command: str, status: str, message: str = "") -> int:
     Every other status (``failed``, ``inaccurate``, ``locked``, ``not_converged``,
     ``max_steps``, ...) is a run whose numbers must not be taken at face value.
     """
-    if status == "success":
+    if status == Status.SUCCESS:
         return 0
     print(f"wflow {command}: run {status}" + (f": {message}" if message else ""),
           file=sys.stderr)

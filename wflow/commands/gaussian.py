@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..status import Status
 from . import add_output, finish, prepare
 from ._help import Formatter, scenario_tables, written_keys
 
@@ -146,7 +147,7 @@ def handler(args: argparse.Namespace) -> int:
     if run.classification is not None:
         line += f"; classification: {run.classification.summary_line()}"
     print(f"{line}; wrote {args.out}")
-    return 0 if tr.status != "failed" else 1
+    return 0 if tr.status != Status.FAILED else 1
 
 
 def _pretrained(args: argparse.Namespace) -> int:

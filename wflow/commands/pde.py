@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from ..status import Status
 from . import add_output, add_yes, finish, prepare
 from ._help import Formatter, describe
 
@@ -75,4 +76,4 @@ def _main(args: argparse.Namespace) -> int:
               f"E(T) = {fin.get('E', math.nan):.6g}, mass error "
               f"{res.stats['mass_error_max']:.1e}, {edi_s}; wrote {args.out}")
         return finish("pde", res.status, res.message)
-    return 0 if res.status == "success" else 1
+    return 0 if res.status == Status.SUCCESS else 1

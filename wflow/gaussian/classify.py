@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from ..status import Status
 from .asymptotics import fit_tail_rate
 from .moments import psd_factor
 from .params import GaussianParams
@@ -106,7 +107,7 @@ def _with_fit(cl: Classification, params: GaussianParams, Sigma0: np.ndarray, ho
     if cl.label == "blows_up":
         details["blowup_time_integrated"] = tr.blowup_time
         return replace(cl, details=details)
-    if tr.status == "blowup":
+    if tr.status == Status.BLOWUP:
         details["check"] = f"the check integration blew up at t = {tr.blowup_time}"
         logger.warning("classify: exact verdict %s but the integration blew up (%s)", cl.label,
                        tr.message)
@@ -167,13 +168,13 @@ def _probe_one(params: GaussianParams, S0: np.ndarray, horizon: float, solver: s
     """Probe verdict for the trajectory from ``S0`` (module docstring, steps 1–3)."""
     tr = integrate_tail(params, S0, horizon, solver=solver)
     scope = "Sigma0"
-    if tr.status == "blowup":
+    if tr.status == Status.BLOWUP:
         return Classification("blows_up", "probe",
                               f"the integration blew up (Riccati signature): {tr.message}",
                               blowup_time=tr.blowup_time, scope=scope,
                               details={"horizon": horizon})
     t, S = tr.t, tr.Sigma
-    if tr.status == "completed":
+    if tr.status == Status.COMPLETED:
         cert = _certify(params, t, S, eqs)
         if cert is not None:
             Sstar, rate, tc, info = cert
@@ -189,7 +190,7 @@ def _probe_one(params: GaussianParams, S0: np.ndarray, horizon: float, solver: s
     nS = np.linalg.norm(S, axis=(1, 2))
     fitS = fit_tail_rate(t, nS, floor=floor)
     details: dict[str, Any] = {"horizon": horizon, "fit_norm": fitS.to_dict()}
-    if tr.status == "failed" and not (fitS.kind in ("exponential", "algebraic")
+    if tr.status == Status.FAILED and not (fitS.kind in ("exponential", "algebraic")
                                       and fitS.rate is not None and fitS.rate < 0):
         return Classification("undetermined", "probe",
                               f"the integration failed at t = {t[-1]:.6g} ({tr.message}); a "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..status import Status
 from .bures import bures_wasserstein_distance
 from .classify import LABELS, PhaseDiagram
 from .reach import ReachResult
@@ -45,7 +46,7 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
         ax[0].plot(traj.t, traj.m[:, i], label=f"m_{i}")
     ax[0].set_xlabel("t (depth)")
     ax[0].set_title("mean")
-    if traj.status == "blowup":  # the mean follows the blow-up: keep the early part visible
+    if traj.status == Status.BLOWUP:  # the mean follows the blow-up: keep the early part visible
         ax[0].set_yscale("symlog", linthresh=max(1.0, float(np.abs(traj.m[0]).max())))
         ax[0].set_title("mean (symlog)")
     ax[0].legend(fontsize=8)
@@ -67,7 +68,7 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
     ax[1].legend(fontsize=8)
     if d >= 2:
         idx = np.unique(np.linspace(0, traj.t.size - 1, 7).round().astype(int))
-        if traj.status == "blowup":  # the last point is at tr Σ ~ 1e8: skip it for the view
+        if traj.status == Status.BLOWUP:  # the last point is at tr Σ ~ 1e8: skip it for the view
             idx = idx[idx < traj.t.size - 1] if idx.size > 1 else idx
             lim_i = idx[-1]
         else:
@@ -85,7 +86,9 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
             ax[2].plot(e[:, 0], e[:, 1], color="gray", ls=":", lw=2, label="equilibrium")
         ax[2].set_aspect("equal", adjustable="datalim")
         ax[2].set_title("1-σ ellipses (coordinates 0, 1)")
-        ax[2].legend(fontsize=7)
+        # beside the axes: inside, the legend covers the ellipses it names
+        ax[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                     borderaxespad=0.0)
     else:
         inv = 1.0 / np.clip(traj.Sigma[:, 0, 0], 1e-300, None)
         ax[2].plot(traj.t, inv)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from ..status import Status
 from .bures import bures_map, bures_wasserstein_distance
 from .moments import psd_factor
 from .params import CallableParams, GaussianParams
@@ -360,7 +361,7 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
     s_err = float(np.linalg.norm(ST - S1) / max(np.linalg.norm(S1), 1.0))
     w2 = bures_wasserstein_distance(mT, ST, m1, S1)
     scale = max(float(np.linalg.norm(m1)), float(np.linalg.norm(S1)), 1.0)
-    ok = traj.status == "completed" and max(m_err / scale, s_err, w2 / scale) <= tol
+    ok = traj.status == Status.COMPLETED and max(m_err / scale, s_err, w2 / scale) <= tol
     status = "reached" if ok else "missed"
     message = "" if ok else (f"target missed (integration {traj.status}, |Δm| = {m_err:.3g}, "
                              f"relative ‖ΔΣ‖ = {s_err:.3g}, W2 = {w2:.3g}, tol = {tol:g})")

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,8 @@ import scipy.integrate
 import scipy.linalg
 import scipy.optimize
 
+from ..results import SolverResult
+from ..status import Status
 from .moments import (
     _IMPLICIT,
     MAX_TRACE,
@@ -78,11 +81,28 @@ _EPS = np.finfo(np.float64).eps
 
 
 @dataclass(frozen=True)
-class GaussianTrajectory:
-    """Solution of the moment ODE.
+class GaussianTrajectory(SolverResult):
+    """Solution of the moment ODE (the fields of :class:`~wflow.results.SolverResult`, and).
 
     Attributes
     ----------
+    status : Status
+        ``COMPLETED`` (``"completed"``: the final time reached), ``BLOWUP``
+        (``"blowup"``: stopped at the covariance blow-up event) or ``FAILED``.
+    message : str
+    options : dict
+        The integration settings (``T``, ``method``, ``rtol``, ``atol``,
+        ``blowup_factor``, ``max_step``).
+    history : dict
+        ``{"m": m, "Sigma": Sigma}`` (the same arrays as the attributes).
+    checks : dict
+        Empty: the moment ODE has no a-posteriori accuracy check (``solve_ivp``'s
+        tolerances control the error).
+    stats : dict
+        ``{"nfev": nfev}``.
+    engine : str
+        ``"scipy"`` (:func:`scipy.integrate.solve_ivp`); ``order`` is ``None``
+        (adaptive, tolerance-controlled).
     t : (n_t,) array
         Output times: the requested ones up to the stop time, plus the stop time itself on
         a blow-up event or a failure.
@@ -91,14 +111,12 @@ class GaussianTrajectory:
         Symmetric PSD, rank ``rank`` at every time.
     rank : int
         ``rank Σ₀`` (invariant).
-    status : {"completed", "blowup", "failed"}
     blowup_time : float or None
         Extrapolated blow-up time ``t*`` (``status == "blowup"``).
     event_time : float or None
         Time at which ``tr Σ`` crossed the threshold.
     threshold : float
         The blow-up threshold on ``tr Σ``.
-    message : str
     nfev : int
         Right-hand-side evaluations.
     """
@@ -107,11 +125,9 @@ class GaussianTrajectory:
     m: np.ndarray
     Sigma: np.ndarray
     rank: int
-    status: str
     blowup_time: float | None
     event_time: float | None
     threshold: float
-    message: str
     nfev: int
 
     @property
@@ -263,10 +279,11 @@ def integrate_moments(
     if t_eval[0] == 0.0:
         ts.append(0.0)
         ys.append(y.copy())
-    status, message = "completed", "reached the final time"
+    status, message = Status.COMPLETED, "reached the final time"
     event_time: float | None = None
     blowup_time: float | None = None
     seg, a = 0, 0.0
+    t_start = time.perf_counter()
     # trial stages of an implicit method may overflow near a blow-up: let solve_ivp reject
     # them (step-size control) instead of raising; the result is checked for finiteness below
     with np.errstate(all="ignore"):
@@ -286,7 +303,7 @@ def integrate_moments(
                     rtol=rtol, atol=atol, max_step=max_step,
                     **({"jac": make_jac(p_fn)} if method in _IMPLICIT else {}))
             except FloatingPointError as exc:
-                status, message = "failed", f"floating-point error in the parameters: {exc}"
+                status, message = Status.FAILED, f"floating-point error in the parameters: {exc}"
                 break
             sol_t = np.asarray(sol.t, dtype=np.float64).reshape(-1)  # [] if no output point
             sol_y = np.asarray(sol.y, dtype=np.float64).reshape(y.size, sol_t.size)
@@ -307,13 +324,13 @@ def integrate_moments(
                     blowup_time = float(te_ + lam / rate)
                     ts.append(te_)
                     ys.append(ye)
-                    status = "blowup"
+                    status = Status.BLOWUP
                     message = (f"covariance blow-up: tr Σ reached {threshold_now:.3g} at "
                                f"t = {te_:.9g}; extrapolated blow-up time t* = {blowup_time:.9g}")
                     logger.info(message)
                     break
                 if threshold_now * blowup_factor > MAX_TRACE:
-                    status = "failed"
+                    status = Status.FAILED
                     message = (f"tr Σ exceeded {threshold_now:.3g} at t = {te_:.6g} without the "
                                "Riccati blow-up signature (exponential growth beyond range)")
                     ts.append(te_)
@@ -324,7 +341,7 @@ def integrate_moments(
                 a, y = te_, ye
                 continue
             if sol.status != 0:
-                status, message = "failed", f"solve_ivp ({method}) failed: {sol.message}"
+                status, message = Status.FAILED, f"solve_ivp ({method}) failed: {sol.message}"
                 if sol_t.size and not keep[-1]:
                     ts.append(float(sol_t[-1]))
                     ys.append(sol_y[:, -1])
@@ -337,12 +354,17 @@ def integrate_moments(
     L_arr = Y[:, d:].reshape(len(ts), d, r)
     S_arr = np.einsum("tik,tjk->tij", L_arr, L_arr)
     S_arr = 0.5 * (S_arr + np.swapaxes(S_arr, 1, 2))
-    if status == "failed" and not quiet:
+    if status == Status.FAILED and not quiet:
         logger.warning("integrate_moments: %s", message)
     if t_arr.size == 0:
         raise ValueError("integrate_moments: no output time was reached")
     if not (np.all(np.isfinite(m_arr)) and np.all(np.isfinite(S_arr))):
         raise FloatingPointError("integrate_moments: non-finite moments (NaN/Inf)")
+    options = {"T": float(T), "method": method, "rtol": rtol, "atol": atol,
+               "blowup_factor": blowup_factor, "max_step": max_step}
     return GaussianTrajectory(t=t_arr, m=m_arr, Sigma=S_arr, rank=r, status=status,
                               blowup_time=blowup_time, event_time=event_time,
-                              threshold=threshold, message=message, nfev=nfev)
+                              threshold=threshold, message=message, nfev=nfev,
+                              options=options, history={"m": m_arr, "Sigma": S_arr},
+                              stats={"nfev": nfev}, engine="scipy", order=None,
+                              wall_time=time.perf_counter() - t_start)

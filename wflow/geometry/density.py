@@ -171,6 +171,22 @@ DENSITY_SCHEMA: Spec = {
     "function": (None, string),
 }
 
+#: What each ``[density]`` key means, in words (the site's scenario-key reference).
+DENSITY_DOCS: dict[str, str] = {
+    "type": "The initial density on the mesh: uniform, a von Mises–Fisher mixture, a "
+            "spherical cap, cell values from a file, or a user's function.",
+    "means": "vmf: the mixture's mean directions, one row (x, y, z) per component.",
+    "kappas": "vmf: concentration κ of each component (one number or one per component).",
+    "weights": "vmf: mixture weights of the components (default: equal).",
+    "center": "cap: the cap's centre, a direction (x, y, z).",
+    "radius": "cap: the cap's geodesic radius in radians (uniform inside, zero outside).",
+    "file": "file: a .npy array of one density value per cell, in the mesh file's cell "
+            "order, relative to the scenario's folder.",
+    "function": "callable: \"pkg.module:function\" mapping points (M, 3) to densities (a "
+                "module beside the scenario, mydens.py for \"mydens:f\", is found there "
+                "first); normalised to mass 1 on the mesh.",
+}
+
 #: The keys each ``[density] type`` reads (the others' defaults are not carried along).
 _TYPE_KEYS: dict[str, tuple[str, ...]] = {
     "uniform": (), "vmf": ("means", "kappas", "weights"), "cap": ("center", "radius"),

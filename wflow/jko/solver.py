@@ -40,7 +40,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,9 +49,9 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
-from ..infra.io import finish_history
 from ..infra.progress import progress_bar
-from ..status import JKO_EDI_RTOL, relative_check, worst_status
+from ..results import SolverResult, finish_history
+from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
 from .cost import _Geometry
 from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
@@ -371,19 +371,21 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
 
 # =============================================================================== result
 @dataclass(frozen=True)
-class JKOResult:
-    """Result of :func:`solve_jko`.
+class JKOResult(SolverResult):
+    """Result of :func:`solve_jko` (the fields of :class:`~wflow.results.SolverResult`, and).
 
     Attributes
     ----------
-    status : str
-        ``"success"``; ``"not_converged"`` (some inner solve missed its tolerance; the
-        sequence is complete and reported); ``"inaccurate"`` (the summed EDI residual
-        exceeds :data:`wflow.status.JKO_EDI_RTOL` of the dissipation); ``"locked"``
+    status : Status
+        ``SUCCESS``; ``NOT_CONVERGED`` (some inner solve missed its tolerance; the
+        sequence is complete and reported); ``INACCURATE`` (the summed EDI residual
+        exceeds :data:`wflow.status.JKO_EDI_RTOL` of the dissipation); ``LOCKED``
         (every step left the measure unchanged although the slope was not zero); or
-        ``"failed"``. ``message`` gives every reason (also partial locking).
+        ``FAILED``. ``message`` gives every reason (also partial locking).
     message : str
     options : JKOOptions
+    order : int
+        1: the scheme is first order in ``τ``.
     t : (K+1,) array
         ``t_k = kτ``.
     masses : (K+1, M) array
@@ -412,19 +414,13 @@ class JKOResult:
         ``"locked_steps"``: how many steps were locked (history column ``locked``).
     """
 
-    status: str
-    message: str
-    options: JKOOptions
     t: np.ndarray
     masses: np.ndarray
     rho: np.ndarray
-    history: dict[str, np.ndarray]
     balance: dict[str, float]
     centroids: np.ndarray
     areas: np.ndarray
-    stats: dict[str, Any] = field(default_factory=dict)
     sign: int = 0
-    checks: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary (final diagnostics, balance, checks, stats, options)."""
@@ -436,15 +432,31 @@ class JKOResult:
                 "checks": self.checks, "stats": self.stats, "sign": self.sign}
 
 
-def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
-              heads_or_schedule: Any, attn: Attention, *, options: JKOOptions | None = None,
-              mesh: Any = None, step_mobility: Any = None, **kwargs: Any) -> JKOResult:
+def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old: Any,
+              points: np.ndarray | None = None, areas: np.ndarray | None = None,
+              mesh: Any = None, options: JKOOptions | None = None, step_mobility: Any = None,
+              **kwargs: Any) -> JKOResult:
     """Run the JKO scheme on ``[0, T]`` and collect diagnostics (see :class:`JKOResult`).
+
+    The order of every solve function (docs/guide/solvers.md): the initial state, the
+    heads or schedule, the attention; then keywords only (the geometry, ``options=``)::
+
+        solve_jko(mass0, heads, attn, points=centroids, areas=areas, mesh=mesh,
+                  options=JKOOptions(...))
+
+    The former order ``solve_jko(points, areas, mass0, heads, attn)`` (five positional
+    arguments) still runs for one release, with a :class:`DeprecationWarning`.
 
     Parameters
     ----------
-    points, areas, mass0, heads_or_schedule, attn
+    mass0 : (M,) array
+        Initial cell masses ``μ_0`` (normalised to 1), in the order of ``points``.
+    heads_or_schedule, attn
         See :func:`iterate_jko`.
+    points : (M, 3) array
+        Required (keyword). Cell centres (projected to the sphere).
+    areas : (M,) array
+        Required (keyword). Cell areas.
     options : JKOOptions, optional
         Keyword arguments override its fields.
     mesh : Triangulation, SphereMesh or DualGeometry, optional
@@ -453,6 +465,21 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         Negative controls only: the mobility of the step's metric as a function of the
         model's ``b̂`` (:func:`iterate_jko`); the diagnostics keep the model's ``b̂``.
     """
+    if len(_old) == 2 and np.ndim(mass0) == 2:  # the former (points, areas, mass0, heads, attn)
+        if points is not None or areas is not None:
+            raise TypeError("solve_jko: give points and areas once, as keywords "
+                            "(solve_jko(mass0, heads, attn, points=..., areas=...))")
+        warnings.warn("solve_jko(points, areas, mass0, heads, attn) is deprecated: call "
+                      "solve_jko(mass0, heads, attn, points=points, areas=areas)",
+                      DeprecationWarning, stacklevel=2)
+        points, areas, mass0, heads_or_schedule, attn = (mass0, heads_or_schedule, attn,
+                                                         *_old)
+    elif _old:
+        raise TypeError(f"solve_jko: takes 3 positional arguments (mass0, heads, attn), got "
+                        f"{3 + len(_old)}")
+    if points is None or areas is None:
+        raise TypeError("solve_jko: points= and areas= are required (solve_jko(mass0, heads, "
+                        "attn, points=..., areas=...))")
     opts = options or JKOOptions()
     if kwargs:
         opts = replace(opts, **kwargs)
@@ -460,7 +487,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     prev: JKOState | None = None
     sign = 0
     bar = progress_bar(opts.steps, opts.progress, desc="jko")
@@ -552,12 +579,12 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
             put("step_time", 0.0 if info is None else info.time)
             masses.append(st.m.copy())
             if info is not None and not info.converged:
-                status = "not_converged"
+                status = Status.NOT_CONVERGED
                 message = (f"{int(np.sum(np.asarray(rows['converged']) == 0))} inner solve(s) "
                            f"missed jko.gap_rtol = {opts.gap_rtol:g}")
             prev = st
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("jko run failed: %s", exc)
         warnings.warn(f"jko run failed: {exc}", JKOWarning, stacklevel=2)
     finally:
@@ -567,7 +594,7 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     history, tt, status, message = finish_history(rows, status, message)
     n_locked = int(np.sum(history["locked"][1:])) if "locked" in history else 0
     checks: dict[str, Any] = {}
-    if status != "failed" and acc is not None and len(tt) > 1:
+    if status != Status.FAILED and acc is not None and len(tt) > 1:
         status, message, checks = _judge(acc.residuals(), history, n_locked, status, message,
                                          opts)
     x = np.asarray(xs, dtype=np.float64)
@@ -585,8 +612,8 @@ def solve_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
              "locked_steps": n_locked,
              "mass_error_max": float(np.max(np.abs(mm.sum(axis=1) - 1.0))) if mm.size else 0.0}
     bal = acc.residuals() if acc is not None else {}
-    return JKOResult(status, message, opts, tt, mm, mm / a[None, :], history, bal, x, a,
-                     stats, sign, checks)
+    return JKOResult(status, message, opts, tt, mm, mm / a[None, :], bal, x, a, sign,
+                     history=history, stats=stats, checks=checks, wall_time=wall, order=1)
 
 
 def _moving(prev: JKOState | None, tau: float) -> bool:
@@ -637,7 +664,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                         "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh"))
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
-        status = worst_status(status, "locked" if n_locked == steps else "inaccurate")
+        status = worst_status(status, Status.LOCKED if n_locked == steps else Status.INACCURATE)
         reasons.append(what)
     empty = float(np.max(history["empty"])) if "empty" in history else 0.0
     checks["empty_cells_max"] = int(empty)
@@ -647,7 +674,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
         reasons.append(what)
         logger.warning("jko: %s", what)
         if opts.scheme == "fv":  # proven impossible for the FV step
-            status = worst_status(status, "failed")
+            status = worst_status(status, Status.FAILED)
     check = relative_check(
         "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],
         float(np.max(np.abs(history["E"]))), tolerance=JKO_EDI_RTOL,
@@ -657,6 +684,6 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
     checks["edi"] = check.as_dict()
     checks["locked_steps"] = n_locked
     if not check.passed:
-        status = worst_status(status, "inaccurate")
+        status = worst_status(status, Status.INACCURATE)
         reasons.append(check.failure())
     return status, "; ".join(reasons), checks

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..attention.kinds import AttentionKind, get_kind
+from ..status import Status
 from .formulas import (
     _check_n_beta,
 )
@@ -116,8 +117,8 @@ def solve_equiangular(gamma0: float, lambdas: np.ndarray, beta: float, n: int,
                     rtol=rtol, atol=atol)
     if not sol.success:
         warnings.warn(f"solve_equiangular: integrator failed: {sol.message}", stacklevel=2)
-        return EquiangularSolution("failed", t, np.full(t.shape, np.nan), sol.message)
-    return EquiangularSolution("success", sol.t, sol.y[0], "")
+        return EquiangularSolution(Status.FAILED, t, np.full(t.shape, np.nan), sol.message)
+    return EquiangularSolution(Status.SUCCESS, sol.t, sol.y[0], "")
 
 
 def equiangular_entropy(gamma: np.ndarray | float, lam: float, beta: float, n: int) -> np.ndarray:

@@ -61,6 +61,7 @@ from ..kernels import (
     team,
     threads,
 )
+from ..status import Status
 from .integrators import (
     CODE_EULER,
     CODE_RK4,
@@ -469,9 +470,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     except FloatingPointError as exc:
         wall = time.perf_counter() - t_start
         logger.error("particle run failed: %s", exc)
-        return ParticleResult("failed", str(exc), opts, INTEGRATOR_ORDER[opts.integrator],
-                              grid[rec_idx], {}, {}, {}, x0[None], theta0[None], None, None,
-                              wall, sign)
+        return ParticleResult(Status.FAILED, str(exc), opts, grid[rec_idx], {}, {}, x0[None],
+                              theta0[None], sign=sign, order=INTEGRATOR_ORDER[opts.integrator],
+                              wall_time=wall, engine="compiled")
     finally:
         if bar is not None:
             bar.close()
@@ -517,15 +518,15 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     klog.counts["direct"] = evals * P
     x_fin = np.ascontiguousarray(np.swapaxes(X[:, :d, :n], 1, 2))
     res = ParticleResult(
-        status, message, opts, INTEGRATOR_ORDER[opts.integrator], t_rec, history, steps, bal,
-        x_fin, TH.copy(),
+        status, message, opts, t_rec, steps, bal, x_fin, TH.copy(),
         np.array([np.stack(tr) for tr in trajs]) if opts.save_trajectory else None,
         np.array([np.stack(tr) for tr in ttrajs])
         if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary(), "engine": "compiled"}, checks)
-    if status == "inaccurate":
+        sign, {"kernel": klog.summary(), "engine": "compiled"}, history=history, checks=checks,
+        order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall, engine="compiled")
+    if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
-    elif status != "success":
+    elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res
 
@@ -653,9 +654,9 @@ def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, step
                                      float(dt), save_every, out, saved)
     wall = time.perf_counter() - t0
     sign = heads.value_alignment() if heads.is_symmetric() else 0
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     if done < steps + 1:  # keep the finite records only (steps 0 .. done-1)
-        status, message = "failed", f"non-finite energy or slope terms at step {done}"
+        status, message = Status.FAILED, f"non-finite energy or slope terms at step {done}"
         logger.error("euler_path: %s", message)
         out = out[:, :done]
         saved = saved[: (done - 1) // save_every + 1 if save_every and done else 0]

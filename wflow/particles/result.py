@@ -24,7 +24,8 @@ from ..diagnostics import (
     simpson_balance,
 )
 from ..energy import FieldEval, head_energies
-from ..status import Check, balance_order, judge_steps
+from ..results import SolverResult
+from ..status import Check, Status, balance_order, judge_steps
 from .options import INTEGRATOR_ORDER, ParticleOptions
 
 __all__ = ["STEP_KEYS", "ParticleState", "ParticleResult", "add_simpson", "judge_run"]
@@ -48,15 +49,19 @@ class ParticleState(NamedTuple):
 
 
 @dataclass(frozen=True)
-class ParticleResult:
-    """Result of :func:`simulate`.
+class ParticleResult(SolverResult):
+    """Result of :func:`simulate` (the fields of :class:`~wflow.results.SolverResult`, and).
 
     Attributes
     ----------
-    status : str
-        ``"success"``; ``"inaccurate"`` (finite, but the chain-rule residual of some path
-        exceeds its tolerance, see :mod:`wflow.status`); or ``"failed"`` (non-finite
+    status : Status
+        ``SUCCESS``; ``INACCURATE`` (finite, but the chain-rule residual of some path
+        exceeds its tolerance, see :mod:`wflow.status`); or ``FAILED`` (non-finite
         values). ``message`` says why.
+    order : int
+        Order of the integrator in ``dt`` (``INTEGRATOR_ORDER``).
+    engine : str
+        ``"python"`` or ``"compiled"`` (also ``extra["engine"]``).
     t : (K,) array
         Recorded times.
     history : dict of arrays
@@ -73,27 +78,24 @@ class ParticleResult:
         Tokens ``(P, K, n, d)`` / weights ``(P, K, H, rows, d)`` at recorded times (with
         ``save_trajectory=True``): path first, then time. The last tokens of path 0 are
         ``trajectory[0, -1]``; ``trajectory[-1]`` is the whole last *path*.
+    sign : int
+        ``+1`` ascent / ``−1`` descent for value-aligned symmetric heads, else 0.
+    extra : dict
+        The kernel log (``"kernel"``), the engine and why it was chosen.
     checks : dict
         Accuracy checks behind the status (``"chain"``: relative chain-rule residual of
         the worst path, its tolerance, pass/fail and rule; :func:`wflow.status.chain_check`).
     """
 
-    status: str
-    message: str
-    options: ParticleOptions
-    order: int
     t: np.ndarray
-    history: dict[str, np.ndarray]
     steps: dict[str, np.ndarray]
     balance: dict[str, np.ndarray]
     x: np.ndarray
     theta: np.ndarray
     trajectory: np.ndarray | None = None
     theta_trajectory: np.ndarray | None = None
-    wall_time: float = 0.0
     sign: int = 0
     extra: dict = field(default_factory=dict)
-    checks: dict = field(default_factory=dict)
 
     @property
     def n_paths(self) -> int:
@@ -153,16 +155,16 @@ def judge_run(history: dict[str, np.ndarray], steps: dict[str, np.ndarray],
     ``"failed"`` on any non-finite recorded number; otherwise the chain-rule check
     (:func:`_accuracy`) decides between ``"success"`` and ``"inaccurate"``.
     """
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     for name, arr in list(history.items()) + [(k, steps[k]) for k in STEP_KEYS]:
         if not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
+            status, message = Status.FAILED, f"non-finite values in diagnostic {name!r}"
     checks: dict = {}
-    if status == "success":
+    if status == Status.SUCCESS:
         check = _accuracy(grid, steps, balance["chain"], opts, stochastic)
         checks["chain"] = check.as_dict()
         if not check.passed:
-            status, message = "inaccurate", check.failure()
+            status, message = Status.INACCURATE, check.failure()
     return status, message, checks
 
 

@@ -45,6 +45,7 @@ from ..energy import energy_gradient_A
 from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..kernels import KernelLog
+from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
@@ -114,6 +115,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
              options: ParticleOptions | None = None, **kwargs) -> ParticleResult:
     """Run the particle system and record diagnostics and the energy balance.
 
+    The order of every solve function (docs/guide/solvers.md): the initial state, the
+    heads or schedule, the attention; then keywords only (``options=``)::
+
+        simulate(x0, heads, attn, options=ParticleOptions(...))
+
     Parameters
     ----------
     x0 : (n, d) array
@@ -174,7 +180,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     klog = KernelLog()
     bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     try:
         for p in range(P):
             acc: BalanceAccumulator | None = None
@@ -220,17 +226,17 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                 trajs.append(np.asarray(traj))
                 ttrajs.append(np.asarray(ttraj))
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("particle run failed: %s", exc)
     finally:
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
-    if status == "failed":
-        return ParticleResult(status, message, opts, INTEGRATOR_ORDER[opts.integrator],
-                              grid[rec_idx], {}, {}, {}, x0[None],
-                              schedule.initial_theta()[None], None, None, wall, sign,
-                              {"engine": "python", "engine_reason": why})
+    if status == Status.FAILED:
+        return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
+                              schedule.initial_theta()[None], None, None, sign,
+                              {"engine": "python", "engine_reason": why},
+                              order=INTEGRATOR_ORDER[opts.integrator], wall_time=wall)
     history = {k: np.stack(v) for k, v in hist.items()}
     t_rec = grid[rec_idx]
     if "entropy" in history and t_rec.size >= 3:
@@ -240,14 +246,14 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     res = ParticleResult(
-        status, message, opts, INTEGRATOR_ORDER[opts.integrator], grid[rec_idx], history,
-        {"t": grid, **steps}, bal, np.stack(xs), np.stack(thetas),
-        np.stack(trajs) if opts.save_trajectory else None,
+        status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal, np.stack(xs),
+        np.stack(thetas), np.stack(trajs) if opts.save_trajectory else None,
         np.stack(ttrajs) if (opts.save_trajectory and not schedule.static) else None,
-        wall, sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
-        checks)
-    if status == "inaccurate":
+        sign, {"kernel": klog.summary(), "engine": "python", "engine_reason": why},
+        history=history, checks=checks, order=INTEGRATOR_ORDER[opts.integrator],
+        wall_time=wall, engine="python")
+    if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
-    elif status != "success":
+    elif status != Status.SUCCESS:
         logger.error("particle run: %s", message)
     return res

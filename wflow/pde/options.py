@@ -44,7 +44,7 @@ class PDEOptions:
         "mesh": Extra("default", string, _MESH_DOC, "str")}
 
     T: float = field(default=1.0, metadata=opt(
-        "Final time.", check=number(0, strict_lo=True)))
+        "Final time (depth) of the PDE solve.", check=number(0, strict_lo=True)))
     dt: float = field(default=1e-2, metadata=opt(
         "Upper bound of the time step (the step is adaptive, from the CFL bound).",
         check=number(0, strict_lo=True)))
@@ -57,7 +57,7 @@ class PDEOptions:
         "Slope limiter of order 2 (:data:`~wflow.pde.limiters.LIMITERS`), each followed by the "
         "positivity scaling.", check=LIMITERS.checker()))
     venkat_k: float = field(default=5.0, metadata=opt(
-        "Venkatakrishnan's constant ``K`` (``ε² = (K h_K)³ ρ̄²``).",
+        "Venkatakrishnan limiter: its constant ``K`` (``ε² = (K h_K)³ ρ̄²``).",
         check=number(0, strict_lo=True)))
     cfl: float = field(default=0.9, metadata=opt(
         "Safety factor in ``(0, 1]`` times the positivity bound ``min_K m_K / out_K``.",

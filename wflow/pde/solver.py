@@ -41,7 +41,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -60,10 +60,10 @@ from ..energy import (
 )
 from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
-from ..infra.io import finish_history
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..status import Check, balance_order, judge_steps
+from ..results import SolverResult, finish_history
+from ..status import Check, Status, balance_order, judge_steps
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
 from .options import PDEOptions
@@ -366,18 +366,20 @@ class _MaxSteps(RuntimeError):
 
 # =============================================================================== result
 @dataclass(frozen=True)
-class PDEResult:
-    """Result of :func:`solve_pde`.
+class PDEResult(SolverResult):
+    """Result of :func:`solve_pde` (the fields of :class:`~wflow.results.SolverResult`, and).
 
     Attributes
     ----------
-    status : str
-        ``"success"``; ``"inaccurate"`` (finite, mass conserved, positive, but the
+    status : Status
+        ``SUCCESS``; ``INACCURATE`` (finite, mass conserved, positive, but the
         chain-rule residual exceeds its tolerance, see :mod:`wflow.status`);
-        ``"max_steps"``; or ``"failed"`` (non-finite values, collapsed step, broken
+        ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, broken
         conservation or positivity). ``message`` says why.
     message : str
     options : PDEOptions
+    order : int
+        Order in ``dt`` of the time integrator (the space order is ``options.order``).
     t : (S,) array
         Output times reached.
     rho : (S, M) array
@@ -402,20 +404,14 @@ class PDEResult:
         :func:`wflow.status.chain_check`); empty without the running balance.
     """
 
-    status: str
-    message: str
-    options: PDEOptions
     t: np.ndarray
     rho: np.ndarray
     mass: np.ndarray
-    history: dict[str, np.ndarray]
     steps: dict[str, np.ndarray]
     balance: dict[str, float]
     centroids: np.ndarray
     areas: np.ndarray
-    stats: dict[str, Any] = field(default_factory=dict)
     sign: int = 0
-    checks: dict[str, Any] = field(default_factory=dict)
 
     @property
     def masses(self) -> np.ndarray:
@@ -515,22 +511,30 @@ def _record(rows: dict[str, list], run: _Run, st: PDEState, acc: BalanceAccumula
         put("entropy", _entropy(run, heads, st.m))
 
 
-def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
+def solve_pde(rho0: np.ndarray | Any = "uniform",
               heads_or_schedule: Heads | Schedule | None = None, attn: Attention | None = None,
-              *, velocity: VelocityField | None = None, options: PDEOptions | None = None,
-              **kwargs: Any) -> PDEResult:
+              *_old: Any, mesh: SphereMesh | None = None, velocity: VelocityField | None = None,
+              options: PDEOptions | None = None, **kwargs: Any) -> PDEResult:
     """Solve the transformer PDE (or transport by a prescribed velocity) on a sphere mesh.
+
+    The order of every solve function (docs/guide/solvers.md): the initial state, the
+    heads or schedule, the attention; then keywords only (the geometry, ``options=``)::
+
+        solve_pde(rho0, heads, attn, mesh=mesh, options=PDEOptions(...))
+
+    The former order ``solve_pde(mesh, rho0, heads, attn)`` (a :class:`SphereMesh`
+    first) still runs for one release, with a :class:`DeprecationWarning`.
 
     Parameters
     ----------
-    mesh : SphereMesh
-        From :func:`wflow.geometry.mesh.load_mesh`.
     rho0 : (M,) array or density spec
         Initial densities (original cell order) or anything :func:`initial_density`
         accepts; normalised to mass 1.
     heads_or_schedule : Heads or Schedule, optional
         Static heads or a weight schedule (nonlocal velocity).
     attn : Attention, optional
+    mesh : SphereMesh
+        Required (keyword). From :func:`wflow.geometry.mesh.load_mesh`.
     velocity : callable, optional
         Prescribed velocity ``v(x, t)`` instead of the nonlocal one.
     options : PDEOptions, optional
@@ -543,6 +547,22 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         conserved, the densities non-negative and (with ``balance``) the chain-rule
         residual within its tolerance; ``"inaccurate"`` when only the last fails.
     """
+    if isinstance(rho0, SphereMesh):  # the former order solve_pde(mesh, rho0, heads, attn)
+        if mesh is not None or len(_old) > 1:
+            raise TypeError("solve_pde: give the mesh once, as mesh= (solve_pde(rho0, heads, "
+                            "attn, mesh=mesh, options=...))")
+        warnings.warn("solve_pde(mesh, rho0, heads, attn) is deprecated: call "
+                      "solve_pde(rho0, heads, attn, mesh=mesh)", DeprecationWarning,
+                      stacklevel=2)
+        mesh, rho0, heads_or_schedule, attn = (
+            rho0, "uniform" if heads_or_schedule is None else heads_or_schedule, attn,
+            _old[0] if _old else None)
+    elif _old:
+        raise TypeError(f"solve_pde: takes 3 positional arguments (rho0, heads, attn), got "
+                        f"{3 + len(_old)}")
+    if mesh is None:
+        raise TypeError("solve_pde: mesh= is required (solve_pde(rho0, heads, attn, "
+                        "mesh=mesh))")
     opts = options or PDEOptions()
     if kwargs:
         opts = replace(opts, **kwargs)
@@ -560,7 +580,7 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     steps: dict[str, list] = {}
     acc: BalanceAccumulator | None = None
     prev: PDEState | None = None
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     mass0 = float(r0 @ fv.areas_glob)
     max_mass_err = 0.0
     min_rho = math.inf
@@ -598,10 +618,10 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
                 bar.update(st.t - prev.t)
             prev = st
     except _MaxSteps as exc:
-        status, message = "max_steps", str(exc)
+        status, message = Status.MAX_STEPS, str(exc)
         warnings.warn(f"pde: {exc}; raise pde.max_steps or dt", UserWarning, stacklevel=2)
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         logger.error("pde run failed: %s", exc)
         warnings.warn(f"pde run failed: {exc}", UserWarning, stacklevel=2)
     finally:
@@ -610,11 +630,11 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
     wall = time.perf_counter() - t_start
     history, tt, status, message = finish_history(rows, status, message)
     rho = np.asarray(rhos) if rhos else np.empty((0, fv.M))
-    if status == "success" and max_mass_err > 1e-10:
-        status = "failed"
+    if status == Status.SUCCESS and max_mass_err > 1e-10:
+        status = Status.FAILED
         message = f"mass drifted by {max_mass_err:.2e} (relative): conservation broken"
-    if status == "success" and rhos and min_rho < -1e-12 * float(np.max(rhos)):
-        status = "failed"
+    if status == Status.SUCCESS and rhos and min_rho < -1e-12 * float(np.max(rhos)):
+        status = Status.FAILED
         message = f"negative density {min_rho:.3e}: positivity broken"
     nsteps = len(steps.get("t", [1])) - 1
     n_evals = run.vel.n_evals
@@ -639,13 +659,13 @@ def solve_pde(mesh: SphereMesh, rho0: np.ndarray | Any = "uniform",
         check = _accuracy(steps_arr, bal["chain"], opts,
                           schedule is not None and schedule.stochastic)
         checks["chain"] = check.as_dict()
-        if status == "success" and not check.passed:
-            status, message = "inaccurate", check.failure()
+        if status == Status.SUCCESS and not check.passed:
+            status, message = Status.INACCURATE, check.failure()
             logger.warning("pde run inaccurate: %s", message)
-    res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob,
-                    history, steps_arr, bal,
-                    mesh.gather_owned(mesh.centroids), fv.areas_glob, stats, sign, checks)
-    if status == "success":
+    res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob, steps_arr, bal,
+                    mesh.gather_owned(mesh.centroids), fv.areas_glob, sign, history=history,
+                    stats=stats, checks=checks, wall_time=wall, order=_time_order(opts))
+    if status == Status.SUCCESS:
         logger.info("pde: %d steps (%d rejected), %.2f s", nsteps, run.rejected, wall)
     return res
 
@@ -658,8 +678,12 @@ def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
     edge fluxes: the residual carries the spatial error too, so the balance order is
     ``min(time order, spatial order, 2)`` (1 with noisy weights).
     """
-    order_t = TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator").order()
-    q = 1 if stochastic else balance_order(order_t, opts.order)
+    q = 1 if stochastic else balance_order(_time_order(opts), opts.order)
     scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
               + (", Euler–Maruyama weights" if stochastic else ""))
     return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)
+
+
+def _time_order(opts: PDEOptions) -> int:
+    """Order in ``dt`` of the PDE's time integrator."""
+    return int(TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator").order())

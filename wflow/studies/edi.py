@@ -71,6 +71,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import sample_vmf_mixture
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -226,7 +227,7 @@ def _particle_run(item: tuple) -> dict[str, float]:
                    head_rates=False, clusters=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: particle run {case} failed: {res.message}")
     b = res.balance
     # Euler: trapezoid balance (order 1 either way); RK4: Simpson quadrature, so that the
@@ -245,11 +246,11 @@ def _pde_run(item: tuple) -> dict:
     mesh_name, dt, T, flow, order = item
     heads, attn = model()
     mesh = load_mesh(mesh_name)
-    res = solve_pde(mesh, DENSITY, heads, attn, T=T, dt=dt, order=order, flow=flow,
+    res = solve_pde(DENSITY, heads, attn, mesh=mesh, T=T, dt=dt, order=order, flow=flow,
                     n_saves=2, clusters=False, progress=False)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: PDE on {mesh_name} failed: {res.message}")
     return {"edi": float(res.balance["edi"]), "dissipation": float(res.balance["dissipation"]),
             "h": float(np.sqrt(np.mean(res.areas))), "cells": int(res.areas.size)}
@@ -501,7 +502,7 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
         cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)
         rho0 = initial_density(sm, density)
         opts = JKOOptions(T=T, tau=T / n, scheme=scheme, ot=ot, eps_scale=4.0, verify=False)
-        res = solve_jko(cen, areas, rho0 * areas, heads, attn, options=opts,
+        res = solve_jko(rho0 * areas, heads, attn, points=cen, areas=areas, options=opts,
                         mesh=sm if scheme == "fv" else None, step_mobility=step_mobility)
         hist = res.history
         out["tau"].append(T / n)

@@ -40,6 +40,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -105,7 +106,7 @@ _NAN_BY_DEFINITION = ("balance_edi", "balance_g2")
 
 def _check_run(res) -> None:
     """Accept a run whose only non-finite records are the NaN-by-definition EDI residuals."""
-    if res.status == "success":
+    if res.status == Status.SUCCESS:
         return
     bad = [k for k, v in res.history.items()
            if k not in _NAN_BY_DEFINITION and not np.all(np.isfinite(v))]
@@ -182,7 +183,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         sh = sh.with_(V=vscale * sh.V)
     res = simulate(xe, sh, Attention(att, beta), T=Te, dt=dte, entropy=True, head_rates=False,
                    clusters=False, integrator=integrator)
-    if res.status != "success":
+    if res.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     ent = res.history["entropy"][0]
     gamma = solve_equiangular(0.0, lam, beta, ne, res.t).gamma

@@ -11,7 +11,7 @@ the 1-D ODE, the early rate (polynomial fit on ``[0, τ]``) and the late decay r
 ``1 − γ`` (log-linear fit on ``1e-8 <= 1 − γ <= 1e-4``). Each is a criterion with the
 tolerance of :data:`TOL` (derived from the scheme's order and the fit windows).
 
-Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+Negative control ``no-mobility``: the particles run unnormalised attention
 (kind ``usa``: the softmax mobility ``1/Z`` dropped; equiangular tokens stay equiangular,
 spread 8e-16) against the softmax ODE and rates. Quick mode: ``case0_ode_distance`` 0.45
 (correct solver 3.4e-10), ``case0_early_rel`` 0.42 (2.3e-9), ``case0_late_rel`` 2.7
@@ -29,6 +29,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import equiangular_tokens
 from ..multihead import early_rate, equiangular_rhs, solve_equiangular
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 from .helpers import fit_decay_rate, fit_early_rate
 
@@ -80,7 +81,7 @@ def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float
     res = simulate(x0, heads, Attention(kind, beta), T=T, dt=dt, save_trajectory=True,
                    clusters=False, head_rates=False,
                    integrator="euler" if fault == "euler" else "rk4")
-    if res.status != "success":
+    if res.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     t = res.t
     gamma = res.history["mean_inner"][0]

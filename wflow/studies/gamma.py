@@ -29,7 +29,7 @@ seeds 0–19 (``bench/size_power.py``, docs/studies_power.md). ``particle_accura
 run passes the engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an
 inaccurate run FAILs the verdict rather than stopping the study).
 
-Negative control ``no-mobility`` (issue #21): the perturbed flows run unnormalised
+Negative control ``no-mobility``: the perturbed flows run unnormalised
 attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax
 reference, so ``Θ^ε`` does not converge to ``Θ`` in the model. Quick mode, seed 0: 11 of
 the 13 criteria fail, e.g. ``init_W2_converges`` 1.04 (correct solver 0.032) and

@@ -20,7 +20,7 @@ floor: the slopes flatten towards 0 for a large offset, the bias test sees a sma
 (negative controls :data:`FAULTS`). ``particles_finite``: no particle run blows up before
 ``T`` (a run that does has no moments: NaN errors, slopes and biases).
 
-Negative control ``no-mobility`` (issue #21): the particles drop the softmax
+Negative control ``no-mobility``: the particles drop the softmax
 normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
 unnormalised sum carries ``Z(x) = e^{<Bx, m> + |Σ^{1/2}Bᵀx|²/2}``, which grows without
 bound in ``x``. Quick mode, seed 0: 45 of the 248 particle runs blow up before ``T``
@@ -45,6 +45,7 @@ from ..gaussian import (
     psd_factor,
     simulate_particles,
 )
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -179,7 +180,7 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
     params, m0, S0, T = default_problem() if problem is None else problem
     ref = integrate_moments(params, m0, S0, T, n_out=2, method="DOP853", rtol=1e-12,
                             atol=1e-14)
-    if ref.status != "completed":
+    if ref.status != Status.COMPLETED:
         raise ValueError(f"problem: the moment ODE does not reach T = {T} ({ref.message})")
     m_ref, S_ref = ref.final_m, ref.final_Sigma
     L = psd_factor(S0, name="Sigma0")

@@ -29,7 +29,7 @@ estimated from third differences). Criteria:
   (:func:`~wflow.studies.helpers.run_accuracy`; an inaccurate run FAILs the verdict rather
   than stopping the study).
 
-Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+Negative control ``no-mobility``: the particles run unnormalised attention
 (kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax rate formulas.
 Quick mode, seed 0: ``rate_identity`` 21.7 (correct solver 0.51), ``monotone_below_beta_star``
 2.97 (0), ``certificate_lower_bound`` 3.78 (−28); the faster flow also misses the engine's

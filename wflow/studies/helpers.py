@@ -17,6 +17,7 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import Static
 from ..diagnostics import mean_inner_product
 from ..geometry.sphere import check_on_sphere
+from ..status import Status
 from .base import Criterion
 
 __all__ = [
@@ -262,11 +263,11 @@ def run_accuracy(res, study: str) -> float:
     the engine's own check flags (a dropped softmax mobility speeds the flow up past what
     the step resolves) still gets a verdict naming it.
     """
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{study}: particle run failed: {res.message}")
     chk = res.checks.get("chain")
     if chk is None:  # no chain-rule check recorded: accurate only if the engine says so
-        return 0.0 if res.status == "success" else float("inf")
+        return 0.0 if res.status == Status.SUCCESS else float("inf")
     return float(chk["value"]) / float(chk["tolerance"])
 
 

@@ -42,7 +42,7 @@ that fails (docs/studies_power.md). Quick mode (``n = 400``) catches ``+100 %`` 
 therefore *below* what either mode sees; the runs' own estimate ``s*`` (full mode: 15–18 %)
 agrees with the measurement to within the grid's step.
 
-A missing mobility (issue #21): dropping the softmax ``1/Z`` in one solver (kind ``usa`` at
+A missing mobility: dropping the softmax ``1/Z`` in one solver (kind ``usa`` at
 the same ``β``) scales its velocity by ``Z(x)``, which varies over the sphere. Measured at
 seed 0: full mode catches it in either solver, ``pde-no-mobility`` ``R = 2.40`` and
 ``particles-no-mobility`` ``R = 1.91`` at ``n = 4000`` (correct solver 0.94 at seed 0,
@@ -63,6 +63,7 @@ from ..geometry.sphere import sample_cells
 from ..geometry.transport import w2_sphere
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import (
     Criterion,
     StudyResult,
@@ -159,7 +160,7 @@ def _particles(item: tuple) -> dict:
               record_every=8)
     x0, y0 = sample_cells(verts, m0, n, rng(0)), sample_cells(verts, m0, n, rng(1))
     runs = [simulate(z, heads, attn, **kw) for z in (x0, y0)]
-    if any(res.status != "success" for res in runs):
+    if any(res.status != Status.SUCCESS for res in runs):
         raise FloatingPointError(f"{NAME}: particle run failed")
     XT, YT = runs[0].x[0], runs[1].x[0]
     zT, zT2 = sample_cells(verts, mT, n, rng(2)), sample_cells(verts, mT, n, rng(3))
@@ -200,9 +201,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     T_pde = T * (1.0 - size) if fam == "pde-stop-short" else T
     vscale = 1.0 + size if fam == "particles-velocity" else 1.0
     kind = "usa" if fault == "particles-no-mobility" else attn.kind  # of the particles
-    pde = solve_pde(mesh, rho0, p_heads, p_attn, T=T_pde, dt=0.05, order=2, n_saves=2,
+    pde = solve_pde(rho0, p_heads, p_attn, mesh=mesh, T=T_pde, dt=0.05, order=2, n_saves=2,
                     balance=False, clusters=False, progress=False)
-    if pde.status != "success":
+    if pde.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: PDE failed: {pde.message}")
     chat = pde.centroids / np.linalg.norm(pde.centroids, axis=1, keepdims=True)
     verts = mesh.gather_owned(mesh.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)

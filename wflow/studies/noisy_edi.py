@@ -65,7 +65,7 @@ The drift: judged against the stated model, not the engine's own power
 The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
 ∫<∇ψ, v> dμ`` with ``v`` the velocity the engine integrates, and an Itô term built from
 ``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
-velocity: a solver that drops the softmax mobility ``1/Z`` (issue #21: kind ``usa`` in
+velocity: a solver that drops the softmax mobility ``1/Z`` (kind ``usa`` in
 place of ``softmax`` at the same ``β``) or scales the velocity passes every criterion
 above (measured, quick mode, seed 0, kind ``usa``: ``bias_at_dt0`` 1.46 s.e. (softmax
 1.47), ``raw_bias_at_dt0`` 0.74 (0.72); at ``β = 0.5`` 0.96, 0.36 (0.93, 0.35)). Exactly as
@@ -110,6 +110,7 @@ from ..energy import particle_field
 from ..geometry.sphere import sample_uniform
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 
 __all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT",
@@ -275,7 +276,7 @@ def _batch(item: tuple) -> dict:
                    record_every=1, save_trajectory=True)
     # the coarse levels of a refinement sweep are "inaccurate" by design (their residual
     # is what the study fits); only a failed (non-finite) run stops it
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     out = {k: res.balance[k] for k in ("chain", "ito", "martingale", "dE", "work",
                                        "power_int")}

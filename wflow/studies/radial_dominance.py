@@ -19,7 +19,7 @@ roots move by ≈ 10 %.
 
 What a PASS rules out: not a missing mobility
 ---------------------------------------------
-The study cannot see a dropped softmax mobility ``1/Z`` (issue #21), so ``no-mobility`` is
+The study cannot see a dropped softmax mobility ``1/Z``, so ``no-mobility`` is
 no negative control here. With identical scalar heads ``αI`` on orthonormal tokens (and
 the block heads on spread tokens, which every head sees alike) the normaliser
 ``Z_h(x_i)`` is one number for every token and head, and both sides of the margin,

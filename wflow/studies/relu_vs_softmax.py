@@ -23,7 +23,7 @@ Criteria: the equiangular particle times equal ``∫dγ/F`` to :data:`REL_TOL`; 
 ``dT/d ln d`` exceeds three times softmax's for every ``n`` and grows with ``n``. The
 random starts are reported, not judged.
 
-Negative control ``no-mobility`` (issue #21): the softmax particle runs use unnormalised
+Negative control ``no-mobility``: the softmax particle runs use unnormalised
 attention (kind ``usa``: the mobility ``1/Z`` dropped) against the softmax ODE's clustering
 times. Quick mode: ``equiangular_times`` 0.50 (correct solver 3.4e-5, accept ≤ 1e-3); the
 slope criteria hold (``relu_vs_softmax_d_slope`` 0.78 against 0.72).

@@ -72,7 +72,7 @@ first-step growth. The a-priori Grönwall bound ``max_t ln(W_2(t)/W_2(0))/t <= L
 reported as information, not judged: the measured rate is 50–240× below ``L*``, so it
 cannot fail for any fault of a plausible size (docs/studies_power.md).
 
-Negative control ``no-mobility`` (issue #21): the particle solver runs unnormalised
+Negative control ``no-mobility``: the particle solver runs unnormalised
 attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) while the bounds are those
 of the softmax field. Quick mode, seed 0: ``first_step_growth`` 0.094 (correct solver
 3.1e-4, accept ≤ 3e-3) and ``gronwall_state_upper`` 0.41 (−7.9e-6).
@@ -89,6 +89,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
@@ -306,7 +307,7 @@ def _trajectory(item: tuple) -> dict:
                                         beta * solver.get("beta", 1.0)), T=T,
                    dt=dt, integrator=solver.get("integrator", "rk4"),
                    save_trajectory=True, head_rates=False, clusters=False, record_every=1)
-    if res.status != "success":
+    if res.status != Status.SUCCESS:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     return {"t": res.t, "X": res.trajectory[0]}
 

@@ -15,7 +15,7 @@ particle rates equal to ``Σ_h φ(λ_h)`` to :data:`REL_TOL`; and ``particle_acc
 run passes the engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an
 inaccurate run FAILs the verdict rather than stopping the study).
 
-Negative control ``no-mobility`` (issue #21): the particles run unnormalised attention
+Negative control ``no-mobility``: the particles run unnormalised attention
 (kind ``usa``: the softmax mobility ``1/Z`` dropped) against ``Σ_h φ(λ_h)`` of softmax.
 Quick mode: every criterion fails, e.g. ``convex_H2_eps0.4_rates_match`` 709 (correct
 solver 1.0e-9) and ``convex_H2_eps0.4_gain_sign`` −0.31 (1.00); ``particle_accuracy`` ≈ 98.

@@ -27,6 +27,7 @@ from ...gaussian.riccati import blowup_time_closed_form, scalar_value
 from ...gaussian.solver import GaussianTrajectory, integrate_moments
 from ...gaussian.verdict import json_safe
 from ...infra.io import write_csv, write_json
+from ...status import Status
 
 __all__ = [
     "GaussianRun",
@@ -123,7 +124,7 @@ def particle_check(schedule: Any, m0: np.ndarray, Sigma0: np.ndarray, T: float, 
     """
     if traj is None:
         traj = integrate_moments(schedule, m0, Sigma0, T, n_out=2)
-    if traj.status != "completed":
+    if traj.status != Status.COMPLETED:
         return {"status": "skipped", "reason": f"the moment ODE did not reach T ({traj.status})"}
     rng = np.random.default_rng(seed)
     L = psd_factor(Sigma0, name="Sigma0")

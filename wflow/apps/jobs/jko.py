@@ -19,6 +19,7 @@ import numpy as np
 from ...attention.heads import Attention
 from ...jko.options import auto_steps_bound, check_applicable, jko_options_from_dict
 from ...jko.solver import JKOResult, auto_step, solve_jko
+from ...status import Status
 
 __all__ = [
     "run_jko_scenario",
@@ -75,7 +76,7 @@ def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
     if opts.ot == "sinkhorn" and extras["eps_auto"]:
         opts = replace(opts, eps=auto.eps)
     info["eps"] = opts.epsilon
-    res = solve_jko(cen, areas, mass0, schedule, attn, options=opts, mesh=mesh)
+    res = solve_jko(mass0, schedule, attn, points=cen, areas=areas, options=opts, mesh=mesh)
     return replace(res, stats={**res.stats, "tau_rule": info})
 
 
@@ -157,7 +158,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     areas = sm.gather_owned(sm.areas)
     res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau, mesh=sm)
     opts = res.options
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"jko run failed: {res.message}")
     cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
     w2_pde = None
@@ -165,10 +166,10 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         from ...geometry.transport import w2_sphere
         from ...pde import PDEOptions, solve_pde
 
-        pres = solve_pde(sm, rho0, schedule, attn, options=PDEOptions(
+        pres = solve_pde(rho0, schedule, attn, mesh=sm, options=PDEOptions(
             T=opts.T, dt=min(opts.tau, 0.01), order=2, flow="surrogate",
             n_saves=opts.steps + 1, balance=False, clusters=False, progress=False))
-        if pres.status != "success":
+        if pres.status != Status.SUCCESS:
             raise FloatingPointError(f"jko compare_pde: the PDE failed: {pres.message}")
         w2_pde = np.array([w2_sphere(res.centroids, res.centroids, res.masses[k],
                                      pres.masses[k], max_points=max(6000, res.areas.size))

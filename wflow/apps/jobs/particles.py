@@ -26,6 +26,7 @@ from ...infra.io import (
 )
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
+from ...status import Status
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
@@ -76,7 +77,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         save_trajectory=opts.save_trajectory), confirm=confirm)
     dt = dt_record(opts.T, opts.dt)
     res = simulate(x0, schedule, attn, options=opts)
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"particle run failed: {res.message}")
     summary = {
         "status": res.status,

@@ -20,6 +20,7 @@ from ...geometry.density import density_spec_from_scenario
 from ...geometry.mesh import SphereMesh
 from ...pde.options import pde_options_from_dict
 from ...pde.solver import PDEResult, solve_pde
+from ...status import Status
 
 __all__ = [
     "run_pde",
@@ -31,14 +32,21 @@ logger = logging.getLogger(__name__)
 
 
 def render_snapshots(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, out_dir: str | Path, *,
-                     size: tuple[int, int] = (1100, 560), prefix: str = "rho",
+                     size: tuple[int, int] = (1160, 560), prefix: str = "rho",
                      shared_range: bool = False) -> list[Path]:
     """PNG snapshots of ``rho[k]`` on the sphere: two opposite views (pyvista off-screen).
 
-    The colour range is ``[0, max ρ_k]`` per snapshot (``shared_range``: over all
-    snapshots). Collective under MPI (gathers the cell vertices); rank 0 writes.
+    Both views share one logarithmic colour scale, ``[lo, max ρ_k]`` per snapshot
+    (``shared_range``: over all snapshots; :func:`wflow.apps.animate.log_colour_range`:
+    ``lo`` the smallest positive density, at most 6 decades below the maximum; smaller
+    values get the lowest colour). A clustered density spans decades: on a linear scale
+    every cell away from the cluster, the whole opposite side included, had one colour.
+    The colour bar stands beside the second view, clear of the sphere. Collective under
+    MPI (gathers the cell vertices); rank 0 writes.
     """
     import os
+
+    from ..animate import log_colour_range
 
     verts = mesh.gather_owned(mesh.cell_vertices)  # (M, 3, 3), original order
     if mesh.comm.rank != 0:
@@ -58,16 +66,21 @@ def render_snapshots(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, out_dir: 
     up = np.array([0.0, 0.0, 1.0]) if abs(u[2]) < 0.9 else np.array([1.0, 0.0, 0.0])
     files = []
     for k in range(rho.shape[0]):
+        lo, hi = log_colour_range(rho if shared_range else rho[k])
         poly = pv.PolyData(verts.reshape(-1, 3), faces)
-        poly.cell_data["density"] = rho[k]
-        vmax = float(np.max(rho)) if shared_range else float(np.max(rho[k]))
+        poly.cell_data["density"] = np.clip(rho[k], lo, None)
         pl = pv.Plotter(off_screen=True, window_size=list(size), shape=(1, 2))
-        for j, (eye, label) in enumerate(((4.8 * u, "densest cell at T"),
-                                          (-4.8 * u, "opposite side"))):
+        # the camera at 7 radii: the sphere fills the middle of each view, the colour bar
+        # (x ≥ 0.84 of the second view) and its labels stay clear of it
+        for j, (eye, label) in enumerate(((7.0 * u, "densest cell at T"),
+                                          (-7.0 * u, "opposite side"))):
             pl.subplot(0, j)
-            pl.add_mesh(poly, scalars="density", cmap="viridis", clim=[0.0, vmax],
+            pl.add_mesh(poly, scalars="density", cmap="viridis", clim=[lo, hi], log_scale=True,
                         show_scalar_bar=(j == 1), lighting=False,
-                        scalar_bar_args={"title": "density", "vertical": True})
+                        scalar_bar_args={"title": "density (log)", "vertical": True,
+                                         "position_x": 0.84, "position_y": 0.12,
+                                         "width": 0.05, "height": 0.72, "fmt": "%.2g",
+                                         "n_labels": 4})
             pl.add_axes()
             pl.add_text(f"t = {t[k]:.4g} ({label})", font_size=11)
             pl.camera_position = [tuple(eye), (0, 0, 0), tuple(up)]
@@ -211,8 +224,8 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     schedule = scenario.build_schedule()
     sm = load_mesh(mesh_spec, comm=comm)
     _check_cost(sm, schedule, opts, comm, confirm=confirm)
-    res = solve_pde(sm, density, schedule, attn, options=opts)
-    if res.status == "failed":
+    res = solve_pde(density, schedule, attn, mesh=sm, options=opts)
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"pde run failed: {res.message}")
     summary = {
         "status": res.status, "solver": "pde", "scenario": scenario.raw,

@@ -191,20 +191,33 @@ class _Checkpoint:
 
 
 def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict,
-           restored: list[str], *, resume: bool) -> Any:
-    """Run phase ``name`` (and checkpoint it), or with ``resume`` restore its checkpoint."""
+           restored: list[str], *, resume: bool, warned: list[dict] | None = None) -> Any:
+    """Run phase ``name`` (and checkpoint it), or with ``resume`` restore its checkpoint.
+
+    ``warned``: the warnings the phase logs are appended there, tagged with ``name``
+    (:func:`wflow.infra.logs.collect_warnings`), and checkpointed with the phase, so a
+    resumed run lists them too.
+    """
+    from ...infra.logs import collect_warnings
+
     if resume and ck.has(name):
         print(f"run: phase {name} restored from the checkpoint", flush=True)
         obj = ck.load(name)
         timings[name] = obj.get("_wall", 0.0) if isinstance(obj, dict) else 0.0
         restored.append(name)
+        if warned is not None and isinstance(obj, dict):
+            warned.extend(obj.get("_warnings", []))
         return obj
     print(f"run: phase {name} ...", flush=True)
     t0 = time.perf_counter()
-    obj = fn()
+    with collect_warnings(name) as found:
+        obj = fn()
     wall = time.perf_counter() - t0
+    if warned is not None:
+        warned.extend(found)
     if isinstance(obj, dict):
         obj["_wall"] = wall
+        obj["_warnings"] = found
     timings[name] = wall
     ck.save(name, obj)
     print(f"run: phase {name} done in {wall:.1f} s", flush=True)

@@ -137,10 +137,11 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}
     restored: list[str] = []
+    warned: list[dict] = []  # every phase's logged warnings, with the phase
     t_total = time.perf_counter()
 
     def phase(name: str, fn: Callable[[], Any]) -> Any:
-        return _phase(ck, name, fn, timings, restored, resume=resume)
+        return _phase(ck, name, fn, timings, restored, resume=resume, warned=warned)
 
     try:
         pde = phase("pde", lambda: {"res": phases._run_pde(mesh, rho0, schedule, attn,
@@ -172,6 +173,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     restored_wall = float(sum(timings[p] for p in restored))
     summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
                        session + restored_wall, jref=jref, table=table)
+    summary["warnings"] = warned
     summary["resumed"] = {"resumed": bool(restored), "restored_phases": restored,
                           "restored_wall_s": restored_wall, "this_session_wall_s": session,
                           "note": "wall_time_s.total counts the restored phases' recorded "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...status import Status
 from ..scenario import Scenario
 from .options import RunOptions
 
@@ -58,10 +59,10 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
 def _run_pde(mesh, rho0, schedule, attn, popts):
     from ...pde import solve_pde
 
-    res = solve_pde(mesh, rho0, schedule, attn, options=popts)
+    res = solve_pde(rho0, schedule, attn, mesh=mesh, options=popts)
     # an inaccurate PDE is reported (status and reason in the summary); a failed one, or
     # one that stopped before T, leaves nothing to compare with
-    if res.status in ("failed", "max_steps"):
+    if res.status in (Status.FAILED, Status.MAX_STEPS):
         raise FloatingPointError(f"pde phase {res.status}: {res.message}")
     return res
 
@@ -88,7 +89,7 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
                    integrator=ropts.particle_integrator, flow=popts.flow,
                    record_every=ropts.particle_steps_per_save, save_trajectory=True,
                    head_rates=False, seed=sc.seed, progress=progress)
-    if res.status == "failed":
+    if res.status == Status.FAILED:
         raise FloatingPointError(f"particle phase failed: {res.message}")
     return {"res": res, "x0": x0}
 
@@ -99,7 +100,7 @@ def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None
 
     res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
                            tau=tau, scheme=scheme)
-    if res.status == "failed":  # locked / inaccurate / not converged: reported
+    if res.status == Status.FAILED:  # locked / inaccurate / not converged: reported
         raise FloatingPointError(f"jko phase failed: {res.message}")
     return res
 

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from ...status import Status
 from ..scenario import Scenario
 from . import phases
 from .compare import _at_jko_times, _row, _table_row
@@ -117,7 +118,7 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
                                        tau=tau_k, scheme="ot")
                 out["ot_crosscheck"] = _table_row(ores, pres, ropts)
             except FloatingPointError as exc:
-                out["ot_crosscheck"] = {"cells": int(jres.areas.size), "status": "failed",
+                out["ot_crosscheck"] = {"cells": int(jres.areas.size), "status": Status.FAILED,
                                         "message": str(exc)}
         out["ot_crosscheck"]["wall_s"] = time.perf_counter() - t0
     return out

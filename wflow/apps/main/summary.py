@@ -16,6 +16,7 @@ from ...infra.io import (
     write_csv,
     write_json,
 )
+from ...status import Status
 from .refinement import _refinement_block
 from .verdicts import W2_GROWTH_TOL, _verdicts
 
@@ -51,7 +52,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
     statuses = {"pde": {"status": pde.status, "message": pde.message},
                 "particles": {"status": pres.status, "message": pres.message}}
     summary: dict[str, Any] = {
-        "status": "success",
+        "status": Status.SUCCESS,
         "message": "",
         "statuses": statuses,
         "scenario": raw,
@@ -101,10 +102,10 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
     summary["verdicts"] = _verdicts(summary, pde, pres, jko)
     overall = worst_status(*(v["status"] for v in statuses.values()))
     reasons = [f"{k}: {v['status']} ({v['message']})" for k, v in statuses.items()
-               if v["status"] != "success"]
+               if v["status"] != Status.SUCCESS]
     failed = [v["quantity"] for v in summary["verdicts"] if v["verdict"] == "FAIL"]
     if failed:
-        overall = worst_status(overall, "inaccurate")
+        overall = worst_status(overall, Status.INACCURATE)
         reasons.append("failed checks: " + ", ".join(failed))
     summary["status"], summary["message"] = overall, "; ".join(reasons)
     check_finite("summary.edi", summary["edi"])

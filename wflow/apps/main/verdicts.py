@@ -175,7 +175,7 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
                f" (only {len(rows)} levels: a miss is a WARN; judged from "
                f"{MIN_JUDGED_LEVELS} levels)"),
             _table_verdict(ok, len(rows)),
-            f"log–log slope against τ (h ∝ τ; {what}) of the {meaning} The threshold comes "
+            f"log–log slope against τ (h ∝ τ; {what}) of {meaning} The threshold comes "
             "from measured orders of the correct scheme and of sized faults (wflow/apps/"
             "main/verdicts.py, ORDER_MIN_*): a table that does not shrink, or shrinks slower, "
             "is not converging to the PDE (a wrong mobility, β or τ in the JKO step)."
@@ -192,7 +192,10 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
             f"({ot.get('cells')} cells)", ot.get("w2_max"),
             "— (reported, not judged)", "reported",
             f"the coarsest level run once more with the discrete-OT step (status "
-            f"{ot.get('status')}, {ot.get('locked_steps', '?')} locked steps; L¹ "
+            f"{ot.get('status')}, {ot.get('locked_steps', '?')} locked steps"
+            + (f", up to {ot['empty_cells']} of {ot.get('cells')} cells empty (the OT density "
+               "speckles; the logged warning)" if ot.get("empty_cells") else "")
+            + "; L¹ "
             f"{_fmt(ot.get('l1_max'))}, FV on the same level: W₂ {_fmt(rows[0]['w2_max'])}, "
             f"L¹ {_fmt(rows[0]['l1_max'])}). Not a row of the fit: the OT step moves mass in "
             "whole-cell jumps and locks when τ|v|max <~ h/2 (docs/jko.md).")

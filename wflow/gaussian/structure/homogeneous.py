@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ...status import Status
 from ..moments import psd_factor
 from ..params import GaussianParams
 from ..riccati import (
@@ -119,7 +120,7 @@ def _integrated_blowup(params: GaussianParams, Sigma0: np.ndarray, bound: float,
     rtol, atol, _ = probe_tolerances(Sigma0)
     tr = integrate_moments(params, np.zeros(params.d), Sigma0, 1.001 * bound, n_out=2,
                            method=solver, rtol=rtol, atol=atol, quiet=True)
-    return tr.blowup_time if tr.status == "blowup" else None
+    return tr.blowup_time if tr.status == Status.BLOWUP else None
 
 
 def _coupling_exponent(Vp: np.ndarray, Bp: np.ndarray, Qk: np.ndarray, Rk: np.ndarray,
@@ -200,7 +201,7 @@ def homogeneous_rule(params: GaussianParams, Sigma0: np.ndarray | None, *, horiz
                                   "tail can show a faster pre-asymptotic exponent)", SK,
                                   "algebraic", p, scope=scope, details=details)
         tr = integrate_tail(params, Sigma0, horizon, solver=solver)
-        fit = _fit_distance(tr, SK, Sigma0) if tr.status == "completed" else None
+        fit = _fit_distance(tr, SK, Sigma0) if tr.status == Status.COMPLETED else None
         if fit is not None and fit.kind in ("algebraic", "exponential") and fit.rate > 0:
             return Classification(lab, "lyapunov",
                                   f"{base}, B' ⪯ 0 with a {k}-dimensional kernel: bounded "

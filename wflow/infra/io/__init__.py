@@ -49,7 +49,6 @@ from .files import (
     atomic_write_text,
     check_finite,
     current_umask,
-    finish_history,
     history_columns,
     is_disk_full,
     provenance,
@@ -101,7 +100,6 @@ __all__ = [
     "set_command_line",
     "to_jsonable",
     "check_finite",
-    "finish_history",
     "history_columns",
     "provenance",
 ]

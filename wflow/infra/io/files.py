@@ -183,22 +183,6 @@ def check_finite(name: str, value: Any) -> None:
             raise FloatingPointError(f"{name}: non-finite value (NaN/Inf) in the result")
 
 
-def finish_history(rows: Mapping[str, Sequence[Any]], status: str,
-                   message: str) -> tuple[dict[str, np.ndarray], np.ndarray, str, str]:
-    """End of a solver's run loop: recorded rows as arrays, and the final status.
-
-    Returns ``(history, t, status, message)``: ``history`` holds every row but ``"t"`` as
-    an array, ``t`` the recorded times. A non-finite value in any column turns a status
-    other than ``"failed"`` into ``"failed"`` with a message naming the column: a run
-    never reports success (or a softer status) with NaN/Inf in its diagnostics.
-    """
-    history = {k: np.asarray(v) for k, v in rows.items() if k != "t"}
-    t = np.asarray(rows.get("t", []), dtype=np.float64)
-    for name, arr in history.items():
-        if status != "failed" and not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
-    return history, t, status, message
-
 def provenance() -> dict[str, Any]:
     """Versions of wflow and its numerical dependencies, and the machine."""
     import platform

@@ -307,6 +307,15 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.rows[].l1_final", "the same at the last time", "1", "≥ 0", _RUN),
     K("jko_refinement.order_l1", "fitted order of the L¹ distance in h ∝ τ", "1",
       where=_RUN),
+    K("jko_refinement.rows[].empty_cells", "its most cells empty at one JKO time (mass < "
+      "1e-9 of the cell's initial mass; 0 for the FV scheme, the OT scheme's speckle)",
+      "count", "≥ 0", _RUN),
+    K("warnings[].phase", "the main job's phase that logged the warning (pde, particles, "
+      "jko, pde_surrogate, jko_refinement, compare)", "text", where=_RUN),
+    K("warnings[].logger", "the wflow module that logged it", "text", where=_RUN),
+    K("warnings[].level", "its logging level (WARNING or ERROR)", "text", where=_RUN),
+    K("warnings[].message", "the warning as printed on the terminal (each distinct one "
+      "once)", "text", where=_RUN),
     K("jko_refinement.ot_crosscheck.*", "the coarsest row run once more with the static OT "
       "scheme (not a row of the table): the same keys as a row", "as the row", where=_RUN),
     K("jko_refinement.order_w2", "fitted order of W₂(JKO, PDE) in h ∝ τ", "1", where=_RUN),

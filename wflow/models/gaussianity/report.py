@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...infra.io import write_csv, write_json
+from ...status import Status
 from .results import PretrainedGaussianity, StageGaussianity
 from .statistics import STAGES
 
@@ -30,7 +31,7 @@ def write_pretrained_report(result: PretrainedGaussianity, out_dir: str | Path, 
     write_csv(out / "layer_input.csv", _numeric(result.layer_rows(-1)))
     for ell in result.layers:
         write_csv(out / f"layer{ell}.csv", _numeric(result.layer_rows(ell)))
-    if plot and result.status == "success":
+    if plot and result.status == Status.SUCCESS:
         try:
             _plot(result, out / "gaussianity.png")
         except ImportError:

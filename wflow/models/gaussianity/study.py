@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ...infra.io import check_finite
+from ...status import Status
 from ..bert import MODEL_PACKAGE, BertEncoder, load_bert
 from ..moments import (
     Moments,
@@ -176,7 +177,7 @@ def gaussianity_study(encoder: BertEncoder, *, n_samples: int, seed: int,
     stages.append(st)
     layer_pred: dict[int, dict[str, Any]] = {}
     open_mom = mom0
-    status, message = "success", ""
+    status, message = Status.SUCCESS, ""
     try:
         for ell in range(max(sel) + 1):
             tr = encoder.layer_trace(ell, x)
@@ -242,7 +243,7 @@ def gaussianity_study(encoder: BertEncoder, *, n_samples: int, seed: int,
             check_finite(f"stage[{s.layer},{s.stage}]", s.row())
         check_finite("layer_predictions", layer_pred)
     except FloatingPointError as exc:
-        status, message = "failed", str(exc)
+        status, message = Status.FAILED, str(exc)
         warnings.warn(f"pretrained gaussianity study failed: {exc}", RuntimeWarning,
                       stacklevel=2)
         logger.error("gaussianity study failed: %s", exc)

@@ -1,0 +1,314 @@
+"""The measured numbers the documentation quotes, derived from ``bench/results/*.json``.
+
+Every speed, memory or time figure on ``docs/guide/performance.md``, the README and the
+other pages that quote a benchmark is produced here from the results file that recorded
+it: the tables as Markdown, the numbers in the prose as phrases. The pages contain them
+verbatim, and ``tests/test_doc_numbers.py`` fails when a page and its results file
+disagree (a rerun benchmark, an edited page). To update a page after a rerun:
+``.venv/bin/python bench/doc_numbers.py`` prints every table and phrase; paste them.
+
+Formats: times and ratios with 2–3 significant digits as printed below; a number is
+only ever rounded, never edited.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+
+
+def load(name: str) -> dict:
+    """``bench/results/<name>.json``."""
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def g(x: float, n: int = 3) -> str:
+    """``x`` to ``n`` significant digits, without an exponent for 1e-3 ≤ |x| < 1e6."""
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e6:
+        from decimal import Decimal
+
+        s = f"{Decimal(f'{x:.{n}g}'):f}"
+        return s
+    m, e = f"{x:.{n - 1}e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def ms(x: float) -> str:
+    """Seconds as milliseconds below 1 s, else seconds; 3 significant digits."""
+    return f"{g(x)} s" if x >= 1 else f"{g(x * 1e3)} ms"
+
+
+def cells(n: int) -> str:
+    """A count with a thin space between thousands: ``40 500``."""
+    return f"{n:,}".replace(",", " ")
+
+
+def _cand(data: dict, d: int, method_start: str) -> dict:
+    return next(r for r in data["candidates"] if r["d"] == d
+                and r["method"].startswith(method_start))
+
+
+# --------------------------------------------------------------------------- tables
+def kernel_table() -> str:
+    """The kernel's two rows: NumPy reference against the fused numba pass."""
+    w, c = load("bench_kernels"), load("bench_kernels_cpu")
+    lines = ["| n = 10 000, H = 4 | NumPy blocked (reference) | numba fused (`direct`) | "
+             "speed-up, wall (2 threads) | speed-up, CPU (1 thread) |",
+             "|---|---|---|---|---|"]
+    for d in (3, 64):
+        ref, fused = _cand(w, d, "numpy blocked"), _cand(w, d, "numba fused")
+        cfused = _cand(c, d, "numba fused")
+        lines.append(f"| d = {d} | {g(ref['time_s'])} s | {g(fused['time_s'])} s "
+                     f"({g(fused['ns_per_triple'], 2)} ns per triple) | "
+                     f"{g(fused['speedup'], 2)}× | {g(cfused['speedup'], 2)}× |")
+    return "\n".join(lines)
+
+
+def pairs_table() -> str:
+    """Pair interactions per second, ``direct`` against a naive single-einsum NumPy."""
+    w = load("bench_kernels")
+    lines = ["| n | H | d | wflow `direct` pairs/s | naive NumPy pairs/s |",
+             "|---|---|---|---|---|"]
+    for r in w["pairs"]:
+        naive = g(r["naive_pairs_per_s"], 2) if r.get("naive_pairs_per_s") else \
+            "– (needs > 4 GiB)"
+        lines.append(f"| {cells(r['n'])} | {r['H']} | {r['d']} | "
+                     f"{g(r['direct_pairs_per_s'], 2)} | {naive} |")
+    return "\n".join(lines)
+
+
+def published_table() -> str:
+    """Fair run 1 of the published experiments: one thread per peer, process CPU time."""
+    p = load("bench_published_cpu")
+    lines = ["| experiment | faithful NumPy | published engine | wflow | floor (1 core) | "
+             "wflow / floor | × engine | × faithful | 1-min load |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in p["rows"]:
+        name = f"{r['kind']}, n = {r['n']}, H = {r['H']}" + (
+            f", {r['P']} paths" if r["P"] > 1 else "") + (f", d = {r['d']}" if r["d"] != 3
+                                                          else "")
+        floor = ms(r["floor"]) if "floor" in r else "–"
+        over = g(r["wflow_over_floor"], 3) if "wflow_over_floor" in r else "–"
+        lines.append(f"| {name} | {ms(r['faithful'])} | {ms(r['engine'])} | "
+                     f"{ms(r['wflow_rec5'])} | {floor} | {over} | "
+                     f"{g(r['ratio_engine'], 3)}× | {g(r['ratio_faithful'], 3)}× | "
+                     f"{g(r['load_min'], 3)}–{g(r['load_max'], 3)} |")
+    return "\n".join(lines)
+
+
+def jko_ot_table() -> str:
+    """The OT scheme's step (``bench_jko.py``): exact and entropic GCG, warm starts."""
+    j = load("bench_jko")
+    rows = {(r["cells"], r["config"], r["warm"]): r for r in j["rows"]}
+    lines = ["| cells | exact GCG | entropic GCG (ε = τ²) | POT `ot.emd2`, one dense solve |",
+             "|---|---|---|---|"]
+    for m in (720, 2420, 9680):
+        ex, en = rows[(m, "exact gcg", "warm")], rows[(m, "entropic gcg", "warm")]
+        pot = j["pot"][str(m)]
+
+        def cell(r: dict) -> str:
+            return (f"{g(r['per_step'], 2)} s ({g(r['per_iter'], 2)} s), "
+                    f"{_mib(r['peak_mib'])}")
+        lines.append(f"| {cells(m)} | {cell(ex)} | {cell(en)} | "
+                     f"{g(pot['emd2_dense_s'], 2)} s |")
+    return "\n".join(lines)
+
+
+def _mib(x: float) -> str:
+    return f"{g(x / 1024, 2)} GiB" if x >= 1024 else f"{round(x):d} MiB"
+
+
+def jko_fv_table() -> str:
+    """The default finite-volume step (``bench_jko_fv.py``), shared and quiet runs."""
+    fv = load("bench_jko_fv")
+    quiet = {r["cells"]: r for r in load("bench_jko_fv_quiet")["rows"]}
+    lines = ["| cells | scheme | status | CPU s / step | wall s / step (load ≈ 13) | "
+             "wall s / step (quiet) | peak RSS |",
+             "|---|---|---|---|---|---|---|"]
+    for r in fv["rows"]:
+        cpu = g(r["cpu_step"], 2) if r["cpu_step"] == r["cpu_step"] else "–"
+        q = quiet.get(r["cells"]) if r["scheme"] == "fv" else None
+        qs = g(q["per_step_wall_s"], 2) if q else "–"
+        status = r["status"] + (f", {r['empty']} empty cells" if r["empty"] else "")
+        lines.append(f"| {cells(r['cells'])} | {r['scheme'].upper()} | {status} | {cpu} | "
+                     f"{g(r['per_step'], 2)} | {qs} | {_mib(r['peak_rss_mib'])} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "kernel": kernel_table, "pairs": pairs_table, "published": published_table,
+    "jko_ot": jko_ot_table, "jko_fv": jko_fv_table,
+}
+#: Where each table stands.
+TABLE_PAGES = {name: "docs/guide/performance.md" for name in TABLES}
+
+
+# --------------------------------------------------------------------------- phrases
+def _fastsum() -> dict:
+    t = load("bench_kernels")["fastsum"]["target"]
+    mem = {r["backend"]: r for r in load("bench_kernels")["memory"]}
+    return {"n": cells(t["n"]), "auto": g(t["auto_s"], 2),
+            "err": g(t["err_vs_reference"], 2), "ref": g(t["reference_s"], 2),
+            "direct": g(t["direct_s"], 2),
+            "m_auto": g(mem["auto"]["time_s"], 2), "m_auto_gib": g(mem["auto"]["peak_rss_GiB"], 2),
+            "m_direct": g(mem["direct"]["time_s"], 2),
+            "m_direct_gib": g(mem["direct"]["peak_rss_GiB"], 2)}
+
+
+def _jit() -> dict:
+    j = load("bench_kernels")["jit"]
+    cold, warm = j["cold_cache_s"], j["warm_cache_s"]
+    return {"pt_cold": g(cold["particle_terms"], 2), "pt_warm": g(warm["particle_terms"], 1),
+            "fs_cold": g(cold["fastsum"], 2), "fs_warm": g(warm["fastsum"], 1),
+            "d3_cold": g(cold["direct_d3"], 2), "d3_warm": g(warm["direct_d3"], 1)}
+
+
+def _reproduce() -> dict:
+    r = load("bench_reproduce")
+    loads = [x["load"] for x in r["runs"]]
+    return {"wall": g(r["total_wall_s"], 3), "cpu": g(sum(x["cpu_s"] for x in r["runs"]), 3),
+            "lo": g(min(loads), 3), "hi": g(max(loads), 3)}
+
+
+def _main_job() -> dict:
+    m = load("bench_main_job")
+    ok = [x for x in m["runs"] if x["status"] == "success"]
+    loads = [v for x in ok for v in (x["load1_before"], x["load1_after"])]
+    return {"cpu_lo": g(m["cpu_s_min"], 2), "cpu_hi": g(m["cpu_s_max"], 2),
+            "wall_lo": g(m["wall_s_min"], 3), "wall_hi": g(m["wall_s_max"], 3),
+            "load_lo": g(min(loads), 2), "load_hi": g(max(loads), 2)}
+
+
+def _main_job_numbers() -> dict:
+    m = load("bench_main_job")
+    n = next(x["numbers"] for x in m["runs"] if x.get("numbers"))
+    rows, ot = n["rows"], n["ot_crosscheck"]
+    return {"status": n["status"], "edi": f"{n['jko_edi_check']:.3f}",
+            "tol": f"{n['jko_edi_tolerance']:g}",
+            "w2": f"{n['w2_particles_vs_pde']:.3f}",
+            "w20": f"{n['w2_particles_vs_pde_initial']:.3f}",
+            "locked": "no locked step" if not any(r.get("locked_steps") for r in rows)
+            else "locked steps",
+            "pass": "every verdict PASS" if not n.get("not_passed") else
+            "verdicts not passed: " + ", ".join(n["not_passed"]),
+            "w2rows": " / ".join(f"{r['w2_max']:.3f}" for r in rows),
+            "l1rows": " / ".join(f"{r['l1_max']:.2f}" for r in rows),
+            "edirows": " / ".join(f"{r['edi_abs_relative']:.3f}" for r in rows),
+            "ow2": f"{n['orders']['w2']:.2f}", "ol1": f"{n['orders']['l1']:.2f}",
+            "oedi": f"{n['orders']['edi']:.2f}", "otc": ot["cells"],
+            "otw2": f"{ot['w2_max']:.3f}", "otl1": f"{ot['l1_max']:.2f}",
+            "fvw2": f"{rows[0]['w2_max']:.3f}", "fvl1": f"{rows[0]['l1_max']:.2f}"}
+
+
+def _jko_fv_quiet() -> dict:
+    q = {r["cells"]: r for r in load("bench_jko_fv_quiet")["rows"]}
+    return {"s40": g(q[40500]["per_step_wall_s"], 2), "s162": g(q[162000]["per_step_wall_s"], 3)}
+
+
+def _w2_sparse() -> dict:
+    r = next(x for x in load("bench_w2_sparse")["rows"]
+             if x["cells"] == 40500 and x["kind"] == "cells" and x["method"] == "sparse")
+    return {"cpu": g(r["cpu_s"], 2), "mb": f"{round(r['peak_rss_mb']):d}"}
+
+
+def _field() -> dict:
+    f = load("bench_reproduce_field")["rows"]
+    st, gl = f["metastable_staircase"], f["glpr_phase"]
+    ranks = f["glpr_phase_ranks_full"]
+    return {"st_pub": g(st["published_full_run"]["cpu_s"], 3), "st_wf": g(st["wflow_full_s"], 3),
+            "gl_1": g(ranks["ranks_1"]["wall_s"], 3),
+            "gl_pub": cells(round(gl["published_full_s_from_9beta"])),
+            "gl_2": g(ranks["ranks_2"]["wall_s"], 3), "gl_x": g(ranks["speedup_2_ranks"], 3)}
+
+
+#: ``(page, phrase)``: each phrase, filled from its results file, stands on its page.
+PHRASES: list[tuple[str, str, Callable[[], dict]]] = [
+    ("docs/guide/performance.md",
+     "{n} points, 4 heads, tol 1e-10: {auto} s, error {err}, against {ref} s for the NumPy "
+     "reference and {direct} s for the fused direct sum", _fastsum),
+    ("docs/guide/performance.md",
+     "10⁵ particles with H = 8: {m_auto} s per evaluation, {m_auto_gib} GiB peak (direct: "
+     "{m_direct} s, {m_direct_gib} GiB)", _fastsum),
+    ("docs/guide/performance.md",
+     "the particle kernels {pt_cold} s with an empty cache against {pt_warm} s from the "
+     "cache, the fast summation {fs_cold} s against {fs_warm} s, the direct sums (d = 3) "
+     "{d3_cold} s against {d3_warm} s", _jit),
+    ("docs/troubleshooting.md",
+     "the particle kernels {pt_cold} s with an empty cache against {pt_warm} s from the "
+     "cache, the fast summation {fs_cold} s against {fs_warm} s", _jit),
+    ("docs/guide/performance.md",
+     "{wall} s of wall time ({cpu} s of CPU) at a 1-min load of {lo}–{hi}", _reproduce),
+    ("docs/guide/performance.md",
+     "{cpu_lo}–{cpu_hi} s of CPU time ({wall_lo}–{wall_hi} s of wall time at a 1-min load "
+     "of {load_lo}–{load_hi}", _main_job),
+    ("README.md", "{cpu_lo}–{cpu_hi} s of CPU time", _main_job),
+    ("docs/guide/main_job.md",
+     "{cpu_lo}–{cpu_hi} s of CPU time ({wall_lo}–{wall_hi} s of wall time at a 1-min load "
+     "of {load_lo}–{load_hi}", _main_job),
+    ("docs/guide/main_job.md",
+     "status `{status}`; JKO Σ|EDI_k| (relative) {edi} (tolerance {tol}), {locked}; "
+     "`W_2` particles vs PDE {w2} at `T` ({w20} at `t = 0`); the table: `W_2`(JKO, PDE) "
+     "{w2rows} (order {ow2}), L¹ {l1rows} (order {ol1}), JKO Σ|EDI_k| {edirows} (order "
+     "{oedi}), {pass}; OT cross-check on {otc} cells: `W_2` {otw2}, L¹ {otl1} "
+     "(FV: {fvw2}, {fvl1})", _main_job_numbers),
+    ("docs/guide/performance.md",
+     "{s40} s of wall time per step at 40 500 cells and {s162} s at 162 000", _jko_fv_quiet),
+    ("README.md", "one step takes {s40} s at 40 500 cells, {s162} s at 162 000", _jko_fv_quiet),
+    ("README.md", "{cpu} s CPU and {mb} MB at 40 500 cells", _w2_sparse),
+    ("README.md", "({st_pub} s CPU there, {st_wf} s here)", _field),
+    ("README.md", "`glpr_phase` takes {gl_1} s on one thread (the published code {gl_pub} s, "
+     "measured on 9 of its 90 β) and {gl_2} s under `mpirun -n 2`, every output array "
+     "identical ({gl_x}×)", _field),
+]
+
+#: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
+WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
+
+
+def expected() -> list[tuple[str, str, str]]:
+    """Every ``(page, what, text)`` the pages must contain."""
+    out = [(TABLE_PAGES[n], f"table {n}", f()) for n, f in TABLES.items()]
+    out += [(page, f"phrase {i}", phrase.format(**vals()))
+            for i, (page, phrase, vals) in enumerate(PHRASES)]
+    return out
+
+
+def _flat(text: str) -> str:
+    """Whitespace collapsed (a phrase may wrap over lines of the page)."""
+    return " ".join(text.split())
+
+
+def mismatches(root: Path = ROOT) -> list[str]:
+    """What the pages under ``root`` miss or still state (empty: every number agrees)."""
+    bad = []
+    for page, what, text in expected():
+        if _flat(text) not in _flat((root / page).read_text(encoding="utf-8")):
+            bad.append(f"{page}: {what} differs from bench/results:\n{text}")
+    for page in sorted({p for p, _, _ in expected()}):
+        body = (root / page).read_text(encoding="utf-8")
+        bad += [f"{page}: withdrawn number {w!r}" for w in WITHDRAWN if w in body]
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print every table and phrase (``--check``: the pages' mismatches, exit 1 if any)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--check" in argv:
+        bad = mismatches()
+        print("\n\n".join(bad) or "every quoted number agrees with bench/results")
+        return 1 if bad else 0
+    for page, what, text in expected():
+        print(f"--- {page}: {what}\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
