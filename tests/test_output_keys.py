@@ -194,13 +194,13 @@ def test_a_missed_reach_is_not_a_success(tmp_path):
 
 def test_a_broken_contract_is_caught():
     """Negative control: a summary without status, or with a key of another command."""
-    ok = {"status": "success", "message": "", "checks": {}, "seed": 1}
-    assert contract_problems(ok, "jko") == []
-    assert contract_problems({k: v for k, v in ok.items() if k != "status"}, "jko") == \
-        ["no status"]
-    assert contract_problems({**ok, "checks": []}, "jko") == ["checks: not a mapping"]
+    ok = {"status": "success", "message": "", "checks": {}, "n_tokens": 1}
+    assert contract_problems({k: v for k, v in ok.items() if k != "status"}, "particles") \
+        == ["no status"]
+    assert contract_problems({**ok, "checks": []}, "particles") == ["checks: not a mapping"]
+    assert contract_problems(ok, "particles") == []
     assert contract_problems(ok, "gaussian") == [
-        "seed: its entry 'seed' has where = 'wflow particles, pde, jko'"]
+        "n_tokens: its entry 'n_tokens' has where = 'wflow particles'"]
 
 
 def test_an_unknown_key_is_caught():

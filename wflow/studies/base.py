@@ -41,6 +41,7 @@ import numpy as np
 
 from ..infra.io import check_finite, run_directory, write_json
 from ..infra.parallel import comm_rank_size
+from ..status import Status
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
@@ -270,7 +271,8 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 #: no ``NOT REPRODUCED``) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
 #: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
 #: runs completed (a claim not reproduced is a measured outcome, not an error).
-VERDICT_STATUS = {"PASS": "success", "INCONCLUSIVE": "inconclusive", "FAIL": "failed"}
+VERDICT_STATUS = {"PASS": Status.SUCCESS, "INCONCLUSIVE": Status.INCONCLUSIVE,
+                  "FAIL": Status.FAILED}
 
 
 def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:

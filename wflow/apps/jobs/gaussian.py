@@ -76,8 +76,8 @@ class GaussianRun:
         tr = self.trajectory
         out: dict[str, Any] = {
             # the contract of every command (a blow-up is a result: status success)
-            "status": "failed" if tr.status == "failed" else "success",
-            "message": tr.message if tr.status == "failed" else "",
+            "status": Status.FAILED if tr.status == Status.FAILED else Status.SUCCESS,
+            "message": tr.message if tr.status == Status.FAILED else "",
             "checks": {},  # the moment ODE is integrated to its tolerances; no verdict
             "title": scn.title,
             "source": scn.source,
@@ -245,7 +245,7 @@ def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path)
                              f"(s = max(|m₁|, ‖Σ₁‖_F, 1) = {scale:.6g}); reached when all "
                              "three are within the tolerance"}
               for name, (v, what) in rel.items()}
-    summary = {"status": "success" if result.status == "reached" else "inaccurate",
+    summary = {"status": Status.SUCCESS if result.status == "reached" else Status.INACCURATE,
                "message": "" if result.status == "reached" else result.message,
                "checks": checks,
                "title": scn.title, "source": scn.source, "d": scn.d,
