@@ -116,8 +116,24 @@ def _aggregate(per_seed: dict[str, Any], *, once: bool) -> dict[str, Any]:
     walls = [per_seed[str(s)]["wall_s"] for s in seeds]
     return {"seed_independent": once, "runs": len(seeds), "seeds": seeds,
             "failing_seeds": fails, "false_fail_rate": len(fails) / max(len(seeds), 1),
+            "false_fail_upper95": upper95(len(fails), len(seeds)),
             "criteria": per, "wall_s": round(float(sum(walls)), 1),
             "wall_s_per_run": walls, "per_seed": per_seed}
+
+
+def upper95(fails: int, runs: int) -> float | None:
+    """One-sided 95 % Clopper–Pearson upper bound of a false-fail rate (``k`` of ``N``).
+
+    The study as a whole: ``0/100`` bounds the rate by 3.0 %, ``0/20`` only by 13.9 %, so a
+    target of ≤ 1 % is *shown* only from ~300 clean seeds; the table states the bound.
+    """
+    if runs <= 0:
+        return None
+    if fails >= runs:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(0.95, fails + 1, runs - fails))
 
 
 def size(name: str, *, quick: bool, seeds: int, tmp: Path, prev: dict[str, Any] | None = None,
@@ -300,6 +316,15 @@ def _family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None) -> str
     return txt + f" [seed 0; caught at seeds {span} from {rec['reliable']:+g}]"
 
 
+def _span(seeds: list[int]) -> str:
+    """``0–99`` for a contiguous run of seeds, else the list."""
+    if not seeds:
+        return "?"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
 def load(paths: list[Path]) -> dict[str, Any]:
     """The studies of several results files; a later file's studies override an earlier's."""
     data: dict[str, Any] = {}
@@ -334,8 +359,12 @@ def markdown(data: dict[str, Any]) -> str:
             walls = [w for w in sz.get("wall_s_per_run", []) if w is not None]
             wall = (f"; {min(walls):.3g}–{max(walls):.3g} s per run" if walls else
                     f"; {sz['wall_s'] / sz['runs']:.3g} s per run")
+            ub = upper95(len(sz["failing_seeds"]), sz["runs"])
+            seeds_run = _span(sz.get("seeds") or list(range(sz["runs"])))
+            ub_txt = ("" if ub is None or sz["seed_independent"] else
+                      f" (95 % upper bound {100 * ub:.2g} %; seeds {seeds_run})")
             lines.append(f"| | | | **study** | **{len(sz['failing_seeds'])}/{sz['runs']}**"
-                         f"{wall} | |")
+                         f"{ub_txt}{wall} | |")
     for mode in ("quick", "full"):
         rows = [(name, f, v) for name in STUDIES
                 for f, v in data.get(name, {}).get(mode, {}).get("power", {})

@@ -70,12 +70,14 @@ def test_ten_million_tokens_need_confirmation_on_a_terminal(monkeypatch):
     check_estimate(e, confirm=True, available=64 * 2**30)  # --yes runs it
 
 
-def test_batch_mode_warns_and_goes_on(capsys):
+def test_batch_mode_refuses_too_and_yes_runs(capsys):
+    # issue 33: a script (no terminal) asking for years is stopped, not left running
     e = estimate_pde(cells=10**6, T=1.0, dt=0.01)
     assert e.seconds > CONFIRM_SECONDS
-    check_estimate(e, interactive=False, available=64 * 2**30)
-    err = capsys.readouterr().err
-    assert "warning: estimate" in err and "batch mode" in err
+    with pytest.raises(EstimateError, match="batch mode: no terminal, refused all the same"):
+        check_estimate(e, interactive=False, available=64 * 2**30)
+    check_estimate(e, interactive=False, confirm=True, available=64 * 2**30)
+    assert "running (--yes)" in capsys.readouterr().err
 
 
 def test_pde_with_absurd_T_is_bounded_by_max_steps_and_needs_yes():

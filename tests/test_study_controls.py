@@ -35,6 +35,7 @@ CONTROLS = [
     ("noisy-edi", "noise-nonsym", "raw_bias_at_dt0"),
     ("noisy-edi", "no-mobility", "drift_matches_model"),
     ("noisy-edi", "velocity:-0.05", "drift_matches_model"),
+    ("noisy-edi", "engine-ito-sign", "ito_engine_matches_stated"),
     ("mean-field", "frozen-pde", "level_at_largest_n"),
     ("mean-field", "pde-value-sign", "level_at_largest_n"),
     ("mean-field", "pde-velocity:1", "level_at_largest_n"),
@@ -193,3 +194,32 @@ def test_criterion_and_judge():
     many = [Criterion(f"k{i}", float(i), hi=10.0) for i in range(8)]
     assert judge(many)[1].startswith("All 8 criteria hold (k0, k1")
     assert np.isfinite(ok.value)
+
+
+def test_stability_sees_a_softmax_normaliser_off_by_1e3(tmp_path, monkeypatch):
+    """Issue 33: an engine with the softmax normaliser ``Z + 1e-3`` (velocity ≈ 1e-3 off,
+    inside the bounds' tolerances) FAILs ``first_step_matches_model``. The engine is
+    replaced by the stated field's RK4 (:func:`stability.model_step`) with the offset; with
+    no offset the same replacement passes that criterion (the check is the offset's)."""
+    from types import SimpleNamespace
+
+    from wflow.studies import stability as st
+
+    def engine(offset):
+        def simulate(x0, heads, attn, *, T, dt, **kw):
+            t = np.linspace(0.0, T, int(round(T / dt)) + 1)
+            X = [x0]
+            for k in range(t.size - 1):
+                X.append(st.model_step(X[-1], heads, attn, t[k + 1] - t[k], z_offset=offset))
+            return SimpleNamespace(status="success", t=t, trajectory=np.array(X)[None])
+        return simulate
+
+    monkeypatch.setattr(st, "simulate", engine(1e-3))
+    res = load_study("stability").run(out=tmp_path / "z", quick=True, seed=0)
+    crit = {c["name"]: c for c in res.summary["criteria"]}
+    assert not res.passed and not crit["first_step_matches_model"]["ok"], res.verdict
+    assert crit["first_step_matches_model"]["value"] > 1e-6
+    monkeypatch.setattr(st, "simulate", engine(0.0))
+    res0 = load_study("stability").run(out=tmp_path / "z0", quick=True, seed=0)
+    crit0 = {c["name"]: c for c in res0.summary["criteria"]}
+    assert crit0["first_step_matches_model"]["ok"], crit0["first_step_matches_model"]

@@ -31,15 +31,17 @@ def add_output(p: argparse.ArgumentParser, *, required: bool = True,
                    "write, nor files added to it)")
 
 
-def add_yes(p: argparse.ArgumentParser) -> None:
-    """Add ``--yes``: run even if the cost estimate is above an hour."""
-    from ..infra.estimate import CONFIRM_SECONDS
+def add_yes(p: argparse.ArgumentParser, *, mesh: bool = False) -> None:
+    """Add ``--yes``: run even if the cost estimate is above an hour (``mesh``: its size)."""
+    from ..infra.estimate import CONFIRM_SECONDS, MAX_MESH_CELLS
 
+    what = (f"generate a mesh of more than {MAX_MESH_CELLS:.0e} cells (no solver runs on it "
+            "within hours) or one estimated above "
+            if mesh else "run even if the estimated wall time exceeds ")
     p.add_argument("--yes", action="store_true",
-                   help="run even if the estimated wall time exceeds "
-                   f"{CONFIRM_SECONDS / 3600:g} h (without it, such a run is refused on a "
-                   "terminal and warned about in batch mode); a run that cannot fit in memory "
-                   "is refused regardless")
+                   help=f"{what}{CONFIRM_SECONDS / 3600:g} h (without it, such a run is "
+                   "refused, on a terminal and in batch mode alike, exit status 2); a run "
+                   "that cannot fit in memory is refused regardless")
 
 
 def prepare(args: argparse.Namespace) -> Path:

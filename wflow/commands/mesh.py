@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out file")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    from . import add_yes
+
+    add_yes(p, mesh=True)
     p.set_defaults(func=handler)
 
 
@@ -88,6 +91,9 @@ def handler(args: argparse.Namespace) -> int:
     else:
         if args.out is None:
             raise ValueError("--out: required when generating a mesh (--cells)")
+        from ..infra.estimate import check_mesh_estimate
+
+        check_mesh_estimate(cells=args.cells, method=args.method, confirm=args.yes)
         tri = generate_sphere(args.cells, method=args.method)
     tri, rep = validate_sphere(tri.points, tri.cells, radius_tol=tol)
     if args.out is not None and rep.max_radius_error > RADIUS_TOL:

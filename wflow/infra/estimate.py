@@ -6,12 +6,19 @@ before the first step:
 * **memory** above what the machine has (``MemAvailable`` of ``/proc/meminfo``, else
   ``os.sysconf`` physical pages) is refused at once (:class:`EstimateError`, a
   ``ValueError``: exit status 2), with the estimate and what dominates it;
-* **wall time** above :data:`CONFIRM_SECONDS` (one hour) is printed and needs
-  confirmation: ``--yes`` on a terminal (without it: refused, exit status 2, saying how
-  long and how to confirm); in batch mode (stdin not a terminal: schedulers, scripts) a
-  warning is printed and the run goes on;
+* **wall time** above :data:`CONFIRM_SECONDS` (one hour) needs confirmation: ``--yes``
+  (without it: refused, exit status 2, with the estimate and how to confirm) — on a
+  terminal and in batch mode alike (stdin not a terminal: schedulers, scripts; a script
+  that asks for 10⁸ tokens by mistake is stopped, not left running for years);
 * a step adjusted to divide ``T`` is reported by :func:`dt_record` (logged, recorded in
   ``summary.json``).
+
+The estimate comes before anything whose cost grows with the run: the commands call it
+from the scenario's numbers before sampling tokens and before generating or reading a mesh
+(:func:`mesh_cells`: the cell count of ``icosphere:N``, ``gmsh:N``, the default mesh or a
+gmsh file's header, without reading the mesh), so an absurd run is refused in about the
+time the interpreter takes to start; ``wflow mesh --cells N`` is estimated too
+(:func:`estimate_mesh`).
 
 The models are calibrated against measured peak RSS (``/usr/bin/time -v``) and wall time
 of every command on a grid of small sizes (``docs/guide/cli.md``, "Cost estimates";
@@ -40,11 +47,12 @@ __all__ = ["Estimate", "EstimateError", "CONFIRM_SECONDS", "PAIR_SECONDS", "PDE_
            "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_w2", "current_rss",
            "available_memory", "estimate_particles", "estimate_pde", "estimate_jko",
            "estimate_main_job", "check_estimate", "dt_record", "format_seconds",
-           "format_bytes", "current_estimate"]
+           "format_bytes", "current_estimate", "mesh_cells", "estimate_mesh",
+           "check_mesh_estimate", "MESH_CELL_BYTES", "MESH_CELL_SECONDS", "MAX_MESH_CELLS"]
 
 logger = logging.getLogger(__name__)
 
-#: Above this estimated wall time (s) a run asks for ``--yes`` (warns in batch mode).
+#: Above this estimated wall time (s) a run is refused without ``--yes`` (terminal or batch).
 CONFIRM_SECONDS = 3600.0
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
@@ -88,6 +96,24 @@ W2_SPARSE_SECONDS_40500 = 36.6
 #: Seconds per cell and step of the finite-volume JKO step (0.32 s per step at 40 500
 #: cells, ``docs/jko.md``).
 FV_CELL_SECONDS = 8e-6
+
+#: Peak bytes per cell of ``wflow mesh --cells N`` (generation, validation, writing) above
+#: the libraries, and its CPU seconds per cell, fitted on icospheres of 8 000 – 500 000
+#: cells (peak RSS 89 – 356 MiB, CPU 0.87 – 5.76 s; ``tests/test_estimates_absurd.py``
+#: pins them on the recorded measurements).
+MESH_CELL_BYTES = 570.0
+MESH_CELL_SECONDS = 1.0e-5
+#: Resident size and start-up of ``wflow mesh`` (NumPy, meshio; no DOLFINx).
+MESH_BASELINE_BYTES, MESH_STARTUP_SECONDS = 85 * 2**20, 0.8
+#: ``wflow mesh`` refuses more cells than this without ``--yes``: the mesh itself is cheap
+#: (10⁷ cells: ~100 s, 5.3 GiB) but no solver runs on it within hours — one order-2 PDE step
+#: costs ``3 M² PDE_PAIR_SECONDS`` (300 s at 10⁶ cells, and a run to T = 1 needs ~470 CFL
+#: steps: 39 h), the JKO's kernel sums the same.
+MAX_MESH_CELLS = 1_000_000
+
+#: Bytes per cell of a binary gmsh 4.1 surface mesh of triangles (the shipped meshes:
+#: 48.0–48.1), used only where the header cannot be parsed.
+MSH_BYTES_PER_CELL = 48.0
 
 #: Doubles in one score block of the kernel sums (:data:`wflow.kernels.BLOCK_ELEMS`: a block
 #: of targets holds about this many, at least one row of ``n`` sources).
@@ -267,7 +293,9 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
                  startup: bool = True) -> Estimate:
     """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
 
-    ``scheme="fv"`` (the default scheme): memory, the libraries and the finite-volume
+    Every scheme keeps the density of every step: ``8 M (steps + 1)`` bytes (at ``T/τ =
+    10⁷`` steps on 2 420 cells, 194 GB). ``scheme="fv"`` (the default scheme): memory, the
+    libraries and the finite-volume
     graph (~2 kB a cell); time per step ``FV_CELL M`` plus ``inner / 3`` potential
     evaluations of ``M² H`` cell pairs; up to ``verify_max_cells`` cells the POT referee
     (a ``W²`` between consecutive steps, :func:`estimate_w2`: dense up to
@@ -278,6 +306,8 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     """
     M = float(cells)
     parts = _base("jko", what) if startup else {}
+    # the density of every step is kept (history, density.npz): 8 M bytes a step
+    parts["stored densities"] = 8.0 * M * (float(steps) + 1.0)
     if scheme == "ot":
         pairs = min(M * M, float(max_pairs))
         parts["candidate pairs"] = 24.0 * pairs
@@ -393,8 +423,8 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
     confirm : bool
         ``--yes`` was given: run whatever the time estimate.
     interactive : bool, optional
-        Default: stdin and stderr are terminals. Not interactive (batch): a long run is
-        warned about and goes on.
+        Default: stdin and stderr are terminals. Only the message differs: a long run
+        without ``confirm`` is refused on a terminal and in batch mode alike.
     available : float, optional
         Bytes available (default :func:`available_memory`).
 
@@ -402,8 +432,7 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
     ------
     EstimateError
         Memory the run adds to this process (the estimate less the resident size now)
-        above ``available``; or time above :data:`CONFIRM_SECONDS` on a terminal
-        without ``confirm``.
+        above ``available``; or time above :data:`CONFIRM_SECONDS` without ``confirm``.
     """
     avail = available_memory() if available is None else available
     logger.info("estimate of %s: %s", est.what, est.describe())
@@ -418,14 +447,92 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
         msg = (f"{est.what}: {est.describe()} — above {format_seconds(CONFIRM_SECONDS)} "
                "(order-of-magnitude estimate)")
         if confirm:
-            print(f"wflow: estimate {msg}; running (--yes)", file=sys.stderr, flush=True)
-        elif _interactive() if interactive is None else interactive:
-            raise EstimateError(f"{msg}; pass --yes to run it anyway, or reduce the size")
+            if _NOTED.get() != msg:  # once per run (a command's pre-check, then the solver)
+                print(f"wflow: estimate {msg}; running (--yes)", file=sys.stderr, flush=True)
+                _NOTED.set(msg)
         else:
-            print(f"wflow: warning: estimate {msg}; running (batch mode: no terminal)",
-                  file=sys.stderr, flush=True)
+            tty = _interactive() if interactive is None else interactive
+            where = "" if tty else " (batch mode: no terminal, refused all the same)"
+            raise EstimateError(f"{msg}; pass --yes to run it anyway, or reduce the "
+                                f"size{where}")
     _CURRENT.set(est)
     return est
+
+
+#: The ``--yes`` note printed last in this context (printed once per run).
+_NOTED: contextvars.ContextVar[str | None] = contextvars.ContextVar("wflow_estimate_noted",
+                                                                    default=None)
+
+
+def mesh_cells(spec: str, *, path: str | os.PathLike[str] | None = None,
+               default_cells: int = 2420) -> int | None:
+    """Cells of the mesh ``spec`` names, without generating or reading the mesh.
+
+    ``"icosphere:N"``: ``20 k²`` with ``k = max(1, round(√(N/20)))`` (the generator's
+    rule); ``"gmsh:N"``: ``N`` (the generator's target); ``"default"``: ``default_cells``;
+    a file (``path``, resolved by the caller): the element count of a gmsh 4 header
+    (``$Elements``, found by a memory-mapped search: milliseconds for a 500 MB file), else
+    ``None`` (another format: estimated after loading).
+    """
+    import math as _m
+
+    name, _, arg = str(spec).partition(":")
+    if name in ("icosphere", "gmsh") and arg:
+        try:
+            N = int(float(arg))
+        except ValueError:
+            return None  # the loader refuses it with its own message
+        if N < 1:
+            return None
+        return 20 * max(1, round(_m.sqrt(N / 20.0))) ** 2 if name == "icosphere" else N
+    if spec == "default":
+        return int(default_cells)
+    if path is None:
+        return None
+    return _gmsh_cells(path)
+
+
+def _gmsh_cells(path: str | os.PathLike[str]) -> int | None:
+    """Element count of a gmsh 4.x file from its ``$Elements`` header (``None``: not one)."""
+    import mmap
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if not head.startswith(b"$MeshFormat"):
+                return None
+            fmt = head.split(b"\n")[1].split() if b"\n" in head else []
+            if len(fmt) < 3 or not fmt[0].startswith(b"4"):
+                return None
+            binary, size_t = fmt[1] == b"1", int(fmt[2])
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                i = mm.find(b"\n$Elements\n")
+                if i < 0:
+                    return None
+                j = i + len(b"\n$Elements\n")
+                if binary:
+                    if size_t != 8 or j + 16 > len(mm):
+                        return None
+                    return int(struct.unpack("<2Q", mm[j:j + 16])[1])
+                line = mm[j:mm.find(b"\n", j)].split()
+                return int(line[1]) if len(line) >= 2 else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def estimate_mesh(*, cells: int, method: str = "icosphere", what: str = "mesh") -> Estimate:
+    """Estimate of ``wflow mesh --cells N``: generation, validation and writing.
+
+    Memory ``MESH_BASELINE + MESH_CELL_BYTES M``; time ``MESH_STARTUP + MESH_CELL_SECONDS
+    M`` (``M`` the cells generated: :func:`mesh_cells` of ``method:N``); gmsh meshes are
+    costed like icospheres (the same arrays; the generator's own time comes on top).
+    """
+    M = float(mesh_cells(f"{method}:{int(cells)}") or cells)
+    parts = {"libraries": float(MESH_BASELINE_BYTES),
+             "points, cells and checks": MESH_CELL_BYTES * M}
+    return Estimate(what, sum(parts.values()), 1.0,
+                    MESH_STARTUP_SECONDS + MESH_CELL_SECONDS * M, parts)
 
 
 def dt_record(T: float, dt: float, *, what: str = "particles") -> dict[str, float | int | bool]:
@@ -442,3 +549,24 @@ def dt_record(T: float, dt: float, *, what: str = "particles") -> dict[str, floa
                        what, dt, T, steps, used)
     return {"requested": float(dt), "used": float(used), "steps": steps,
             "adjusted": bool(adjusted)}
+
+
+def check_mesh_estimate(*, cells: int, method: str = "icosphere", confirm: bool = False,
+                        available: float | None = None) -> Estimate:
+    """:func:`estimate_mesh` checked: memory, time, and :data:`MAX_MESH_CELLS` (``--yes``).
+
+    Raises
+    ------
+    EstimateError
+        More memory than available; or, without ``confirm``, more than
+        :data:`CONFIRM_SECONDS` or more cells than :data:`MAX_MESH_CELLS`.
+    """
+    est = estimate_mesh(cells=cells, method=method)
+    M = mesh_cells(f"{method}:{int(cells)}") or int(cells)
+    if M > MAX_MESH_CELLS and not confirm:
+        one_step = 3.0 * float(M) ** 2 * PDE_PAIR_SECONDS
+        raise EstimateError(
+            f"mesh: {M} cells ({est.describe()}) is above {MAX_MESH_CELLS:.0e} cells: one PDE "
+            f"step on it is estimated at {format_seconds(one_step)} (no solver runs on it "
+            "within hours); pass --yes to generate it anyway, or ask for fewer cells")
+    return check_estimate(est, confirm=confirm, available=available)

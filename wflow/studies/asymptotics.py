@@ -29,16 +29,17 @@ run keeps ≤ ``OU_RATIO_MAX`` = 50 % of its early ``G²`` (window ``[0.1T, 0.25
 ``oscillating_slope`` — the Part B slopes within ``SLOPE_TOL`` of −1 and 0. Negative
 controls (:data:`FAULTS`, ``run(fault=NAME)``): ``ou-constant-noise`` → ``ou_decay_ratio``,
 ``frozen-oscillation`` → ``oscillating_no_decay``, ``shared-noise`` → ``ou_slope``,
-``no-mobility`` → ``particle_accuracy`` (below). ``particle_accuracy``: every run passes the
-engine's chain-rule check (:func:`~wflow.studies.helpers.run_accuracy`; an inaccurate run
-FAILs the verdict rather than stopping the study).
+``no-mobility`` → ``particle_accuracy`` (below). ``particle_accuracy``: every run's
+chain-rule residual within :data:`PARTICLE_ACCURACY_MAX` of the engine's tolerance
+(:func:`~wflow.studies.helpers.run_accuracy`; an inaccurate run FAILs the verdict rather
+than stopping the study; the bound is set from the null distribution).
 
 What a PASS rules out, and a missing mobility. The criteria are qualitative (decay or
 not, slopes in ``H``), and the claims hold for unnormalised attention too (both are
 gradient flows with integrable or oscillating weights). A solver that drops the softmax
 mobility ``1/Z`` (``no-mobility``: every run with kind ``usa`` at ``β = 1``) is caught in
 quick mode at seed 0 chiefly by the engine's accuracy check: the faster unnormalised flow
-misses the chain rule at ``dt = 0.02`` (``particle_accuracy`` 4.3, accept ≤ 1). Of the
+misses the chain rule at ``dt = 0.02`` (``particle_accuracy`` 4.3, accept ≤ 1.5). Of the
 physics criteria only ``ou_slope`` fails, narrowly: −0.57 against [−1.35, −0.65] (correct
 solver −0.94); ``ou_decay_ratio`` 0.030 (0.086), ``oscillating_no_decay`` 0.25 (0.44),
 ``oscillating_slope`` −0.08 (0.02) hold. A mobility error too small to trip the engine's
@@ -69,7 +70,7 @@ from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 from .helpers import accuracy_criterion, run_accuracy
 
-__all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL"]
+__all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL", "OU_RATIO_MAX", "PARTICLE_ACCURACY_MAX"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,15 @@ SLOPE_TOL = 0.35
 #: 0.5 is ≈ 3 s.d. above the mean of its logarithm, while constant noise gives 2.09 and
 #: the oscillating run keeps ≥ 0.33 (and ``ou_below_oscillating`` separates the two).
 OU_RATIO_MAX = 0.5
+#: Accepted ``particle_accuracy`` (the worst run's chain-rule residual over the engine's
+#: tolerance). The runs are stochastic (OU weights, Euler–Maruyama): the worst path's
+#: residual is a random variable and the engine's tolerance (1) is not its null quantile —
+#: held out, seed 48 of the correct solver reached 1.053 (issue 33). Set from the null
+#: distribution with the study's family-wise correction: over quick seeds 20–49 (the first
+#: recorded) mean 0.50, s.d. 0.17, max 1.05, right-skewed; the log-normal fit's one-sided
+#: quantile at Šidák ``α = 1 − 0.99^{1/6} = 1.67e-3`` (six criteria) is 1.41: 1.5. A
+#: dropped mobility gives 4.3 (quick, seed 0), still caught.
+PARTICLE_ACCURACY_MAX = 1.5
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
@@ -214,7 +224,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         Criterion("oscillating_slope", fits["oscillating"]["slope"], lo=-SLOPE_TOL,
                   hi=SLOPE_TOL, what="log–log slope of the late mean G² vs H, oscillating "
                   "(Part B)", why="the driving survives the head average: O(1)"),
-        accuracy_criterion(max(r["accuracy"] for r in results)),
+        accuracy_criterion(max(r["accuracy"] for r in results), hi=PARTICLE_ACCURACY_MAX,
+                           why="the engine's chain-rule check; the bound from the null "
+                               "distribution of the stochastic runs (PARTICLE_ACCURACY_MAX)"),
     ]
     details = (
         f"Part A: G² late/early ratio {da['ratio']:.2e} with integrable OU weights "

@@ -23,6 +23,21 @@ injected as ``fault="FAMILY:S"`` (``"velocity:-0.05"``: the velocity scaled by
 (``"velocity:-0.5"``); ``bench/size_power.py`` scans ``s`` for the smallest size each
 criterion catches (the study's *power*, docs/studies_power.md).
 
+A study never raises on a wrong solver
+--------------------------------------
+:func:`never_raise` wraps a study's ``run`` (the registry installs it on every study it
+loads: ``wflow verify`` and :func:`wflow.studies.registry.load_study`): the run executes
+under ``np.errstate(over, invalid, divide = "raise")`` (an overflowing or non-finite
+intermediate is an error, on the command line as in the test suite), and any exception
+raised inside it — a ``FloatingPointError`` of a blown-up or mass-losing solver, a refusal
+of :mod:`wflow.infra.guards` before a POT/SciPy call, a fit without enough finite points, a
+``LinAlgError`` — becomes a FAIL of one named criterion (:func:`failed_criterion`:
+``run_finite`` for non-finite/overflowing values, ``mass_conserved`` for a conservation
+failure, ``run_completed`` otherwise) whose text carries the reason, written to
+``summary.json`` like any verdict. Usage errors are refused before the run (an unknown
+fault or part: ``ValueError``); the machine's errors (``MemoryError``, ``OSError``:
+memory, disk) are no verdict on the solver and propagate.
+
 Seed-independent studies
 ------------------------
 A study whose criteria cannot depend on the seed (deterministic inputs up to a rotation)
@@ -32,7 +47,9 @@ seeds repeats one test (the test suite and the size script run it once).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +62,10 @@ from ..status import Status
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
-           "LogLogFit", "write_study", "SEED_NOTE", "VERDICT_STATUS", "study_status"]
+           "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
+           "VERDICT_STATUS", "study_status"]
+
+logger = logging.getLogger(__name__)
 
 #: The sentence a seed-independent study appends to its verdict.
 SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs or draws "
@@ -319,3 +339,87 @@ def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyRe
                                             "verdict": result.verdict, "figures": list(figs),
                                             **result.summary})
     return result
+
+
+#: Exceptions that say nothing about the solver (the machine: memory, disk): propagated.
+MACHINE_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError)
+
+
+def failed_criterion(exc: BaseException) -> Criterion:
+    """The criterion an exception inside a study's run fails, its text naming the reason.
+
+    ``mass_conserved`` for a conservation failure (a message on mass or conservation),
+    ``run_finite`` for any other ``FloatingPointError`` (NaN/Inf, overflow, a guard of
+    :mod:`wflow.infra.guards`), ``run_completed`` for the rest. The value is NaN (a
+    criterion that cannot hold); ``what`` carries ``Type: message``.
+    """
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if len(msg) > 400:
+        msg = msg[:397] + "..."
+    low = msg.lower()
+    if "conservation" in low or "mass drift" in low or "mass drifted" in low:
+        name, why = "mass_conserved", "the solver conserves mass (a conservative scheme)"
+    elif isinstance(exc, FloatingPointError):
+        name, why = "run_finite", "every intermediate of a correct run is finite and bounded"
+    else:
+        name, why = "run_completed", "a correct solver runs to the end of the study"
+    return Criterion(name, float("nan"), what=f"raised {type(exc).__name__}: {msg}", why=why)
+
+
+def never_raise(run: Callable[..., StudyResult], *, name: str, faults: Mapping[str, str],
+                families: Mapping[str, str] | None = None,
+                parts: Sequence[str] | None = None) -> Callable[..., StudyResult]:
+    """Wrap a study's ``run`` so that a wrong or diverging solver FAILs and never raises.
+
+    Parameters
+    ----------
+    run : callable
+        ``run(*, out, quick, seed, fault=None, **kw) -> StudyResult``.
+    name : str
+        The study (``wflow verify`` name).
+    faults, families : mapping
+        Its ``FAULTS`` and ``FAMILIES``: an unknown fault is refused before the run
+        (``ValueError``, a usage error).
+    parts : sequence of str, optional
+        Its ``PARTS``, if it takes ``parts=``: an unknown part is refused before the run.
+
+    Returns
+    -------
+    callable
+        The same signature; the run executes under ``np.errstate(over, invalid, divide =
+        "raise")``; an exception inside it (but ``MemoryError``, ``OSError``) gives a
+        FAIL of :func:`failed_criterion`, written to ``out/summary.json``.
+    """
+    if getattr(run, "__never_raise__", False):
+        return run
+
+    @functools.wraps(run)
+    def wrapped(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = None,
+                **kw: Any) -> StudyResult:
+        check_fault(name, fault, faults, families)
+        if parts is not None and "parts" in kw:
+            got = tuple(kw["parts"])
+            if not got or any(p not in parts for p in got):
+                raise ValueError(f"{name}: parts must be a non-empty subset of "
+                                 f"{tuple(parts)}, got {got}")
+        if fault is not None:
+            kw["fault"] = fault
+        try:
+            with np.errstate(over="raise", invalid="raise", divide="raise"):
+                return run(out=out, quick=quick, seed=seed, **kw)
+        except MACHINE_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every other error is a verdict: FAIL
+            logger.warning("%s: the run raised %s: %s (a FAIL)", name, type(exc).__name__,
+                           exc)
+            crit = failed_criterion(exc)
+            passed, text, entries = conclude(
+                [crit], "The study did not reach its fits: a correct solver does not raise.",
+                fault=fault, faults=faults, families=families)
+            summary: dict[str, Any] = {"quick": bool(quick), "seed": int(seed), **entries,
+                                       "error": {"type": type(exc).__name__,
+                                                 "message": str(exc)}}
+            return write_study(out, StudyResult(name, summary, text, False))
+
+    wrapped.__never_raise__ = True  # type: ignore[attr-defined]
+    return wrapped

@@ -46,6 +46,7 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..geometry.sphere import sample_uniform
 from ..geometry.transport import w2_sphere
+from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import (
@@ -153,8 +154,10 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             if item[0] != fam:
                 continue
             dE.append(float(np.max(np.abs(r["E"] - base["E"]))))
-            dW.append(float(max(w2_sphere(a, b) for a, b in zip(r["x"], base["x"],
-                                                                 strict=True))))
+            # guards before POT: finite tokens (a blown-up run FAILs run_finite, named)
+            dW.append(float(max(w2_sphere(guard_finite("gamma: perturbed tokens", a),
+                                          guard_finite("gamma: base tokens", b))
+                                for a, b in zip(r["x"], base["x"], strict=True))))
         table[fam] = {"eps": epss, "sup_dE": dE, "sup_W2": dW}
         fits[fam] = {"E": fit_loglog(epss[k0:], dE[k0:]).as_dict(),
                      "W2": fit_loglog(epss[k0:], dW[k0:]).as_dict(),

@@ -18,7 +18,9 @@ squares ``e_n = b + c/n`` (the self-normalised attention has an ``O(1/n)`` bias)
 its 99.9 % quantile. A particle system that does not follow the moment ODE has an error
 floor: the slopes flatten towards 0 for a large offset, the bias test sees a small one
 (negative controls :data:`FAULTS`). ``particles_finite``: no particle run blows up before
-``T`` (a run that does has no moments: NaN errors, slopes and biases).
+``T`` (a run that does has no moments: NaN errors, slopes and biases); a run that reaches
+``T`` with moments POT cannot take (non-finite, beyond ``√(float max)``, a covariance not
+PSD to the round-off of its ``n`` terms: :mod:`wflow.infra.guards`) counts as blown up.
 
 Negative control ``no-mobility``: the particles drop the softmax
 normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
@@ -41,10 +43,12 @@ import numpy as np
 
 from ..gaussian import (
     GaussianParams,
+    bures_wasserstein_distance,
     integrate_moments,
     psd_factor,
     simulate_particles,
 )
+from ..infra.guards import GuardError, guard_below_overflow, guard_psd
 from ..status import Status
 from .base import (
     Criterion,
@@ -57,7 +61,7 @@ from .base import (
 )
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
-           "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK",
+           "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK", "BIAS_LIMIT_QUICK",
            "EXPECTED_SLOPE", "FAULTS", "extrapolated_bias"]
 
 NAME = "gaussian-particles"
@@ -75,8 +79,15 @@ SLOPE_TOL = 0.15
 SLOPE_TOL_QUICK = 0.25
 #: Quick mode: the bias statistic's standard errors come from 8 replicates, which inflates
 #: Σ(b/se)² above χ²₅ (measured mean 7.3 against 5 over seeds 0–19; seed 8 reached 25.6
-#: against 20.5): its quantile is scaled by this factor.
+#: against 20.5). Formerly its quantile was scaled by this factor (30.8): seed 77, held
+#: out, failed the correct solver at 31.9 (issue 33). Kept for the record.
 BIAS_SCALE_QUICK = 1.5
+#: Quick mode's bound on Σ(b/se)², from its null distribution: each ``b/se`` with ``se``
+#: from 8 replicates is Student ``t₇``, so the statistic is ``Σ_{k=1}^{5} t₇²`` (mean
+#: 7.0; measured over quick seeds 0–99: 7.07) and the bound is its quantile at the study's
+#: Šidák level ``α = 1 − 0.99^{1/5} = 2.0e-3`` (five criteria): 47.2 (Monte Carlo, 2·10⁵
+#: draws; measured maximum over seeds 0–99: 31.9).
+BIAS_LIMIT_QUICK = 47.2
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
@@ -213,7 +224,18 @@ def particle_errors(*, ns: tuple[int, ...] = (64, 128, 256, 512, 1024), reps: in
                 blown += 1
                 continue
             mh, Sh = run_.m[-1], run_.Sigma[-1]
-            w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
+            try:  # guards before POT's square roots (wflow.infra.guards)
+                guard_below_overflow("particle mean", mh, power=2)
+                definite = guard_psd("particle covariance", Sh, terms=int(n))
+            except GuardError as e:  # no Gaussian to compare: counted as blown up
+                logger.info("n = %d, seed %d: %s", n, k, e)
+                errs[k], signed[k] = np.nan, np.nan
+                blown += 1
+                continue
+            if definite:
+                w2 = float(ot.gaussian.bures_wasserstein_distance(mh, m_ref, Sh, S_ref))
+            else:  # PSD only to round-off: POT's sqrtm would meet λ < 0; clip instead
+                w2 = bures_wasserstein_distance(mh, Sh, m_ref, S_ref)
             errs[k] = (np.linalg.norm(mh - m_ref), np.linalg.norm(Sh - S_ref), w2)
             signed[k] = np.concatenate([mh - m_ref, (Sh - S_ref)[iu]])
         rms[i] = np.sqrt(np.mean(errs**2, axis=0))
@@ -313,11 +335,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     stat = float(np.sum((b / se_b) ** 2))
     criteria.append(Criterion(
         "bias_at_n_inf", stat,
-        hi=float(chi2.ppf(BIAS_QUANTILE, b.size)) * (BIAS_SCALE_QUICK if quick else 1.0),
+        hi=BIAS_LIMIT_QUICK if quick else float(chi2.ppf(BIAS_QUANTILE, b.size)),
         what=f"Σ (b/se_b)² over the {b.size} moment components, b the bias extrapolated to "
-             "n → ∞", why=f"no bias in the limit; χ²({b.size}) {BIAS_QUANTILE} quantile"
-                         + (f" × {BIAS_SCALE_QUICK} (quick: se from 8 replicates)" if quick
-                            else "")))
+             "n → ∞", why="no bias in the limit; " + (
+                 "the Σ t₇² quantile at the study's Šidák level (quick: se from 8 "
+                 "replicates)" if quick else f"χ²({b.size}) {BIAS_QUANTILE} quantile")))
     criteria.append(Criterion(
         "particles_finite", float(res.blown_up), hi=0.0,
         what="particle runs that blew up before T (non-finite or overflowing scores)",

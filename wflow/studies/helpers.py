@@ -271,10 +271,15 @@ def run_accuracy(res, study: str) -> float:
     return float(chk["value"]) / float(chk["tolerance"])
 
 
-def accuracy_criterion(worst: float) -> Criterion:
-    """``particle_accuracy``: the worst :func:`run_accuracy` of a study's runs, ``<= 1``."""
-    return Criterion("particle_accuracy", worst, hi=1.0,
+def accuracy_criterion(worst: float, hi: float = 1.0, why: str = "") -> Criterion:
+    """``particle_accuracy``: the worst :func:`run_accuracy` of a study's runs, ``<= hi``.
+
+    ``hi = 1``: the engine's own tolerance; a study whose runs are stochastic (the worst
+    path's residual is a random variable) may set ``hi`` from its null distribution
+    (``why`` says how).
+    """
+    return Criterion("particle_accuracy", worst, hi=hi,
                      what="worst chain-rule residual of the particle runs over the "
                           "engine's tolerance",
-                     why="the engine's accuracy check at the integrator's balance order: "
-                         "an inaccurate run's numbers are not the theory's")
+                     why=why or ("the engine's accuracy check at the integrator's balance "
+                                 "order: an inaccurate run's numbers are not the theory's"))

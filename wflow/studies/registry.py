@@ -54,10 +54,23 @@ def all_studies() -> dict[str, str]:
 
 
 def load_study(name: str) -> ModuleType:
-    """Import the module of study ``name`` (``ValueError`` naming the known studies)."""
+    """Import the module of study ``name`` (``ValueError`` naming the known studies).
+
+    Its ``run`` is wrapped once by :func:`wflow.studies.base.never_raise`: an exception
+    inside a run (a diverging solver, a guard refusing a POT/SciPy input) becomes a FAIL
+    of a named criterion.
+    """
     if name not in STUDIES:
         raise ValueError(f"verify: unknown study {name!r} (known: {sorted(STUDIES)})")
-    return importlib.import_module(STUDIES[name])
+    mod = importlib.import_module(STUDIES[name])
+    if not getattr(mod.run, "__never_raise__", False):
+        # a wrong or diverging solver FAILs a named criterion, never raises (studies.base)
+        from .base import never_raise
+
+        mod.run = never_raise(mod.run, name=name, faults=getattr(mod, "FAULTS", {}),
+                              families=getattr(mod, "FAMILIES", None),
+                              parts=getattr(mod, "PARTS", None))
+    return mod
 
 
 def seed_independent(name: str) -> bool:

@@ -117,7 +117,11 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         write_csv,
         write_json,
     )
+    from .precheck import precheck_jko  # before generating or reading the mesh
 
+    precheck_jko(scenario, mesh=None,
+                 overrides={k: v for k, v in (overrides or {}).items() if v is not None},
+                 confirm=confirm)
     pde_sec = scenario.sections.get("pde", {}) or {}
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     mesh_spec, opts, extras = jko_options_from_dict(

@@ -66,7 +66,10 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     if gif and scenario.d != 3:
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
                          f"{scenario.d}")
-    attn = scenario.attention_obj()
+    from .precheck import precheck_particles
+
+    precheck_particles(scenario, save_trajectory=save_trajectory or gif, confirm=confirm)
+    attn = scenario.attention_obj()  # (estimated before sampling the tokens)
     schedule = scenario.build_schedule()
     x0 = scenario.build_tokens()
     opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)

@@ -208,6 +208,10 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
     )
 
     comm = MPI.COMM_WORLD if comm is None else comm
+    from .precheck import precheck_pde  # before generating or reading the mesh
+
+    precheck_pde(scenario, mesh=None, overrides=dict(overrides or {}), confirm=confirm,
+                 comm=comm)
     mesh_spec, opts = pde_options_from_dict(scenario.sections.get("pde"), seed=scenario.seed)
     if overrides:
         opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})

@@ -126,13 +126,21 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
         mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
     if sc.d != 3:
         raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
+    from ...geometry.mesh import MESH_DIR
+    from ...infra.estimate import mesh_cells
+
+    spec_file = next((p for p in (Path(str(mesh_spec)), MESH_DIR / str(mesh_spec))
+                      if ":" not in str(mesh_spec) and p.is_file()), None)
+    cells = mesh_cells(str(mesh_spec), path=spec_file)
+    if cells is not None:  # before generating or reading the mesh (its name gives the size)
+        phases._estimate(sc, cells, popts, ropts, confirm=confirm)
     mesh = load_mesh(mesh_spec)
     rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
     schedule = sc.build_schedule()
     attn = sc.attention_obj()
     if ropts.jko:
         phases._check_jko(mesh, rho0, schedule, attn, sc, popts)
-    phases._estimate(sc, mesh, popts, ropts, confirm=confirm)
+    phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
     if not resume:  # everything validated: start a fresh checkpoint
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}

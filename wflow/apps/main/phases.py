@@ -12,8 +12,12 @@ from ..scenario import Scenario
 from .options import RunOptions
 
 
-def _estimate(sc: Scenario, mesh, popts, ropts: RunOptions, *, confirm: bool) -> None:
-    """Cost estimate of the phases before any runs (refuses what cannot fit)."""
+def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bool) -> None:
+    """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
+
+    Called before the mesh is generated or read when its spec names the cell count
+    (:func:`wflow.infra.estimate.mesh_cells`), and again on the loaded mesh.
+    """
     from ...infra.estimate import check_estimate, estimate_main_job
     from ...jko import jko_options_from_dict
     from ...jko.options import auto_steps_bound
@@ -23,9 +27,9 @@ def _estimate(sc: Scenario, mesh, popts, ropts: RunOptions, *, confirm: bool) ->
     if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
         _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T,
                                                  crosscheck=bool(ropts.jko_refinement))
-        jko_steps = (auto_steps_bound(float(popts.T), int(mesh.num_global))
+        jko_steps = (auto_steps_bound(float(popts.T), int(cells))
                      if extras["tau_auto"] else int(jopts.steps))
-    est = estimate_main_job(cells=int(mesh.num_global), n=ropts.n_particles, H=H,
+    est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
                             refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
