@@ -32,11 +32,13 @@ def _expected() -> dict[tuple[str, str], tuple]:
     from wflow.attention.published import HEAD_GENERATORS
     from wflow.geometry.mesh.generation import METHODS
     from wflow.infra.options import choices_of
-    from wflow.jko.options import OT_METHODS, JKOOptions
+    from wflow.jko.options import OT_METHODS, SCHEMES, JKOOptions
     from wflow.pde.options import PDEOptions
 
     assert choices_of(JKOOptions, "ot") == OT_METHODS
+    assert choices_of(JKOOptions, "scheme") == SCHEMES
     return {("jko", "ot"): choices_of(JKOOptions, "ot"),
+            ("jko", "scheme"): choices_of(JKOOptions, "scheme"),
             ("pde", "order"): choices_of(PDEOptions, "order"),
             ("mesh", "method"): METHODS,
             ("reproduce", "heads_generator"): HEAD_GENERATORS,

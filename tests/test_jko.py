@@ -331,10 +331,13 @@ def test_options_validation():
         jko_options_from_dict({"tau": -1.0})
     with pytest.raises(ValueError, match="jko.bogus: unknown key"):
         jko_options_from_dict({"bogus": 1})
-    mesh, opts, extras = jko_options_from_dict({"tau": 0.05, "ot": "sinkhorn"}, T=0.5)
+    # (ot = "sinkhorn" is an option of the OT scheme: refused under "auto" = "fv",
+    # tests/test_cli_help.py)
+    mesh, opts, extras = jko_options_from_dict({"tau": 0.05, "scheme": "ot", "ot": "sinkhorn"},
+                                               T=0.5)
     assert mesh == "default" and opts.T == 0.5 and opts.epsilon == pytest.approx(0.05 ** 2)
     assert extras == {"compare_pde": False, "tau_auto": False, "eps_auto": False}
-    _, auto, extras = jko_options_from_dict({"ot": "sinkhorn"}, T=0.5)
+    _, auto, extras = jko_options_from_dict({"scheme": "ot", "ot": "sinkhorn"}, T=0.5)
     assert extras["tau_auto"] and extras["eps_auto"] and auto.tau == 0.5  # placeholder
     with pytest.raises(ValueError, match="jko.tau: expected a number > 0 or \"auto\""):
         jko_options_from_dict({"tau": "fast"})

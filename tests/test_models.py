@@ -11,6 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from wflow.infra.output_keys import contract_problems
+
 from .conftest import EPS
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -436,6 +438,8 @@ def test_gaussianity_study_tiny_and_report(tiny, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "success" and set(summary["summary"]) == {"input", "layer0",
                                                                          "layer1"}
+    bad = contract_problems(summary, "gaussian")  # wflow gaussian pretrained writes it
+    assert not bad, "\n".join(bad)
     assert (out / "layer0.csv").read_text().startswith("layer,stage_index,")
     assert (out / "gaussianity.png").stat().st_size > 1000
     json.dumps(res.to_dict())

@@ -12,6 +12,7 @@ import pytest
 from wflow import cli
 from wflow.attention.heads import Heads
 from wflow.geometry.sphere import orthonormal_tokens
+from wflow.infra.output_keys import contract_problems
 from wflow.multihead import beta_star
 from wflow.studies.registry import SECTION, STUDIES
 
@@ -26,6 +27,7 @@ def test_study_quick(name, tmp_path):
     assert res.name == name
     assert res.passed, res.verdict
     summary = json.loads((out / "summary.json").read_text())
+    assert not contract_problems(summary, "verify")  # status, message, checks; keys
     assert summary["passed"] is True and summary["study"] == name
     assert res.figures
     for f in map(Path, res.figures):

@@ -19,6 +19,7 @@ from wflow.apps.reproduce import (
     run_experiments,
 )
 from wflow.cli import main
+from wflow.infra.output_keys import contract_problems
 
 #: The quick runs' published-fit slopes and verdicts, pinned (bitwise reproducible: the compiled
 #: loop's results do not depend on threads or load). Quick mode (n = 32, T = 4, 3 paths) is
@@ -41,6 +42,9 @@ def s2_quick(tmp_path_factory):
 def test_reproduce_s2_quick_writes_everything(s2_quick):
     rc, out, summary = s2_quick
     assert rc == 0 and summary["study"] == "reproduce"
+    assert not contract_problems(summary, "reproduce")  # status, message, checks; keys
+    assert summary["status"] == "inconclusive"  # both quick verdicts: VERDICT_STATUS
+    assert set(summary["checks"]) == {"s2_oscillating", "s2_ou"}
     assert set(summary["experiments"]) == {"s2_oscillating", "s2_ou"}
     for f in summary["figures"]:
         assert (out / f).is_file() and (out / f).stat().st_size > 0

@@ -44,6 +44,7 @@ import numpy as np
 import pytest
 
 from wflow.cli import main
+from wflow.infra.output_keys import contract_problems
 from wflow.published import castin_ranks as cr
 from wflow.published import glpr_phase as gp
 from wflow.published import metastable_staircase as ms
@@ -374,6 +375,7 @@ def test_cli_quick(name, tmp_path):
     assert main(["reproduce", name, "--quick", "--out", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    assert not contract_problems(s, "reproduce")  # status, message, checks; keys
     assert s["claim"] and s["verdict_rule"] and s["paper"]
     for f in s["figures"]:
         assert (out / f).is_file() and (out / f).stat().st_size > 0

@@ -47,7 +47,8 @@ OWN_VOCABULARY = {
 # ------------------------------------------------------------------------- the status type
 def test_every_status_carries_its_message_and_remedy():
     assert [s.value for s in STATUSES] == ["success", "completed", "blowup", "inaccurate",
-                                           "not_converged", "locked", "max_steps", "failed"]
+                                           "not_converged", "locked", "max_steps",
+                                           "inconclusive", "failed"]
     for s in Status:
         assert isinstance(s, str) and s == s.value and Status(s.value) is s
         assert f"{s}" == s.value and json.dumps({"status": s}) == f'{{"status": "{s.value}"}}'

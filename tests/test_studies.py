@@ -10,6 +10,7 @@ import json
 import pytest
 
 from wflow.cli import main
+from wflow.infra.output_keys import contract_problems
 from wflow.studies import fit_loglog
 from wflow.studies.registry import STUDIES, all_studies
 
@@ -22,6 +23,7 @@ def test_study_quick(name, tmp_path, capsys):
     rc = main(["verify", name, "--quick", "--out", str(out)])
     text = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
+    assert not contract_problems(summary, "verify")  # status, message, checks; keys
     assert summary["study"] == name and summary["verdict"]
     assert all((out / f).is_file() for f in summary["figures"]) and summary["figures"]
     assert rc == 0 and summary["passed"], f"{name} did not pass: {text}"

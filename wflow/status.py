@@ -139,6 +139,11 @@ class Status(StrEnum):
                  "PDE: the step budget ran out before the final time",
                  "raise pde.max_steps, or dt (pde.dt is the largest step the controller "
                  "takes)", False)
+    INCONCLUSIVE = ("inconclusive",
+                    "a study's verdict (wflow verify, wflow reproduce) could not decide: an "
+                    "interval straddles the tolerance, or a negative control did not fail",
+                    "run the full study (without --quick), more paths or seeds; the message "
+                    "is the verdict", False)
     FAILED = ("failed",
               "non-finite values or a breakdown (conservation, positivity, the integrator)",
               "lower dt and check the inputs (initial state, weights, tolerances); the "

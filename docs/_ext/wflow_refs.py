@@ -324,11 +324,40 @@ def output_keys() -> list[str]:
     return lines
 
 
+def cli() -> list[str]:
+    """The lines of ``reference/cli.rst``: every command's ``--help``, as the CLI prints it.
+
+    The help texts are themselves generated (:mod:`wflow.commands._help`: the scenario
+    tables from the schemas, the summary keys from the output-key table).
+    """
+    import contextlib
+    import io
+
+    from wflow.cli import build_parser
+
+    lines = ["Command-line reference", "======================", "",
+             "Every command's ``--help``, generated from the parser at build time (its scenario",
+             "tables from the schemas that validate them, its summary keys from the output-key",
+             "table): :doc:`scenario_keys`, :doc:`output_keys`.", ""]
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in [None, *sorted(sub.choices)]:
+        p = parser if name is None else sub.choices[name]
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            p.print_help()
+        title = "wflow" if name is None else f"wflow {name}"
+        lines += [title, "-" * len(title), "", "::", ""]
+        lines += ["    " + ln if ln.strip() else "" for ln in buf.getvalue().splitlines()]
+        lines.append("")
+    return lines
+
+
 def generate(outdir: Path) -> None:
     """Write the generated reference pages into ``outdir``."""
     outdir.mkdir(parents=True, exist_ok=True)
     for old in outdir.glob("*.*"):
         old.unlink()
     for name, build in (("scenario_keys", scenario_keys), ("studies", studies),
-                        ("output_keys", output_keys)):
+                        ("output_keys", output_keys), ("cli", cli)):
         (outdir / f"{name}.rst").write_text("\n".join(build()) + "\n", encoding="utf-8")

@@ -499,6 +499,12 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
                      "verdict_rule": "reproduced: |b − claim| + 2u ≤ tol; not reproduced: "
                                      "|b − claim| − 2u > tol; else inconclusive"},
         "fits": {nm: {"a": f.a, "b": f.b, "loglog": f.loglog, "u": f.u} for nm, f in fits.items()},
+        "checks": {nm: {"value": f.b, "tolerance": opts.tol,
+                        "passed": f.verdict == "reproduced",
+                        "rule": f"the fitted slope b (u = {f.u:.3g}) against the published "
+                                f"claim b ≈ {EXPERIMENTS[nm].claim:g}: reproduced when "
+                                "|b − claim| + 2u ≤ tolerance"}
+                   for nm, f in fits.items()},
         "experiments": table,
         "differences_from_published": [
             "x(0): the published float32 tokens renormalised in float64 (≤ 1.3e-7 per "

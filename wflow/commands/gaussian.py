@@ -15,6 +15,7 @@ from typing import Any
 
 from ..status import Status
 from . import add_output, finish, prepare
+from ._help import Formatter, scenario_tables, written_keys
 
 _HELP = "Gaussian dynamics in R^d: moment ODE, blow-up, Riccati equilibria, reachability"
 
@@ -48,17 +49,35 @@ forms:
       local BERT instead (a model.safetensors file, or a folder holding it, with its
       config.json beside it).
 
-The scenario schema is documented in wflow/gaussian/options.py (example:
-demos/gaussian_riccati.toml).
+Example scenario: demos/gaussian_riccati.toml in a wflow checkout.
 """
+
+
+def _schema() -> str:
+    """The Gaussian scenario's schema: the loader's documented block, then its options."""
+    import textwrap
+
+    from ..gaussian import options
+
+    doc = options.__doc__ or ""
+    block = textwrap.dedent(doc.split("::", 1)[1].strip("\n")) if "::" in doc else ""
+    return "scenario schema (every table the loader accepts):\n" + textwrap.indent(
+        block.rstrip(), "  ")
 
 _PRETRAINED_OPTS = ("n_samples", "seed", "layers", "pca_dim", "model")
 
 
 def register(subparsers: Any) -> None:
     """Add the ``gaussian`` subcommand."""
-    p = subparsers.add_parser("gaussian", help=_HELP, description=_DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser("gaussian", help=_HELP, formatter_class=Formatter,
+                              description=lambda: "\n\n".join([
+                                  _DESCRIPTION.rstrip(), _schema(),
+                                  scenario_tables(("gaussian.run", "gaussian.classify",
+                                                   "gaussian.particles"),
+                                                  detailed=("gaussian.run", "gaussian.classify",
+                                                            "gaussian.particles")),
+                                  written_keys("gaussian", "DIR/summary.json and the files "
+                                               "named above for each form")]))
     p.add_argument("target", metavar="SCENARIO.toml | run | reach | pretrained",
                    help="a scenario file (run it), or the form: run, reach, pretrained")
     p.add_argument("scenario", nargs="?", metavar="SCENARIO.toml",

@@ -1,10 +1,11 @@
-"""``wflow jko SCENARIO.toml --out DIR``: JKO minimising movements on a sphere mesh."""
+"""``wflow jko SCENARIO.toml --out DIR``: the JKO scheme (FV or OT steps) on a sphere mesh."""
 
 from __future__ import annotations
 
 import argparse
 
 from . import add_output, add_yes, finish, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,30 +15,42 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "jko",
-        help="JKO minimising movements with (weighted) optimal transport on a sphere mesh",
-        description="Compute the gradient flow of the scenario's energy as JKO steps "
-        "μ_{k+1} = argmin_ν (1/2τ) W²_{b̂_k}(μ_k, ν) − sE(ν, t_{k+1}) on a triangulated S² "
-        "(cost d_S²/b̂ with the lagged effective mobility; exact OT or entropic; "
-        "generalised conditional-gradient inner solver with an optimality-gap stopping "
-        "rule; POT cross-checks). Heads must be symmetric and value-aligned (V = ±A); the "
-        "schedule deterministic. Scenario tables: [jko] (mesh [default: [pde] mesh, else "
-        "meshes/sphere_2420.msh], T [default: [pde] T, else 1; a multiple of tau], tau, "
-        "ot = 'emd' | 'sinkhorn', inner = 'gcg' | 'mirror', eps [default eps_scale·tau^"
-        "eps_power], eps_scale, eps_power, mobility_mean = 'conformal' | 'arithmetic' | "
-        "'geometric' | 'harmonic', gap_rtol, max_inner, warm_start, verify, "
-        "verify_max_cells, neighbourhood, compare_pde) and [density] (as for `wflow pde`). "
-        "Writes DIR/summary.json, DIR/diagnostics.csv (one row per t_k: E, E_h*, dEdt_w, "
-        "slope2, W2sq = W²(μ_{k-1}, μ_k), inner_iters, gap, gap_rel, edi_step, ...; "
-        "w2_vs_pde with compare_pde) and DIR/density.npz (t, rho (steps+1, cells), "
-        "centroids, areas), the same files as `wflow pde`.",
+        help="JKO scheme on a sphere mesh: finite-volume Benamou–Brenier steps (default) or "
+        "discrete optimal-transport steps",
+        formatter_class=Formatter,
+        description=describe(
+            "Compute the gradient flow of the scenario's energy as JKO (minimising-movement) "
+            "steps μ_{k+1} = argmin_ν (1/2τ) W²_{b̂_k}(μ_k, ν) − sE(ν, t_{k+1}) on a "
+            "triangulated S², b̂_k the lagged effective mobility. Two discretisations of the "
+            "step ([jko] scheme, --scheme): 'fv' (the default; 'auto' is 'fv' on a mesh), "
+            "the finite-volume Benamou–Brenier step with two-point fluxes across the cell "
+            "edges (pseudo-time substeps, the energy implicit by convex–concave iterations "
+            "or lagged; no locking, no empty cells); 'ot', discrete optimal transport "
+            "between cell measures with the cost d_S²/b̂ (exact or entropic OT, a "
+            "generalised conditional-gradient or mirror inner solver with an "
+            "optimality-gap stopping rule; it locks when τ|v|_max <~ h/2). A key that does "
+            "not apply to the scheme run is refused (exit status 2) when set to another "
+            "value than its default, and warned about otherwise. Both schemes are "
+            "cross-checked with POT (exact W² between consecutive iterates) up to "
+            "verify_max_cells cells. Heads must be symmetric and value-aligned (V = ±A); "
+            "the schedule deterministic.",
+            command="jko", sections=("jko", "density"), detailed=("jko",),
+            files="DIR/summary.json; DIR/diagnostics.csv (one row per t_k: E, E_h*, dEdt_w, "
+            "slope2, W2sq = W²(μ_{k-1}, μ_k), edi_step, the scheme's own columns; w2_jko_vs_pde "
+            "with compare_pde); DIR/density.npz (t (steps+1,), rho (steps+1, cells), "
+            "centroids, areas; cells in the mesh file's order). No XDMF (`wflow pde` writes "
+            "one)."),
     )
     p.add_argument("scenario", help="scenario TOML file")
     add_output(p)
     p.add_argument("--mesh", default=None, help="override [jko] mesh")
     p.add_argument("--tau", type=float, default=None, help="override [jko] tau")
     p.add_argument("--T", type=float, default=None, help="override [jko] T")
+    p.add_argument("--scheme", choices=choices_of(JKOOptions, "scheme"), default=None,
+                   help="override [jko] scheme: fv (finite-volume Benamou–Brenier), ot "
+                   "(discrete optimal transport), auto (fv on a mesh)")
     p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
-                   help="override [jko] ot")
+                   help="override [jko] ot (the OT scheme only: refused with scheme fv)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -53,7 +66,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.mesh is not None:
         sc.sections["jko"] = dict(sc.sections.get("jko", {}), mesh=args.mesh)
     res = run_jko(sc, out, progress=args.progress,
-                  overrides={"tau": args.tau, "T": args.T, "ot": args.ot}, confirm=args.yes)
+                  overrides={"tau": args.tau, "T": args.T, "ot": args.ot,
+                             "scheme": args.scheme}, confirm=args.yes)
     st = res.stats
     rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "

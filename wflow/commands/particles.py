@@ -6,6 +6,7 @@ import argparse
 import math
 
 from . import add_output, add_yes, finish, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,14 +14,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "particles",
         help="simulate tokens as interacting particles on the sphere",
-        description="Simulate n tokens on S^{d-1} under multi-head attention with (possibly "
-        "time-dependent) weights, record energies, slopes, the energy balance, radial shadows, "
-        "entropies and clustering. Writes DIR/summary.json, DIR/diagnostics.csv and, with "
-        "--save-trajectory, DIR/trajectory.npz. Under `mpirun -n P wflow particles ...` the run "
-        "is split over the ranks (noisy paths over ranks, else the tokens of the one system) "
-        "and equals the serial run to round-off; rank 0 writes.",
+        formatter_class=Formatter,
+        description=describe(
+            "Simulate n tokens on S^{d-1} under multi-head attention with (possibly "
+            "time-dependent, possibly noisy) weights, dx_i/dt = Σ_h w_h P_{x_i} V_h f_h(x_i), "
+            "and record energies, slopes, the energy balance, radial shadows, entropies and "
+            "clustering, with the mean and spread over the Monte-Carlo weight paths. Under "
+            "`mpirun -n P wflow particles ...` the run is split over the ranks (noisy paths "
+            "over ranks, else the tokens of the one system) and equals the serial run to "
+            "round-off; rank 0 writes.",
+            command="particles", sections=("attention", "tokens", "heads", "schedule",
+                                           "particles"), detailed=("particles",),
+            files="DIR/summary.json; DIR/diagnostics.csv (one row per output time, the "
+            "columns of the output-key reference); with --save-trajectory DIR/trajectory.npz "
+            "(t (steps+1,), x (steps+1, n, d)); with --gif DIR/tokens.gif and DIR/run.png."),
     )
-    p.add_argument("scenario", help="scenario TOML file (see wflow.apps.scenario for the schema)")
+    p.add_argument("scenario", help="scenario TOML file (its tables: below)")
     add_output(p)
     p.add_argument("--save-trajectory", action="store_true",
                    help="also write trajectory.npz with t and x of shape (steps, n, d)")

@@ -7,6 +7,7 @@ import math
 
 from ..status import Status
 from . import add_output, add_yes, finish, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,17 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pde",
         help="solve the transformer PDE on a sphere mesh (finite volumes, DOLFINx)",
-        description="Solve ∂_t ρ + div(ρ v[μ_t, Θ_t]) = 0 on a triangulated S² with the heads, "
-        "attention and weight schedule of the scenario (shared schema with `wflow particles`). "
-        "Scenario tables: [pde] (mesh = shipped file name, path, 'icosphere:N' or 'gmsh:N' "
-        "[default meshes/sphere_2420.msh]; T, dt (upper bound of the adaptive step), order "
-        "(1 upwind, 2 limited reconstruction + SSP-RK), time_integrator, limiter, cfl, flow "
-        "('transformer' or 'surrogate'), quad_points, n_saves, balance, entropy, head_rates, "
-        "clusters) and [density] (type = uniform | vmf | cap | file | callable; default: the "
-        "law of [tokens]). Writes DIR/summary.json, DIR/diagnostics.csv, DIR/density.npz "
-        "(t, rho (saves, cells), centroids, areas), DIR/density.xdmf + .h5 (ParaView time "
-        "series) and, with --render, DIR/render/rho_XXXX.png. Runs unchanged under "
-        "`mpirun -n P wflow pde ...`.",
+        formatter_class=Formatter,
+        description=describe(
+            "Solve ∂_t ρ + div(ρ v[μ_t, Θ_t]) = 0 on a triangulated S² by finite volumes "
+            "(DOLFINx) with the heads, attention and weight schedule of the scenario (the "
+            "schema shared with `wflow particles`); [density] gives the initial density "
+            "(default: the law of [tokens]). Runs unchanged under `mpirun -n P wflow pde ...`.",
+            command="pde", sections=("attention", "tokens", "heads", "schedule", "pde",
+                                     "density"), detailed=("pde",),
+            files="DIR/summary.json; DIR/diagnostics.csv; DIR/density.npz (t, rho (saves, "
+            "cells), centroids, areas); DIR/density.xdmf + .h5 (ParaView time series); with "
+            "--render DIR/render/rho_XXXX.png; with --gif DIR/density.gif and DIR/run.png."),
     )
     p.add_argument("scenario", help="scenario TOML file")
     add_output(p)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import add_output, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "reproduce",
         help="run the published [TD] Section-6 experiments exactly and judge their claims",
-        description="Run the published multi-head experiments with their conventions term by "
-        "term (docs/theory.md §5): n = 200 tokens around the octahedron (S²) or cross-polytope "
+        formatter_class=Formatter,
+        description=describe(
+        "Run the published multi-head experiments with their conventions term by term "
+        "(docs/theory.md §5): n = 200 tokens around the octahedron (S²) or cross-polytope "
         "(d = 5) vertices, H = 1, 10, 100 heads D_h(0) = Z + Zᵀ (value −D_h, w_h = 1/H, β = 1), "
         "weights relaxing to the published oscillating frames or Ornstein–Uhlenbeck with "
         "σ² = 2 (10 Monte-Carlo paths on S², 20 in d = 5), explicit Euler for tokens and "
@@ -34,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "outcome, not an error); 2 for bad input. Other papers of the field (one per call, "
         "docs/reproduce_field.md): " + "; ".join(f"{k}: {v[1]}" for k, v in FIELD.items())
         + "; with --quick a version in seconds, --seed the glpr_phase token stream, --n its "
-        "tokens, --published NPZ the published code's glpr_phase counts to compare.",
+        "tokens, --published NPZ the published code's glpr_phase counts to compare. "
+        "summary.json's status follows the verdict (PASS: success, INCONCLUSIVE: "
+        "inconclusive, FAIL: failed), the exit status does not.",
+        command="reproduce", files="DIR/summary.json, DIR/report.md, per-experiment series "
+        "(.npz), figures (.png); with --gif animations."),
     )
     p.add_argument("experiments", nargs="+", choices=names, metavar="EXPERIMENT",
                    help=f"one or more of: {', '.join(names)}")

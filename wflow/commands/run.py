@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import add_output, add_yes, finish, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -12,13 +13,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
         help="the main job: PDE, JKO and particles on one initial density, compared",
-        description="Run the main job on SCENARIO (default: the scenario shipped with the "
+        formatter_class=Formatter,
+        description=describe(
+        "Run the main job on SCENARIO (default: the scenario shipped with the "
         "package). On the same initial density and heads it solves the transformer PDE on "
         "the sphere mesh, the JKO scheme and the particle system sampled from the initial "
-        "density; then writes DIR/summary.json (EDI residuals of the three solvers, W2 "
+        "density, and compares them (EDI residuals of the three solvers, W2 "
         "particles-vs-PDE and JKO-vs-PDE, mass error, minimum density, wall times, versions, "
-        "seeds), DIR/report.md with figures, and the raw data (density.npz, trajectory.npz, "
-        "diagnostics CSVs). Every section of the scenario is validated before the first "
+        "seeds). Every section of the scenario is validated before the first "
         "phase. Completed phases are checkpointed in DIR.ckpt/ with the scenario's "
         "fingerprint (the files and the source of the callables it names); after Ctrl-C, "
         "SIGTERM or a crash, `wflow run --resume DIR` continues with the same result, naming "
@@ -26,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "one). Checkpoints are read only with --resume: without it a checkpoint of the same "
         "scenario is discarded, one of another scenario is refused (or discarded with "
         "--overwrite).",
+        command="run", sections=("attention", "tokens", "heads", "schedule", "particles",
+                                 "density", "pde", "jko", "run"), detailed=("run",),
+        files="DIR/summary.json; DIR/report.md with figures; the raw data (density.npz, "
+        "trajectory.npz, diagnostics CSVs)."),
     )
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario TOML (default: the shipped default scenario, or with --resume "

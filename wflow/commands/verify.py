@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import add_output, prepare
+from ._help import Formatter, describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,12 +17,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
         help="run a verification study: fit what the theory predicts, write a verdict",
-        description="Run one verification study of docs/theory.md (§5, §6, §7): it computes, "
-                    "fits the "
-        "predicted quantities (orders, rates, slopes), compares them with the theory and "
-        "writes DIR/summary.json (fits, verdict, raw series) and a plot. Independent runs "
-        "are distributed over MPI ranks under `mpirun -n P wflow verify ...` with identical "
-        f"numbers. Studies: {', '.join(names)}.",
+        formatter_class=Formatter,
+        description=describe(
+            "Run one verification study of docs/theory.md (§5, §6, §7): it computes and fits "
+            "the predicted quantities (orders, rates, slopes) and judges them by named "
+            "criteria; the verdict gives summary.json's status (PASS: success; "
+            "INCONCLUSIVE: inconclusive; FAIL: failed; exit status 0 only for success). "
+            "Independent runs are distributed over MPI ranks under `mpirun -n P wflow "
+            f"verify ...` with identical numbers. Studies: {', '.join(names)}.",
+            command="verify",
+            files="DIR/summary.json (the criteria as checks, fits, verdict, raw series) and "
+            "the study's plots."),
     )
     p.add_argument("study", choices=names, metavar="STUDY", help=f"one of: {', '.join(names)}")
     add_output(p)

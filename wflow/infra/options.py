@@ -29,13 +29,16 @@ Everything else is derived:
 * :func:`documented` — appends the numpydoc ``Parameters`` section to the docstring;
 * :func:`markdown_of` — the table's keys as a Markdown table (the scenario reference);
 * :func:`audit` — what is wrong with a class's declarations (a field without metadata,
-  an API-only field without a reason, a default its own checker refuses).
+  an API-only field without a reason, a default its own checker refuses);
+* :func:`inapplicable` — the keys given that do not apply to the values of the others
+  (``opt(..., applies={"scheme": ("ot",)})``: an option of one scheme only), so that a
+  caller refuses or warns instead of ignoring them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,6 +61,8 @@ __all__ = [
     "documented",
     "markdown_of",
     "audit",
+    "applies_text",
+    "inapplicable",
 ]
 
 #: Key of the field metadata that :func:`opt` fills.
@@ -85,6 +90,7 @@ class Option(NamedTuple):
     reason: str
     type: str | None
     table_default: Any = SAME
+    applies: Mapping[str, tuple] | None = None
 
 
 class Extra(NamedTuple):
@@ -107,7 +113,8 @@ class KeyDoc(NamedTuple):
 
 
 def opt(doc: str, *, check: Checker | None = None, toml: bool = True, reason: str = "",
-        type: str | None = None, table_default: Any = SAME) -> dict[str, Option]:
+        type: str | None = None, table_default: Any = SAME,
+        applies: Mapping[str, tuple] | None = None) -> dict[str, Option]:
     """Field metadata of one option.
 
     Parameters
@@ -126,10 +133,16 @@ def opt(doc: str, *, check: Checker | None = None, toml: bool = True, reason: st
         The table's default where it differs on purpose from the API's, e.g. ``"auto"``
         (resolved by the job) or ``None`` (taken from another section); the checker need
         not accept it. Without it the two defaults are one value.
+    applies : mapping, optional
+        ``{other_field: allowed values}``: the option has an effect only when every named
+        field holds one of its values (``{"scheme": ("ot",)}``: an option of the OT scheme).
+        :func:`inapplicable` names the options given where they have none; the generated
+        docs say when each applies.
     """
     if not toml and not reason:
         raise ValueError("opt: an API-only option (toml=False) needs a reason")
-    return {META_KEY: Option(doc, check, toml, reason, type, table_default)}
+    conds = None if applies is None else {k: tuple(v) for k, v in applies.items()}
+    return {META_KEY: Option(doc, check, toml, reason, type, table_default, conds)}
 
 
 def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
@@ -213,6 +226,8 @@ def docs_of(cls: type, *, api: bool = False) -> tuple[KeyDoc, ...]:
         if ch is not None and m.type is None:
             typ = "{" + ", ".join(repr(c) for c in ch) + "}"
         doc = m.doc if m.toml else f"{m.doc} (API only: {m.reason})"
+        if m.applies:
+            doc = f"{doc} (Applies only with {applies_text(m.applies)}.)"
         default = _default(f) if m.table_default is SAME else m.table_default
         out.append(KeyDoc(f.name, typ, default, doc, m.toml))
     for key, ex in getattr(cls, "TABLE_EXTRAS", {}).items():
@@ -320,6 +335,33 @@ def audit(cls: type) -> list[str]:
         if not isinstance(ex, Extra):
             probs.append(f"{cls.__name__}.TABLE_EXTRAS[{key!r}]: not an Extra")
     return probs
+
+
+def applies_text(applies: Mapping[str, tuple]) -> str:
+    """``{"scheme": ("ot",), "ot": ("sinkhorn",)}`` as ``scheme = 'ot' and ot = 'sinkhorn'``."""
+    return " and ".join(f"{k} = " + " or ".join(repr(v) for v in vals)
+                        for k, vals in applies.items())
+
+
+def inapplicable(cls: type, values: Mapping[str, Any],
+                 given: Iterable[str]) -> dict[str, str]:
+    """The options in ``given`` that have no effect with ``values``: ``{key: condition}``.
+
+    An option declared with ``opt(..., applies={field: allowed})`` applies when every
+    named field of ``values`` holds an allowed value; ``condition`` is that requirement in
+    words (:func:`applies_text`). Options without ``applies`` always apply. ``values``
+    are the effective values of the conditioning fields (e.g. the resolved scheme); the
+    caller decides whether to refuse or to warn.
+    """
+    given = set(given)
+    out: dict[str, str] = {}
+    for f in _fields(cls):
+        m = _meta(f, cls)
+        if f.name not in given or not m.applies:
+            continue
+        if any(values.get(k) not in vals for k, vals in m.applies.items()):
+            out[f.name] = applies_text(m.applies)
+    return out
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -33,6 +33,7 @@ from .options import (
     SCHEMES,
     JKOOptions,
     JKOWarning,
+    check_applicable,
     jko_options_from_dict,
 )
 from .solver import JKOResult, JKOState, auto_step, iterate_jko, solve_jko
@@ -57,6 +58,7 @@ __all__ = [
     "iterate_jko",
     "solve_jko",
     "jko_options_from_dict",
+    "check_applicable",
     "JKO_SPEC",
 ]
 

@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
-from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
+from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 
 __all__ = [
@@ -33,7 +34,10 @@ __all__ = [
     "JKO_SCHEMA",
     "JKO_SPEC",
     "jko_options_from_dict",
+    "check_applicable",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 #: Symmetric means ``b̂_ij`` of the endpoint mobilities.
@@ -123,12 +127,19 @@ _MESH_DOC = ("Sphere mesh (default: ``[pde] mesh`` or the shipped default): a pa
              "the scenario, a shipped file name, or ``\"icosphere:N\"`` / ``\"gmsh:N\"``.")
 
 
-def _pos(doc: str) -> dict:
-    return opt(doc, check=number(0, strict_lo=True))
+def _pos(doc: str, **kw: Any) -> dict:
+    return opt(doc, check=number(0, strict_lo=True), **kw)
 
 
-def _int1(doc: str) -> dict:
-    return opt(doc, check=number(1, integer=True))
+def _int1(doc: str, **kw: Any) -> dict:
+    return opt(doc, check=number(1, integer=True), **kw)
+
+
+#: Where an option has an effect (``opt(..., applies=...)``): the FV step only, the OT step
+#: only, the entropic OT step only. Options without it act in both schemes.
+_FV = {"scheme": ("fv",)}
+_OT = {"scheme": ("ot",)}
+_SINKHORN = {"scheme": ("ot",), "ot": ("sinkhorn",)}
 
 
 @documented
@@ -161,46 +172,49 @@ class JKOOptions:
     substeps: int | str = field(default=1, metadata=opt(
         "FV: pseudo-time substeps ``n_s`` of the transport; ``\"auto\"``: ``⌈τ|v|_max/h⌉`` "
         "(each substep moves at most one cell).", check=_substeps,
-        type="int or \"auto\""))
+        type="int or \"auto\"", applies=_FV))
     energy: Literal["implicit", "lagged"] = field(default="implicit", metadata=opt(
         "FV: the energy linearised at the new iterate and iterated (CCP) or linearised once "
-        "at ``μ_k``.", check=choice(*FV_ENERGY)))
+        "at ``μ_k``.", check=choice(*FV_ENERGY), applies=_FV))
     hamiltonian: Literal["pointwise", "discrete"] = field(default="pointwise", metadata=opt(
         "FV: the Hamilton–Jacobi term from the exact gradient of ``ψ`` (consistent) or from "
         "the discrete HJ equations (the exact KKT of the variational scheme; its upwind "
         "Hamiltonian is inconsistent on triangles, see :mod:`wflow.jko.fv`).",
-        check=choice(*FV_HAMILTONIANS)))
+        check=choice(*FV_HAMILTONIANS), applies=_FV))
     ccp_tol: float = field(default=1e-8, metadata=_pos(
-        "FV: stop the CCP when ``‖m_{j+1} − m_j‖₁ <= ccp_tol ‖m_{j+1} − m^k‖₁``."))
-    ccp_max: int = field(default=100, metadata=_int1("FV: most CCP iterations per step."))
+        "FV: stop the CCP when ``‖m_{j+1} − m_j‖₁ <= ccp_tol ‖m_{j+1} − m^k‖₁``.", applies=_FV))
+    ccp_max: int = field(default=100, metadata=_int1("FV: most CCP iterations per step.",
+                                                             applies=_FV))
     lock_fraction: float = field(default=LOCK_FRACTION, metadata=opt(
         "A step moving less than this fraction of the first-order predicted ``W²`` counts "
         "as locked (both schemes; :data:`LOCK_FRACTION`).",
         check=number(0, 1, strict_lo=True, strict_hi=True)))
     ot: Literal["emd", "sinkhorn"] = field(default="emd", metadata=opt(
         "OT: exact transport or entropic (``OT_ε`` relative to ``μ_k ⊗ α``).",
-        check=choice(*OT_METHODS)))
+        check=choice(*OT_METHODS), applies=_OT))
     inner: Literal["gcg", "mirror"] = field(default="gcg", metadata=opt(
         "OT: generalised conditional gradient on plans or exponentiated gradient on ``ν`` "
-        "with POT potentials.", check=choice(*INNER_SOLVERS)))
+        "with POT potentials.", check=choice(*INNER_SOLVERS), applies=_OT))
     eps: float | None = field(default=None, metadata=opt(
         "OT, entropic: ``ε`` in cost units (rad²/mobility); default "
-        "``eps_scale · τ^eps_power``.", check=number(0, strict_lo=True)))
+        "``eps_scale · τ^eps_power``.", check=number(0, strict_lo=True), applies=_SINKHORN))
     eps_scale: float = field(default=1.0, metadata=_pos(
-        "OT, entropic: default rule ``ε = eps_scale · τ^eps_power``."))
+        "OT, entropic: default rule ``ε = eps_scale · τ^eps_power``.", applies=_SINKHORN))
     eps_power: float = field(default=2.0, metadata=opt(
         "OT, entropic: ``eps_power > 1`` keeps ``ε = o(τ)`` (no spurious diffusion).",
-        check=number(1, strict_lo=True)))
+        check=number(1, strict_lo=True), applies=_SINKHORN))
     mobility_mean: str = field(default="conformal", metadata=opt(
         "OT: symmetric mean ``b̂_ij`` of the endpoint mobilities in the cost.",
         check=choice(*MOBILITY_MEANS)))
     gap_rtol: float = field(default=1e-6, metadata=_pos(
-        "OT: stop when ``gap <= gap_rtol · scale``, ``scale = max(τ|∂E|²(μ_k), 1e-12|E|)``."))
+        "OT: stop when ``gap <= gap_rtol · scale``, ``scale = max(τ|∂E|²(μ_k), 1e-12|E|)``.",
+        applies=_OT))
     max_inner: int = field(default=500, metadata=_int1(
-        "OT: inner iterations before giving up (status ``\"not_converged\"`` + warning)."))
+        "OT: inner iterations before giving up (status ``\"not_converged\"`` + warning).",
+        applies=_OT))
     warm_start: bool = field(default=True, metadata=opt(
         "OT: reuse the candidate-pair cache (GCG) or the OT potentials (mirror, verify) "
-        "across inner iterations and steps.", check=boolean))
+        "across inner iterations and steps.", check=boolean, applies=_OT))
     verify: bool | None = field(default=None, metadata=opt(
         "Cross-check each step with POT (``None``: exact steps when ``M <= "
         "verify_max_cells``); FV: the POT referee, exact ``W²_{b̂}`` between consecutive "
@@ -210,17 +224,18 @@ class JKOOptions:
         "Cap of the POT cross-checks (dense ``M × M`` cost: 2 500 cells = 50 MB)."))
     neighbourhood: bool = field(default=True, metadata=opt(
         "OT: restrict candidate targets to the proved radius; ``False`` scans all ``M²`` "
-        "pairs (validation).", check=boolean))
+        "pairs (validation).", check=boolean, applies=_OT))
     max_pairs: int = field(default=50_000_000, metadata=_int1(
         "OT: largest candidate list kept in memory (24 bytes a pair); above it the rows are "
-        "rescanned in blocks at every oracle call."))
+        "rescanned in blocks at every oracle call.", applies=_OT))
     dense_ot_max_cells: int = field(default=6000, metadata=_int1(
         "OT: dense POT problems (``M × M`` cost) only up to this size; sparse ``ot.emd`` on "
         "the candidate graph beyond."))
     sinkhorn_max_iter: int = field(default=20_000, metadata=_int1(
-        "OT, entropic: log-domain Sinkhorn iterations (POT ``numItermax``)."))
+        "OT, entropic: log-domain Sinkhorn iterations (POT ``numItermax``).",
+        applies=_SINKHORN))
     sinkhorn_tol: float = field(default=1e-9, metadata=_pos(
-        "OT, entropic: Sinkhorn stopping threshold (POT ``stopThr``)."))
+        "OT, entropic: Sinkhorn stopping threshold (POT ``stopThr``).", applies=_SINKHORN))
     emd_max_iter: int = field(default=10_000_000, metadata=_int1(
         "OT, exact: network-simplex iteration limit."))
     progress: bool | None = field(default=None, metadata=opt(
@@ -258,8 +273,42 @@ JKO_SCHEMA: Spec = schema_of(JKOOptions)
 JKO_SPEC = keys_of(JKOOptions)
 
 
+def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool = False,
+                     label: str = "jko.{}") -> None:
+    """Refuse (or warn about) options given where they have no effect.
+
+    Which options act in which scheme is declared once, in the fields' metadata
+    (``opt(..., applies=...)``: the FV step's ``substeps``, ``energy``, ``hamiltonian``,
+    ``ccp_tol``, ``ccp_max``; the OT step's ``ot``, ``inner``, ``gap_rtol``, …; the
+    entropic OT step's ``eps``, ``eps_scale``, …). ``scheme = "auto"`` counts as
+    ``"fv"``: the scenario jobs always give the mesh. ``crosscheck``: the caller also
+    runs the table with ``scheme = "ot"`` (the main job's OT cross-check), so an OT
+    option applies there. A given option that applies nowhere raises
+    :class:`~wflow.infra.schema.ScenarioError` (exit status 2, one line naming the key)
+    when its value differs from the default, and is logged as a WARNING when it equals
+    it (nothing would change). ``label`` formats the key in the message (``"--{}"`` for
+    a command-line flag).
+    """
+    scheme = "fv" if opts.scheme == "auto" else opts.scheme
+    vals = {f.name: getattr(opts, f.name) for f in fields(opts)}
+    bad = inapplicable(JKOOptions, {**vals, "scheme": scheme}, given)
+    if crosscheck and scheme != "ot":
+        also = inapplicable(JKOOptions, {**vals, "scheme": "ot"}, given)
+        bad = {k: v for k, v in bad.items() if k in also}
+    defaults = {f.name: f.default for f in fields(JKOOptions) if f.default is not MISSING}
+    why = " ('auto' is 'fv' on a mesh)" if opts.scheme == "auto" else ""
+    for key, cond in bad.items():
+        line = (f"{label.format(key)}: applies only with {cond}, and this run's scheme is "
+                f"{scheme!r}{why}")
+        if vals[key] != defaults.get(key):
+            raise ScenarioError(f"{line}: it would be ignored; remove it or set the scheme "
+                                f"(jko.scheme, --scheme)")
+        logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
+
+
 def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None,
-                          mesh: str | None = None) -> tuple[str, JKOOptions, dict]:
+                          mesh: str | None = None, scheme: str | None = None,
+                          crosscheck: bool = False) -> tuple[str, JKOOptions, dict]:
     """Validate a ``[jko]`` table; returns ``(mesh_spec, JKOOptions, extras)``.
 
     Keys (defaults): ``mesh`` (default: ``[pde] mesh`` or the shipped default),
@@ -277,7 +326,10 @@ def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None
     (default: when the mesh has <= ``verify_max_cells = 2500`` cells),
     ``neighbourhood = true``, ``compare_pde = false`` (also solve the PDE with the
     surrogate velocity and record ``W_2`` JKO vs PDE at every ``t_k``; ``extras``).
-    Errors name the key (``jko.<key>: ...``).
+    Errors name the key (``jko.<key>: ...``). ``scheme``: the scheme the caller runs
+    instead of the table's (a command line's ``--scheme``); a key of the table that has no
+    effect in it is refused or warned about (:func:`check_applicable`, with
+    ``crosscheck``).
     """
     vals = take(d or {}, JKO_SCHEMA, "jko")
     mesh_spec = vals.pop("mesh") or mesh or "default"
@@ -288,4 +340,8 @@ def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None
         vals["tau"] = vals["T"]  # placeholder: one step, until the job knows the mesh
     extras = {"compare_pde": vals.pop("compare_pde"), "tau_auto": auto,
               "eps_auto": auto and vals["eps"] is None}
-    return mesh_spec, JKOOptions(**vals), extras
+    if scheme is not None:
+        vals["scheme"] = scheme
+    opts = JKOOptions(**vals)
+    check_applicable(opts, set(d or {}), crosscheck=crosscheck)
+    return mesh_spec, opts, extras

@@ -58,10 +58,12 @@ import numpy as np
 
 from ..infra.io import check_finite, run_directory, write_json
 from ..infra.parallel import comm_rank_size
+from ..status import Status
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
-           "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion"]
+           "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
+           "VERDICT_STATUS", "study_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +284,37 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
     return LogLogFit(float(coef[0]), float(coef[1]), se)
 
 
+#: The ``status`` of a study's ``summary.json`` from its verdict, defined once (``wflow
+#: verify`` and ``wflow reproduce``): a verdict that passed is ``"success"``; a failing one
+#: that says ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
+#: fail, an interval that straddles the tolerance) and refutes nothing (no ``FAIL …`` head,
+#: no ``NOT REPRODUCED``) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
+#: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
+#: runs completed (a claim not reproduced is a measured outcome, not an error).
+VERDICT_STATUS = {"PASS": Status.SUCCESS, "INCONCLUSIVE": Status.INCONCLUSIVE,
+                  "FAIL": Status.FAILED}
+
+
+def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:
+    """``(status, message, checks)`` of a study's summary (:data:`VERDICT_STATUS`).
+
+    ``message`` is ``""`` on success, else the verdict; ``checks`` are the summary's own
+    ``checks`` when it states them (``wflow reproduce``: one per experiment), else the
+    criteria as ``{name: {value, tolerance, passed, rule}}`` (``tolerance``: the accepted
+    range in words, ``rule``: why that range), the ``checks`` every command writes.
+    """
+    text = result.verdict.lstrip()
+    refuted = text.startswith("FAIL") or "NOT REPRODUCED" in text
+    word = "PASS" if result.passed else (
+        "INCONCLUSIVE" if "INCONCLUSIVE" in text and not refuted else "FAIL")
+    checks = result.summary.get("checks")  # a study that states its checks itself
+    if not isinstance(checks, Mapping):
+        checks = {c["name"]: {"value": c["value"], "tolerance": c["accepted"],
+                              "passed": c["ok"], "rule": c["why"]}
+                  for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
+    return VERDICT_STATUS[word], "" if result.passed else result.verdict, checks
+
+
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
@@ -299,7 +332,10 @@ def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyRe
         figs = tuple(make_plot(stage) if make_plot is not None else ())
         result = StudyResult(result.name, result.summary, result.verdict, result.passed,
                              tuple(str(out / f) for f in figs))
-        write_json(stage / "summary.json", {"study": result.name, "passed": result.passed,
+        status, message, checks = study_status(result)
+        write_json(stage / "summary.json", {"status": status, "message": message,
+                                            "checks": checks, "study": result.name,
+                                            "passed": result.passed,
                                             "verdict": result.verdict, "figures": list(figs),
                                             **result.summary})
     return result

@@ -73,7 +73,12 @@ class GaussianRun:
     def summary(self) -> dict[str, Any]:
         """The content of ``summary.json`` (standard JSON: non-finite numbers are ``null``)."""
         scn = self.scenario
+        tr = self.trajectory
         out: dict[str, Any] = {
+            # the contract of every command (a blow-up is a result: status success)
+            "status": Status.FAILED if tr.status == Status.FAILED else Status.SUCCESS,
+            "message": tr.message if tr.status == Status.FAILED else "",
+            "checks": {},  # the moment ODE is integrated to its tolerances; no verdict
             "title": scn.title,
             "source": scn.source,
             "d": scn.d,
@@ -228,7 +233,22 @@ def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path)
     """Write ``summary.json``, ``trajectory.csv`` (with the controls) and ``reach.png``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"title": scn.title, "source": scn.source, "d": scn.d,
+    # the reach criterion of wflow.gaussian.reach.reach, value by value (relative errors)
+    scale = max(float(np.linalg.norm(result.target_m)),
+                float(np.linalg.norm(result.target_Sigma)), 1.0)
+    rel = {"m_error": (result.m_error / scale, "|m(T) − m₁| / s"),
+           "Sigma_error": (result.Sigma_error, "‖Σ(T) − Σ₁‖_F / max(‖Σ₁‖_F, 1)"),
+           "w2_error": (result.w2_error / scale, "W₂(N(m(T), Σ(T)), N(m₁, Σ₁)) / s")}
+    checks = {name: {"value": float(v), "tolerance": float(result.tol),
+                     "passed": bool(v <= result.tol),
+                     "rule": f"{what} at target.T, the planned controls integrated "
+                             f"(s = max(|m₁|, ‖Σ₁‖_F, 1) = {scale:.6g}); reached when all "
+                             "three are within the tolerance"}
+              for name, (v, what) in rel.items()}
+    summary = {"status": Status.SUCCESS if result.status == "reached" else Status.INACCURATE,
+               "message": "" if result.status == "reached" else result.message,
+               "checks": checks,
+               "title": scn.title, "source": scn.source, "d": scn.d,
                "initial": {"m": scn.m0.tolist(), "Sigma": scn.Sigma0.tolist()},
                "target": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                           for k, v in (scn.target or {}).items()},

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...attention.heads import Attention
-from ...jko.options import auto_steps_bound, jko_options_from_dict
+from ...jko.options import auto_steps_bound, check_applicable, jko_options_from_dict
 from ...jko.solver import JKOResult, auto_step, solve_jko
 from ...status import Status
 
@@ -42,7 +42,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
     """
     pde_sec = sc.sections.get("pde", {}) or {}
     _, opts, extras = jko_options_from_dict(sc.sections.get("jko"),
-                                            T=T if T is not None else pde_sec.get("T"))
+                                            T=T if T is not None else pde_sec.get("T"),
+                                            crosscheck=True)
     if T is not None and "T" not in (sc.sections.get("jko") or {}):
         opts = replace(opts, T=float(T))
     if progress is not None:
@@ -122,14 +123,16 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
                  overrides={k: v for k, v in (overrides or {}).items() if v is not None},
                  confirm=confirm)
     pde_sec = scenario.sections.get("pde", {}) or {}
-    mesh_spec, opts, extras = jko_options_from_dict(
-        scenario.sections.get("jko"), T=pde_sec.get("T"), mesh=pde_sec.get("mesh"))
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    mesh_spec, opts, extras = jko_options_from_dict(
+        scenario.sections.get("jko"), T=pde_sec.get("T"), mesh=pde_sec.get("mesh"),
+        scheme=overrides.get("scheme"))
     tau = overrides.get("tau")
     if tau is None and extras["tau_auto"] and "T" in overrides:
         overrides["tau"] = overrides["T"]  # the placeholder step, resolved on the mesh
     if overrides:
         opts = replace(opts, **overrides)
+        check_applicable(opts, set(overrides), label="--{}")  # a flag of no effect: refused
     if progress is not None:
         opts = replace(opts, progress=progress)
     if tau is None and not extras["tau_auto"]:

@@ -25,7 +25,8 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     H = int(sc.build_heads().H)
     jko_steps = None
     if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
-        _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+        _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T,
+                                                 crosscheck=bool(ropts.jko_refinement))
         jko_steps = (auto_steps_bound(float(popts.T), int(cells))
                      if extras["tau_auto"] else int(jopts.steps))
     est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
@@ -48,7 +49,7 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     from ...jko import jko_options_from_dict
     from ...jko.solver import iterate_jko
 
-    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T, crosscheck=True)
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
                       options=replace(opts, progress=False), mesh=mesh)

@@ -141,7 +141,9 @@ class PretrainedGaussianity:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (summary first, then every stage in full)."""
         return {
-            "status": self.status, "message": self.message, "model": self.model,
+            "status": self.status, "message": self.message,
+            "checks": {},  # a measurement of a model, judged by no tolerance
+            "model": self.model,
             "n_samples": self.n_samples, "seed": self.seed, "input": self.input_kind,
             "pca_dim": self.pca_dim, "layers": list(self.layers), "spaces": list(self.spaces),
             "wall_time": self.wall_time, "notes": list(self.notes),

@@ -28,42 +28,22 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OutputKey", "SUMMARY_KEYS", "CSV_COLUMNS", "flatten", "explain", "unexplained"]
+__all__ = ["OutputKey", "SUMMARY_KEYS", "CSV_COLUMNS", "CONTRACT", "flatten", "explain",
+           "unexplained", "commands_of", "contract_problems"]
 
 
-@dataclass(frozen=True)
-class OutputKey:
-    """One key pattern of the outputs.
-
-    Attributes
-    ----------
-    pattern : str
-        Flattened key (``summary.json``) or column name (CSV), with wildcards.
-    meaning : str
-        What the number is (its formula where one applies: docs/theory.md).
-    unit : str
-        ``energy``, ``energy/time``, ``time``, ``rad``, ``1``, ``s``, ``count``, ``text``, …
-    sign : str
-        The sign convention, where one applies ("" otherwise).
-    where : str
-        The outputs that write it.
-    """
-
-    pattern: str
-    meaning: str
-    unit: str = "1"
-    sign: str = ""
-    where: str = ""
-
+from ._commands import COMMAND_KEYS
+from ._entry import _ALL, _RUN, OutputKey
 
 K = OutputKey
-_ALL = "all"
-_RUN = "wflow run"
 _P, _D, _J = "wflow particles", "wflow pde", "wflow jko"
 _SOLVERS = "wflow particles, pde, jko"
+_EQ = "wflow verify"
+_G = "wflow gaussian"
+_R = "wflow reproduce"
+_CHECKS = "wflow particles, pde, jko, gaussian, verify, reproduce"
 _CHAIN_SIGN = "signed: ΔE − ∫∂_tE − ∫power − Itô − M (positive: the energy grew more)"
 _EDI_SIGN = ("signed: ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2), sign = +1 for V = A "
              "(ascent), −1 for V = −A")
@@ -71,17 +51,25 @@ _EDI_SIGN = ("signed: ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + 
 #: The keys of ``summary.json`` (flattened), first match wins.
 SUMMARY_KEYS: tuple[OutputKey, ...] = (
     # --- every output -------------------------------------------------------------------
-    K("status", "the run's status: success, inaccurate, not_converged, locked, max_steps "
-      "(the worst phase for wflow run)", "text", where=_ALL),
-    K("message", "why the status is what it is ('' on success); every reason", "text",
+    K("status", "the run's status: success, inaccurate, not_converged, locked, max_steps, "
+      "failed (the worst phase for wflow run); a study (wflow verify, wflow reproduce): its "
+      "verdict, PASS → success, INCONCLUSIVE → inconclusive, FAIL → failed "
+      "(wflow.studies.base.VERDICT_STATUS); wflow gaussian: success (a blow-up is a "
+      "result) or failed, reach: success or inaccurate (target missed)", "text",
       where=_ALL),
+    K("message", "why the status is what it is ('' on success); every reason (a study: "
+      "its verdict)", "text", where=_ALL),
+    K("checks", "the run's checks, each {value, tolerance, passed, rule}; {} where the "
+      "command judges no tolerance (wflow gaussian run: the moment ODE is integrated to "
+      "its solver tolerances)", "as named", where=_ALL),
     K("scenario.**", "the scenario as read (every section and key of the TOML file, "
-      "defaults not added)", "as in the scenario", where=_RUN),
+      "defaults not added)", "as in the scenario", where=_SOLVERS + ", run"),
     K("provenance.**", "versions of wflow, NumPy, SciPy, POT, Python; machine; start time",
-      "text", where=_RUN),
+      "text", where=_SOLVERS + ", run"),
     K("solver", "the solver that wrote the file: particles, pde or jko", "text",
       where=_SOLVERS),
-    K("seed", "the scenario's master seed", "count", where=_SOLVERS),
+    K("seed", "the scenario's master seed (gaussian pretrained: the input samples' seed)",
+      "count", where=_SOLVERS + ", gaussian"),
     K("sign", "gradient-flow sign: +1 for V = A (ascent of E), −1 for V = −A (descent)",
       "1", "+1 ascent, −1 descent", _SOLVERS),
     K("gradient_flow_sign", "as `sign`: +1 for V = A (ascent of E), −1 for V = −A", "1",
@@ -95,12 +83,14 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("density.**", "the initial density as specified (only the keys of its type)",
       "as in the scenario", where=_D),
     # --- checks (every solver; the main job per phase) -------------------------------------
-    K("checks.*.value", "the measured value of the named check (relative residual)", "1",
-      where=_SOLVERS),
-    K("checks.*.tolerance", "the tolerance the value is judged against", "1", where=_SOLVERS),
-    K("checks.*.passed", "value within tolerance", "bool", where=_SOLVERS),
+    K("checks.*.value", "the measured value of the named check (solvers: a relative "
+      "residual; gaussian reach: a relative error at target.T; a study: its criterion's "
+      "value)", "1", where=_CHECKS),
+    K("checks.*.tolerance", "the tolerance the value is judged against (a study: the "
+      "criterion's accepted range in words)", "1", where=_CHECKS),
+    K("checks.*.passed", "value within tolerance", "bool", where=_CHECKS),
     K("checks.*.rule", "how the value is computed and why the tolerance", "text",
-      where=_SOLVERS),
+      where=_CHECKS),
     K("checks.*.order", "the balance order q the tolerance 0.1^q comes from", "count",
       where=_SOLVERS),
     K("checks.*.scheme", "the scheme the order belongs to", "text", where=_SOLVERS),
@@ -108,13 +98,15 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "τ|∂E|² > 1e-12|E|", "count", where=_J),
     K("checks.empty_cells_max", "most cells emptied by a JKO step (mass below 1e-9 of its "
       "initial mass: the speckle of the static scheme)", "count", "≥ 0", _J),
-    K("checks.*.*.value", "the measured value of the phase's check: chain = relative "
+    K("checks.*.*.value", "(wflow verify: a criterion whose name holds a dot, as "
+      "checks.*.value) the measured value of the phase's check: chain = relative "
       "chain-rule residual |chain| / energy budget; edi (JKO) = Σ_k|edi_k| / discrete "
-      "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN),
-    K("checks.*.*.tolerance", "the tolerance the value is judged against", "1", where=_RUN),
-    K("checks.*.*.passed", "value within tolerance", "bool", where=_RUN),
+      "dissipation, the JKO's summed |EDI| relative", "1", "≥ 0", _RUN + ", verify"),
+    K("checks.*.*.tolerance", "the tolerance the value is judged against", "1",
+      where=_RUN + ", verify"),
+    K("checks.*.*.passed", "value within tolerance", "bool", where=_RUN + ", verify"),
     K("checks.*.*.rule", "how the value is computed and why the tolerance", "text",
-      where=_RUN),
+      where=_RUN + ", verify"),
     K("checks.*.*.order", "the balance order q of the tolerance 0.1^q (None: JKO)", "count",
       where=_RUN),
     K("checks.*.*.scheme", "the scheme the order belongs to", "text", where=_RUN),
@@ -137,7 +129,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       where=_D + ", " + _RUN),
     # --- particles -------------------------------------------------------------------------
     K("n_tokens", "number of tokens n", "count", where=_P),
-    K("d", "dimension of the ambient space (tokens on S^{d-1})", "count", where=_P),
+    K("d", "dimension of the ambient space (particles: tokens on S^{d-1}; gaussian: R^d)",
+      "count", where=_P + ", " + _G),
     K("n_heads", "number of heads H", "count", where=_SOLVERS),
     K("n_paths", "Monte-Carlo weight-noise paths P", "count", where=_P),
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
@@ -148,14 +141,16 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "lacks, e.g. a user's integrator or kind without compiled code)", "text", where=_P),
     K("flow", "transformer (v) or surrogate (v̂ = b̂ P∇ψ, the weighted gradient flow)",
       "text", where=_P + ", " + _RUN),
-    K("steps", "time steps taken", "count", where=_P),
+    K("steps", "time steps taken (gaussian-particles study: RK4 steps)", "count",
+      where=_P + ", wflow verify"),
     K("dt.requested", "the time step asked for", "time", where=_P),
     K("dt.used", "the step used: T / ceil(T/dt), so that the steps end at T", "time",
       where=_P),
     K("dt.steps", "number of steps of dt.used", "count", where=_P),
     K("dt.adjusted", "dt.used differs from dt.requested (the command's line says so)",
       "bool", where=_P),
-    K("wall_time_s", "wall time of the solve", "s", where=_P),
+    K("wall_time_s", "wall time of the solve (a study: of the study)", "s",
+      where=_P + ", wflow verify"),
     K("final.*.mean", "the history column at T, mean over paths (see the CSV columns)",
       "as the column", where=_P),
     K("final.*.std", "its standard deviation over paths", "as the column", where=_P),
@@ -193,27 +188,27 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("t_final", "the time reached", "time", where=_D + ", " + _J),
     K("final.*", "the history column at the last output time (see the CSV columns)",
       "as the column", where=_D + ", " + _J),
-    K("*stats.steps", "time steps (PDE) or JKO steps taken", "count", where=_SOLVERS),
+    K("*stats.steps", "time steps (PDE) or JKO steps taken", "count", where=_SOLVERS + ", run"),
     K("*stats.rejected_steps", "PDE steps rejected by the positivity check and retried",
       "count", where=_D + ", " + _RUN),
     K("*stats.velocity_evals", "evaluations of the nonlocal velocity", "count",
       where=_D + ", " + _RUN),
-    K("*stats.wall_time", "wall time of the solve", "s", where=_SOLVERS),
-    K("*stats.time_per_step", "wall time per step", "s", where=_SOLVERS),
+    K("*stats.wall_time", "wall time of the solve", "s", where=_SOLVERS + ", run"),
+    K("*stats.time_per_step", "wall time per step", "s", where=_SOLVERS + ", run"),
     K("*stats.time_per_velocity_eval", "wall time per velocity evaluation", "s",
       where=_D + ", " + _RUN),
     K("*stats.rhs_time", "wall time in the finite-volume right-hand side", "s",
       where=_D + ", " + _RUN),
     K("*stats.measure_time", "wall time of the diagnostics at the output times", "s",
       where=_D + ", " + _RUN),
-    K("*stats.mass_error_max", "max over time of |Σ m_K − 1|", "1", "≥ 0", _SOLVERS),
+    K("*stats.mass_error_max", "max over time of |Σ m_K − 1|", "1", "≥ 0", _SOLVERS + ", run"),
     K("*stats.rho_min", "smallest cell density over the run", "1/area", "≥ 0 (positivity)",
       _D + ", " + _RUN),
     K("*stats.dt_min", "smallest PDE step taken", "time", where=_D + ", " + _RUN),
     K("*stats.dt_max", "largest PDE step taken", "time", where=_D + ", " + _RUN),
     K("*stats.max_normal_speed", "largest |v·n| at the edge quadrature points", "1/time",
       where=_D + ", " + _RUN),
-    K("*stats.cells", "number of cells", "count", where=_SOLVERS),
+    K("*stats.cells", "number of cells", "count", where=_SOLVERS + ", run"),
     K("*stats.ranks", "MPI ranks", "count", where=_D + ", " + _RUN),
     K("*stats.edge_quadrature_points", "Gauss–Legendre points per edge", "count",
       where=_D + ", " + _RUN),
@@ -352,40 +347,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("verdicts[].tolerance", "what it is judged against", "text", where=_RUN),
     K("verdicts[].verdict", "PASS, FAIL, WARN or defect (expected)", "text", where=_RUN),
     K("verdicts[].meaning", "what the number means", "text", where=_RUN),
-    # --- studies (wflow verify) and wflow reproduce ----------------------------------------
-    K("study", "the study's name", "text", where="wflow verify, wflow reproduce"),
-    K("passed", "every criterion holds", "bool", where="wflow verify, wflow reproduce"),
-    K("verdict", "the verdict in words: the criteria and the measured numbers", "text",
-      where="wflow verify, wflow reproduce"),
-    K("figures", "the figure files written", "text", where="wflow verify, wflow reproduce"),
-    K("settings.**", "the study's settings (quick, seed, tolerances, sizes)", "as named",
-      where="wflow verify, wflow reproduce"),
-    K("criteria[].name", "a criterion's name (what --fault controls name)", "text",
-      where="wflow verify, wflow reproduce"),
-    K("criteria[].value", "the measured value", "as named", where="wflow verify"),
-    K("criteria[].lo", "lower end of the accepted range (None: unbounded)", "as named",
-      where="wflow verify"),
-    K("criteria[].hi", "upper end of the accepted range (None: unbounded)", "as named",
-      where="wflow verify"),
-    K("criteria[].accepted", "the accepted range in words", "text", where="wflow verify"),
-    K("criteria[].what", "what is measured", "text", where="wflow verify"),
-    K("criteria[].why", "why the range", "text", where="wflow verify"),
-    K("criteria[].ok", "the value lies in the range", "bool", where="wflow verify"),
-    K("fault", "the injected fault (--fault), None for a normal run", "text",
-      where="wflow verify"),
-    K("fault_description", "what the fault changes", "text", where="wflow verify"),
-    K("negative_controls.*", "every fault the study declares (FAULTS) and what it changes",
-      "text", where="wflow verify"),
-    K("fault_family", "the family of a sized fault (--fault FAMILY:S), None otherwise",
-      "text", where="wflow verify"),
-    K("fault_size", "the size S of a sized fault (velocity or time scaled by 1 + S, …)", "1",
-      where="wflow verify"),
-    K("fault_families.*", "every fault family the study accepts and what it scales (size "
-      "and power: docs/studies_power.md)", "text", where="wflow verify"),
-    K("seed_independent", "the criteria cannot depend on the seed (one run stands for all "
-      "seeds)", "bool", where="wflow verify"),
-    K("fits.**", "the study's fitted numbers (orders, rates, levels; see the study's module)",
-      "as named", where="wflow verify, wflow reproduce"),
+    *COMMAND_KEYS,
 )
 
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
@@ -499,3 +461,36 @@ def explain(key: str, *, csv: bool = False) -> OutputKey | None:
 def unexplained(keys: Iterable[str], *, csv: bool = False) -> list[str]:
     """The keys (or columns) that no entry of the table explains."""
     return [k for k in keys if explain(k, csv=csv) is None]
+
+
+#: The keys every command's ``summary.json`` carries (README): its status, why, and checks.
+CONTRACT = ("status", "message", "checks")
+
+
+def commands_of(where: str) -> set[str]:
+    """The commands of an entry's ``where`` (``"all"``: ``{"*"}``).
+
+    ``"wflow particles, pde, jko"`` -> ``{particles, pde, jko}``.
+    """
+    if where.strip() == _ALL:
+        return {"*"}
+    return {w.strip().removeprefix("wflow").strip() for w in where.split(",")} - {""}
+
+
+def contract_problems(summary: Mapping[str, Any], command: str) -> list[str]:
+    """What breaks the ``summary.json`` contract of ``wflow COMMAND`` (empty: none).
+
+    A missing ``status``, ``message`` or ``checks`` (a mapping); a key no entry explains;
+    a key whose entry does not name the command in ``where`` (``wflow COMMAND --help``
+    lists the entries that name it, so the key would be missing there).
+    """
+    bad = [f"no {k}" for k in CONTRACT if k not in summary]
+    if not isinstance(summary.get("checks"), Mapping):
+        bad.append("checks: not a mapping")
+    for key in flatten(summary):
+        entry = explain(key)
+        if entry is None:
+            bad.append(f"undocumented {key}")
+        elif not ({"*", command} & commands_of(entry.where)):
+            bad.append(f"{key}: its entry {entry.pattern!r} has where = {entry.where!r}")
+    return bad
