@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from ..status import Status
 from . import add_output, add_yes, finish, prepare
 from ._help import Formatter, describe
 
@@ -55,7 +56,7 @@ def _main(args: argparse.Namespace) -> int:
                         progress=args.progress, gif=args.gif, confirm=args.yes,
                         comm=comm if size > 1 else None)
     if rank != 0:
-        return 0 if res.status == "success" else 1
+        return 0 if res.status == Status.SUCCESS else 1
     fin = res.final()
     rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
     adj, o = "", getattr(res, "options", None)
