@@ -14,7 +14,7 @@ The run. The PDE solves on two mesh levels (``h`` and ``h/2``, order 2); the fin
 the reference and ``e_k = |μ_k^{h/2} − μ_k^h|`` its error (Richardson for an order-2
 scheme gives ``|…|/3``: taking the whole difference is conservative). ``R`` independent
 replicates of ``n`` tokens are drawn from the fine level's ``ρ_0`` and evolved to ``T``
-(RK4, ``dt = T/16``). At ``T`` the tokens are not independent, so the standard error of
+(RK4, ``dt = T/8``). At ``T`` the tokens are not independent, so the standard error of
 the mean moments is estimated from the replicates (:mod:`wflow.geometry.moment_test`;
 the i.i.d. formula and the ratio of the two are reported). The PDE is deterministic: its
 solution and moments are cached in-process (keyed by every input), so the seeds of
@@ -37,7 +37,7 @@ and the PDE velocity error it amounts to (a velocity ``×(1 + s)`` is a time cha
 ``δμ_k ≈ s T ∂_t μ_k(T)``); POT's sliced Wasserstein on the sphere
 (``ot.sliced_wasserstein_sphere``) between the particles and a sample of the PDE beside
 the same between two PDE samples (its floor), and the exact ``W_2`` (wflow.geometry.transport)
-on 2 000 tokens of the first replicate.
+on 1 000 (quick) or 2 000 (full) tokens of the first replicate (``O(n³)``).
 
 What a PASS rules out: :data:`MEASURED_POWER` (bench/size_power.py, docs/studies_power.md).
 """
@@ -71,12 +71,16 @@ ALPHA = 0.003
 #: Settings per mode: tokens per replicate ``n``, replicates ``R``, degree ``L``, the two
 #: PDE meshes (coarse, fine) and the particles' steps per unit time.
 MODES: dict[str, dict[str, Any]] = {
-    "quick": {"n": 2000, "R": 48, "L": 3, "meshes": ("sphere_5120.msh", "sphere_20480.msh")},
-    "full": {"n": 10000, "R": 80, "L": 4, "meshes": ("sphere_40500.msh", "icosphere:162000")},
+    "quick": {"n": 2000, "R": 48, "L": 3, "meshes": ("sphere_5120.msh", "sphere_20480.msh"),
+              "w2_points": 1000},
+    "full": {"n": 10000, "R": 80, "L": 4, "meshes": ("sphere_40500.msh", "icosphere:162000"),
+             "w2_points": 2000},
 }
-#: Final time, particle steps and PDE output times (for ``∂_t μ(T)``).
+#: Final time, particle RK4 steps and PDE output times (for ``∂_t μ(T)``). Eight steps:
+#: the moments at T move by 1.8e-5 from ``dt = T/8`` to ``T/32`` (n = 4000, measured),
+#: 5 % of the full mode's Monte Carlo standard error.
 T_FINAL = 1.0
-PARTICLE_STEPS = 16
+PARTICLE_STEPS = 8
 PDE_SAVES = 21
 
 #: Smallest faults caught, measured by bench/size_power.py (docs/studies_power.md): per
@@ -181,7 +185,7 @@ def _draw(verts: np.ndarray, m0: np.ndarray, n: int, rng: np.random.Generator, *
 
 def _replicate(item: tuple) -> dict[str, Any]:
     """One replicate: moments at 0 and T (and, for the first, the cross-check samples)."""
-    (n, r, seed, T, L, verts, m0, mT, vscale, kind, off, areas_ignored) = item
+    (n, r, seed, T, L, verts, m0, mT, vscale, kind, off, areas_ignored, w2k) = item
     heads, attn = _model()
     if kind != attn.kind:
         attn = Attention(kind, attn.beta)
@@ -201,13 +205,13 @@ def _replicate(item: tuple) -> dict[str, Any]:
     sT, qT = token_moment_sums(xT, L, squares=True)
     out: dict[str, Any] = {"m0": s0 / n, "q0": q0 / n, "mT": sT / n, "qT": qT / n}
     if r == 0:
-        out.update(_cross_checks(xT, verts, mT, rng(5)))
+        out.update(_cross_checks(xT, verts, mT, rng(5), w2k))
     return out
 
 
 def _cross_checks(xT: np.ndarray, verts: np.ndarray, mT: np.ndarray,
-                  rng: np.random.Generator) -> dict[str, float]:
-    """POT's sliced W2 on the sphere and exact W2 (2 000 tokens): reported, not judged."""
+                  rng: np.random.Generator, w2k: int) -> dict[str, float]:
+    """POT's sliced W2 on the sphere and exact W2 (``w2k`` tokens): reported, not judged."""
     import ot
 
     from ..geometry.transport import w2_sphere
@@ -217,7 +221,7 @@ def _cross_checks(xT: np.ndarray, verts: np.ndarray, mT: np.ndarray,
     proj = int(rng.integers(2**31 - 1))
     ssw = float(ot.sliced_wasserstein_sphere(xT, z, n_projections=200, p=2, seed=proj))
     ssw0 = float(ot.sliced_wasserstein_sphere(z2, z, n_projections=200, p=2, seed=proj))
-    k = min(n, 2000)
+    k = min(n, int(w2k))
     w2 = w2_sphere(xT[:k], z[:k], max_points=k + 1)
     w20 = w2_sphere(z2[:k], z[:k], max_points=k + 1)
     return {"ssw": ssw, "ssw_floor": ssw0, "w2": w2, "w2_floor": w20, "w2_points": k}
@@ -266,7 +270,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     if fault == "frozen-pde":
         refT, errT = ref0, np.abs(fine["m0_mom"] - coarse["m0_mom"])
     items = [(n, r, seed, T, L, fine["verts"], fine["m0"], fine["mT"], vscale, kind, off,
-              fault == "sampler-ignores-areas") for r in range(R)]
+              fault == "sampler-ignores-areas", int(mode["w2_points"])) for r in range(R)]
     rows = parallel_map(_replicate, items)
     M0 = np.array([r["m0"] for r in rows])
     MT = np.array([r["mT"] for r in rows])
