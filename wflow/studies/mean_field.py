@@ -71,7 +71,7 @@ ALPHA = 0.003
 #: Settings per mode: tokens per replicate ``n``, replicates ``R``, degree ``L``, the two
 #: PDE meshes (coarse, fine) and the particles' steps per unit time.
 MODES: dict[str, dict[str, Any]] = {
-    "quick": {"n": 2000, "R": 48, "L": 3, "meshes": ("sphere_5120.msh", "sphere_20480.msh"),
+    "quick": {"n": 1000, "R": 48, "L": 3, "meshes": ("sphere_5120.msh", "sphere_20480.msh"),
               "w2_points": 1000},
     "full": {"n": 10000, "R": 80, "L": 4, "meshes": ("sphere_40500.msh", "icosphere:162000"),
              "w2_points": 2000},
