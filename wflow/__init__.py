@@ -42,6 +42,8 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
+from .geometry.harmonics import cell_moments, token_moments
+from .geometry.moment_test import MomentTest, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
 from .kernels import (
@@ -93,6 +95,10 @@ __all__ = [
     "w2_sphere",
     "w2_sphere_sparse",
     "W2Result",
+    "token_moments",
+    "cell_moments",
+    "moment_test",
+    "MomentTest",
     "beta_star",
     "c_star",
     "lambda_c",
