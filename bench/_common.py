@@ -259,9 +259,9 @@ def parent_machine() -> dict:
 
 
 def _busy() -> bool:
-    from wflow import kernels
+    from wflow.kernels import direct
 
-    return kernels._busy()
+    return direct._busy()
 
 
 def write_json(name: str, payload: dict) -> Path:

@@ -18,7 +18,7 @@ time of each process, then the best round):
   ``slope_terms`` (fused kernel inside, NumPy post-processing outside);
 * ``fused``   ``wflow.kernels.particle_terms``: the whole step's sums and diagnostics
   in one compiled pass, called once per step from Python;
-* ``path``    ``wflow.euler_path``: the whole Euler loop compiled (each step the same
+* ``path``    ``wflow.particles.euler_path``: the whole Euler loop compiled (each step the same
   fused pass, no per-step Python work); per-step time = loop time / (steps + 1)
   evaluations (the median of ``--repeats`` loops).
 

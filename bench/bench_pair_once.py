@@ -8,7 +8,7 @@ every thread count 1, recorded in the JSON; process CPU time):
 * ``pair-once``: the symmetric-head kernel of ``particle_terms`` (every pair once, the
   row sums and the column sums, ``Z`` and ``Y``) at n = 200 and n = 1000, per pair.
 
-These two numbers bound the per-step time of ``wflow.euler_path`` for the published
+These two numbers bound the per-step time of ``wflow.particles.euler_path`` for the published
 multi-head experiments (``H n²/2`` pairs per step), see ``bench/README.md`` §6.
 
 Usage: ``python bench/bench_pair_once.py``; prints, writes ``results/bench_pair_once.json``.

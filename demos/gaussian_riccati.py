@@ -24,18 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
+from wflow.apps.jobs.gaussian import (
+    reach_scenario,
+    run_gaussian_scenario,
+    write_gaussian_run,
+    write_reach,
+)
 from wflow.gaussian import (
     GaussianParams,
     blowup_time_isotropic,
     classify,
     load_gaussian_scenario,
     reach,
-)
-from wflow.gaussian.run import (
-    reach_scenario,
-    run_gaussian_scenario,
-    write_gaussian_run,
-    write_reach,
 )
 from wflow.studies.gaussian_particles import particle_errors
 

@@ -20,14 +20,10 @@ from pathlib import Path
 import numpy as np
 
 import wflow
+from wflow.apps.jobs.pde import render_snapshots
 from wflow.apps.scenario import load_scenario
 from wflow.geometry.mesh import load_mesh
-from wflow.pde import (
-    density_spec_from_scenario,
-    pde_options_from_dict,
-    render_snapshots,
-    solve_pde,
-)
+from wflow.pde import density_spec_from_scenario, pde_options_from_dict, solve_pde
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import wflow.particles.run as prun
+import wflow.apps.jobs.particles as prun
 from wflow.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, main
 from wflow.commands import finish
 

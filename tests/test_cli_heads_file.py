@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-import wflow.particles.run as prun
+import wflow.apps.jobs.particles as prun
 from wflow.apps.scenario import ScenarioError, parse_scenario
 from wflow.cli import main
 

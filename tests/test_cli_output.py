@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import wflow.particles.run as prun
+import wflow.apps.jobs.particles as prun
 from wflow.cli import main
 from wflow.infra.io import OUTPUT_MARKER, read_output_marker
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wflow.apps.main_job as mj
+from wflow.apps.main import phases as mj_phases
 from wflow.cli import main
 
 from .test_main_job import SCENARIO as MAIN_JOB_SCENARIO
@@ -44,7 +44,7 @@ def no_phase(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a phase ran although the scenario is invalid")
     for name in ("_run_pde", "_run_particles", "_run_jko"):
-        monkeypatch.setattr(mj, name, boom)
+        monkeypatch.setattr(mj_phases, name, boom)
 
 
 def _one_line(err: str) -> str:
@@ -91,11 +91,11 @@ def test_foreign_checkpoint_folder_is_refused(tmp_path, capsys, no_phase):
 def test_interrupt_resume_and_scenario_fingerprint(tmp_path, capsys, monkeypatch):
     sc = _scenario(tmp_path)
     out = tmp_path / "o"
-    real = mj._run_particles
+    real = mj_phases._run_particles
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(mj, "_run_particles", interrupted)
+    monkeypatch.setattr(mj_phases, "_run_particles", interrupted)
     # Ctrl-C after the PDE phase: 130, one line with the resume command, no traceback
     assert main(["run", str(sc), "--out", str(out)]) == 130
     line = _one_line(capsys.readouterr().err)
@@ -103,7 +103,7 @@ def test_interrupt_resume_and_scenario_fingerprint(tmp_path, capsys, monkeypatch
     assert (tmp_path / "o.ckpt" / "pde.pkl").is_file() and not out.exists()
     meta = json.loads((tmp_path / "o.ckpt" / "scenario.json").read_text())
     assert meta["fingerprint"]["scenario"] and "file:heads.npz" in meta["fingerprint"]
-    monkeypatch.setattr(mj, "_run_particles", real)
+    monkeypatch.setattr(mj_phases, "_run_particles", real)
     ckpt_before = sorted(p.name for p in (tmp_path / "o.ckpt").iterdir())
 
     # a different scenario is refused, the difference named, the checkpoint kept
@@ -120,7 +120,7 @@ def test_interrupt_resume_and_scenario_fingerprint(tmp_path, capsys, monkeypatch
     assert sorted(p.name for p in (tmp_path / "o.ckpt").iterdir()) == ckpt_before
 
     # the same scenario resumes (PDE phase restored, not recomputed)
-    monkeypatch.setattr(mj, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
+    monkeypatch.setattr(mj_phases, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
     assert main(["run", str(sc), "--resume", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "success" and s["edi"]["pde"]["relative"] < 0.05

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-import wflow.apps.main_job as mj
-import wflow.particles.run as prun
+import wflow.apps.jobs.particles as prun
+from wflow.apps.main import checkpoint as mj_checkpoint
+from wflow.apps.main import options as mj_options
+from wflow.apps.main import phases as mj_phases
 from wflow.cli import main
 from wflow.infra import lock
 from wflow.infra.io import (
@@ -237,15 +239,15 @@ def test_checkpoint_of_another_scenario_needs_resume_or_overwrite(tmp_path, caps
     out = tmp_path / "o"
     other = run_scenario(tmp_path, replace=("n_particles = 300", "n_particles = 400"),
                          name="other.toml")
-    sc_o = mj._load(other)
+    sc_o = mj_options._load(other)
     raw_o = sc_o.raw
-    ck = mj._Checkpoint(out)
-    ck.start(raw_o, sc_o.base_dir, mj._fingerprint(raw_o, sc_o.base_dir))
+    ck = mj_checkpoint._Checkpoint(out)
+    ck.start(raw_o, sc_o.base_dir, mj_checkpoint._fingerprint(raw_o, sc_o.base_dir))
     ck.save("pde", {"res": "theirs"})
 
     def boom(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(mj, "_run_pde", boom)
+    monkeypatch.setattr(mj_phases, "_run_pde", boom)
     assert main(["run", str(sc), "--out", str(out)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert "checkpoint of another scenario" in line and "run.n_particles: 400 -> 300" in line
@@ -260,29 +262,29 @@ def test_checkpoint_is_read_only_with_resume(tmp_path, capsys, monkeypatch):
     """A checkpoint of the same scenario is not loaded without --resume (it starts over)."""
     sc = run_scenario(tmp_path)
     out = tmp_path / "o"
-    s = mj._load(sc)
+    s = mj_options._load(sc)
     raw = s.raw
-    ck = mj._Checkpoint(out)
-    ck.start(raw, s.base_dir, mj._fingerprint(raw, s.base_dir))
+    ck = mj_checkpoint._Checkpoint(out)
+    ck.start(raw, s.base_dir, mj_checkpoint._fingerprint(raw, s.base_dir))
     ck.save("pde", {"res": "stale"})
     ran = []
 
     def pde(*a, **k):
         ran.append(1)
         raise KeyboardInterrupt
-    monkeypatch.setattr(mj, "_run_pde", pde)
+    monkeypatch.setattr(mj_phases, "_run_pde", pde)
     assert main(["run", str(sc), "--out", str(out)]) == 130
     assert ran == [1]  # computed, not restored
     ck.save("pde", {"res": "kept"})
-    monkeypatch.setattr(mj, "_run_particles", pde)
-    monkeypatch.setattr(mj, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
+    monkeypatch.setattr(mj_phases, "_run_particles", pde)
+    monkeypatch.setattr(mj_phases, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
     assert main(["run", str(sc), "--resume", str(out)]) == 130  # control: --resume restores
     assert "phase pde restored from the checkpoint" in capsys.readouterr().out
 
 
 def test_own_leftover_checkpoint_is_recognised(tmp_path):
     out = tmp_path / "o"
-    ck = mj._Checkpoint(out)
+    ck = mj_checkpoint._Checkpoint(out)
     ck.dir.mkdir()
     (ck.dir / "compare.pkl").write_bytes(b"x")  # what a mixed run of an older wflow left
     ck.check()

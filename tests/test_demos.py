@@ -97,7 +97,14 @@ PINNED = {
     "pretrained_gaussianity": {
         "status": "success",
         "export.explained": 0.5286971149453489,
-        "per_layer.layer0.attn_rel": 0.01597881133259242,
+        # a Bures-Wasserstein distance between two nearly equal covariances, one of them
+        # near-singular (PCA of a 3-layer random BERT): the matrix square root turns
+        # eps-level eigenvalue perturbations into sqrt(eps) ones, so bw² moves by about
+        # sqrt(eps)·tr S and rel = bw/sqrt(tr S) by sqrt(eps)/(2 rel) absolute, i.e.
+        # sqrt(eps)/(2 rel²) = 2.9e-5 relative at rel = 0.016. Measured across OpenBLAS
+        # kernels (Haswell, SkylakeX, Zen, Sandybridge): spread 4.3e-6 relative.
+        "per_layer.layer0.attn_rel": (0.01597881133259242,
+                                      np.sqrt(np.finfo(float).eps) / (2 * 0.01597881133259242)),
     },
     "published_experiments": {
         "s2_oscillating": -1.1757794644118313,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import wflow.apps.main_job as mj
+from wflow.apps.main import phases as mj_phases
 from wflow.cli import main
 from wflow.infra import lock
 from wflow.infra.io import DiskFullError, atomic_write_bytes
@@ -90,13 +90,13 @@ def test_full_disk_in_wflow_run_keeps_the_checkpoint(small_disk, tmp_path, capsy
                                                      monkeypatch):
     sc = run_scenario(tmp_path)
     out = small_disk / "o"
-    real = mj._run_particles
+    real = mj_phases._run_particles
 
     def then_full(*a, **k):  # the disk fills up while the particles run
         res = real(*a, **k)
         _fill(small_disk, leave=0)
         return res
-    monkeypatch.setattr(mj, "_run_particles", then_full)
+    monkeypatch.setattr(mj_phases, "_run_particles", then_full)
     assert main(["run", str(sc), "--out", str(out)]) == 1
     captured = capsys.readouterr()
     line = _one_line(captured.err)
@@ -104,8 +104,8 @@ def test_full_disk_in_wflow_run_keeps_the_checkpoint(small_disk, tmp_path, capsy
     assert "particles.pkl" in line and f"wflow run --resume {out}" in line
     assert (small_disk / "o.ckpt" / "pde.pkl").is_file() and not out.exists()
     (small_disk / "filler").unlink()
-    monkeypatch.setattr(mj, "_run_particles", real)
-    monkeypatch.setattr(mj, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
+    monkeypatch.setattr(mj_phases, "_run_particles", real)
+    monkeypatch.setattr(mj_phases, "_run_pde", lambda *a, **k: pytest.fail("pde recomputed"))
     assert main(["run", "--resume", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["resumed"]["restored_phases"] == ["pde"]

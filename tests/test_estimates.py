@@ -14,9 +14,10 @@ import math
 
 import pytest
 
-import wflow.apps.main_job as mj
+import wflow.apps.jobs.particles as prun
+import wflow.apps.main as mj
 import wflow.infra.estimate as est
-import wflow.particles.run as prun
+from wflow.apps.main import refinement as mj_refinement
 from wflow.cli import main
 from wflow.infra.estimate import (
     CONFIRM_SECONDS,
@@ -138,7 +139,7 @@ def test_refinement_table_of_one_row_is_a_warning():
         status = "success"
         checks = {"edi": {"value": 0.1}}
         balance = {"edi": 0.1, "dissipation": 1.0}
-    tab = mj._refinement_block(J(), {"rows": []}, {"w2_jko_vs_pde": __import__(
+    tab = mj_refinement._refinement_block(J(), {"rows": []}, {"w2_jko_vs_pde": __import__(
         "numpy").array([0.1])}, mj.RunOptions())
     assert tab["shrinks_w2"] is None and tab["shrinks_edi"] is None
     from wflow.apps.report import _yes_no

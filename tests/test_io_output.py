@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import wflow.infra.io as wio
 from wflow.infra.io import (
     OUTPUT_MARKER,
     OutputError,
@@ -24,6 +23,7 @@ from wflow.infra.io import (
     run_directory,
     write_json,
 )
+from wflow.infra.io import outputs as wio_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 MPIRUN = Path(sys.executable).parent / "mpirun"
@@ -46,7 +46,7 @@ def test_replace_previous_output(tmp_path, monkeypatch, exchange):
     _write(out, 1)
     assert read_output_marker(out)["files"] == ["sub/x.json", "summary.json"]
     if not exchange:
-        monkeypatch.setattr(wio, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(wio_outputs, "_exchange", lambda a, b: False)
     _write(out, 2)
     assert '"v": 2' in (out / "summary.json").read_text()
     assert '"v": 2' in (out / "sub" / "x.json").read_text()
@@ -59,7 +59,7 @@ def test_renameat2_is_used_on_linux(tmp_path):
     b.mkdir()
     (a / "fa").write_text("a")
     (b / "fb").write_text("b")
-    if not wio._exchange(a, b):
+    if not wio_outputs._exchange(a, b):
         pytest.skip("renameat2(RENAME_EXCHANGE) not supported here")
     assert (a / "fb").is_file() and (b / "fa").is_file()
 

@@ -34,7 +34,7 @@ from .conftest import KINDS
 @pytest.fixture(autouse=True)
 def _parallel_even_if_busy(monkeypatch):
     """Exercise the parallel kernels even when the shared test machine is oversubscribed."""
-    from wflow import kernels as kmod
+    from wflow.kernels import direct as kmod
 
     monkeypatch.setattr(kmod, "_busy", lambda: False)
 RTOL = 1e-12  # the issue's requirement for direct back-ends (see module docstring)
@@ -179,7 +179,7 @@ def test_numpy_blocks_agree(rng):
 
 
 def test_threads_and_serial_path_do_not_change_results(rng):
-    from wflow import kernels as kmod
+    from wflow.kernels import direct as kmod
 
     n = 700  # M·N·H = 980 000 > SERIAL_TRIPLES: parallel kernel; forcing it serial must agree
     x, y = sphere(rng, n, 3), sphere(rng, n, 3)

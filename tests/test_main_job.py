@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-import wflow.apps.main_job as mj
+import wflow.apps.main as mj
+from wflow.apps.main import phases as mj_phases
 from wflow.cli import main
 
 SCENARIO = """
@@ -70,17 +71,17 @@ def test_main_job_outputs_and_numbers(tmp_path):
 def test_resume_after_interrupt_gives_same_result(tmp_path, monkeypatch):
     sc = _scenario(tmp_path)
     ref = mj.run_main_job(sc, tmp_path / "ref")
-    real = mj._run_particles
+    real = mj_phases._run_particles
 
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mj, "_run_particles", boom)
+    monkeypatch.setattr(mj_phases, "_run_particles", boom)
     with pytest.raises(KeyboardInterrupt):
         mj.run_main_job(sc, tmp_path / "out")
     assert (tmp_path / "out.ckpt" / "pde.pkl").is_file()
     assert not (tmp_path / "out").exists()  # nothing that looks complete
-    monkeypatch.setattr(mj, "_run_particles", real)
+    monkeypatch.setattr(mj_phases, "_run_particles", real)
     res = mj.run_main_job(None, tmp_path / "out", resume=True)
     for k in ("edi", "w2", "mass_error", "min_density"):
         assert res.summary[k] == ref.summary[k]
@@ -182,13 +183,13 @@ def test_failing_checks_are_reported_as_fail(tmp_path, monkeypatch):
     assert "3 of 3 JKO steps locked" in s["message"]
     rep = (tmp_path / "locked" / "report.md").read_text()
     assert "Status: LOCKED" in rep and "| JKO: locked steps | 3 of 3 | 0 | **FAIL** |" in rep
-    real = mj._run_particles
+    real = mj_phases._run_particles
 
     def flipped(mesh, pde, schedule, attn, *a, **k):
         h = schedule.heads_at(schedule.initial_theta())
         return real(mesh, pde, Heads(h.Q, h.K, -h.V, h.w), attn, *a, **k)
 
-    monkeypatch.setattr(mj, "_run_particles", flipped)
+    monkeypatch.setattr(mj_phases, "_run_particles", flipped)
     bad = _run(tmp_path, "flip", SCENARIO.replace("JKO", "false"))
     b = bad.summary
     assert b["status"] == "inaccurate" and "W₂ particles vs PDE" in b["message"]

@@ -2,9 +2,9 @@
 
 Four FV levels (320, 500, 720, 980 cells; h ∝ τ), W₂ and L¹ of the JKO against the
 surrogate PDE on the same mesh at the JKO times, the JKO's EDI residual, each with a fitted
-order and a verdict (thresholds: wflow/apps/main_job.py, ``ORDER_MIN_*``). Negative
+order and a verdict (thresholds: wflow/apps/main/verdicts.py, ``ORDER_MIN_*``). Negative
 controls are injected through the public API the main job calls
-(``wflow.jko.run.run_jko_scenario``; the FV step ``wflow.jko.solver.fv_step``), perturbing
+(``wflow.apps.jobs.jko.run_jko_scenario``; the FV step ``wflow.jko.solver.fv_step``), perturbing
 only the JKO: β × 1.03, a JKO that steps 1.1τ while it says τ, recorded times
 ``t_k = 1.1kτ``, and the softmax mobility replaced by ``b̂ = 1``. Each makes the run
 not ``success`` with the named verdict FAIL; the correct scheme passes on the same
@@ -26,9 +26,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import wflow.apps.main_job as mj
-import wflow.jko.run as jko_run
+import wflow.apps.jobs.jko as jko_run
+import wflow.apps.main as mj
 import wflow.jko.solver as jko_solver
+from wflow.apps.main import refinement as mj_refinement
+from wflow.apps.main import verdicts as mj_verdicts
 from wflow.attention.heads import Attention
 
 SCENARIO = """
@@ -100,11 +102,11 @@ def _wrap(monkeypatch, fault):
 # ----------------------------------------------------------------------------- levels
 def test_levels_are_icospheres_with_h_proportional_to_tau():
     """Four levels up to 40 500 cells (ratio 1.5), and on small meshes down to 320 cells."""
-    assert mj._levels(40500, 12, 3) == [(18000, 8), (8000, 5), (3380, 3)]
-    assert mj._levels(980, 14, 3) == [(720, 12), (500, 10), (320, 8)]
-    assert mj._levels(2420, 8, 3) == [(1280, 6), (720, 4), (320, 3)]
+    assert mj_refinement._levels(40500, 12, 3) == [(18000, 8), (8000, 5), (3380, 3)]
+    assert mj_refinement._levels(980, 14, 3) == [(720, 12), (500, 10), (320, 8)]
+    assert mj_refinement._levels(2420, 8, 3) == [(1280, 6), (720, 4), (320, 3)]
     # a repeated step count is dropped, never a duplicate row
-    assert mj._levels(980, 2, 3) == [(500, 1)]
+    assert mj_refinement._levels(980, 2, 3) == [(500, 1)]
 
 
 # ----------------------------------------------------------------------------- correct
@@ -119,8 +121,8 @@ def test_correct_scheme_passes_every_refinement_verdict(tmp_path, seed, weights)
     assert [r["cells"] for r in tab["rows"]] == [320, 500, 720, 980]
     assert all(r["scheme"] == "fv" and r["locked_steps"] == 0 for r in tab["rows"])
     assert tab["shrinks_w2"] and tab["shrinks_l1"] and tab["shrinks_edi"]
-    assert tab["order_w2"] > mj.ORDER_MIN_W2 + 0.2, tab["order_w2"]
-    assert tab["order_l1"] > mj.ORDER_MIN_L1 + 0.1, tab["order_l1"]
+    assert tab["order_w2"] > mj_verdicts.ORDER_MIN_W2 + 0.2, tab["order_w2"]
+    assert tab["order_l1"] > mj_verdicts.ORDER_MIN_L1 + 0.1, tab["order_l1"]
     assert tab["order_edi"] > 1.0, tab["order_edi"]  # first order (measured 2.1)
     # the OT cross-check: the coarsest level once more, reported, not a row of the fit
     ot = tab["ot_crosscheck"]
@@ -130,7 +132,7 @@ def test_correct_scheme_passes_every_refinement_verdict(tmp_path, seed, weights)
     rep = (tmp_path / f"ok{seed}" / "report.md").read_text()
     assert "every check below passed" in rep
     assert "max W₂(JKO, PDE) | max L¹(JKO, PDE) |" in rep
-    assert f"W₂ {tab['order_w2']:.2f} (pass >= {mj.ORDER_MIN_W2:g})" in rep
+    assert f"W₂ {tab['order_w2']:.2f} (pass >= {mj_verdicts.ORDER_MIN_W2:g})" in rep
     assert "OT cross-check (the coarsest level once more" in rep
 
 
@@ -208,14 +210,14 @@ def test_a_table_that_does_not_shrink_fails():
     rows = [{"cells": 20 * n * n, "h": 1.0 / n, "tau": 1.0 / n, "w2_max": e, "l1_max": e,
              "edi_abs_relative": e, "time_error": 0.0, "status": "success"}
             for n, e in ((4, 0.4), (5, 0.3), (6, 0.2), (7, 0.25))]
-    tab = mj._fit_table(rows, None)
-    assert tab["order_w2"] > mj.ORDER_MIN_W2 and tab["shrinks_w2"] is False
+    tab = mj_refinement._fit_table(rows, None)
+    assert tab["order_w2"] > mj_verdicts.ORDER_MIN_W2 and tab["shrinks_w2"] is False
     got: dict[str, str] = {}
-    mj._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict), tab,
+    mj_verdicts._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict), tab,
                             "PDE")
     assert got[W2] == got[L1] == got[EDI] == "FAIL" and got[TIMES] == "PASS"
     # two levels (a scenario with few steps): a miss is a WARN, never a PASS
     got.clear()
-    mj._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict),
-                            mj._fit_table(rows[2:], None), "PDE")
+    mj_verdicts._refinement_verdicts(lambda q, v, t, verdict, m: got.__setitem__(q, verdict),
+                            mj_refinement._fit_table(rows[2:], None), "PDE")
     assert got[W2] == "WARN"

@@ -18,10 +18,10 @@ from wflow.multihead import (
     dominance_root,
     early_rate,
     equiangular_entropy,
+    equiangular_rate,
     equiangular_rhs,
     equiangular_time,
     lambda_c,
-    phi,
     radial_dominance,
     relu_equiangular_time,
     solve_equiangular,
@@ -198,14 +198,15 @@ def test_approx_orthogonal_heads_bad_input(rng):
 
 
 # --------------------------------------------------------------------------- φ and λ_c
-def test_phi_and_early_rate():
+def test_equiangular_rate_and_early_rate():
     lam = np.array([0.1, 1.0, 5.0])
-    np.testing.assert_allclose(phi(lam, 1.5, 7), 2 * lam / (np.exp(1.5 * lam) + 6), rtol=1e-14)
-    assert phi(1e4, 1.0, 5) == 0.0  # no overflow for huge λβ (strict errstate in conftest)
-    assert early_rate([1.0, 2.0], 1.0, 4) == pytest.approx(float(phi(1.0, 1, 4) + phi(2.0, 1, 4)),
+    rate = equiangular_rate
+    np.testing.assert_allclose(rate(lam, 1.5, 7), 2 * lam / (np.exp(1.5 * lam) + 6), rtol=1e-14)
+    assert rate(1e4, 1.0, 5) == 0.0  # no overflow for huge λβ (strict errstate in conftest)
+    assert early_rate([1.0, 2.0], 1.0, 4) == pytest.approx(float(rate(1.0, 1, 4) + rate(2.0, 1, 4)),
                                                            rel=1e-15)
     with pytest.raises(ValueError, match="argument n"):
-        phi(1.0, 1.0, 1)
+        equiangular_rate(1.0, 1.0, 1)
 
 
 @pytest.mark.parametrize("n, beta", [(2, 1.0), (8, 1.0), (8, 3.0), (1000, 0.5)])
@@ -217,7 +218,8 @@ def test_lambda_c_is_inflection_point(n, beta):
     np.testing.assert_allclose((s - 2) * np.exp(s), (n - 1) * (s + 2), rtol=1e-12)
 
     def d2(lam, h):  # central second difference
-        return (phi(lam + h, beta, n) - 2 * phi(lam, beta, n) + phi(lam - h, beta, n)) / h**2
+        rate = equiangular_rate
+        return (rate(lam + h, beta, n) - 2 * rate(lam, beta, n) + rate(lam - h, beta, n)) / h**2
 
     h = 1e-3 * lc
     assert d2(0.9 * lc, h) < 0 < d2(1.1 * lc, h)

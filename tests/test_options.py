@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from wflow.apps.main_job import RUN_SCHEMA, RUN_SPEC, RunOptions
+from wflow.apps.main import RUN_SCHEMA, RUN_SPEC, RunOptions
 from wflow.apps.scenario import SCHEDULE_SCHEMA, ScenarioError, parse_scenario
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.schedules import SCHEDULE_TYPES, CallableSchedule, Parametrisation

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-import wflow.apps.main_job as mj
+from wflow.apps.main import checkpoint as mj_checkpoint
+from wflow.apps.main import phases as mj_phases
 from wflow.cli import main
 
 from .test_cli_run import _scenario as run_scenario
@@ -48,15 +49,15 @@ def test_edited_callable_refuses_resume_naming_the_module(tmp_path, capsys, monk
         f'[density]\ntype = "callable"\nfunction = "{density_module}:rho"'))
     assert f'"{density_module}:rho"' in sc.read_text()
     out = tmp_path / "o"
-    monkeypatch.setattr(mj, "_run_particles", _interrupted)
+    monkeypatch.setattr(mj_phases, "_run_particles", _interrupted)
     assert main(["run", str(sc), "--out", str(out)]) == 130
     capsys.readouterr()
-    meta = mj._Checkpoint(out).meta()
+    meta = mj_checkpoint._Checkpoint(out).meta()
     assert f"callable:{density_module}:rho" in meta["fingerprint"]
 
     src = tmp_path / f"{density_module}.py"
     src.write_text(MODULE.replace("0.5 *", "0.7 *"))  # the function is edited
-    monkeypatch.setattr(mj, "_run_pde", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(mj_phases, "_run_pde", lambda *a, **k: pytest.fail("recomputed"))
     assert main(["run", str(sc), "--resume", str(out)]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "differs from the scenario checkpointed" in line
@@ -72,11 +73,11 @@ def test_edited_callable_refuses_resume_naming_the_module(tmp_path, capsys, monk
 
 def test_callable_fingerprint_reads_the_source_not_the_import(tmp_path, density_module):
     raw = {"density": {"type": "callable", "function": f"{density_module}:rho"}}
-    fp1 = mj._fingerprint(raw, tmp_path)
-    assert fp1 == mj._fingerprint(raw, tmp_path)  # stable
+    fp1 = mj_checkpoint._fingerprint(raw, tmp_path)
+    assert fp1 == mj_checkpoint._fingerprint(raw, tmp_path)  # stable
     other = {"density": {"type": "callable", "function": f"{density_module}:rho2"}}
-    assert mj._fingerprint(other, tmp_path)[f"callable:{density_module}:rho2"] != \
+    assert mj_checkpoint._fingerprint(other, tmp_path)[f"callable:{density_module}:rho2"] != \
         fp1[f"callable:{density_module}:rho"]  # the qualified name counts
     # mesh generators look like "name:N" but are not callables
     assert not any(k.startswith("callable:") for k in
-                   mj._fingerprint({"pde": {"mesh": "icosphere:80"}}, tmp_path))
+                   mj_checkpoint._fingerprint({"pde": {"mesh": "icosphere:80"}}, tmp_path))

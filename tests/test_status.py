@@ -13,7 +13,7 @@ import pytest
 from wflow.attention.heads import Attention, Heads
 from wflow.geometry.sphere import sample_uniform
 from wflow.jko import JKOOptions, JKOWarning, auto_step, solve_jko
-from wflow.jko.options import auto_tau
+from wflow.jko.options import auto_steps_bound, auto_tau
 from wflow.particles import simulate
 from wflow.status import (
     STATUSES,
@@ -134,8 +134,8 @@ def test_pde_large_beta_is_inaccurate_and_written(tmp_path):
     numbers finite (E ~ 1e82), but the kernel is narrower than a cell: the chain-rule
     residual is ~70 % of the budget → "inaccurate", written with the reason. Positive
     control: β = 1 → "success" (residual 2.2e-3 against 0.01)."""
+    from wflow.apps.jobs.pde import run_pde
     from wflow.apps.scenario import load_scenario
-    from wflow.pde.run import run_pde
 
     for beta, status in (("200.0", "inaccurate"), ("1.0", "success")):
         p = tmp_path / f"b{beta}.toml"
@@ -222,3 +222,17 @@ def test_auto_tau_rule():
     assert auto_tau(1.0, 0.1, 0.0) == 1.0  # nothing moves: one step
     with pytest.raises(ValueError, match="auto_tau"):
         auto_tau(1.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("cells", [320, 2420, 40500])
+def test_auto_steps_bound_bounds_the_rule_at_unit_speed(cells):
+    """The estimates' step count of ``tau = "auto"`` is the rule's own, at ``|v|_max = 1``:
+    never below the steps :func:`auto_tau` takes (integers, exact), and it grows with the
+    mesh (a wrong ``h`` or a swapped ratio fails one of the two)."""
+    import math
+
+    h = math.sqrt(4 * math.pi / cells)
+    for T in (0.5, 2.0, 7.0):
+        n_auto = round(T / auto_tau(T, h, 1.0))
+        assert n_auto <= auto_steps_bound(T, cells) <= n_auto + 1
+    assert auto_steps_bound(2.0, 40500) > auto_steps_bound(2.0, 320)

@@ -10,7 +10,19 @@ The public face:
 * solvers: :func:`simulate` (particles), :func:`solve_pde` (transformer PDE on a sphere
   mesh, :func:`load_mesh`), :mod:`wflow.jko` (JKO scheme), :mod:`wflow.gaussian`
   (Gaussian moment dynamics), :mod:`wflow.models` (a trained transformer, optional);
-* theory checks: :mod:`wflow.multihead` (§6), :mod:`wflow.studies` (``wflow verify``).
+* initial data: :func:`initial_density` (cell densities on a mesh), :func:`sample_particles`
+  (tokens drawn from cell masses);
+* jobs (scenario → files, what the commands run): :func:`run_particles`, :func:`run_pde`,
+  :func:`run_jko`, :func:`run_main_job` (``wflow run``), :func:`run_experiments`
+  (``wflow reproduce``), :func:`verify` (``wflow verify STUDY``);
+* theory checks: :mod:`wflow.multihead` (§6: :func:`equiangular_rate`, the early-time rate
+  ``φ`` of one head, not the kernel's ``Φ``), :mod:`wflow.studies`;
+* extension points: the registries :data:`INTEGRATORS` (particle integrators) and
+  :data:`SCHEDULE_TYPES` (``[schedule] type``), attention kinds in
+  :mod:`wflow.attention.kinds`.
+
+Internal pieces (kernel plans and logs, the particle step's terms, the compiled Euler path)
+stay importable from their modules (:mod:`wflow.kernels`, :mod:`wflow.particles`).
 
 Heavy or optional pieces (DOLFINx, plotting, model readers) are imported lazily.
 """
@@ -25,6 +37,7 @@ from .infra import interrupts as _interrupts  # noqa: F401
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
 from .attention.schedules import (
+    SCHEDULE_TYPES,
     CallableSchedule,
     Layers,
     OrnsteinUhlenbeck,
@@ -42,22 +55,14 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
+from .geometry.density import initial_density, sample_particles
 from .geometry.harmonics import cell_moments, token_moments
 from .geometry.moment_test import MomentTest, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
-from .kernels import (
-    KernelInfo,
-    KernelLog,
-    KernelPlan,
-    KernelSums,
-    ParticleTerms,
-    kernel_sums,
-    particle_terms,
-    plan_kernel,
-)
-from .multihead import beta_star, c_star, lambda_c, phi, radial_dominance
-from .particles import EulerPath, ParticleOptions, ParticleResult, euler_path, simulate
+from .kernels import KernelInfo, KernelSums, kernel_sums
+from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
+from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
 from .status import Check, chain_check
 
 __all__ = [
@@ -73,23 +78,20 @@ __all__ = [
     "CallableSchedule",
     "KernelSums",
     "KernelInfo",
-    "KernelLog",
-    "KernelPlan",
-    "ParticleTerms",
     "kernel_sums",
-    "particle_terms",
-    "plan_kernel",
     "FieldEval",
     "SlopeTerms",
     "evaluate",
     "head_energies",
     "particle_field",
     "slope_terms",
-    "EulerPath",
     "ParticleOptions",
     "ParticleResult",
-    "euler_path",
     "simulate",
+    "INTEGRATORS",
+    "SCHEDULE_TYPES",
+    "initial_density",
+    "sample_particles",
     "Scenario",
     "load_scenario",
     "w2_sphere",
@@ -102,7 +104,7 @@ __all__ = [
     "beta_star",
     "c_star",
     "lambda_c",
-    "phi",
+    "equiangular_rate",
     "radial_dominance",
     "GaussianParams",
     "GaussianTrajectory",
@@ -117,6 +119,11 @@ __all__ = [
     "run_experiments",
     "ReproduceOptions",
     "ReproduceResult",
+    "run_particles",
+    "run_pde",
+    "run_jko",
+    "run_main_job",
+    "verify",
     "Check",
     "chain_check",
 ]
@@ -127,6 +134,8 @@ _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first u
     "solve_jko": ".jko", "JKOOptions": ".jko", "JKOResult": ".jko",
     "run_experiments": ".apps.reproduce", "ReproduceOptions": ".apps.reproduce",
     "ReproduceResult": ".apps.reproduce",
+    "run_particles": ".apps.jobs.particles", "run_pde": ".apps.jobs.pde",
+    "run_jko": ".apps.jobs.jko", "run_main_job": ".apps.main", "verify": ".studies.registry",
 }
 
 
@@ -137,3 +146,8 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'wflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazily loaded ones (:data:`_LAZY`), loaded or not."""
+    return sorted(set(globals()) | set(_LAZY))

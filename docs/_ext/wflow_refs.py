@@ -40,7 +40,7 @@ SECTIONS = {
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
                                              "wflow.jko.options:jko_options_from_dict"]),
-    "run": ("wflow.apps.main_job:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main_job:RunOptions"]),
+    "run": ("wflow.apps.main.options:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main.options:RunOptions"]),
 }
 
 

@@ -115,8 +115,8 @@ T = 0.6
 order = 2
 n_saves = 4
 """)
+from wflow.apps.jobs.pde import run_pde  # noqa: E402
 from wflow.apps.scenario import load_scenario  # noqa: E402
-from wflow.pde import run_pde  # noqa: E402
 
 res2 = run_pde(load_scenario(work / "scenario.toml"), work / "out", progress=False)
 print(res2.status, sorted(p.name for p in (work / "out").iterdir()))

@@ -51,7 +51,7 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
     # density snapshots (first, middle, last output time), shared colour range
     snaps: list[tuple[float, str]] = []
     if render:
-        from ..pde.run import render_snapshots
+        from .jobs.pde import render_snapshots
 
         idx = sorted({0, len(pde.t) // 2, len(pde.t) - 1})
         try:

@@ -12,11 +12,12 @@ experiment          d      weights         paths   published claim
 ``hd_ou``           5      OU, ``σ² = 2``  20      ``G²`` ~ ``H^-1``
 ==================  =====  ==============  ======  ============================
 
-Common: ``n = 200`` tokens (:func:`~wflow.published.td.sample_published_clusters`, seed 42),
-``H ∈ {1, 10, 100}`` heads (:func:`~wflow.published.td.published_heads`, seed ``42 + H``, score
+Common: ``n = 200`` tokens (:func:`~wflow.attention.published.sample_published_clusters`,
+seed 42), ``H ∈ {1, 10, 100}`` heads (:func:`~wflow.attention.published.published_heads`,
+seed ``42 + H``, score
 ``<x, D_h y>``, ``β = 1``, value ``−D_h``, ``w_h = 1/H``), weights
-:func:`~wflow.published.td.published_relaxed` /
-:func:`~wflow.published.td.published_ou`,
+:func:`~wflow.attention.published.published_relaxed` /
+:func:`~wflow.attention.published.published_ou`,
 explicit Euler for tokens and weights, ``dt = 5e-3``, ``T = 20``, records every 5 steps.
 
 The slope, as the published code computes it: the time mean of the (Monte-Carlo mean)
@@ -52,17 +53,17 @@ from typing import Any, Literal
 import numpy as np
 
 from ..attention.heads import Attention
-from ..attention.schedules import Schedule
-from ..infra.io import prepare_output
-from ..infra.parallel import parallel_map
-from ..particles import ParticleResult, simulate
-from ..published.td import (
+from ..attention.published import (
     HEAD_GENERATORS,
     published_heads,
     published_ou,
     published_relaxed,
     sample_published_clusters,
 )
+from ..attention.schedules import Schedule
+from ..infra.io import prepare_output
+from ..infra.parallel import parallel_map
+from ..particles import ParticleResult, simulate
 from ..studies.base import StudyResult, fit_loglog, write_study
 
 __all__ = [

@@ -53,6 +53,12 @@ from typing import Any
 import numpy as np
 
 from ..attention.heads import KINDS, Attention, Heads
+from ..attention.published import (
+    HEAD_GENERATORS,
+    published_heads,
+    published_relaxed,
+    sample_published_clusters,
+)
 from ..attention.schedules import SCHEDULE_TYPES, Schedule, ScheduleContext
 from ..geometry.sphere import (
     check_on_sphere,
@@ -66,12 +72,6 @@ from ..infra.callables import resolve_callable
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from ..infra.schema import array as _array
 from ..particles.options import PARTICLES_SCHEMA, ParticleOptions
-from ..published.td import (
-    HEAD_GENERATORS,
-    published_heads,
-    published_relaxed,
-    sample_published_clusters,
-)
 
 __all__ = [
     "Scenario",

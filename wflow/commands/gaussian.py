@@ -97,13 +97,13 @@ def handler(args: argparse.Namespace) -> int:
                              "`wflow gaussian SCENARIO.toml`, `wflow gaussian reach SCENARIO.toml`"
                              " and `wflow gaussian pretrained`")
         path, form = form, "run"
-    from ..gaussian.options import load_gaussian_scenario
-    from ..gaussian.run import (
+    from ..apps.jobs.gaussian import (
         reach_scenario,
         run_gaussian_scenario,
         write_gaussian_run,
         write_reach,
     )
+    from ..gaussian.options import load_gaussian_scenario
     from ..infra.io import run_directory
 
     out = prepare(args)

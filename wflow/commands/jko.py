@@ -9,6 +9,9 @@ from . import add_output, add_yes, finish, prepare
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``jko`` subcommand."""
+    from ..infra.options import choices_of
+    from ..jko.options import JKOOptions
+
     p = sub.add_parser(
         "jko",
         help="JKO minimising movements with (weighted) optimal transport on a sphere mesh",
@@ -33,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mesh", default=None, help="override [jko] mesh")
     p.add_argument("--tau", type=float, default=None, help="override [jko] tau")
     p.add_argument("--T", type=float, default=None, help="override [jko] T")
-    p.add_argument("--ot", choices=("emd", "sinkhorn"), default=None, help="override [jko] ot")
+    p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
+                   help="override [jko] ot")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -41,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.jobs.jko import run_jko
     from ..apps.scenario import load_scenario
-    from ..jko.run import run_jko
 
     out = prepare(args)
     sc = load_scenario(args.scenario)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``mesh`` subcommand."""
+    from ..geometry.mesh.generation import METHODS
+
     p = subparsers.add_parser(
         "mesh",
         help="generate or check a triangulated unit-sphere mesh",
@@ -29,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cells", type=int, default=None,
                    help="target number of cells (icosphere: exactly 20 n^2 with n = "
                    "round(sqrt(N/20)); gmsh: approximate)")
-    p.add_argument("--method", choices=("icosphere", "gmsh"), default="icosphere",
+    p.add_argument("--method", choices=METHODS, default="icosphere",
                    help="generator (default: icosphere)")
     p.add_argument("--check", metavar="FILE", default=None,
                    help="read FILE with meshio and validate it instead of generating")

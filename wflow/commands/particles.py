@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..apps.jobs.particles import run_particles
     from ..apps.scenario import load_scenario
-    from ..particles.run import run_particles
 
     out = prepare(args)
     sc = load_scenario(args.scenario)

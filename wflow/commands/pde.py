@@ -10,6 +10,9 @@ from . import add_output, add_yes, finish, prepare
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``pde`` subcommand."""
+    from ..infra.options import choices_of
+    from ..pde.options import PDEOptions
+
     p = sub.add_parser(
         "pde",
         help="solve the transformer PDE on a sphere mesh (finite volumes, DOLFINx)",
@@ -33,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write density.gif (the density on the mesh at the output times) "
                         "and run.png (E, G², energy balance)")
     p.add_argument("--mesh", default=None, help="override [pde] mesh")
-    p.add_argument("--order", type=int, choices=(1, 2), default=None, help="override [pde] order")
+    p.add_argument("--order", type=int, choices=choices_of(PDEOptions, "order"), default=None,
+                   help="override [pde] order")
     p.add_argument("--T", type=float, default=None, help="override [pde] T")
     p.add_argument("--dt", type=float, default=None, help="override [pde] dt")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -45,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
+    from ..apps.jobs.pde import run_pde
     from ..apps.scenario import load_scenario
-    from ..pde.run import run_pde
 
     out = prepare(args)  # collective: rank 0 decides
     sc = load_scenario(args.scenario)

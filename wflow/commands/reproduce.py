@@ -11,6 +11,7 @@ from . import add_output, prepare
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand."""
     from ..apps.reproduce import EXPERIMENTS, FIELD, GROUPS
+    from ..attention.published import HEAD_GENERATORS
 
     names = [*EXPERIMENTS, *GROUPS, *FIELD]
     p = sub.add_parser(
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Monte-Carlo paths of the OU experiments [10 on S², 20 in d = 5]")
     p.add_argument("--seed", type=int, default=None,
                    help="token seed; head seeds are seed + H [42, as published]")
-    p.add_argument("--heads-generator", choices=("torch-cpu", "numpy"), default=None,
+    p.add_argument("--heads-generator", choices=HEAD_GENERATORS, default=None,
                    help="draw D_h(0) from torch's CPU stream (the published matrices of a CPU "
                         "run; default) or from NumPy (the same law)")
     p.add_argument("--sigma2", type=float, default=None,

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ..apps.main_job import run_main_job
+    from ..apps.main import run_main_job
 
     if args.resume:  # --resume DIR
         if args.out != "out/run" and args.out != args.resume:

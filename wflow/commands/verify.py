@@ -37,24 +37,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     from ..infra.parallel import comm_rank_size
-    from ..studies.registry import load_study
+    from ..studies.registry import check_fault, verify
 
     comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location
-    mod = load_study(args.study)
-    kw = {}
     if args.fault is not None:  # bad input: refused before the output location is touched
-        from ..studies.base import parse_fault
-
-        faults = getattr(mod, "FAULTS", {})
-        families = getattr(mod, "FAMILIES", {})
-        if args.fault not in faults and parse_fault(args.fault, families)[1] is None:
-            fam = f"; families: {sorted(families)} as FAMILY:S" if families else ""
-            print(f"wflow verify: error: --fault: {args.study} has no negative control "
-                  f"{args.fault!r} (known: {sorted(faults)}{fam})", file=sys.stderr)
+        try:
+            check_fault(args.study, args.fault)
+        except ValueError as exc:
+            print(f"wflow verify: error: --fault: {exc}", file=sys.stderr)
             return 2
-        kw["fault"] = args.fault
     out = prepare(args)
-    res = mod.run(out=out, quick=args.quick, seed=args.seed, **kw)
+    res = verify(args.study, out=out, quick=args.quick, seed=args.seed, fault=args.fault)
     if comm_rank_size()[1] == 0:
         # a failing verdict starts with "FAIL — k of N criteria not met": not repeated
         head = "" if res.verdict.startswith("FAIL") else ("PASS — " if res.passed else "FAIL — ")

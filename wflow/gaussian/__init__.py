@@ -22,7 +22,6 @@ Rooms, in data-flow order:
 * :mod:`~wflow.gaussian.particles` — the ``n``-particle system;
 * :mod:`~wflow.gaussian.reach` — exact reachability by time-varying controls;
 * :mod:`~wflow.gaussian.solver` — :func:`integrate_moments` and its result;
-* :mod:`~wflow.gaussian.run` — scenario → files (with :mod:`~wflow.gaussian.plots`).
 """
 
 from .asymptotics import RateFit, fit_tail_rate

@@ -59,13 +59,13 @@ from .riccati import (
     riccati_residual,
 )
 from .structure import (
-    _fit_distance,
     commuting_rule,
     homogeneous_rule,
     integrate_tail,
     linear_rule,
     probe_tolerances,
 )
+from .structure.probes import _fit_distance
 from .verdict import LABELS, Classification
 
 __all__ = [

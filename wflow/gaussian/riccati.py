@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 _EPS = np.finfo(np.float64).eps
 
 
-def _scalar_value(V: np.ndarray, *, rtol: float = 1e-12) -> float | None:
+def scalar_value(V: np.ndarray, *, rtol: float = 1e-12) -> float | None:
     """``v`` if ``V = vI`` (to ``rtol``), else None."""
     d = V.shape[0]
     v = float(np.trace(V)) / d
@@ -87,7 +87,7 @@ def _gramian(A: np.ndarray, C: np.ndarray, t: float) -> tuple[np.ndarray, np.nda
 
 
 def _require_scalar_V(params: GaussianParams) -> float:
-    v = _scalar_value(params.V)
+    v = scalar_value(params.V)
     if v is None:
         raise ValueError("V: the closed form needs V = vI (a multiple of the identity)")
     return v
@@ -454,7 +454,7 @@ def equilibria(params: GaussianParams, *, n_starts: int = 12, seed: int = 0,
     d = params.d
     out = [_make_equilibrium(params, np.zeros((d, d)), "trivial")]
     found: list[np.ndarray] = []
-    v = _scalar_value(params.V)
+    v = scalar_value(params.V)
     if v is not None:
         C = v * (params.B + params.B.T)
         ev = np.linalg.eigvals(params.A)

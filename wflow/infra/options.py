@@ -51,6 +51,7 @@ __all__ = [
     "opt",
     "schema_of",
     "keys_of",
+    "choices_of",
     "docs_of",
     "from_table",
     "validate",
@@ -178,6 +179,22 @@ def keys_of(cls: type) -> tuple[str, ...]:
 def _choices(check: Checker | None) -> tuple | None:
     ch = getattr(check, "choices", None)
     return tuple(ch()) if ch is not None else None
+
+
+def choices_of(cls: type, name: str) -> tuple:
+    """The allowed values of option ``name`` of ``cls`` (its check's ``choices``).
+
+    What a command line offers for the option (``--ot``, ``--order``): the option's own
+    check (:func:`~wflow.infra.schema.choice` or a :class:`~wflow.infra.registry.Registry`
+    checker), so that the two never disagree. ``ValueError`` for an option without choices.
+    """
+    for f in _fields(cls):
+        if f.name == name:
+            ch = _choices(_meta(f, cls).check)
+            if ch is None:
+                raise ValueError(f"{cls.__name__}.{name}: not a choice of values")
+            return ch
+    raise ValueError(f"{cls.__name__}: no option {name!r}")
 
 
 def docs_of(cls: type, *, api: bool = False) -> tuple[KeyDoc, ...]:

@@ -332,7 +332,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.time_error_max", "max over the rows of rows[].time_error", "1", "≥ 0",
       _RUN),
     K("jko_refinement.thresholds.*", "the verdicts' thresholds: smallest passing order_w2, "
-      "order_l1, order_edi (measured, wflow/apps/main_job.py ORDER_MIN_*) and largest "
+      "order_l1, order_edi (measured, wflow/apps/main/verdicts.py ORDER_MIN_*) and largest "
       "time_error", "1", where=_RUN),
     K("verdicts[].quantity", "the number judged, named as in the report's first table",
       "text", where=_RUN),

@@ -20,7 +20,6 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.jko.zonal` — the exact JKO step of zonal problems (a test reference);
 * :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
   :class:`JKOResult`;
-* :mod:`~wflow.jko.run` — scenario → files (:func:`run_jko`).
 """
 
 from .cost import cost_matrix, pair_mobility
@@ -36,7 +35,6 @@ from .options import (
     JKOWarning,
     jko_options_from_dict,
 )
-from .run import run_jko, run_jko_scenario
 from .solver import JKOResult, JKOState, auto_step, iterate_jko, solve_jko
 from .step import JKOStepInfo, jko_step
 
@@ -59,8 +57,6 @@ __all__ = [
     "iterate_jko",
     "solve_jko",
     "jko_options_from_dict",
-    "run_jko_scenario",
-    "run_jko",
     "JKO_SPEC",
 ]
 

@@ -20,6 +20,7 @@ __all__ = [
     "TAU_CELLS",
     "TAU_CELLS_FV",
     "auto_tau",
+    "auto_steps_bound",
     "MOBILITY_MEANS",
     "OT_METHODS",
     "INNER_SOLVERS",
@@ -88,6 +89,18 @@ def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS) -> fl
                          f"h = {h!r}, |v|_max = {vmax!r}")
     n = max(1, math.floor(T * vmax / (cells * h) + 0.5))
     return T / n
+
+
+def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS) -> int:
+    """The most steps :func:`auto_tau` takes on a sphere mesh of ``cells`` cells, before any runs.
+
+    ``N = max(1, ⌈T / (per_step · h)⌉)`` with ``h = √(4π / cells)`` (the mean cell size of
+    the unit sphere) and ``|v|_max <= 1``: the step count the cost estimates use while
+    ``tau = "auto"`` is not yet resolved on the mesh (:func:`auto_tau` rounds
+    ``T |v|_max / (per_step · h)``, at most this for unit speeds).
+    """
+    h = math.sqrt(4 * math.pi / max(cells, 1))
+    return max(1, math.ceil(T / (per_step * h)))
 
 
 def _tau(v: Any, key: str) -> Any:

@@ -114,8 +114,8 @@ from .formulas import (
     c_star,
     dominance_cosine,
     early_rate,
+    equiangular_rate,
     lambda_c,
-    phi,
 )
 
 __all__ = [
@@ -124,7 +124,7 @@ __all__ = [
     "beta_star_exact",
     "beta_star_blocks",
     "dominance_cosine",
-    "phi",
+    "equiangular_rate",
     "early_rate",
     "lambda_c",
     "equiangular_rhs",

@@ -166,12 +166,15 @@ def _check_n_beta(n: float, beta: float, func: str) -> None:
         raise ValueError(f"{func}: argument beta must be finite and > 0, got {beta!r}")
 
 
-def phi(lam: np.ndarray | float, beta: float, n: int) -> np.ndarray:
+def equiangular_rate(lam: np.ndarray | float, beta: float, n: int) -> np.ndarray:
     """Early-time rate of one scalar head, ``φ(λ) = 2λ / (e^{λβ} + n − 1)`` (vectorised in ``λ``).
+
+    The rate of the equiangular reduction at ``γ = 0`` (docs/theory.md §6, written ``φ``
+    there; not the kernel's potential ``Φ`` of :mod:`wflow.attention.kinds`).
 
     Evaluated as ``2λ exp(−logaddexp(λβ, log(n−1)))`` (no overflow for large ``λβ``).
     """
-    _check_n_beta(n, beta, "phi")
+    _check_n_beta(n, beta, "equiangular_rate")
     lam = np.asarray(lam, dtype=np.float64)
     return 2.0 * lam * np.exp(-np.logaddexp(lam * beta, np.log(n - 1.0)))
 
@@ -179,7 +182,8 @@ def phi(lam: np.ndarray | float, beta: float, n: int) -> np.ndarray:
 def early_rate(lambdas: np.ndarray, beta: float, n: int, *, w: np.ndarray | float = 1.0) -> float:
     """``γ̇(0) = Σ_h w_h φ(λ_h)`` for equiangular tokens at ``γ = 0`` (softmax, scalar heads)."""
     lam = np.atleast_1d(np.asarray(lambdas, dtype=np.float64))
-    return float(np.sum(np.broadcast_to(np.asarray(w, float), lam.shape) * phi(lam, beta, n)))
+    return float(np.sum(np.broadcast_to(np.asarray(w, float), lam.shape)
+                        * equiangular_rate(lam, beta, n)))
 
 
 def lambda_c(n: int | np.ndarray, beta: float | np.ndarray) -> np.ndarray:

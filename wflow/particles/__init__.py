@@ -12,14 +12,12 @@ Rooms (the same in every solver package):
   :func:`simulate_compiled`; :func:`euler_path` for static heads);
 * :mod:`~wflow.particles.solver` — :func:`iterate` (generator), :func:`simulate` and
   :class:`ParticleResult`;
-* :mod:`~wflow.particles.run` — scenario → files (:func:`run_particles`).
 """
 
 from .compiled import EulerPath, compiled_support, euler_path, simulate_compiled
 from .integrators import INTEGRATORS, time_grid
 from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SCHEMA, PARTICLES_SPEC, ParticleOptions
 from .result import ParticleResult, ParticleState
-from .run import run_particles
 from .solver import iterate, simulate
 
 __all__ = [
@@ -38,5 +36,4 @@ __all__ = [
     "iterate",
     "simulate",
     "time_grid",
-    "run_particles",
 ]

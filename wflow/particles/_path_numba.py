@@ -572,7 +572,7 @@ def state_ser(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind
 # --------------------------------------------------------------------------- weights
 @njit(cache=True, error_model="numpy")
 def published_frames_into(t, H, d, F):
-    """``F[h, :d, :d] = F_h(t)``: :func:`wflow.published.td.published_frames` in the loop."""
+    """``F[h, :d, :d] = F_h(t)``: :func:`wflow.attention.published.published_frames` in the loop."""
     for h in range(H):
         s = t + 2.0 * math.pi * h / max(H, 1)
         if d == 2:

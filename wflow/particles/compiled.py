@@ -40,6 +40,7 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..attention.kinds import get_kind
+from ..attention.published import PublishedFrames
 from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
 from ..diagnostics import BalanceAccumulator
 from ..geometry.sphere import check_on_sphere
@@ -57,7 +58,6 @@ from ..kernels import (
     team,
     threads,
 )
-from ..published.td import PublishedFrames
 from .integrators import _Kernel, _velocity, time_grid
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run

@@ -13,7 +13,6 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.pde.velocity` — nonlocal (transformer / surrogate) or prescribed velocity;
 * :mod:`~wflow.pde.solver` — :func:`iterate_pde` (generator), :func:`solve_pde` and
   :class:`PDEResult`;
-* :mod:`~wflow.pde.run` — scenario → files (:func:`run_pde`, XDMF, renders).
 
 Initial densities live in :mod:`wflow.geometry.density` (shared with the JKO scheme and the main
 job); :func:`initial_density` and :func:`density_spec_from_scenario` are re-exported here.
@@ -28,7 +27,6 @@ from .options import (
     PDEOptions,
     pde_options_from_dict,
 )
-from .run import render_snapshots, run_pde, write_xdmf
 from .solver import PDEResult, PDEState, iterate_pde, solve_pde
 from .velocity import rotation_velocity
 
@@ -47,7 +45,4 @@ __all__ = [
     "PDE_SCHEMA",
     "PDE_SPEC",
     "DENSITY_SPEC",
-    "run_pde",
-    "write_xdmf",
-    "render_snapshots",
 ]

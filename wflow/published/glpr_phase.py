@@ -17,7 +17,7 @@ initial tokens           ``torch.randn(batch, n, d)`` on the CPU (44), normalise
                          a fresh draw for every β from one global stream (353, 279);
                          the published file does not seed it (a seeded copy draws
                          ``torch.manual_seed(seed)``'s stream, which
-                         :func:`wflow.published.td.torch_cpu_normal` reproduces bit for bit)
+                         :func:`wflow.attention.published.torch_cpu_normal` reproduces bit for bit)
 step                     ``x ← normalise(x + η softmax_row(β X Xᵀ) X)`` (227-271),
                          ``η = 0.1`` (461, 30), softmax = ``exp(s − max)/Σ`` (243),
                          ``normalize`` = ``y / max(‖y‖, 1e-12)`` (271)
@@ -57,8 +57,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..attention.published import torch_cpu_normal
 from ..infra.parallel import comm_rank_size, parallel_map
-from .td import torch_cpu_normal
 
 __all__ = [
     "PhaseOptions",

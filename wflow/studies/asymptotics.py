@@ -8,7 +8,7 @@ What it checks — the two asymptotic claims of [TD], not the published experime
   ``σ(t) = √2 e^{−t/2}`` (``∫|θ̇| < ∞``). Non-integrable: weights relaxing to an
   oscillating target whose *head average keeps oscillating*, wflow's rotating variant
   ``F_h(t) = 2I + 1.5 P(ω(t + 2πh/H))``, ``ω = 1/2`` (:meth:`Relaxed.rotating`: the phases
-  span half a period). The published frames (:func:`~wflow.published.td.published_frames`)
+  span half a period). The published frames (:func:`~wflow.attention.published.published_frames`)
   spread the phases over a whole period, so for ``H ≥ 3`` their head average is the
   constant ``2I``: a different question, measured by ``wflow reproduce``.
 * Part B — head count: the time average of ``G²`` over ``[T/2, T]`` against ``H``
@@ -17,10 +17,10 @@ What it checks — the two asymptotic claims of [TD], not the published experime
   and ``≈ 0`` (the driving survives the average), within ``±SLOPE_TOL``.
 
 Everything else is the published setting: tokens from the published sampler (``n``
-around the octahedron vertices, noise 0.05), heads :func:`~wflow.published.td.published_heads`
-(``D = Z + Zᵀ`` drawn with NumPy, score ``<x, D_h y>``, ``β = 1``, value ``−D_h``,
-``w_h = 1/H``), OU :func:`~wflow.published.td.published_ou`, explicit Euler
-for tokens and weights.
+around the octahedron vertices, noise 0.05), heads
+:func:`~wflow.attention.published.published_heads` (``D = Z + Zᵀ`` drawn with NumPy, score
+``<x, D_h y>``, ``β = 1``, value ``−D_h``, ``w_h = 1/H``), OU
+:func:`~wflow.attention.published.published_ou`, explicit Euler for tokens and weights.
 
 Criteria (the verdict, :func:`~wflow.studies.base.conclude`): ``ou_decay_ratio`` — the OU
 run keeps ≤ ``OU_RATIO_MAX`` = 50 % of its early ``G²`` (window ``[0.1T, 0.25T]`` → ``[0.75T, T]``);
@@ -58,14 +58,14 @@ from pathlib import Path
 import numpy as np
 
 from ..attention.heads import Attention
-from ..attention.schedules import OrnsteinUhlenbeck, Relaxed, Schedule
-from ..infra.parallel import parallel_map
-from ..particles import simulate
-from ..published.td import (
+from ..attention.published import (
     published_heads,
     published_ou,
     sample_published_clusters,
 )
+from ..attention.schedules import OrnsteinUhlenbeck, Relaxed, Schedule
+from ..infra.parallel import parallel_map
+from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
 from .helpers import accuracy_criterion, run_accuracy
 

@@ -9,9 +9,15 @@ line here.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-__all__ = ["STUDIES", "SECTION", "all_studies", "load_study", "seed_independent"]
+if TYPE_CHECKING:
+    from .base import StudyResult
+
+__all__ = ["STUDIES", "SECTION", "all_studies", "load_study", "seed_independent", "verify",
+           "check_fault"]
 
 #: Study name → module, in docs/theory.md order.
 STUDIES: dict[str, str] = {
@@ -61,3 +67,51 @@ def seed_independent(name: str) -> bool:
     or draws reported, unjudged samples, so running it at several seeds repeats one test.
     """
     return bool(getattr(load_study(name), "SEED_INDEPENDENT", False))
+
+
+def check_fault(name: str, fault: str) -> None:
+    """``ValueError`` unless ``fault`` is a negative control of study ``name``.
+
+    A name of its ``FAULTS`` or ``FAMILY:S`` for a family of its ``FAMILIES``
+    (:func:`wflow.studies.base.parse_fault`); the message names the known ones.
+    """
+    from .base import parse_fault
+
+    mod = load_study(name)
+    faults = getattr(mod, "FAULTS", {})
+    families = getattr(mod, "FAMILIES", {})
+    if fault not in faults and parse_fault(fault, families)[1] is None:
+        fam = f"; families: {sorted(families)} as FAMILY:S" if families else ""
+        raise ValueError(f"{name} has no negative control {fault!r} (known: {sorted(faults)}"
+                         f"{fam})")
+
+
+def verify(study: str, *, out: str | Path, quick: bool = False, seed: int = 0,
+           fault: str | None = None) -> StudyResult:
+    """Run the verification study ``study`` and write ``out/`` (what ``wflow verify`` runs).
+
+    Parameters
+    ----------
+    study : str
+        A name of :data:`STUDIES` (``ValueError`` naming the known ones otherwise).
+    out : path
+        Output directory (``summary.json``, the raw series, the figures).
+    quick : bool
+        The small version that runs in seconds (the test suite's).
+    seed : int
+        Master seed.
+    fault : str, optional
+        Inject one of the study's negative controls (:func:`check_fault`: refused before
+        anything runs); a documented control must FAIL.
+
+    Returns
+    -------
+    StudyResult
+        The fits, the criteria and the verdict (``passed``).
+    """
+    mod = load_study(study)
+    kw = {}
+    if fault is not None:
+        check_fault(study, fault)
+        kw["fault"] = fault
+    return mod.run(out=out, quick=quick, seed=seed, **kw)

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..geometry.sphere import orthonormal_tokens
-from ..multihead import early_rate, lambda_c, phi
+from ..multihead import early_rate, equiangular_rate, lambda_c
 from ..particles import simulate
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
 from .helpers import accuracy_criterion, fit_early_rate, run_accuracy
@@ -165,13 +165,14 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
 
         fig, ax = plt.subplots(1, 2, figsize=(10, 4))
         lam = np.linspace(1e-3, 3.2 * lc, 400)
-        ax[0].plot(lam, phi(lam, beta, n), "k-", label="φ(λ)")
+        ax[0].plot(lam, equiangular_rate(lam, beta, n), "k-", label="φ(λ)")
         ax[0].axvline(lc, color="gray", ls="--", label=f"λ_c = {lc:.3f}")
         for i, r in enumerate(r for r in rows if r["H"] == 2):
             het = np.asarray(r["lambdas_het"])
-            ax[0].plot(het, phi(het, beta, n), "o-", color=f"C{i}", ms=4,
+            ax[0].plot(het, equiangular_rate(het, beta, n), "o-", color=f"C{i}", ms=4,
                        label=f"{r['side']} ε={r['eps']}: chord")
-            ax[0].plot([r["lambda_bar"]], [phi(r["lambda_bar"], beta, n)], "s", color=f"C{i}")
+            ax[0].plot([r["lambda_bar"]], [equiangular_rate(r["lambda_bar"], beta, n)], "s",
+                       color=f"C{i}")
         ax[0].set(xlabel="λ", ylabel="φ(λ) = 2λ/(exp(λβ)+n−1)", title=f"n={n}, β={beta}")
         ax[0].legend(fontsize=7)
         labels = [f"{r['side'][:4]} H{r['H']} ε{r['eps']}" for r in rows]

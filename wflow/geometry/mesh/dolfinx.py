@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from mpi4py import MPI
 
-from .generation import generate_sphere
+from .generation import METHODS, generate_sphere
 from .io import read_surface
 from .shipped import MESH_DIR, default_mesh_path
 from .triangulation import PROJECT_TOL, RADIUS_TOL, MeshValidationError, Triangulation
@@ -51,7 +51,7 @@ def _triangulation_from_spec(spec: str | Path | Triangulation | None,
             return generate_sphere(2420)
         spec = path
     s = str(spec)
-    for meth in ("icosphere", "gmsh"):
+    for meth in METHODS:
         if s.startswith(meth + ":"):
             try:
                 n = int(s.split(":", 1)[1])

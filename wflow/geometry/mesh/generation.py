@@ -135,6 +135,10 @@ def gmsh_sphere(cells: int) -> Triangulation:
     return _orient_outward(Triangulation(pts, conn))[0]
 
 
+#: Generators of :func:`generate_sphere` (and the ``"method:N"`` mesh specifications).
+METHODS = ("icosphere", "gmsh")
+
+
 def generate_sphere(cells: int, *, method: str = "icosphere") -> Triangulation:
     """Sphere triangulation with about ``cells`` cells.
 

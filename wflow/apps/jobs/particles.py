@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..infra.estimate import check_estimate, dt_record, estimate_particles
-from ..infra.io import (
+from ...infra.estimate import check_estimate, dt_record, estimate_particles
+from ...infra.io import (
     check_finite,
     history_columns,
     provenance,
@@ -24,11 +24,11 @@ from ..infra.io import (
     write_csv,
     write_json,
 )
-from .result import ParticleResult
-from .solver import simulate
+from ...particles.result import ParticleResult
+from ...particles.solver import simulate
 
 if TYPE_CHECKING:
-    from ..apps.scenario import Scenario
+    from ..scenario import Scenario
 
 __all__ = ["run_particles"]
 
@@ -115,7 +115,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         write_json(stage / "summary.json", summary)
         write_csv(stage / "diagnostics.csv", cols)
         if gif:
-            from ..apps.animate import particle_pictures
+            from ..animate import particle_pictures
 
             particle_pictures(res, stage, stochastic=schedule.stochastic,
                               title=f"particles, H = {summary['n_heads']}")

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry.density import density_spec_from_scenario
-from ..geometry.mesh import SphereMesh
-from .options import pde_options_from_dict
-from .solver import PDEResult, solve_pde
+from ...geometry.density import density_spec_from_scenario
+from ...geometry.mesh import SphereMesh
+from ...pde.options import pde_options_from_dict
+from ...pde.solver import PDEResult, solve_pde
 
 __all__ = [
     "run_pde",
@@ -131,7 +131,7 @@ def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Pat
 
 def _check_cost(sm: SphereMesh, schedule: Any, opts: Any, comm: Any, *, confirm: bool) -> None:
     """The cost estimate of the solve (rank 0 decides, every rank raises the same error)."""
-    from ..infra.estimate import EstimateError, check_estimate, estimate_pde
+    from ...infra.estimate import EstimateError, check_estimate, estimate_pde
 
     err = None
     if comm.rank == 0:
@@ -183,8 +183,8 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
 
     from mpi4py import MPI
 
-    from ..geometry.mesh import MESH_DIR, load_mesh
-    from ..infra.io import (
+    from ...geometry.mesh import MESH_DIR, load_mesh
+    from ...infra.io import (
         check_finite,
         history_columns,
         provenance,
@@ -246,7 +246,7 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
         if gif:
             verts = sm.gather_owned(sm.cell_vertices)  # collective
             if comm.rank == 0:
-                from ..apps.animate import pde_pictures
+                from ..animate import pde_pictures
 
                 pde_pictures(verts, res, stage, stochastic=schedule.stochastic)
         if comm.rank == 0:

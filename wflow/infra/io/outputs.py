@@ -1,285 +1,45 @@
-"""Outputs: JSON / CSV / NPZ written atomically, and run directories that are all-or-nothing.
+"""Output folders: markers, claims, staging folders, their atomic installation (run_directory).
 
-A run writes into a hidden staging folder ``.DIR.partial-XXXX`` beside ``DIR`` and moves
-it to ``DIR`` only after every file is complete, so a killed or failed run never leaves a
-folder that looks finished. Single files are written to a temporary sibling and
-``os.replace``-d into place. Folders and files get the modes the process's umask allows
-(``0o777 & ~umask``, ``0o666 & ~umask``), as ``mkdir`` and ``open`` would give them.
-
-wflow never deletes or replaces what it did not write:
-
-* every finished output folder carries a marker file :data:`OUTPUT_MARKER`
-  (``.wflow-output.json``: the command line, time, versions and the list of files written);
-* :func:`prepare_output` checks an output location *before* any computation: a regular
-  file, a symbolic link, the current folder (or one containing it) and an existing folder
-  that is not empty and carries no marker are refused; a previous wflow output is replaced
-  only with ``overwrite`` (``--overwrite``), and only if it holds nothing but the files
-  its marker lists; the parent must be a folder wflow can write in (probed by creating
-  and removing a folder there);
-* :func:`claim_output` (what every command calls) does the same checks, takes an
-  exclusive lock on the location (:mod:`wflow.infra.lock`: a second process on the same
-  ``--out`` is refused at once, naming the holder) and records *what* it found there
-  (nothing, an empty folder, or one wflow output identified by its inode and its marker's
-  inode and mtime). Stale staging folders of dead wflow processes beside it are removed;
-* :func:`run_directory` moves the results into place only if the location is still what
-  was claimed: anything that appeared or changed during the run is kept, and the new
-  results stay in the staging folder named in the message (:class:`OutputChangedError`,
-  exit status 1). Without a claim it repeats the checks of :func:`prepare_output`. It
-  swaps a replaced output atomically
-  (``renameat2(RENAME_EXCHANGE)`` on Linux, so either the old or the new output is at
-  ``DIR`` at every instant) and deletes only the files the old marker lists. If the move
-  is refused at the end, the results stay in the staging folder and the error names it.
-
-Every staging folder holds :data:`STAGING_MARKER` (``.wflow-staging.json``: "incomplete",
-the PID, host and command) from its creation until the moment it is moved into place, so a
-folder left by ``kill -9`` is never mistaken for a result and is recognised as wflow's own.
-
-Errors about the output location are :class:`OutputError` (a ``ValueError``: bad input,
-exit status 2 on the command line). A full disk while writing is :class:`DiskFullError`
-(``no space left on device while writing FILE``; exit status 1).
+Part of :mod:`wflow.infra.io` (the package re-exports its names).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import csv
 import errno
-import io
 import json
 import logging
-import math
 import os
 import shutil
 import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-
-from . import lock
-
-__all__ = [
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "write_json",
-    "write_csv",
-    "save_npz",
-    "run_directory",
-    "prepare_output",
-    "check_parent",
-    "read_output_marker",
-    "OutputError",
-    "OutputChangedError",
-    "DiskFullError",
-    "is_disk_full",
-    "OUTPUT_MARKER",
-    "STAGING_MARKER",
-    "claim_output",
-    "release_output",
-    "release_all_outputs",
-    "abandon_outputs",
-    "stale_staging",
-    "remove_stale_staging",
-    "current_umask",
-    "set_command_line",
-    "to_jsonable",
-    "check_finite",
-    "finish_history",
-    "history_columns",
-    "provenance",
-]
-
+from .. import lock
+from .files import (
+    _COMMAND_LINE,
+    DiskFullError,
+    OutputChangedError,
+    OutputError,
+    current_umask,
+    is_disk_full,
+    provenance,
+    write_json,
+)
 
 logger = logging.getLogger(__name__)
+
 
 #: Marker file of a finished wflow output folder (JSON: command, time, versions, files).
 OUTPUT_MARKER = ".wflow-output.json"
 
 #: Marker of a staging folder ``.DIR.partial-XXXX`` (JSON: incomplete, PID, host, command).
 STAGING_MARKER = ".wflow-staging.json"
-
-#: The ``wflow`` command line being run (recorded in the output marker).
-_COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "wflow_command_line", default=None)
-
-
-class OutputError(ValueError):
-    """An output location that wflow refuses to use (exit status 2 on the command line)."""
-
-
-class OutputChangedError(OutputError):
-    """The output location changed during the run; the results stay in staging (exit 1)."""
-
-
-class DiskFullError(OSError):
-    """No space left on the device while writing ``filename`` (exit status 1)."""
-
-    def __init__(self, filename: str | Path) -> None:
-        super().__init__(errno.ENOSPC, "no space left on device", str(filename))
-
-    def __str__(self) -> str:
-        return f"no space left on device while writing {self.filename}"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC / EDQUOT, also where a library reports it only in its message (HDF5)."""
-    if not isinstance(exc, OSError):
-        return False
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(exc)
-    return "No space left on device" in text or "errno = 28" in text
-
-
-def set_command_line(argv: Sequence[str]) -> None:
-    """Record the ``wflow`` command line for the markers (and locks) written next."""
-    _COMMAND_LINE.set(["wflow", *map(str, argv)])
-    lock.set_command(["wflow", *map(str, argv)])
-
-
-def current_umask() -> int:
-    """The process's file-mode creation mask (read from ``/proc`` where possible)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    old = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, fine for a CLI)
-    os.umask(old)
-    return old
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + ``os.replace``).
-
-    The file gets mode ``0o666 & ~umask`` (``mkstemp`` alone would give ``0o600``).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
-            raise DiskFullError(path) from exc
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write text (UTF-8) atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def to_jsonable(obj: Any, *, nonfinite: Literal["string", "null"] = "string") -> Any:
-    """Convert NumPy scalars/arrays, paths and dataclass-like objects for ``json``.
-
-    Objects with a ``to_dict()`` method are converted through it. Non-finite floats
-    become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (``nonfinite="string"``, wflow's
-    convention) or ``None``, i.e. JSON ``null`` (``"null"``, the Gaussian outputs'), so
-    the JSON stays standard either way; :func:`check_finite` is the guard that refuses
-    them where a result must be finite.
-    """
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v, nonfinite=nonfinite) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v, nonfinite=nonfinite) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist(), nonfinite=nonfinite)
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer, int)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        if math.isfinite(f):
-            return f
-        if nonfinite == "null":
-            return None
-        return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "to_dict"):
-        return to_jsonable(obj.to_dict(), nonfinite=nonfinite)
-    if hasattr(obj, "_asdict"):
-        return to_jsonable(obj._asdict(), nonfinite=nonfinite)
-    if hasattr(obj, "__dataclass_fields__"):
-        return to_jsonable({k: getattr(obj, k) for k in obj.__dataclass_fields__},
-                           nonfinite=nonfinite)
-    return obj
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
-
-
-def write_csv(path: str | Path, columns: Mapping[str, Sequence[float] | np.ndarray]) -> None:
-    """Write equal-length columns as CSV (header = keys), atomically; full float precision."""
-    names = list(columns)
-    cols = [np.asarray(columns[k]) for k in names]
-    n = {c.shape[0] for c in cols}
-    if len(n) > 1:
-        raise ValueError(f"write_csv: columns have different lengths {sorted(n)}")
-    buf = io.StringIO()
-    wr = csv.writer(buf)
-    wr.writerow(names)
-    for row in zip(*cols, strict=True):
-        wr.writerow([repr(float(v)) if np.ndim(v) == 0 else v for v in row])
-    atomic_write_text(path, buf.getvalue())
-
-
-def save_npz(path: str | Path, **arrays: np.ndarray) -> None:
-    """``np.savez_compressed`` atomically."""
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def check_finite(name: str, value: Any) -> None:
-    """Raise ``FloatingPointError`` naming ``name`` if ``value`` holds NaN/Inf (recursively)."""
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            check_finite(f"{name}.{k}", v)
-        return
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            check_finite(f"{name}[{i}]", v)
-        return
-    if isinstance(value, (np.ndarray, float, np.floating)):
-        arr = np.asarray(value)
-        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise FloatingPointError(f"{name}: non-finite value (NaN/Inf) in the result")
-
-
-def finish_history(rows: Mapping[str, Sequence[Any]], status: str,
-                   message: str) -> tuple[dict[str, np.ndarray], np.ndarray, str, str]:
-    """End of a solver's run loop: recorded rows as arrays, and the final status.
-
-    Returns ``(history, t, status, message)``: ``history`` holds every row but ``"t"`` as
-    an array, ``t`` the recorded times. A non-finite value in any column turns a status
-    other than ``"failed"`` into ``"failed"`` with a message naming the column: a run
-    never reports success (or a softer status) with NaN/Inf in its diagnostics.
-    """
-    history = {k: np.asarray(v) for k, v in rows.items() if k != "t"}
-    t = np.asarray(rows.get("t", []), dtype=np.float64)
-    for name, arr in history.items():
-        if status != "failed" and not np.all(np.isfinite(arr)):
-            status, message = "failed", f"non-finite values in diagnostic {name!r}"
-    return history, t, status, message
-
 
 def read_output_marker(path: str | Path) -> dict[str, Any] | None:
     """The marker of a wflow output folder (see :data:`OUTPUT_MARKER`), or ``None``."""
@@ -393,7 +153,7 @@ def prepare_output(out: str | Path, *, overwrite: bool = False) -> Path:
     """
     if "mpi4py.MPI" not in sys.modules:
         return _check_location(out, overwrite=overwrite, probe=True)
-    from .parallel import comm_rank_size
+    from ..parallel import comm_rank_size
 
     comm, rank, size = comm_rank_size()
     if size == 1:
@@ -479,7 +239,7 @@ def claim_output(out: str | Path, *, overwrite: bool = False) -> Path:
     Under MPI rank 0 claims and every rank gets the same answer.
     """
     if "mpi4py.MPI" in sys.modules:
-        from .parallel import comm_rank_size
+        from ..parallel import comm_rank_size
 
         comm, rank, size = comm_rank_size()
         if size > 1:
@@ -758,48 +518,3 @@ def _staged(path: Path, overwrite: bool, claim: _Claim | None) -> Iterator[Path]
         raise OutputChangedError(f"{exc}; the results are kept in {stage}") from None
     if claim is not None:  # the new output is this process's own: it may replace it again
         _CLAIMS[path] = _Claim(overwrite=True, state=_state(path))
-
-
-def provenance() -> dict[str, Any]:
-    """Versions of wflow and its numerical dependencies, and the machine."""
-    import platform
-
-    import scipy
-
-    from .version import __version__
-
-    out = {"wflow": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
-           "python": platform.python_version(), "machine": platform.machine(),
-           "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    try:
-        import ot
-
-        out["pot"] = ot.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return out
-
-
-def history_columns(t: np.ndarray, history: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Flatten per-path histories into CSV columns.
-
-    One path: ``name`` (scalars) or ``name_h{h}`` (per head; ``E_h`` becomes ``E_h0``,
-    ``E_h1``, …). Several paths: the mean under the same names plus ``<name>_std``
-    (Monte-Carlo standard deviation, ``ddof=1``).
-    """
-    cols: dict[str, np.ndarray] = {"t": t}
-    for name, arr in history.items():
-        P = arr.shape[0]
-        mean = arr.mean(axis=0)
-        std = arr.std(axis=0, ddof=1) if P > 1 else None
-        if mean.ndim == 1:
-            cols[name] = mean
-            if std is not None:
-                cols[f"{name}_std"] = std
-        else:
-            base = name[:-2] if name.endswith("_h") else name
-            for h in range(mean.shape[1]):
-                cols[f"{base}_h{h}"] = mean[:, h]
-                if std is not None:
-                    cols[f"{base}_h{h}_std"] = std[:, h]
-    return cols

@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from ..infra.io import write_csv, write_json
-from .bures import bures_wasserstein_distance
-from .classify import Classification, PhaseDiagram, classify, phase_diagram
-from .moments import psd_factor
-from .options import GaussianScenario
-from .particles import simulate_particles
-from .plots import plot_phase_diagram, plot_reach, plot_trajectory
-from .reach import ReachResult, reach
-from .riccati import _scalar_value, blowup_time_closed_form
-from .solver import GaussianTrajectory, integrate_moments
-from .verdict import json_safe
+from ...gaussian.bures import bures_wasserstein_distance
+from ...gaussian.classify import Classification, PhaseDiagram, classify, phase_diagram
+from ...gaussian.moments import psd_factor
+from ...gaussian.options import GaussianScenario
+from ...gaussian.particles import simulate_particles
+from ...gaussian.plots import plot_phase_diagram, plot_reach, plot_trajectory
+from ...gaussian.reach import ReachResult, reach
+from ...gaussian.riccati import blowup_time_closed_form, scalar_value
+from ...gaussian.solver import GaussianTrajectory, integrate_moments
+from ...gaussian.verdict import json_safe
+from ...infra.io import write_csv, write_json
 
 __all__ = [
     "GaussianRun",
@@ -144,7 +144,7 @@ def run_gaussian_scenario(scn: GaussianScenario) -> GaussianRun:
     traj = integrate_moments(scn.params_path, scn.m0, scn.Sigma0, scn.T, **scn.run)
     p = scn.constant_params
     t_closed = searched = None
-    if p is not None and _scalar_value(p.V) is not None:
+    if p is not None and scalar_value(p.V) is not None:
         searched = traj.blowup_time * 1.01 if traj.blowup_time is not None else scn.T
         t_closed = blowup_time_closed_form(p, scn.Sigma0, t_max=searched)
     cl = None

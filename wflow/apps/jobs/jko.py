@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..attention.heads import Attention
-from .options import jko_options_from_dict
-from .solver import JKOResult, auto_step, solve_jko
+from ...attention.heads import Attention
+from ...jko.options import auto_steps_bound, jko_options_from_dict
+from ...jko.solver import JKOResult, auto_step, solve_jko
 
 __all__ = [
     "run_jko_scenario",
@@ -103,10 +103,10 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     EstimateError
         The run cannot fit in memory, or was not confirmed (nothing computed).
     """
-    from ..geometry.density import density_spec_from_scenario, initial_density
-    from ..geometry.mesh import MESH_DIR, load_mesh
-    from ..infra.estimate import check_estimate, estimate_jko
-    from ..infra.io import (
+    from ...geometry.density import density_spec_from_scenario, initial_density
+    from ...geometry.mesh import MESH_DIR, load_mesh
+    from ...infra.estimate import check_estimate, estimate_jko
+    from ...infra.io import (
         check_finite,
         history_columns,
         provenance,
@@ -141,7 +141,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     sm = load_mesh(mesh_spec)
     M = int(sm.num_global)
     k = opts.steps if not extras["tau_auto"] or tau is not None else \
-        max(1, int(np.ceil(opts.T / (3 * np.sqrt(4 * np.pi / M)))))
+        auto_steps_bound(opts.T, M)
     check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
                                 steps=k, max_pairs=opts.max_pairs,
                                 dense_ot_max_cells=opts.dense_ot_max_cells,
@@ -159,8 +159,8 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
     w2_pde = None
     if extras["compare_pde"]:
-        from ..geometry.transport import w2_sphere
-        from ..pde import PDEOptions, solve_pde
+        from ...geometry.transport import w2_sphere
+        from ...pde import PDEOptions, solve_pde
 
         pres = solve_pde(sm, rho0, schedule, attn, options=PDEOptions(
             T=opts.T, dt=min(opts.tau, 0.01), order=2, flow="surrogate",

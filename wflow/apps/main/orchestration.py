@@ -1,0 +1,191 @@
+"""The main job's entry point: validate everything, then run, checkpoint and write its phases.
+
+Part of the main job (:mod:`wflow.apps.main`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...infra.io import (
+    OutputError,
+    run_directory,
+)
+from ...infra.options import from_table
+from ..scenario import ScenarioError, parse_scenario
+from . import phases
+from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase
+from .compare import _compare
+from .options import MainJobResult, RunOptions, _load
+from .refinement import _jko_refinement
+from .summary import _summary, _write_outputs
+
+
+def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool = False,
+                 progress: bool | None = None, overwrite: bool = False,
+                 confirm: bool = False) -> MainJobResult:
+    """Run the main job; write ``out/`` (see module docstring).
+
+    Parameters
+    ----------
+    scenario : path or None
+        Scenario TOML; ``None`` uses the shipped default, or with ``resume`` the
+        checkpointed scenario. With ``resume`` a given scenario must equal the
+        checkpointed one (the table, the files and the callables it names), else
+        ``ScenarioError`` names the differences.
+    out : path
+        Output directory (claim it first with :func:`wflow.infra.io.claim_output`, as
+        ``wflow run`` does: then only the output found there at the start is replaced).
+    resume : bool
+        Continue from ``out.ckpt/`` (the only way a checkpoint is read).
+    overwrite : bool
+        Without ``resume``: replace a checkpoint of *another* scenario at ``out.ckpt``
+        (else refused, naming the differences).
+    confirm : bool
+        Run even if the estimate exceeds :data:`wflow.infra.estimate.CONFIRM_SECONDS`
+        (``--yes``; see :func:`wflow.infra.estimate.check_estimate`).
+
+    Raises
+    ------
+    ScenarioError, ValueError, FileNotFoundError
+        Bad input, before any phase runs (nothing written, no checkpoint).
+    KeyboardInterrupt
+        With a message saying how to resume (the completed phases stay checkpointed);
+        the exception keeps its type (:class:`wflow.cli.Terminated` for SIGTERM/SIGHUP).
+    """
+    from ...infra import lock
+
+    out = Path(out)
+    ck = _Checkpoint(out)
+    ck.check()
+    try:
+        lock.acquire(ck.dir, what="checkpoint")
+    except lock.LockedError as exc:
+        raise OutputError(str(exc)) from None
+    try:
+        return _run_locked(scenario, out, ck, resume=resume, progress=progress,
+                           overwrite=overwrite, confirm=confirm)
+    finally:
+        lock.release(ck.dir)
+
+
+def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
+                overwrite: bool, confirm: bool) -> MainJobResult:
+    ck.check()  # again, under the lock
+    if resume:
+        meta = ck.meta()
+        if meta is None:
+            raise FileNotFoundError(f"--resume: no checkpoint found at {ck.dir}")
+        base = Path(meta["base_dir"])
+        fp_old = meta.get("fingerprint") or _fingerprint(meta["raw"], base)
+        if scenario is None:
+            sc, raw = parse_scenario(meta["raw"], base_dir=base), meta["raw"]
+        else:
+            sc = _load(Path(scenario))
+            raw = sc.raw
+        fp = _fingerprint(raw, sc.base_dir)
+        diff = _differences(meta["raw"], raw, fp_old, fp)
+        if fp != fp_old and not diff:
+            diff = ["the scenario's folder or the files it names"]
+        if diff:
+            more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+            what = scenario if scenario is not None else "the scenario"
+            raise ScenarioError(
+                f"--resume: {what} differs from the scenario checkpointed in {ck.dir}: "
+                f"{'; '.join(diff[:3])}{more}; run without --resume to start over")
+    else:
+        sc = _load(None if scenario is None else Path(scenario))
+        raw = sc.raw
+        fp = _fingerprint(raw, sc.base_dir)
+        if ck.exists():
+            meta = ck.meta()
+            diff = (["(the checkpoint records no scenario)"] if meta is None else
+                    _differences(meta["raw"], raw, meta.get("fingerprint") or {}, fp))
+            if diff and not overwrite:
+                more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+                raise ScenarioError(
+                    f"{ck.dir}: holds the checkpoint of another scenario "
+                    f"({'; '.join(diff[:3])}{more}); pass --resume to continue it (with its "
+                    "scenario), --overwrite to discard it, or choose another --out")
+            if ck.phases():
+                print(f"run: discarding the checkpoint in {ck.dir} (phases "
+                      f"{', '.join(ck.phases())}; pass --resume to continue it instead)",
+                      flush=True)
+    ropts = from_table(RunOptions, sc.sections.get("run", {}))
+
+    from ...geometry.density import density_spec_from_scenario, initial_density
+    from ...geometry.mesh import load_mesh
+    from ...pde.options import pde_options_from_dict
+
+    mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
+    popts = type(popts)(**{**popts.__dict__, "progress": progress})
+    if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
+        mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
+    if sc.d != 3:
+        raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
+    mesh = load_mesh(mesh_spec)
+    rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
+    schedule = sc.build_schedule()
+    attn = sc.attention_obj()
+    if ropts.jko:
+        phases._check_jko(mesh, rho0, schedule, attn, sc, popts)
+    phases._estimate(sc, mesh, popts, ropts, confirm=confirm)
+    if not resume:  # everything validated: start a fresh checkpoint
+        ck.start(raw, sc.base_dir, fp)
+    timings: dict[str, float] = {}
+    restored: list[str] = []
+    t_total = time.perf_counter()
+
+    def phase(name: str, fn: Callable[[], Any]) -> Any:
+        return _phase(ck, name, fn, timings, restored, resume=resume)
+
+    try:
+        pde = phase("pde", lambda: {"res": phases._run_pde(mesh, rho0, schedule, attn,
+                                                           popts)})["res"]
+        parts = phase("particles", lambda: phases._run_particles(mesh, pde, schedule, attn,
+                                                                 popts, ropts, sc, progress))
+        jko = jref = table = None
+        if ropts.jko:
+            jko = phase("jko", lambda: {"res": phases._run_jko(mesh, rho0, schedule, attn, sc,
+                                                               popts, progress)})["res"]
+            jref = pde
+            if popts.flow != "surrogate":  # the JKO discretises v̂: its own reference PDE
+                jref = phase("pde_surrogate", lambda: {"res": phases._run_pde(
+                    mesh, rho0, schedule, attn,
+                    phases._surrogate_options(popts, jko.stats["steps"]))})["res"]
+            if ropts.jko_refinement:
+                table = phase("jko_refinement", lambda: _jko_refinement(
+                    mesh, sc, schedule, attn, popts, jko, ropts, jref))
+        cmp_ = phase("compare", lambda: _compare(pde, parts, jko, ropts, jref))
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: same type, with the hint
+        exc.args = (f"completed phases are checkpointed in {ck.dir}; continue with: "
+                    f"wflow run --resume {out}",)
+        raise
+    except OSError as exc:  # a full disk while checkpointing: the checkpoint is kept
+        exc.add_note(f"completed phases are checkpointed in {ck.dir}; after freeing space "
+                     f"continue with: wflow run --resume {out}")
+        raise
+    session = time.perf_counter() - t_total
+    restored_wall = float(sum(timings[p] for p in restored))
+    summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
+                       session + restored_wall, jref=jref, table=table)
+    summary["resumed"] = {"resumed": bool(restored), "restored_phases": restored,
+                          "restored_wall_s": restored_wall, "this_session_wall_s": session,
+                          "note": "wall_time_s.total counts the restored phases' recorded "
+                                  "wall times plus this session's"}
+    try:
+        with run_directory(out) as stage:
+            _write_outputs(stage, pde, parts, jko, cmp_, summary, ropts, mesh)
+    except KeyboardInterrupt as exc:
+        exc.args = (f"the results were not written; every phase is checkpointed in {ck.dir}; "
+                    f"continue with: wflow run --resume {out}",)
+        raise
+    except OSError as exc:
+        exc.add_note(f"every phase is checkpointed in {ck.dir}; after freeing space "
+                     f"continue with: wflow run --resume {out}")
+        raise
+    ck.clear()
+    return MainJobResult(summary["status"], summary, out)

@@ -1,0 +1,107 @@
+"""The main job's phases (PDE, particles, JKO) and their checks before any runs.
+
+Part of the main job (:mod:`wflow.apps.main`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..scenario import Scenario
+from .options import RunOptions
+
+
+def _estimate(sc: Scenario, mesh, popts, ropts: RunOptions, *, confirm: bool) -> None:
+    """Cost estimate of the phases before any runs (refuses what cannot fit)."""
+    from ...infra.estimate import check_estimate, estimate_main_job
+    from ...jko import jko_options_from_dict
+    from ...jko.options import auto_steps_bound
+
+    H = int(sc.build_heads().H)
+    jko_steps = None
+    if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
+        _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+        jko_steps = (auto_steps_bound(float(popts.T), int(mesh.num_global))
+                     if extras["tau_auto"] else int(jopts.steps))
+    est = estimate_main_job(cells=int(mesh.num_global), n=ropts.n_particles, H=H,
+                            T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
+                            steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
+                            refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
+                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps)
+    check_estimate(est, confirm=confirm)
+
+
+def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
+    """Validate the ``[jko]`` phase before any phase runs (as :func:`_run_jko` will run it).
+
+    The options (keys, ``T`` a multiple of ``τ``) and the JKO scheme's own checks of its
+    input (value-aligned symmetric heads, jump times of the schedule on the ``τ`` grid):
+    the scheme's first state is computed (one energy evaluation) and discarded.
+    """
+    from dataclasses import replace
+
+    from ...jko import jko_options_from_dict
+    from ...jko.solver import iterate_jko
+
+    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T)
+    gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
+                      np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
+                      options=replace(opts, progress=False), mesh=mesh)
+    try:
+        next(gen)
+    finally:
+        gen.close()
+
+
+# --------------------------------------------------------------------------- phases
+def _run_pde(mesh, rho0, schedule, attn, popts):
+    from ...pde import solve_pde
+
+    res = solve_pde(mesh, rho0, schedule, attn, options=popts)
+    # an inaccurate PDE is reported (status and reason in the summary); a failed one, or
+    # one that stopped before T, leaves nothing to compare with
+    if res.status in ("failed", "max_steps"):
+        raise FloatingPointError(f"pde phase {res.status}: {res.message}")
+    return res
+
+
+def _surrogate_options(popts, steps: int):
+    """PDE options of the JKO's reference: the surrogate flow, an output at every JKO time."""
+    from dataclasses import replace
+
+    n = int(popts.n_saves) - 1
+    n_saves = n + 1 if n % steps == 0 else steps + 1
+    return replace(popts, flow="surrogate", n_saves=n_saves, entropy=False, head_rates=False)
+
+
+def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scenario,
+                   progress) -> dict:
+    from ...geometry.density import sample_particles
+    from ...particles import simulate
+
+    rng = np.random.default_rng([sc.seed, 4242])
+    x0 = sample_particles(mesh, pde.masses[0], ropts.n_particles, rng)
+    nsave = len(pde.t) - 1
+    steps = nsave * ropts.particle_steps_per_save
+    res = simulate(x0, schedule, attn, T=popts.T, dt=popts.T / steps,
+                   integrator=ropts.particle_integrator, flow=popts.flow,
+                   record_every=ropts.particle_steps_per_save, save_trajectory=True,
+                   head_rates=False, seed=sc.seed, progress=progress)
+    if res.status == "failed":
+        raise FloatingPointError(f"particle phase failed: {res.message}")
+    return {"res": res, "x0": x0}
+
+
+def _run_jko(mesh, rho0, schedule, attn, sc: Scenario, popts, progress, tau=None,
+             scheme=None):
+    from ..jobs.jko import run_jko_scenario
+
+    res = run_jko_scenario(mesh, rho0, schedule, attn, sc, T=popts.T, progress=progress,
+                           tau=tau, scheme=scheme)
+    if res.status == "failed":  # locked / inaccurate / not converged: reported
+        raise FloatingPointError(f"jko phase failed: {res.message}")
+    return res
+
+
+#: Largest ratio of successive icosphere frequencies (``h``, and ``τ`` with it) in the
+#: refinement table.

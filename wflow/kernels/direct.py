@@ -1,0 +1,223 @@
+"""The direct back-end (numba) and the thread and memory-layout helpers it shares.
+
+Part of :mod:`wflow.kernels` (the face re-exports the public names).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..attention.kinds import AttentionKind
+from .validation import _apply, _scores_A
+
+#: Heads with ``k + d`` at least this use BLAS score blocks in the direct back-end.
+WIDE = 24
+#: Below this many triples the direct back-end runs on the calling thread only.
+SERIAL_TRIPLES = 1 << 18
+#: ... and below this many when the machine is oversubscribed (1-min load average ≥ cores):
+#: then a thread team waits for the OS to schedule all its threads (often a 4-16 ms time
+#: slice), which costs more than the work (~1 ns per triple and core) below ~30 ms of it.
+BUSY_SERIAL_TRIPLES = 1 << 25
+_LOAD_CACHE = [0.0, 0.0]  # [time of the last reading, busy flag]
+#: particle_terms sums symmetric heads pair-once (parallel over heads) from this many heads.
+PAIR_ONCE_HEADS = 4
+def threads() -> int:
+    """Threads the numba kernels may use (``numba.get_num_threads()``)."""
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _busy() -> bool:
+    """Whether the machine is oversubscribed (1-min load ≥ usable cores; re-read every 2 s)."""
+    now = time.monotonic()
+    if now - _LOAD_CACHE[0] > 2.0:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            cores = os.cpu_count() or 1
+        try:
+            _LOAD_CACHE[1] = float(os.getloadavg()[0] >= cores)
+        except OSError:  # pragma: no cover
+            _LOAD_CACHE[1] = 0.0
+        _LOAD_CACHE[0] = now
+    return bool(_LOAD_CACHE[1])
+
+
+def _serial(triples: int) -> bool:
+    """Whether to run on the calling thread (results are identical: same summation order)."""
+    if triples < SERIAL_TRIPLES or threads() == 1:
+        return True
+    return triples < BUSY_SERIAL_TRIPLES and _busy()
+
+
+ALIGN = 64  # bytes: one cache line, one AVX-512 vector
+
+
+def aligned_empty(shape: int | tuple[int, ...]) -> np.ndarray:
+    """Uninitialised C-contiguous float64 array whose data start on an :data:`ALIGN` boundary.
+
+    The vectorised reductions of the compiled kernels sum in an order that depends on
+    where the data start (measured: the same particle step differed by an ulp between
+    reruns). NumPy aligns to 16 bytes only, so every array a kernel reduces over goes
+    through :func:`aligned` / :func:`aligned_empty`: reruns, and serial vs MPI, then
+    agree bit for bit.
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    size = math.prod(shape)
+    buf = np.empty(size + ALIGN // 8, dtype=np.float64)
+    k = (-buf.ctypes.data % ALIGN) // 8
+    return buf[k:k + size].reshape(shape)
+
+
+def aligned(a: np.ndarray) -> np.ndarray:
+    """C-contiguous float64 copy of ``a`` starting on an :data:`ALIGN` boundary."""
+    a = np.asarray(a, dtype=np.float64)
+    out = aligned_empty(a.shape)
+    out[...] = a
+    return out
+
+
+def pair_once(sym: bool, n: int, H: int) -> bool:
+    """Whether to count every pair once (symmetric heads, self-interaction).
+
+    Fixed rule (the summation order never depends on threads or load): with
+    ``PAIR_ONCE_HEADS`` heads or more the pair-once loop is parallel over heads; below
+    :data:`SERIAL_TRIPLES` the sums run on one thread anyway, so halving the kernel
+    evaluations always pays.
+    """
+    return sym and (H >= PAIR_ONCE_HEADS or n * n * H < SERIAL_TRIPLES)
+
+
+@contextmanager
+def team(work: float):
+    """Run the numba kernels inside with one thread when ``work`` (≈ ns) is small."""
+    if not _serial(int(work)):
+        yield
+        return
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def _score_factors(x, y, Q, K, beta):
+    """``(qx, ky)`` with ``s = <qx_i, ky_j>`` and ``β`` folded in, of the smaller width.
+
+    ``k ≥ d``: ``qx = β Aᵀ x``, ``ky = y`` (width ``d``); else ``β Q x``, ``K y`` (width ``k``).
+    """
+    H, k, d = Q.shape
+    if k >= d:
+        qx = beta * np.matmul(x, _scores_A(Q, K))  # rows xᵢᵀ A = (Aᵀ xᵢ)ᵀ
+        ky = np.broadcast_to(y, (H,) + y.shape)
+    else:
+        qx = beta * _apply(Q, x)
+        ky = _apply(K, y)
+    return qx, ky
+
+
+def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores):
+    from . import _numba as kn
+
+    H, k, d = Q.shape
+    M = x.shape[0]
+    N = y.shape[0]
+    expo = spec.exponential
+    kcode = spec.require_compiled("backend='direct'")
+    Z = np.empty((H, M))
+    Y = np.empty((H, M, d))
+    P = np.empty((H, M))
+    S = np.empty((H, M))
+    if M == 0 or N == 0 or H == 0:
+        Z[:] = 0.0
+        Y[:] = 0.0
+        P[:] = 0.0
+        S[:] = 0.0
+    elif d <= 3:
+        qx, ky = _score_factors(x, y, Q, K, beta)
+        w = qx.shape[2]
+        qx3 = np.zeros((H, M, 3))
+        qx3[:, :, :w] = qx
+        ky3 = aligned_empty((H, 3, N))
+        ky3[:] = 0.0
+        ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
+        my = aligned_empty((3, N))
+        my[:] = 0.0
+        my[:d] = (m[:, None] * y).T
+        Y3 = Y if d == 3 else np.empty((H, M, 3))
+        with team(M * N * H):
+            kn.direct3(qx3, ky3, my, aligned(m), kcode, scores, Z, Y3, P, S)
+        if d < 3:
+            Y[:] = Y3[:, :, :d]
+    else:
+        qx, ky = _score_factors(x, y, Q, K, beta)
+        w = qx.shape[2]
+        qx = np.ascontiguousarray(qx)
+        if w + d < WIDE:
+            kyT = aligned(np.swapaxes(ky, 1, 2))
+            with team(M * N * H * (w + d) / 4):
+                kn.direct_generic(qx, kyT, aligned(y.T), aligned(m), kcode, scores, Z, Y, P, S)
+        else:
+            _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
+    Phi = (Z if expo else P) if potential else None
+    return Z, Y, Phi, (S if scores else None)
+
+
+def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
+    """Wide heads: score blocks ``(b, N)`` by BLAS, exponential + sums fused (numba), ``Y`` by BLAS.
+
+    Blocks of about ``2^21`` doubles (16 MiB) stay in the last-level cache. With
+    ``threadpoolctl`` available, ``numba.get_num_threads()`` Python threads each
+    run whole blocks (BLAS limited to one thread, the GIL-free numba pass), so
+    one team of threads does everything; otherwise the blocks run in sequence
+    with BLAS's own threads and a serial element-wise pass (two thread teams
+    alternating on the same cores spin against each other).
+    """
+    from . import _numba as kn
+
+    H, M, _ = qx.shape
+    N = y.shape[0]
+    B = max(1, min(M, (1 << 21) // N))
+    kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
+    m = aligned(m)
+
+    def block(job: tuple[int, int], buf: np.ndarray) -> None:
+        h, i0 = job
+        i1 = min(M, i0 + B)
+        sc = buf[: i1 - i0]
+        np.matmul(qx[h, i0:i1], kyT[h], out=sc)
+        kn.exp_block(sc, m, kcode, scores, Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
+        np.matmul(sc, y, out=Y[h, i0:i1])
+
+    jobs = [(h, i0) for h in range(H) for i0 in range(0, M, B)]
+    nt = min(threads(), len(jobs))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - optional
+        threadpool_limits = None
+    if nt <= 1 or threadpool_limits is None or _serial(M * N * H * qx.shape[2]):
+        buf = aligned_empty((B, N))
+        for job in jobs:
+            block(job, buf)
+        return
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+
+    def run(job: tuple[int, int]) -> None:  # dynamic: a paused thread does not hold the rest
+        if not hasattr(local, "buf"):
+            local.buf = aligned_empty((B, N))
+        block(job, local.buf)
+
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nt) as ex:
+        list(ex.map(run, jobs))

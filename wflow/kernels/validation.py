@@ -1,0 +1,74 @@
+"""Validation of the kernel's inputs and the overflow bound of exponential kernels.
+
+Part of :mod:`wflow.kernels` (the face re-exports the public names).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..attention.kinds import get_kind
+
+#: Largest score bound accepted for exponential kernels (e^709 overflows float64).
+EXP_OVERFLOW = 700.0
+#: Back-ends accepted by :func:`kernel_sums`.
+BACKENDS = ("auto", "numpy", "direct", "fastsum")
+#: Default relative tolerance of the fast summation (per target, relative to ``Z_i``).
+DEFAULT_TOL = 1e-10
+def _apply(Q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``Q_h x_i`` for all heads, shape ``(H, M, k)`` (batched matmul: far faster than einsum)."""
+    return np.matmul(x, np.swapaxes(Q, 1, 2))
+
+
+def _scores_A(Q: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """``A_h = Q_hᵀ K_h``, shape ``(H, d, d)``."""
+    return np.matmul(np.swapaxes(Q, 1, 2), K)
+
+
+def _max_norm(v: np.ndarray) -> float:
+    return math.sqrt(float(np.max(np.einsum("...k,...k->...", v, v)))) if v.size else 0.0
+
+
+def _check_bound(qx: np.ndarray, ky: np.ndarray, beta: float) -> None:
+    raise_bound(beta * _max_norm(qx) * _max_norm(ky))
+
+
+def raise_bound(bound: float) -> None:
+    """``FloatingPointError`` if the score bound ``β|Qx||Ky|`` exceeds :data:`EXP_OVERFLOW`.
+
+    The overflow guard of exponential kernels (``e^709`` overflows float64), shared by
+    every back-end and the compiled particle loops.
+    """
+    if bound > EXP_OVERFLOW:
+        raise FloatingPointError(
+            f"attention scores may reach β|Qx||Ky| = {bound:.1f} > {EXP_OVERFLOW}: e^s would "
+            "overflow float64. Lower attention.beta or the head scale.")
+
+
+def _validate(x, y, m, Q, K, beta, kind, backend, tol):
+    spec = get_kind(kind)  # ValueError naming the known kinds
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta: must be a finite number > 0, got {beta!r}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol: must be a finite number > 0, got {tol!r}")
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    m = np.ascontiguousarray(m, dtype=np.float64)
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    K = np.ascontiguousarray(K, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"x: expected shape (M, d), got {x.shape}")
+    d = x.shape[1]
+    if y.ndim != 2 or y.shape[1] != d:
+        raise ValueError(f"y: expected shape (N, {d}), got {y.shape}")
+    if m.shape != (y.shape[0],):
+        raise ValueError(f"m: expected shape ({y.shape[0]},), got {m.shape}")
+    if Q.ndim != 3 or Q.shape[2] != d:
+        raise ValueError(f"Q: expected shape (H, k, {d}), got {Q.shape}")
+    if K.shape != Q.shape:
+        raise ValueError(f"K: shape {K.shape} must equal Q shape {Q.shape}")
+    return x, y, m, Q, K, spec
