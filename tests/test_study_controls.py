@@ -85,7 +85,6 @@ FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              ("edi", "no-mobility"), ("edi", "mobility:-0.5"),  # edi JKO: test_edi_fv.py
              # mean-field: the ±1 % faults are below the quick mode's sampling error
              ("mean-field", "pde-velocity:0.01"), ("mean-field", "pde-velocity:-0.01"),
-             ("mean-field", "pde-beta:0.01"), ("mean-field", "pde-beta:-0.01"),
              ("mean-field", "tokens-off:0.01")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
