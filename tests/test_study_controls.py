@@ -44,7 +44,7 @@ CONTROLS = [
     ("mean-field", "pde-stop-short:0.5", "_at_T"),
     ("mean-field", "pde-no-mobility", "_at_T"),
     ("mean-field", "particles-no-mobility", "_at_T"),
-    ("mean-field", "sampler-ignores-areas", "moments_at_0"),
+    ("mean-field", "tokens-off:0.05", "moments_at_0"),
     ("edi", "transformer-flow", "rk4_edi_order_surrogate"),
     ("edi", "rk4-as-euler", "rk4_edi_order_"),
     ("edi", "pde-first-order", "pde_edi_order"),
