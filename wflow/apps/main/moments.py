@@ -141,7 +141,12 @@ def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc) -
     freq = max(2, round(float(np.sqrt(verts.shape[0] / 20.0)) / 2))
     coarse = load_mesh(f"icosphere:{20 * freq * freq}")
     rho0 = initial_density(coarse, density_spec_from_scenario(sc), base_dir=sc.base_dir)
-    pc = phases._run_pde(coarse, rho0, schedule, attn, replace(popts, progress=False))
+    # solved directly (not through phases._run_pde: the ``pde`` phase is the main one)
+    from ...pde import solve_pde
+
+    pc = solve_pde(coarse, rho0, schedule, attn, options=replace(popts, progress=False))
+    if pc.status in ("failed", "max_steps"):
+        raise FloatingPointError(f"compare: the coarse PDE {pc.status}: {pc.message}")
     vc = cells_of(coarse)
     n = int(ropts.n_particles)
 
