@@ -58,6 +58,8 @@ from .energy import (
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
 from .geometry.density import initial_density, sample_particles
+from .geometry.harmonics import cell_moments, token_moments
+from .geometry.moment_test import MomentTest, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
@@ -99,6 +101,10 @@ __all__ = [
     "w2_sphere",
     "w2_sphere_sparse",
     "W2Result",
+    "token_moments",
+    "cell_moments",
+    "moment_test",
+    "MomentTest",
     "beta_star",
     "c_star",
     "lambda_c",

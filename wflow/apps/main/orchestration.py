@@ -19,6 +19,7 @@ from ..scenario import ScenarioError, parse_scenario
 from . import phases
 from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase
 from .compare import _compare
+from .moments import main_job_moments
 from .options import MainJobResult, RunOptions, _load
 from .refinement import _jko_refinement
 from .summary import _summary, _write_outputs
@@ -168,7 +169,9 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
             if ropts.jko_refinement:
                 table = phase("jko_refinement", lambda: _jko_refinement(
                     mesh, sc, schedule, attn, popts, jko, ropts, jref))
-        cmp_ = phase("compare", lambda: _compare(pde, parts, jko, ropts, jref))
+        cmp_ = phase("compare", lambda: {
+            **_compare(pde, parts, jko, ropts, jref),
+            "moments": main_job_moments(mesh, pde, parts, schedule, attn, popts, ropts, sc)})
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: same type, with the hint
         exc.args = (f"completed phases are checkpointed in {ck.dir}; continue with: "
                     f"wflow run --resume {out}",)

@@ -81,11 +81,12 @@ def _surrogate_options(popts, steps: int):
 
 
 def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scenario,
-                   progress) -> dict:
+                   progress, *, rep: tuple[int, int] | None = None) -> dict:
+    """The particle phase; ``rep = (n, r)``: the moment test's replicate ``r`` at ``n``."""
     from ...geometry.density import sample_particles
     from ...particles import simulate
 
-    rng = np.random.default_rng([sc.seed, 4242])
+    rng = np.random.default_rng([sc.seed, 4242] if rep is None else [sc.seed, 4242, *rep])
     x0 = sample_particles(mesh, pde.masses[0], ropts.n_particles, rng)
     nsave = len(pde.t) - 1
     steps = nsave * ropts.particle_steps_per_save

@@ -73,6 +73,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
         "mass_error": float(pde.stats["mass_error_max"]),
         "min_density": float(pde.stats["rho_min"]),
         "n_particles": n,
+        "moments": cmp_["moments"],
         "wall_time_s": {**{k: float(v) for k, v in timings.items()}, "total": float(wall)},
         "pde_stats": pde.stats,
         "kernel": {"pde": pde.stats.get("kernel"), "particles": pres.extra.get("kernel")},

@@ -263,6 +263,11 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("min_density", "smallest PDE cell density over the run", "1/area", "≥ 0", _RUN),
     K("n_particles", "number of particles sampled from the initial cell masses", "count",
       where=_RUN),
+    K("moments.**", "particles vs PDE by spherical-harmonic moments (wflow.apps.main.moments): "
+      "replicate systems, levels n/16, n/4, n; max |t| against its Šidák t(R−1) critical "
+      "value, p-values, Monte Carlo and PDE errors, the smallest detectable moment error and "
+      "its fitted rate in n; test_T / test_0: MomentTest.as_dict() at T and t = 0", "mixed",
+      where=_RUN),
     K("wall_time_s.*", "wall time of a phase (pde, particles, jko, jko_refinement, "
       "compare) and the total", "s", where=_RUN),
     K("jko_status", "status of the JKO phase", "text", where=_RUN),
