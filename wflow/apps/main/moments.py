@@ -26,6 +26,7 @@ import numpy as np
 
 from ...geometry.harmonics import cell_moments, token_moment_sums
 from ...geometry.moment_test import moment_test
+from ...status import Status
 
 __all__ = ["REPLICATES", "DEGREE", "ALPHA", "MIN_N", "levels", "compare_moments",
            "main_job_moments"]
@@ -144,8 +145,8 @@ def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc) -
     # solved directly (not through phases._run_pde: the ``pde`` phase is the main one)
     from ...pde import solve_pde
 
-    pc = solve_pde(coarse, rho0, schedule, attn, options=replace(popts, progress=False))
-    if pc.status in ("failed", "max_steps"):
+    pc = solve_pde(rho0, schedule, attn, mesh=coarse, options=replace(popts, progress=False))
+    if pc.status in (Status.FAILED, Status.MAX_STEPS):
         raise FloatingPointError(f"compare: the coarse PDE {pc.status}: {pc.message}")
     vc = cells_of(coarse)
     n = int(ropts.n_particles)
