@@ -87,7 +87,7 @@ OU_RATIO_MAX = 0.5
 #: Accepted ``particle_accuracy`` (the worst run's chain-rule residual over the engine's
 #: tolerance). The runs are stochastic (OU weights, Euler–Maruyama): the worst path's
 #: residual is a random variable and the engine's tolerance (1) is not its null quantile —
-#: held out, seed 48 of the correct solver reached 1.053 (issue 33). Set from the null
+#: held out, seed 48 of the correct solver reached 1.053. Set from the null
 #: distribution with the study's family-wise correction: over quick seeds 20–49 (the first
 #: recorded) mean 0.50, s.d. 0.17, max 1.05, right-skewed; the log-normal fit's one-sided
 #: quantile at Šidák ``α = 1 − 0.99^{1/6} = 1.67e-3`` (six criteria) is 1.41: 1.5. A

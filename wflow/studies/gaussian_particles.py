@@ -80,7 +80,7 @@ SLOPE_TOL_QUICK = 0.25
 #: Quick mode: the bias statistic's standard errors come from 8 replicates, which inflates
 #: Σ(b/se)² above χ²₅ (measured mean 7.3 against 5 over seeds 0–19; seed 8 reached 25.6
 #: against 20.5). Formerly its quantile was scaled by this factor (30.8): seed 77, held
-#: out, failed the correct solver at 31.9 (issue 33). Kept for the record.
+#: out, failed the correct solver at 31.9. Kept for the record.
 BIAS_SCALE_QUICK = 1.5
 #: Quick mode's bound on Σ(b/se)², from its null distribution: each ``b/se`` with ``se``
 #: from 8 replicates is Student ``t₇``, so the statistic is ``Σ_{k=1}^{5} t₇²`` (mean

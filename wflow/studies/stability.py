@@ -70,7 +70,7 @@ The engine against the stated field (judged to round-off)
 All the criteria above compare the engine with *bounds*, and a field error below their
 tolerances passes them: a softmax normaliser off by ``+1e-3`` (``Z + 1e-3``, ``Z =
 ∫e^{s} dμ``) changes the velocity by ``≈ 1e-3`` relative, inside :data:`GROWTH_TOL`
-(issue 33: it passed). ``first_step_matches_model`` therefore compares the engine's first
+(and passed). ``first_step_matches_model`` therefore compares the engine's first
 step with the stated model's, computed independently (:func:`model_step`: dense NumPy
 softmax with the stated heads, the engine's RK4 scheme — stages at the normalised points,
 final projection): ``max_i |x_i^engine(dt) − x_i^model(dt)|`` at most :data:`step_tol`

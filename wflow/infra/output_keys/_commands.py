@@ -103,6 +103,17 @@ COMMAND_KEYS: tuple[OutputKey, ...] = (
       "and sup W₂; mean-field: per n the W₂ of two particle samples at 0 and T (two0, twoT), "
       "particles vs PDE (xyT), PDE vs PDE (zzT) and the prediction predT = √(½(xyT² + zzT²))",
       "as named", where=_EQ),
+    K("tests.*.*", "mean-field: the moment test at t = 0 (t0) and at T (T): replicates R, "
+      "tokens per replicate n, degree L, level alpha; per moment the difference particles − "
+      "PDE (diff), its replicate standard error (se_mc), the i.i.d.-formula one (se_iid) and "
+      "their ratio (se_ratio), the PDE's Richardson error (pde_err) and t; max|t| (max_t) "
+      "against its Šidák critical value (t_crit) with its p-value (p_max_t); Hotelling's T² "
+      "(hotelling, hotelling_crit, p_hotelling); the MMD² of the moments (mmd2, p_mmd); the "
+      "smallest moment difference the test detects (detectable)", "as named", where=_EQ),
+    K("reported.*", "mean-field: cross-checks reported, not judged: the moments' MMD² and "
+      "its p-value at 0 and T (mmd2_0, p_mmd_0, mmd2_T, p_mmd_T); POT's sliced W₂ on the "
+      "sphere of particles vs PDE samples (ssw) and of two PDE samples (ssw_floor); exact "
+      "W₂ (w2, w2_floor) on w2_points points", "as named", where=_EQ),
     K("general.**", "entropy: the entropy-production identity on general heads "
       "(symmetric, nonsymmetric): errors per dt (max absolute error, max rate) and the "
       "fitted order", "as named", where=_EQ),
