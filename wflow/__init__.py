@@ -58,8 +58,8 @@ from .energy import (
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
 from .geometry.density import initial_density, sample_particles
-from .geometry.harmonics import cell_moments, token_moments
-from .geometry.moment_test import MomentTest, moment_test
+from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
+from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
@@ -105,6 +105,9 @@ __all__ = [
     "cell_moments",
     "moment_test",
     "MomentTest",
+    "token_cross_sums",
+    "control_variates",
+    "ControlVariates",
     "beta_star",
     "c_star",
     "lambda_c",

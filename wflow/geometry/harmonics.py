@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["harmonic_index", "real_harmonics", "token_moment_sums", "token_moments",
+__all__ = ["harmonic_index", "real_harmonics", "token_moment_sums", "token_cross_sums",
+           "token_moments",
            "triangle_rule", "cell_moments", "sphere_moments", "zonal_vmf_moments", "zonal_mmd2",
            "heat_weights", "n_moments"]
 
@@ -152,6 +153,51 @@ def token_moment_sums(x: np.ndarray, L: int, *, weights: np.ndarray | None = Non
         if squares:
             sq += (Y * Y) @ w
     return (out, sq) if squares else out
+
+
+def token_cross_sums(x_ctrl: np.ndarray, x: np.ndarray, L_ctrl: int, L: int, *,
+                     block: int = BLOCK) -> tuple[np.ndarray, ...]:
+    r"""Sums for control variates: harmonics ``Z`` of ``x_ctrl`` against ``Y`` of ``x``.
+
+    With ``Z_i = (Y_j(x^{ctrl}_i))_{1 ≤ j < (L_{ctrl}+1)²}`` (the constant left out) and
+    ``Y_i = (Y_k(x_i))_{k < (L+1)²}`` for the same tokens ``i`` (in the mean-field study:
+    each token at ``t = 0`` and at ``T``), the raw sums
+
+    .. math::
+
+        S_Z = Σ_i Z_i,\quad S_Y = Σ_i Y_i,\quad S_{ZZ} = Σ_i Z_i Z_i^T,\quad
+        S_{ZY} = Σ_i Z_i Y_i^T,\quad S_{YY} = Σ_i Y_i ∘ Y_i .
+
+    Sums, so distributable over disjoint sets of tokens; time ``O(n (P² + P K))``,
+    memory ``O((P + K) · block + P (P + K))`` (``P = (L_{ctrl}+1)² − 1``, ``K = (L+1)²``).
+
+    Parameters
+    ----------
+    x_ctrl, x : (n, 3) arrays
+        The same tokens at two times (rows paired).
+    L_ctrl, L : int
+        Largest degrees of the controls and of the moments.
+
+    Returns
+    -------
+    S_Z (P,), S_Y (K,), S_ZZ (P, P), S_ZY (P, K), S_YY (K,)
+    """
+    x_ctrl, x = np.asarray(x_ctrl, float), np.asarray(x, float)
+    if x_ctrl.shape != x.shape or x.ndim != 2 or x.shape[1] != 3:
+        raise ValueError(f"token_cross_sums: paired (n, 3) tokens needed, got {x_ctrl.shape} "
+                         f"and {x.shape}")
+    P, K = (int(L_ctrl) + 1) ** 2 - 1, (int(L) + 1) ** 2
+    sz, sy, syy = np.zeros(P), np.zeros(K), np.zeros(K)
+    szz, szy = np.zeros((P, P)), np.zeros((P, K))
+    for a in range(0, x.shape[0], int(block)):
+        Z = real_harmonics(x_ctrl[a:a + block], L_ctrl)[1:]
+        Y = real_harmonics(x[a:a + block], L)
+        sz += Z.sum(axis=1)
+        sy += Y.sum(axis=1)
+        syy += (Y * Y).sum(axis=1)
+        szz += Z @ Z.T
+        szy += Z @ Y.T
+    return sz, sy, szz, szy, syy
 
 
 def token_moments(x: np.ndarray, L: int, *, comm: Any = None) -> np.ndarray:

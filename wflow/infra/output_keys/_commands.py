@@ -103,7 +103,8 @@ COMMAND_KEYS: tuple[OutputKey, ...] = (
       "and sup W₂; mean-field: per n the W₂ of two particle samples at 0 and T (two0, twoT), "
       "particles vs PDE (xyT), PDE vs PDE (zzT) and the prediction predT = √(½(xyT² + zzT²))",
       "as named", where=_EQ),
-    K("tests.*.*", "mean-field: the moment test at t = 0 (t0) and at T (T): replicates R, "
+    K("tests.*.*", "mean-field: the moment test at t = 0 (t0), at T on the control-variate "
+      "moments (T; judged) and on the plain moments (T_plain; reported): replicates R, "
       "tokens per replicate n, degree L, level alpha; per moment the difference particles − "
       "PDE (diff), its replicate standard error (se_mc), the i.i.d.-formula one (se_iid) and "
       "their ratio (se_ratio), the PDE's Richardson error (pde_err) and t; max|t| (max_t) "
