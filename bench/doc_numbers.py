@@ -451,6 +451,145 @@ PHRASES += [
     ("README.md", "0.5): {ow2} / {ol1} / {oedi} by default;", _main_job_numbers),
 ]
 
+def _pinned_field() -> object:
+    """``tests/test_reproduce_field_full.py``: the full-scale results its slow tests pin."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_reproduce_field_full as pinned
+
+    return pinned
+
+
+def castin_table() -> str:
+    """The castin_ranks full-scale table: every number pinned by
+    ``tests/test_reproduce_field_full.py`` (``CASTIN_PUBLISHED_FULL``, ``CASTIN_FULL``)."""
+    t = _pinned_field()
+    lines = ["| row | d | published solver: histogram (rank 0…d) | exceptions | converged of "
+             "attempts | exact limit, settled directions (all attempts) | attempts unsettled "
+             "at t = 10¹⁰ | Euler steps |", "|---|---|---|---|---|---|---|---|"]
+    for (row, d), (hist, exc, att, conv, steps) in t.CASTIN_PUBLISHED_FULL.items():
+        ex, uns = t.CASTIN_FULL["exact"][(row, d)]
+        name = "V = I" if row == "identity" else "V random"
+        e = f"**{exc}**" if exc else "0"
+        lines.append(f"| {name} | {d} | {hist} | {e} | {conv} of {att} | {ex} | {uns} | "
+                     f"{cells(steps)} |")
+    return "\n".join(lines)
+
+
+def staircase_table() -> str:
+    """The staircase at full scale: pinned by ``tests/test_reproduce_field_full.py``
+    (``STAIRCASE_FULL``: first NaN step, plateaus, their fraction of the records)."""
+    t = _pinned_field()
+    lines = ["| β | full merge (E = 1) at step | first NaN energy at step | plateaus | "
+             "on plateaus |", "|---|---|---|---|---|"]
+    for b, (nan, npl, frac) in t.STAIRCASE_FULL.items():
+        lines.append(f"| {b} | {nan - 1} | {nan} | {npl} | {100 * frac:.0f}% |")
+    return "\n".join(lines)
+
+
+TABLES.update(castin=castin_table, staircase=staircase_table)
+TABLE_PAGES.update(castin="docs/reproduce_field.md", staircase="docs/reproduce_field.md")
+
+
+def _field_page() -> dict:
+    """``docs/reproduce_field.md``: bench_reproduce_field.json, bench_castin_step.json and
+    the values pinned by ``tests/test_reproduce_field_full.py``."""
+    t = _pinned_field()
+    f = load("bench_reproduce_field")["rows"]
+    gl, rk, rq = f["glpr_phase"], f["glpr_phase_ranks_full"], f["glpr_phase_ranks"]
+    st = f["metastable_staircase"]
+    cs = load("bench_castin_step")
+    G, C, S = t.GLPR_FULL, t.CASTIN_PUBLISHED_FULL, t.STAIRCASE_FULL
+    steps_by = {r: sum(v[4] for (row, _), v in C.items() if row == r) for r in ("identity",
+                                                                                 "random")}
+    merge = [v[0] - 1 for v in S.values()]
+    step_ms = [x[0] for v in gl["published_step_ms_by_beta"].values()
+               if isinstance(v, list) for x in v]
+    pub_step = f["castin_ranks"]["published_iteration_s"]
+    ours = cs["rows"]["castin_ranks"]["wflow_iteration_s"]
+    return {
+        "p_small": g(G["p_final_smallest_beta"], 3), "t_half": g(G["t_half_smallest_beta"], 3),
+        "p_large": g(G["p_final_largest_beta"], 3), "tau": g(G["kendall_tau"], 3),
+        "se": g(G["max_stderr"], 2),
+        "r1": g(rk["ranks_1"]["wall_s"], 3), "r2": g(rk["ranks_2"]["wall_s"], 3),
+        "rx": g(rk["speedup_2_ranks"], 3), "rc1": g(rk["ranks_1"]["cpu_s"], 3),
+        "rc2": g(rk["ranks_2"]["cpu_s"], 3), "rb1": g(rk["wall_s_per_beta_sum"]["ranks_1"], 3),
+        "rb2": g(rk["wall_s_per_beta_sum"]["ranks_2"], 3),
+        "rmin1": g(rk["ranks_1"]["wall_s"] / 60, 2),
+        "q1": g(rq["wall_s_1"], 3), "q2": g(rq["wall_s_2"], 3), "qx": g(rq["speedup_2_ranks"], 3),
+        "s_id": f"{steps_by['identity'] / 1e6:.2f}·10⁶",
+        "s_rd": f"{steps_by['random'] / 1e6:.2f}·10⁶",
+        "s_id_n": cells(steps_by["identity"]), "s_rd_n": cells(steps_by["random"]),
+        "attempts": cells(sum(v[2] for v in C.values())),
+        "unsettled": ", ".join(str(t.CASTIN_FULL["exact"][("random", d)][1]) for d in (3, 4)) +
+                     f" and {t.CASTIN_FULL['exact'][('random', 5)][1]}",
+        "ex3": t.CASTIN_FULL["exact"][("random", 3)][0],
+        "ex4": t.CASTIN_FULL["exact"][("random", 4)][0],
+        "ex5": t.CASTIN_FULL["exact"][("random", 5)][0],
+        "t_lo": g(min(merge) * 1e-5, 2), "t_hi": g(max(merge) * 1e-5, 2),
+        "nan_lo": f"{100 * (1 - max(merge) / 1e6):.1f}",
+        "nan_hi": f"{100 * (1 - min(merge) / 1e6):.1f}",
+        "pub9": g(gl["published_9beta_run"]["cpu_s"], 4),
+        "pubx": cells(round(gl["published_full_s_from_9beta"])),
+        "ms_lo": g(min(step_ms), 3), "ms_hi": g(max(step_ms), 3),
+        "est_step": g(gl["published_step_s"] * 1e3, 3),
+        "est_rec": g(gl["published_stats_s"] * 1e3, 3),
+        "est": cells(round(gl["published_full_s_one_thread"])),
+        "wf": g(gl["wflow_full_s_one_thread_measured"], 3), "ns": g(gl["wflow_ns_per_pair"], 2),
+        "glx": g(gl["speedup_one_thread_measured"], 2),
+        "c_pub": g(pub_step * 1e6, 3), "c_wf": g(ours * 1e6, 3), "c_x": g(pub_step / ours, 2),
+        "c_load": g(cs["load_average_start"][0], 2),
+        "c_pload": g(load("bench_reproduce_field")["earlier_rows_measured"]
+                     ["load_average_start"][0], 3),
+        "st_pub": g(st["published_full_run"]["cpu_s"], 3),
+        "st_wall": g(st["published_full_run"]["wall_s"], 3),
+        "st_b_lo": g(min(st["published_full_run"]["wall_s_per_beta"]), 3),
+        "st_b_hi": g(max(st["published_full_run"]["wall_s_per_beta"]), 3),
+        "st_est": g(st["published_full_s_extrapolated"], 3),
+        "st_wf": g(st["wflow_full_s"], 3), "st_x": g(st["speedup_full_measured"], 3),
+    }
+
+
+PHRASES += [(page, text, _field_page) for page, text in (
+    ("docs/reproduce_field.md", "on one thread of the idle machine {r1} s of wall ({rmin1} min), "
+     "on 2 MPI ranks {r2} s"),
+    ("docs/reproduce_field.md", "`P(T) = {p_small}` at β = 0.1 (every pair of every system "
+     "merged), `t_½ = {t_half}`"),
+    ("docs/reproduce_field.md", "`P(T) = {p_large}` at β = 9; Kendall τ(β, t_½) = {tau}; the "
+     "largest standard error of `P` is {se}"),
+    ("docs/reproduce_field.md", "**{r1} s of wall on 1 rank, {r2} s on 2 ranks, a {rx}× "
+     "speed-up** (CPU {rc1} s and {rc2} s; the per-β compute sums are {rb1} s and {rb2} s"),
+    ("docs/reproduce_field.md", "The published loop integrates {s_id} projected-Euler steps for "
+     "the `V = I` row and {s_rd} for the random-`V` row"),
+    ("docs/reproduce_field.md", "its six histograms, its exception and its {attempts} attempts' "
+     "step counts ({s_id_n} and {s_rd_n}) are wflow's exactly"),
+    ("docs/reproduce_field.md", "d = 3 {ex3}, d = 4 {ex4}, d = 5 {ex5} — no draw above ⌈d/2⌉. "
+     "{unsettled} attempts keep directions unsettled at t = 10¹⁰"),
+    ("docs/reproduce_field.md", "every series reaches E = 1 exactly at rescaled time "
+     "{t_lo}–{t_hi}: **the remaining {nan_lo}–{nan_hi}% of the published 10⁶ steps are NaN**"),
+    ("docs/reproduce_field.md", "The published run (6 β × 10⁶ steps) in {st_wf} s of CPU"),
+    ("docs/reproduce_field.md", "bit for bit, {c_wf} µs per step at d = 5"),
+    ("docs/reproduce_field.md", "**The published code was run in full too** ({st_pub} s of CPU"),
+    ("docs/reproduce_field.md", "| `glpr_phase`, full run (90 β) | **extrapolated** {pubx} s of "
+     "CPU from a **measured** tenth of the run: 9 of the 90 β at the published size (2048 × 32, "
+     "300 steps, 200 records each; `--betas 9 --maxtime 30 --use_softmax`), {pub9} s of CPU, "
+     "torch 2.14, one thread (the cost per β does not depend on β: {ms_lo}–{ms_hi} ms per step "
+     "at β = 0.1, 4, 9). The per-call estimate ({est_step} ms per step + {est_rec} ms per "
+     "record × 90 × (300 + 200)) had given {est} s | **measured**: {wf} s of CPU (and of wall) "
+     "on one thread of the idle machine, {ns} ns per pair | {glx}× |"),
+    ("docs/reproduce_field.md", "| — | **measured** {r1} s wall on 1 rank, {r2} s on 2 ranks, "
+     "every output array identical | **{rx}× on 2 ranks** |"),
+    ("docs/reproduce_field.md", "| — | **measured** {q1} s wall on 1 rank, {q2} s on 2 ranks, "
+     "identical counts | {qx}× on 2 ranks |"),
+    ("docs/reproduce_field.md", "| `castin_ranks`, one projected-Euler step (d = 5) | "
+     "**measured** {c_pub} µs (4000 steps, load {c_pload}) | **measured** {c_wf} µs (the "
+     "default loop, bit for bit; `bench_castin_step.json`, load {c_load}) | {c_x}× |"),
+    ("docs/reproduce_field.md", "| `metastable_staircase`, full run (6 β × 10⁶ steps) | "
+     "**measured** {st_pub} s of CPU ({st_wall} s of wall at load ~3; {st_b_lo}–{st_b_hi} s per "
+     "β; NumPy 2.4.6): its 6·10⁶ energies equal wflow's bit for bit where finite, with the same "
+     "NaN tail from the same step (the per-step estimate had given {st_est} s) | **measured** "
+     "{st_wf} s (stops at the exact NaN tail) | {st_x}× |"),
+)]
+
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
 WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
 
