@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -589,6 +590,123 @@ PHRASES += [(page, text, _field_page) for page, text in (
      "NaN tail from the same step (the per-step estimate had given {st_est} s) | **measured** "
      "{st_wf} s (stops at the exact NaN tail) | {st_x}× |"),
 )]
+
+def _estimates() -> object:
+    """``tests/test_estimates.py``: the calibration grid its test pins (``MEASURED``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests import test_estimates  # a package module (relative imports)
+
+    return test_estimates
+
+
+def estimates_table() -> str:
+    """``docs/guide/cli.md``: each estimate (``wflow.infra.estimate``) beside the measurement
+    ``tests/test_estimates.py::MEASURED`` pins (peak RSS, CPU and wall seconds)."""
+    t = _estimates()
+    lines = ["| run | estimated memory | peak RSS | ratio | estimated time | CPU time | ratio | "
+             "wall (shared machine) |", "|---|---|---|---|---|---|---|---|"]
+    for name, cmd, kw, rss, cpu, wall in t.MEASURED:
+        e = t._estimate(cmd, kw)
+        mem = e.memory / 2**20
+        lines.append(f"| `{name}` | {mem:.0f} MiB | {rss} MiB | {mem / rss:.2f} | "
+                     f"{e.seconds:.2g} s | {cpu:.2f} s | {e.seconds / cpu:.2f} | {wall} s |")
+    return "\n".join(lines)
+
+
+TABLES["estimates"] = estimates_table
+TABLE_PAGES["estimates"] = "docs/guide/cli.md"
+
+
+def _estimates_prose() -> dict:
+    from wflow.infra.estimate import format_bytes, format_seconds
+
+    t = _estimates()
+    rm, rt, rw = [], [], []
+    for _name, cmd, kw, rss, cpu, wall in t.MEASURED:
+        e = t._estimate(cmd, kw)
+        rm.append(e.memory / (rss * 2**20))
+        rt.append(e.seconds / cpu)
+        rw.append(wall / cpu)
+    big = max(m[3] for m in t.MEASURED)
+    kw = dict(cells=40500, n=2000, H=2, T=2.0, dt=0.02, n_saves=9, steps_per_save=4,
+              jko=True, refinement=3, jko_steps=4)  # test_estimates.py's 40 500-cell job
+    dense = t.est.estimate_main_job(**kw)
+    sparse = t.est.estimate_main_job(**kw, w2_dense_max_points=6000)
+    return {"m_lo": f"{min(rm):.2f}", "m_hi": f"{max(rm):.2f}", "t_lo": f"{min(rt):.2f}",
+            "t_hi": f"{max(rt):.2f}", "w_lo": g(min(rw), 2), "w_hi": g(max(rw), 2),
+            "big": g(big / 1024, 2), "dense": format_bytes(dense.memory),
+            "sp_mem": format_bytes(sparse.memory), "sp_t": format_seconds(sparse.seconds)}
+
+
+PHRASES += [
+    ("docs/guide/cli.md", "every estimate is within **2×** of the measurement (memory "
+     "{m_lo}–{m_hi}, time {t_lo}–{t_hi})", _estimates_prose),
+    ("docs/guide/cli.md", "the wall times, listed too, were {w_lo}–{w_hi}× the CPU time",
+     _estimates_prose),
+    ("docs/guide/cli.md", "JKO on 2 420 and 5 120 cells, up to {big} GiB", _estimates_prose),
+    ("docs/guide/cli.md", "Its dense `W₂` are now estimated at {dense} (the comparison's, "
+     "40 500 × 40 500): refused on this machine; with the certified sparse `W₂` above 6 000 "
+     "points (`w2_dense_max_points`) the estimate is {sp_mem}, {sp_t}", _estimates_prose),
+]
+
+def _controls() -> object:
+    """``tests/test_study_controls.py``: every quick-mode fault and the criterion it must fail."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests import test_study_controls
+
+    return test_study_controls
+
+
+def study_columns(name: str) -> str:
+    """The last two columns of a study's row in ``docs/guide/studies.md``: its negative
+    controls (pinned by ``tests/test_study_controls.py``: fault → the criterion, or the part
+    of its name, asserted to fail) and its quick run (``bench_studies_quick.json``)."""
+    t = _controls()
+    ctl = "; ".join(f"`{f}` → `{c}`" for s, f, c in t.CONTROLS if s == name)
+    full = sorted(f for s, f in t.FULL_ONLY if s == name)
+    if full:
+        ctl += "; full mode only: " + ", ".join(f"`{f}`" for f in full)
+    r = load("bench_studies_quick")["rows"][name]
+    ok = sum(c["ok"] for c in r["criteria"])
+    verdict = "PASS" if r["passed"] else "FAIL"
+    return (f"| {ctl} | {verdict}: {ok} of {len(r['criteria'])} criteria hold; "
+            f"{g(r['cpu_s'], 2)} s CPU |")
+
+
+def studies_quick_list() -> str:
+    """Every criterion's value in quick mode at seed 0 (``bench_studies_quick.json``)."""
+    d = load("bench_studies_quick")
+    lines = []
+    for name, r in d["rows"].items():
+        vals = ", ".join(f"`{c['name']}` {g(c['value'], 3)}" + ("" if c["ok"] else " (FAIL)")
+                         for c in r["criteria"])
+        lines.append(f"* `{name}` ({g(r['cpu_s'], 2)} s CPU): {vals}")
+    return "\n".join(lines)
+
+
+TABLES["studies_quick"] = studies_quick_list
+TABLE_PAGES["studies_quick"] = "docs/guide/studies.md"
+
+
+def _studies_load() -> dict:
+    d = load("bench_studies_quick")
+    loads = [d["load1_before"]] + [r["load1_after"] for r in d["rows"].values()]
+    return {"lo": g(min(loads), 2), "hi": g(max(loads), 2),
+            "total": g(sum(r["cpu_s"] for r in d["rows"].values()), 2)}
+
+
+def _study_cols(name: str) -> dict:
+    return {"cols": study_columns(name)}
+
+
+PHRASES += [("docs/guide/studies.md", "{total} s of CPU in all, at a 1-min load of {lo}–{hi}",
+             _studies_load)]
+#: each study's row ends with its controls and its quick run (the fault names make it unique)
+PHRASES += [("docs/guide/studies.md", "{cols}", partial(_study_cols, name))
+            for name in json.loads((RESULTS / "bench_studies_quick.json").read_text(
+                encoding="utf-8"))["rows"]]
 
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
 WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
