@@ -708,6 +708,29 @@ PHRASES += [("docs/guide/studies.md", "{cols}", partial(_study_cols, name))
             for name in json.loads((RESULTS / "bench_studies_quick.json").read_text(
                 encoding="utf-8"))["rows"]]
 
+def reproduce_table() -> str:
+    """``docs/guide/reproduce.md``: the full-scale fits ``tests/test_reproduce_full.py``
+    pins (``README``: b of the published fit, the log–log slope, the verdict)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.test_reproduce_full import README
+
+    claim = {"ou": "`b ≈ −1`", "oscillating": "`b ≈ 0`"}
+    lines = ["| experiment | `b` (published fit) | log–log slope | published claim | verdict |",
+             "|---|---|---|---|---|"]
+    for name in ("s2_ou", "s2_oscillating", "hd_oscillating", "hd_ou"):
+        b, loglog, verdict = README[name]
+        bb, ll = (f"{x:.2f}".replace("-", "−") for x in (b, loglog))  # the page's minus
+        lines.append(f"| `{name}` | {bb} | {ll} | {claim[name.split('_')[1]]} | "
+                     f"**{verdict}** |")
+    return "\n".join(lines)
+
+
+TABLES["reproduce"] = reproduce_table
+TABLE_PAGES["reproduce"] = "docs/guide/reproduce.md"
+PHRASES += [("docs/guide/reproduce.md", "the six runs of `wflow reproduce s2` took {wall} s of "
+             "wall time ({cpu} s of CPU) at a 1-min load of {lo}–{hi}", _reproduce)]
+
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
 WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
 
