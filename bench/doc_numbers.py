@@ -731,6 +731,14 @@ TABLE_PAGES["reproduce"] = "docs/guide/reproduce.md"
 PHRASES += [("docs/guide/reproduce.md", "the six runs of `wflow reproduce s2` took {wall} s of "
              "wall time ({cpu} s of CPU) at a 1-min load of {lo}–{hi}", _reproduce)]
 
+def _n1e6() -> dict:
+    r = load("particles_mpi_late")["rows"]["n1e6_p1"]
+    return {"mb": cells(round(r["peak_rss_mb_max"])), "lo": g(r["load_after"], 3),
+            "hi": g(r["load_before"], 4)}
+
+
+PHRASES += [("docs/guide/solvers.md", "runs in one process within {mb} MB peak RSS", _n1e6)]
+
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
 WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
 
