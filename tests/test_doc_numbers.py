@@ -44,7 +44,7 @@ def test_an_edited_number_is_caught(tmp_path):
     assert any("withdrawn" in b for b in doc_numbers.mismatches(root))
     readme = root / "README.md"
     text = readme.read_text(encoding="utf-8")
-    edited = re.sub(r"[\d.]+–[\d.]+ s of CPU", "about a minute of CPU", text, count=1)
+    edited = re.sub(r"[\d.–]+ s of CPU", "about a minute of CPU", text, count=1)
     assert edited != text
     readme.write_text(edited, encoding="utf-8")
     assert any(b.startswith("README.md") for b in doc_numbers.mismatches(root))
@@ -62,3 +62,30 @@ def test_a_changed_results_file_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(doc_numbers, "RESULTS", res)
     bad = doc_numbers.mismatches()
     assert any("README.md" in b and "31" in b for b in bad)
+
+
+def test_the_newly_checked_pages_are_caught(tmp_path, monkeypatch):
+    """Negative control on the pages checked since: an edited order on docs/jko.md, an
+    edited certified bound on docs/guide/transport.md, an edited pinned histogram on
+    docs/reproduce_field.md and a study's changed CPU time in its results file."""
+    root = _copy_pages(tmp_path)
+    edits = {"docs/jko.md": ("| fitted order | | 0.80 |", "| fitted order | | 0.85 |"),
+             "docs/guide/transport.md": ("| 2.5e-15 |", "| 2.0e-15 |"),
+             "docs/reproduce_field.md": ("[4, 64, 31, 0]", "[4, 63, 32, 0]"),
+             "docs/guide/cli.md": ("| 1319 MiB |", "| 1219 MiB |")}
+    for page, (old, new) in edits.items():
+        text = (root / page).read_text(encoding="utf-8")
+        assert old in text, (page, old)
+        (root / page).write_text(text.replace(old, new, 1), encoding="utf-8")
+        assert any(b.startswith(page) for b in doc_numbers.mismatches(root)), page
+        (root / page).write_text(text, encoding="utf-8")
+    assert not doc_numbers.mismatches(root)
+    import json
+
+    res = tmp_path / "results"
+    shutil.copytree(doc_numbers.RESULTS, res)
+    data = json.loads((res / "bench_studies_quick.json").read_text())
+    data["rows"]["entropy"]["cpu_s"] = 9.0
+    (res / "bench_studies_quick.json").write_text(json.dumps(data))
+    monkeypatch.setattr(doc_numbers, "RESULTS", res)
+    assert any("studies.md" in b for b in doc_numbers.mismatches())

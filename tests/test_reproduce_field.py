@@ -384,6 +384,39 @@ def test_cli_quick(name, tmp_path):
     ctl = {"glpr_phase": "control_reversed_beta", "castin_ranks": "control_bound_floor_d_over_2",
            "metastable_staircase": "control_ramp"}[name]
     assert s[ctl] == "not reproduced"
+    _assert_checks(s)
+
+
+def _assert_checks(s: dict) -> None:
+    """The summary states its judged comparisons: each check {value, tolerance, passed,
+    rule}, and the status is success exactly when every check passed."""
+    checks = s["checks"]
+    assert checks and all(set(c) == {"value", "tolerance", "passed", "rule"}
+                          for c in checks.values()), checks
+    assert all(isinstance(c["passed"], bool) and c["rule"] for c in checks.values())
+    assert (s["status"] == "success") == all(c["passed"] for c in checks.values()), checks
+    assert (s["status"] == "success") == (s["verdict"] == "reproduced")
+
+
+@pytest.mark.parametrize("name, fault, status, failing", [
+    # P(T) read after 5 steps: the tokens have not clustered yet
+    ("glpr_phase", {"maxtime": 0.5}, "failed", "clustering_at_smallest_beta"),
+    # 10 Euler steps: no draw converges in d = 4, 5 (the claim cannot be judged)
+    ("castin_ranks", {"max_iter": 10}, "inconclusive", "identity_d5_converged"),
+    # a step 100x the published one: the normalised ascent overshoots, the energy falls
+    ("metastable_staircase", {"lr": 1e-3}, "failed", "beta_500_max_fall_over_rise"),
+])
+def test_field_checks_see_an_injected_fault(name, fault, status, failing, tmp_path):
+    """Negative control of the checks: an option that breaks the claim (through the public
+    API: the module's ``reproduce`` with changed options) gives a failing check and a
+    non-success status."""
+    mod, cls = {"glpr_phase": (gp, gp.PhaseOptions), "castin_ranks": (cr, cr.RankOptions),
+                "metastable_staircase": (ms, ms.StaircaseOptions)}[name]
+    mod.reproduce(out=tmp_path / name, options=cls.quick(**fault))
+    s = json.loads((tmp_path / name / "summary.json").read_text())
+    assert not contract_problems(s, "reproduce")
+    _assert_checks(s)
+    assert s["status"] == status and s["checks"][failing]["passed"] is False, s["checks"]
 
 
 def test_cli_refuses_mixing_field_and_td(tmp_path):

@@ -432,6 +432,10 @@ class PhaseVerdict:
         Rank correlation of ``t_½`` with β (ties and ``inf`` handled by rank).
     reasons : tuple of str
     rule : str
+    checks : dict
+        The three criteria (a), (b), (c) of :data:`RULE` as ``summary.json`` checks,
+        ``{name: {value, tolerance, passed, rule}}``: the claim is reproduced exactly when
+        all three pass.
     """
 
     verdict: str
@@ -443,6 +447,7 @@ class PhaseVerdict:
     kendall_tau: float
     reasons: tuple[str, ...]
     rule: str
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 RULE = ("t_half(beta) = first record time with P >= 1/2 (inf if never), its 2-sigma band "
@@ -502,7 +507,28 @@ def judge_phase(betas: np.ndarray, times: np.ndarray, P: np.ndarray,
         v = "reproduced"
     else:
         v = "inconclusive"
-    return PhaseVerdict(v, th, th_lo, th_hi, p0, p1, tau, tuple(reasons), RULE)
+    with np.errstate(invalid="ignore"):  # inf - inf: neither band reaches 1/2
+        gap = float(th_lo[i1] - th_hi[i0])
+    checks = {
+        "clustering_at_smallest_beta": {
+            "value": p0, "tolerance": "≥ 0.9", "passed": bool(a_ok),
+            "rule": f"(a) P(T), the fraction of clustered pairs at T, at the smallest beta "
+                    f"({betas[i0]:.3g}): the tokens cluster; refuted when P(T) + 2 stderr "
+                    f"< 0.9 (stderr {se[i0, -1]:.2g})"},
+        "t_half_grows_with_beta": {
+            "value": gap,
+            "tolerance": "> 0", "passed": bool(b_ok),
+            "rule": f"(b) the earliest plausible t_half at the largest beta "
+                    f"({th_lo[i1]:.3g}) minus the latest plausible one at the smallest beta "
+                    f"({th_hi[i0]:.3g}), 2-sigma bands from P -/+ 2 stderr (a t_half that "
+                    "never comes is inf; inf - inf is nan, not passed); refuted when the "
+                    "bands are reversed"},
+        "kendall_tau_beta_t_half": {
+            "value": tau, "tolerance": "≥ 0.5", "passed": bool(c_ok),
+            "rule": "(c) Kendall's tau between beta and t_half over the whole range (inf "
+                    "ranked last): t_half grows along the range; refuted when tau ≤ 0"},
+    }
+    return PhaseVerdict(v, th, th_lo, th_hi, p0, p1, tau, tuple(reasons), RULE, checks)
 
 
 def control_shuffled(res: PhaseResult, *, seed: int = 1) -> PhaseVerdict:
@@ -577,6 +603,7 @@ def summarize(res: PhaseResult, v: PhaseVerdict, control: PhaseVerdict) -> dict[
         "verdict": v.verdict,
         "verdict_rule": v.rule,
         "reasons": list(v.reasons),
+        "checks": v.checks,
         "control_reversed_beta": control.verdict,
         "kendall_tau": v.kendall_tau,
         "p_final_smallest_beta": v.p_final_small,

@@ -43,12 +43,12 @@ The NumPy operations are the published ones in the published order (same BLAS an
 calls on ``d×d`` arrays), so with the same NumPy the iterates agree bit for bit; the tests
 check ranks, iteration counts and limits against the published code run on this machine.
 
-Speed (``RankOptions.lanes``, default 128). The published loop is sequential: attempt
+Speed (``RankOptions.lanes``, default 0: the scalar loop). The published loop is sequential: attempt
 ``k`` uses the draw of index ``i`` = the number of earlier attempts that converged. The
 batched engine (:class:`_Speculator`) integrates many ``(k, i)`` nodes at once in
 stacked NumPy calls (:func:`batched_euler_step`: the same ``gemm``/``syevd`` per slice,
-~3 µs per lane and step against ~19 µs for the scalar step, which is Python overhead
-around ``eigh``), spends its lanes on the nodes most likely on the published path, and
+cheaper per lane and step than the scalar step, which is mostly Python overhead around
+``eigh``), spends its lanes on the nodes most likely on the published path, and
 commits only nodes whose predecessors' outcomes are known: the published attempts bit for
 bit whatever it guesses (tests against the scalar loop and the published run). A compiled
 (numba) loop was not used: numba's LAPACK is SciPy's OpenBLAS (another version than

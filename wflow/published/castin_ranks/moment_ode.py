@@ -56,8 +56,9 @@ def projected_euler(S0: np.ndarray, Q: np.ndarray, K: np.ndarray, V: np.ndarray,
     overhead trimmed, the numbers unchanged: ``A`` evaluated once (the published code
     recomputes the same expression each step), ``np.linalg.norm``'s own computation for
     a 2-D array (``sqrt(x·x)`` over ``ravel``), the gufunc behind ``np.linalg.eigh``
-    (:func:`_eigh`), ``diag(λ)`` written into one zero matrix. ~11 µs per step at d = 5
-    against ~19 µs for the published code (bench); the tests check it bit for bit
+    (:func:`_eigh`), ``diag(λ)`` written into one zero matrix (measured per step against
+    the published code: ``bench/results/bench_castin_step.json`` and
+    ``bench_reproduce_field.json``, docs/reproduce_field.md); the tests check it bit for bit
     against the published run and against :func:`psd_project` ∘ :func:`rhs_softmax`.
     """
     d = S0.shape[0]

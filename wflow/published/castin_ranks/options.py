@@ -57,12 +57,11 @@ class RankOptions:
         Published 0.1.
     lanes : int
         ``0`` (default): the published loop, one attempt after the other
-        (:func:`projected_euler`, ~11 µs per step). ``L > 0``: the batched speculative
-        engine (:class:`_Speculator`) on ``L`` lanes, the same numbers; fast where its
-        guesses hold (68 s → 16 s of CPU against the untrimmed scalar loop on a
-        ``max_iter = 1500`` case whose attempts all fail alike), but at the published
-        scale it integrated 2.9× the published loop's steps (the random-``V`` outcomes
-        are hard to guess) and was slower than the trimmed scalar loop.
+        (:func:`projected_euler`). ``L > 0``: the batched speculative engine
+        (:class:`_Speculator`) on ``L`` lanes, the same numbers; fast where its guesses
+        hold (attempts that all fail alike), but at the published scale it integrated
+        several times the published loop's steps (the random-``V`` outcomes are hard to
+        guess) and was slower than the trimmed scalar loop.
     """
 
     dims: tuple[int, ...] = (3, 4, 5)

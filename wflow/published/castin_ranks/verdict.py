@@ -5,7 +5,7 @@ Part of :mod:`wflow.published.castin_ranks` (the package re-exports its names).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,19 @@ RULE = ("over the converged draws of the published solver, and over every attemp
 
 @dataclass(frozen=True)
 class RankVerdict:
-    """Verdict on the claim; ``reasons`` lists the counts it rests on."""
+    """Verdict on the claim; ``reasons`` lists the counts it rests on.
+
+    ``checks``: the counts of :data:`RULE` per case and dimension as ``summary.json``
+    checks ``{name: {value, tolerance, passed, rule}}`` (``{case}_d{d}_exact_rank``,
+    ``_published_rank``, ``_unsettled``: draws above the bound, none allowed;
+    ``_converged``: converged draws, at least the asked number): the claim is reproduced
+    exactly when every check passes.
+    """
 
     verdict: str
     reasons: tuple[str, ...]
     rule: str
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def judge_ranks(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int,
@@ -51,6 +59,7 @@ def judge_ranks(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int,
     bound = bound or (lambda d: (d + 1) // 2)
     exc_pub = exc_exact = short = undetermined = 0
     reasons = []
+    checks: dict[str, dict[str, Any]] = {}
     for cname, per_d in runs.items():
         for d, r in per_d.items():
             conv = [a for a in r["attempts"] if a["converged"]]
@@ -67,13 +76,33 @@ def judge_ranks(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int,
                            f"{hi_ex} with exact rank > {bound(d)}, {undet} whose exact "
                            f"rank may exceed {bound(d)} (directions not settled by "
                            "t = 1e10)")
+            b, key = bound(d), f"{cname}_d{d}"
+            checks[f"{key}_exact_rank"] = {
+                "value": hi_ex, "tolerance": "0 draws", "passed": hi_ex == 0,
+                "rule": f"attempted draws whose exact limit (wflow's solver) has more than "
+                        f"{b} settled directions; one refutes the claim (rank <= {b})"}
+            checks[f"{key}_published_rank"] = {
+                "value": hi_pub, "tolerance": "0 draws", "passed": hi_pub == 0,
+                "rule": f"converged draws of the published projected Euler with rank > {b} "
+                        "(eigenvalues > tol_rank): exceptions of its finite stopping time "
+                        "(inconclusive, not a refutation)"}
+            checks[f"{key}_unsettled"] = {
+                "value": undet, "tolerance": "0 draws", "passed": undet == 0,
+                "rule": f"draws whose exact rank may exceed {b} through directions not "
+                        "settled by t = 1e10 (inconclusive)"}
+            checks[f"{key}_converged"] = {
+                "value": len(conv), "tolerance": f"≥ {n_per_dim} draws",
+                "passed": len(conv) >= n_per_dim,
+                "rule": "converged draws of the published solver (published rule: "
+                        "||R||_F < tol within max_iter steps) against the draws asked; "
+                        "fewer: inconclusive"}
     if exc_exact:
         v = "not reproduced"
     elif exc_pub or short or undetermined:
         v = "inconclusive"
     else:
         v = "reproduced"
-    return RankVerdict(v, tuple(reasons), RULE)
+    return RankVerdict(v, tuple(reasons), RULE, checks)
 
 
 def summarize(opts: RankOptions, runs: dict[str, dict[int, dict[str, Any]]],
@@ -107,7 +136,7 @@ def summarize(opts: RankOptions, runs: dict[str, dict[int, dict[str, Any]]],
                 "euler_steps_integrated": r.get("lane_steps"),
             }
     return {"paper": PAPER, "claim": CLAIM, "settings": asdict(opts), "verdict": v.verdict,
-            "verdict_rule": v.rule, "reasons": list(v.reasons),
+            "verdict_rule": v.rule, "reasons": list(v.reasons), "checks": v.checks,
             "control_bound_floor_d_over_2": control.verdict, "cases": table,
             "differences_from_published": [
                 "none in the projected-Euler part (same NumPy operations and streams; "
