@@ -32,17 +32,17 @@ figure                   ``pcolormesh(t, β, P)``, ``RdBu_r``, log and linear co
                          scales (383-397)
 =======================  ==============================================================
 
-What differs: the pair sums are wflow's compiled loop (:func:`phase_counts`) instead of
-torch's BLAS matmul and its vectorised ``exp``, so the tokens agree with the published
-code's to round-off (a few ulps), not bit for bit; the pair counts agree exactly unless an
-inner product lies within round-off of 0.999 at a record (the fixture test counts them).
-Pair counts are integers here (the published code divides them at once).
+What differs: the pair sums are wflow's compiled loop (:func:`phase_counts`) instead of torch's
+BLAS matmul and its vectorised ``exp``, so the tokens agree with the published code's to round-off
+(a few ulps), not bit for bit; the pair counts agree exactly unless an inner product lies within
+round-off of 0.999 at a record (the fixture test counts them). Pair counts are integers here (the
+published code divides them at once).
 
-The claim (the paper's phase diagram, in words): *tokens cluster — the probability that
-two tokens have merged rises to one — and the time they need grows with β: fast
-clustering at small β, a long metastable phase at large β.* The verdict
-(:func:`judge_phase`) measures ``t_½(β)``, the first record time at which ``P ≥ 1/2``
-(``∞`` if never), with its Monte-Carlo error bar from the per-system fractions.
+The claim (the paper's phase diagram, in words): *tokens cluster — the probability that two tokens
+have merged rises to one — and the time they need grows with β: fast clustering at small β, a long
+metastable phase at large β.* The verdict (:func:`judge_phase`) measures ``t_½(β)``, the first
+record time at which ``P ≥ 1/2`` (``∞`` if never), with its Monte-Carlo error bar from the
+per-system fractions.
 """
 
 from __future__ import annotations
@@ -433,9 +433,8 @@ class PhaseVerdict:
     reasons : tuple of str
     rule : str
     checks : dict
-        The three criteria (a), (b), (c) of :data:`RULE` as ``summary.json`` checks,
-        ``{name: {value, tolerance, passed, rule}}``: the claim is reproduced exactly when
-        all three pass.
+        The criteria (a)–(c) of :data:`RULE` as ``summary.json`` checks (``{name: {value,
+        tolerance, passed, rule}}``): reproduced exactly when all three pass.
     """
 
     verdict: str
@@ -515,9 +514,7 @@ def judge_phase(betas: np.ndarray, times: np.ndarray, P: np.ndarray,
             "rule": f"(a) P(T), the fraction of clustered pairs at T, at the smallest beta "
                     f"({betas[i0]:.3g}): the tokens cluster; refuted when P(T) + 2 stderr "
                     f"< 0.9 (stderr {se[i0, -1]:.2g})"},
-        "t_half_grows_with_beta": {
-            "value": gap,
-            "tolerance": "> 0", "passed": bool(b_ok),
+        "t_half_grows_with_beta": {"value": gap, "tolerance": "> 0", "passed": bool(b_ok),
             "rule": f"(b) the earliest plausible t_half at the largest beta "
                     f"({th_lo[i1]:.3g}) minus the latest plausible one at the smallest beta "
                     f"({th_hi[i0]:.3g}), 2-sigma bands from P -/+ 2 stderr (a t_half that "
@@ -547,7 +544,6 @@ def _draw(stage: Path, res: PhaseResult, v: PhaseVerdict,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     P = res.probability
     ncol = 3 if published is not None else 2
     fig, axes = plt.subplots(1, ncol, figsize=(5.2 * ncol, 4.2))
@@ -559,8 +555,7 @@ def _draw(stage: Path, res: PhaseResult, v: PhaseVerdict,
     for ax, (title, Z) in zip(axes, panels, strict=False):
         pc = ax.pcolormesh(X, Y, Z, cmap="RdBu_r", shading="auto", rasterized=True)
         fig.colorbar(pc, ax=ax)
-        ax.set_xlabel("t")
-        ax.set_ylabel("β")
+        ax.set(xlabel="t", ylabel="β")
         ax.set_title(title, fontsize=9)
     ax = axes[-1]
     fin = np.isfinite(v.t_half)
@@ -568,8 +563,7 @@ def _draw(stage: Path, res: PhaseResult, v: PhaseVerdict,
     lo = np.where(np.isfinite(v.t_half_lo), v.t_half_lo, res.times[-1])
     hi = np.where(np.isfinite(v.t_half_hi), v.t_half_hi, res.times[-1])
     ax.fill_between(res.betas, lo, hi, color="0.8", label="2σ band")
-    ax.set_xlabel("β")
-    ax.set_ylabel("t_½")
+    ax.set(xlabel="β", ylabel="t_½")
     ax.set_title(f"claim: {v.verdict.upper()}", fontsize=9)
     ax.legend(fontsize=7)
     fig.suptitle("GLPR phase diagram — claim: " + CLAIM, fontsize=8, wrap=True)
@@ -582,8 +576,7 @@ def _draw(stage: Path, res: PhaseResult, v: PhaseVerdict,
         Z = np.where(P > 0, P, np.nan) if norm == "log" else P
         pc = ax.pcolormesh(X, Y, Z, norm=norm, cmap="RdBu_r", shading="auto", rasterized=True)
         fig.colorbar(pc, ax=ax)
-        ax.set_xlabel("t")
-        ax.set_ylabel("β")
+        ax.set(xlabel="t", ylabel="β")
         ax.set_title(f"P(β, t), {norm} colour (as published)", fontsize=9)
     fig.tight_layout()
     fig.savefig(stage / "glpr_phase_published_style.png", dpi=110)
@@ -631,8 +624,7 @@ def write_phase(stage: Path, res: PhaseResult, v: PhaseVerdict, control: PhaseVe
              t_half=v.t_half, pairs=np.int64(res.pairs), n_steps=np.int64(res.n_steps))
     bb, tt = np.meshgrid(res.betas, res.times, indexing="ij")
     write_csv(stage / "glpr_phase.csv", {"beta": bb.ravel(), "t": tt.ravel(),
-                                         "counts": res.counts.ravel(),
-                                         "P": res.probability.ravel(),
+                                         "counts": res.counts.ravel(), "P": res.probability.ravel(),
                                          "stderr": res.stderr.ravel()})
     return ["glpr_phase.npz", "glpr_phase.csv", *_draw(stage, res, v, published)]
 

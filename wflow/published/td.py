@@ -7,7 +7,8 @@ module re-exports them under the name of the reproductions' package.
 
 from __future__ import annotations
 
-from ..attention.published import (
+from ..attention import published as _published
+from ..attention.published import (  # noqa: F401  (re-exported: __all__ below)
     HEAD_GENERATORS,
     PublishedFrames,
     published_frames,
@@ -19,14 +20,5 @@ from ..attention.published import (
     torch_cpu_normal,
 )
 
-__all__ = [
-    "HEAD_GENERATORS",
-    "torch_cpu_normal",
-    "published_heads",
-    "published_ou",
-    "published_frames",
-    "PublishedFrames",
-    "published_relaxed",
-    "published_vertices",
-    "sample_published_clusters",
-]
+#: The same names as :mod:`wflow.attention.published` (defined once, there).
+__all__ = list(_published.__all__)
