@@ -22,13 +22,13 @@ the i.i.d. formula and the ratio of the two are reported). At ``T`` the moments 
 control-variate moments (:func:`wflow.geometry.moment_test.control_variates`): the
 harmonics of each token's *initial* position up to degree ``L_cv = 8`` (80 controls, with
 means under ``ρ_0`` exact from the fine level's cell masses) regress out the part of the
-sampling fluctuation the flow carries from ``t = 0``. They explain a median 83 % of the
-per-token variance at ``T`` and scale the replicate standard error by 0.5–0.8 (quick
-mode, seed 0), the power of ``(0.59)^{-2} ≈ 2.9×`` the tokens at no cost; the plain test
-is reported beside. A biased initial sampler is regressed out with them, so it is
-``moments_at_0``'s to catch. The PDE is deterministic: its
-solution and moments are cached in-process (keyed by every input), so the seeds of
-bench/size_power.py reuse it.
+sampling fluctuation the flow carries from ``t = 0``: the replicate standard error
+falls by the factor every run reports (``fits.cv_se_ratio``, with the explained fraction of
+the per-token variance ``fits.cv_explained_median``), the power of ``cv_se_ratio^{-2}``
+times the tokens at no cost; the plain test is reported beside (``tests.T_plain``). A
+biased initial sampler is regressed out with them, so it is ``moments_at_0``'s to catch.
+The PDE is deterministic: its solution and moments are cached in-process (keyed by every
+input), so the seeds of bench/size_power.py reuse it.
 
 Criteria (each at level :data:`ALPHA`, three together at most ``3 α`` = 0.9 % false
 fails):
@@ -45,27 +45,18 @@ Reported, not judged: a heat-kernel MMD of the moment differences with its
 moment-matched null; the smallest detectable moment error ``t_crit (s_k² + e_k²)^{1/2}``
 and the PDE velocity error it amounts to (a velocity ``×(1 + s)`` is a time change:
 ``δμ_k ≈ s T ∂_t μ_k(T)``); POT's sliced Wasserstein on the sphere
-(``ot.sliced_wasserstein_sphere``) between tokens pooled over the replicates (4 000
-quick, 16 000 full) and a sample of the PDE, beside the same between two PDE samples (its
+(``ot.sliced_wasserstein_sphere``) between tokens pooled over the replicates (1 000
+quick, 4 000 full) and a sample of the PDE, beside the same between two PDE samples (its
 floor; the particles' value is expected above it by about the ratio of the replicate to
-the i.i.d. standard error, 2.2 at T in quick mode: their fluctuations are amplified by the
+the i.i.d. standard error, ``fits.se_ratio_T``: their fluctuations are amplified by the
 flow), and the exact ``W_2`` (wflow.geometry.transport) on 1 000 (quick) or 2 000 (full)
 tokens of the first replicate (``O(n³)``).
 
-What a PASS rules out (bench/size_power.py, docs/studies_power.md, :data:`MEASURED_POWER`;
-measured on the shared 2-core machine at load 9–18). Quick mode catches a PDE velocity
-error of ±5 %, a PDE ``β`` off by ±5 % and 5 % of the tokens drawn off ``ρ_0``
-(``tokens-off:±0.05``) at each of seeds 0 and 1 (the velocity and ``β`` faults trip both
-``moments_at_T`` and ``hotelling_at_T``); full mode catches a PDE velocity error of ±1 %
-(both criteria at T) and 1 % of the tokens off ``ρ_0`` (all three criteria) at seed 0,
-and a PDE ``β`` off by −1 %, but **not** ``β`` +1 % (seed 0 passes: the ``β`` signal is
-about half the velocity one, measured on the PDE). Size: quick mode 1 false fail in 53
-seeds (0–52, seed 48: ``moments_at_0`` max|t| = 4.33 against 4.03, where the null is exact;
-observed ranges over the 53: max|t| at 0 1.09–4.33, at T 0.89–3.62, T² 7.8–47.9 against
-67.1); full mode not measured (CPU).
-The thresholds come from the null laws, not from seeds: every seed is held out. Quick
-mode costs 38–236 s per run at load 9–18 (the first run of a process includes
-compilation and the PDE solves).
+What a PASS rules out: :data:`MEASURED_POWER`, the smallest fault of each family caught per
+mode with the seeds it was caught at (tests/test_size_power.py checks it against
+``bench/results/size_power.json``), and docs/studies_power.md (the size over the seeds and
+the power, generated from that file). The thresholds come from the null laws, not from
+seeds: every seed is held out.
 """
 
 from __future__ import annotations
@@ -97,25 +88,29 @@ ALPHA = 0.003
 
 #: Settings per mode: tokens per replicate ``n``, replicates ``R``, degree ``L`` of the
 #: moments, degree ``L_cv`` of the control variates at t = 0 (80 controls; degree 14 explains
-#: barely more: the standard error ×0.42–0.90 against ×0.48–0.92 at 8, quick mode, seed 0),
+#: barely more),
 #: the two PDE meshes (coarse, fine), the exact-W2 cross-check's tokens (one replicate) and
 #: the sliced-W2 one's (pooled over the replicates, ``⌈ssw_tokens / R⌉`` from each; POT's
-#: ``sliced_wasserstein_sphere`` costs about 1.2 ms per token at 200 projections, measured
-#: at 5 000–20 000 tokens, load 3.5).
+#: ``sliced_wasserstein_sphere`` costs time linear in the tokens at a fixed number of
+#: projections, and is the most expensive part of a run beyond a few thousand tokens).
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"n": 1000, "R": 48, "L": 3, "L_cv": 8,
               "meshes": ("sphere_5120.msh", "sphere_20480.msh"), "w2_points": 1000,
-              "ssw_tokens": 4000},
+              "ssw_tokens": 1000},
     "full": {"n": 10000, "R": 80, "L": 4, "L_cv": 8,
              "meshes": ("sphere_9680.msh", "sphere_40500.msh"), "w2_points": 2000,
-             "ssw_tokens": 16000},
+             "ssw_tokens": 4000},
 }
 #: Final time, particle RK4 steps and PDE output times (for ``∂_t μ(T)``). Eight steps:
-#: the moments at T move by 1.8e-5 from ``dt = T/8`` to ``T/32`` (n = 4000, measured),
-#: 5 % of the full mode's Monte Carlo standard error.
+#: the moments at T move by less than :data:`STEP_BIAS_MAX` from ``dt = T/8`` to ``T/32``
+#: (tests/test_mean_field_steps.py), small against the full mode's Monte Carlo standard
+#: error that every run reports (``fits.se_mc_median``).
 T_FINAL = 1.0
 PARTICLE_STEPS = 8
 PDE_SAVES = 21
+#: Bound on the particles' time-step bias of the moments at T (``dt = T/8`` against ``T/32``,
+#: the same tokens), checked by tests/test_mean_field_steps.py.
+STEP_BIAS_MAX = 5e-5
 
 #: Faults caught, measured by bench/size_power.py (docs/studies_power.md): per mode, family
 #: key -> the size caught (quick: at seeds 0 and 1, grid {0.05}; full: at seed 0, grid
@@ -274,10 +269,8 @@ def _pooled_ssw(x: np.ndarray, verts: np.ndarray, mT: np.ndarray,
     """POT's sliced W2 on the sphere: the pooled tokens vs a PDE sample, and its floor.
 
     The replicates are independent systems each near ``μ_T``, so their pooled tokens sample
-    ``μ_T`` up to the mean-field error; pooling (``MODES[mode]["ssw_tokens"]``) brings the
-    estimator's own fluctuation below that of one replicate's 1 000 tokens (there the floor
-    between two PDE samples ranged 0.009–0.026 over three draws; pooled 48 000 tokens,
-    seed 0: 0.0062 against a floor of 0.0047). Reported, not judged.
+    ``μ_T`` up to the mean-field error; pooling (``MODES[mode]["ssw_tokens"]``) spreads the
+    sample over every replicate rather than one system's tokens. Reported, not judged.
     """
     import ot
 
