@@ -19,9 +19,22 @@ Usage (from the repository root)::
         --seeds 20 --modes quick [--power] [--power-seeds 2] [--out FILE] [--merge]
 
 Results: ``bench/results/size_power.json`` (``--merge`` updates the studies measured and
-keeps the others); the table of docs/studies_power.md is written from it
-(``--markdown``). Runs go to a temporary directory. Not a timed benchmark: wall times are
+keeps the others; the ``edi`` study is measured into ``size_power_edi.json``, whose studies
+override). Runs go to a temporary directory. Not a timed benchmark: wall times are
 recorded only to plan the runs.
+
+The page docs/studies_power.md is generated whole from the two results files
+(:func:`page`: fixed prose without measured numbers, and every number rendered from the
+JSON), and so is the README's bullet "What a PASS rules out" (:func:`readme_bullet`).
+After a measurement, regenerate both::
+
+    PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --write
+
+``--page`` prints the page, ``--markdown`` its per-criterion table.
+``tests/test_size_power.py`` fails when the page differs from the generated text and
+``tests/test_doc_numbers.py`` when the README's bullet does. The generator takes whatever
+the files hold: a mode with power but no size, families with or without ``recheck``
+entries, modes whose controls were not run.
 """
 
 from __future__ import annotations

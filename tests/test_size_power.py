@@ -11,8 +11,10 @@ sizes stated as caught at the rechecked seeds 1–2 — and fails when
 * a fault family is no longer caught at the smallest size the table states (at seed 0),
   or at the size it states for every rechecked seed.
 
-A fast test checks the script's bookkeeping (resumed seeds, the table from two results
-files).
+Fast tests check the script's bookkeeping (resumed seeds, the table from two results
+files) and that docs/studies_power.md is exactly the page the script generates from the
+results files (``bench/size_power.py --write`` regenerates it), with a negative control: an
+edited measurement or an edited page is caught.
 """
 
 from __future__ import annotations
