@@ -479,6 +479,12 @@ def family_claim(v: dict[str, Any], rec: dict[str, Any] | None,
     return out
 
 
+def _needs_text(needs: dict[float, list[int]]) -> str:
+    """``+0.5 % at seeds 2, 22; +1 % at seed 29`` (the larger sizes rechecked seeds need)."""
+    return "; ".join(f"{pct(s)} at {seeds_text(ks)}"
+                     for s, ks in sorted(needs.items(), key=lambda x: abs(x[0])))
+
+
 def family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None, seeds: list[int],
                 *, once: bool) -> str:
     """One family's line: the size caught at every seed checked, the seeds, the criteria."""
@@ -492,15 +498,15 @@ def family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None, seeds: 
     elif c["size"] is None:
         txt = (f"{pct(c['stated'])} caught at {seeds_text(seeds)}; not caught up to "
                f"{pct(grid[-1])} at {seeds_text(c['missed'])}")
+        if c["needs"]:
+            txt += "; caught from " + _needs_text(c["needs"])
     else:
         txt = f"**{pct(c['size'])}** caught at " + (
             scope if once or not c["rechecked"] else f"every seed checked ({scope})")
         if c["needs"]:
             n_ok = len(c["seeds"]) - sum(len(x) for x in c["needs"].values())
-            more = "; ".join(f"{pct(s)} at {seeds_text(ks)}"
-                             for s, ks in sorted(c["needs"].items(), key=lambda x: abs(x[0])))
             txt += (f"; {pct(c['stated'])} at {n_ok} of these {len(c['seeds'])} seeds "
-                    f"(the others are caught from {more})")
+                    f"(the others are caught from {_needs_text(c['needs'])})")
         paren = []
         if not c["rechecked"] and not once and not c["needs"]:
             paren.append("not rechecked")
@@ -520,11 +526,12 @@ def _mono_text(pw: dict[str, Any]) -> str | None:
     mono = pw.get("monotonicity_check")
     if not mono:
         return None
-    sizes = sorted((float(s) for s in mono), key=lambda s: (s < 0, abs(s)))
-    bad = [s for s in sizes if not mono[f"{s:g}"]["caught"]]
-    head = f"monotonicity checked at the larger sizes {', '.join(pct(s) for s in sizes)}: "
+    keys = sorted(mono, key=lambda k: (float(k) < 0, abs(float(k))))
+    bad = [k for k in keys if not mono[k]["caught"]]
+    head = ("monotonicity checked at the larger sizes "
+            f"{', '.join(pct(float(k)) for k in keys)}: ")
     return head + ("every one caught" if not bad else
-                   f"**not caught** at {', '.join(pct(s) for s in bad)}")
+                   f"**not caught** at {', '.join(pct(float(k)) for k in bad)}")
 
 
 def controls_lines(name: str, m: dict[str, Any]) -> list[str]:
@@ -917,7 +924,7 @@ def _readme_fault(data: dict[str, Any], name: str, mode: str, fam: str) -> str |
         txt = f"±{pct(sizes[1.0], sign=False)}"
     else:
         txt = " / ".join(pct(s) if s is not None else
-                         f"{'+' if sg > 0 else MINUS}: not caught"
+                         f"{'+' if sg > 0 else MINUS}: not caught at every seed"
                          for sg, s in sorted(sizes.items(), reverse=True))
     seeds = sorted({k for c in claims.values() for k in c["seeds"]})
     return f"{fam} {txt} (`{name}` {mode}, {seeds_text(seeds)})"

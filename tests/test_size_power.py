@@ -163,8 +163,9 @@ def test_the_page_renders_any_entry(tmp_path):
     seed-independent study: the page and the README bullet say so."""
     sp = _script()
     fam = {"smallest_caught": 0.01, "tripped": ["c"], "seeds": [0], "grid": [0.01, 0.1]}
-    rec = {"stated": 0.01, "reliable": None, "seeds": [0, 5],
-           "per_seed": {"5": {"smallest_from_stated": None, "scanned": []}}}
+    rec = {"stated": 0.01, "reliable": None, "seeds": [0, 5, 6],
+           "per_seed": {"5": {"smallest_from_stated": None, "scanned": []},
+                        "6": {"smallest_from_stated": 0.1, "scanned": []}}}
     size = sp._aggregate({"0": {"passed": True, "wall_s": 1.0, "criteria": {
         "c": {"value": 1.0, "ok": True, "accepted": "≤ 2"},
         "d": {"value": 1.0, "ok": True, "accepted": "≤ 2"}}}}, once=False)
@@ -179,7 +180,7 @@ def test_the_page_renders_any_entry(tmp_path):
                                                             once=True)}}}
     text = sp.page(data)
     assert "full mode: size not measured" in text
-    assert "not caught up to +10 % at seed 5" in text
+    assert "not caught up to +10 % at seed 5; caught from +10 % at seed 6" in text
     assert "not caught up to −1 %" in text
     assert "`no-mobility`" in text and "**passes: not caught**" in text
     assert "`equiangular` | quick | **0/1** | — (seed-independent)" in text
