@@ -349,8 +349,8 @@ def markdown(data: dict[str, Any]) -> str:
                              f"{runs if first else ''} | {c} | {e['fails']}/{sz['runs']}{rng} |")
                 first = False
             walls = [w for w in sz.get("wall_s_per_run", []) if w is not None]
-            wall = (f"; {min(walls):.3g}–{max(walls):.3g} s per run" if walls else
-                    f"; {sz['wall_s'] / sz['runs']:.3g} s per run")
+            wall = (f"; {_sec(min(walls))}–{_sec(max(walls))} s per run" if walls else
+                    f"; {_sec(sz['wall_s'] / sz['runs'])} s per run")
             ub = upper95(len(sz["failing_seeds"]), sz["runs"])
             seeds_run = _span(sz.get("seeds") or list(range(sz["runs"])))
             ub_txt = ("" if ub is None or sz["seed_independent"] else
