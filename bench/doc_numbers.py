@@ -768,6 +768,20 @@ def _faithful() -> dict:
 PHRASES += [("docs/guide/performance.md", "which reproduces the engine's numbers to {x}",
              _faithful)]
 
+def _size_power() -> dict:
+    """The README's bullet "What a PASS rules out": every number from the size and power
+    measurements (``size_power.json``, ``size_power_edi.json``; written by
+    ``bench/size_power.py --write``, with docs/studies_power.md)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import size_power
+
+    data = size_power.load([RESULTS / "size_power.json", RESULTS / "size_power_edi.json"])
+    return {"bullet": size_power.readme_bullet(data)}
+
+
+PHRASES += [("README.md", "{bullet}", _size_power)]
+
 #: Numbers that were withdrawn (bench/README.md §8) and must not stand on any page.
 WITHDRAWN = ("21–66×", "20× target is met", "22–65×", "(21–22×)")
 

@@ -19,9 +19,22 @@ Usage (from the repository root)::
         --seeds 20 --modes quick [--power] [--power-seeds 2] [--out FILE] [--merge]
 
 Results: ``bench/results/size_power.json`` (``--merge`` updates the studies measured and
-keeps the others); the table of docs/studies_power.md is written from it
-(``--markdown``). Runs go to a temporary directory. Not a timed benchmark: wall times are
+keeps the others; the ``edi`` study is measured into ``size_power_edi.json``, whose studies
+override). Runs go to a temporary directory. Not a timed benchmark: wall times are
 recorded only to plan the runs.
+
+The page docs/studies_power.md is generated whole from the two results files
+(:func:`page`: fixed prose without measured numbers, and every number rendered from the
+JSON), and so is the README's bullet "What a PASS rules out" (:func:`readme_bullet`).
+After a measurement, regenerate both::
+
+    PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --write
+
+``--page`` prints the page, ``--markdown`` its per-criterion table.
+``tests/test_size_power.py`` fails when the page differs from the generated text and
+``tests/test_doc_numbers.py`` when the README's bullet does. The generator takes whatever
+the files hold: a mode with power but no size, families with or without ``recheck``
+entries, modes whose controls were not run.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wflow.studies.registry import STUDIES, load_study  # noqa: E402
+from wflow.studies.registry import SECTION, STUDIES, load_study  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -296,33 +309,9 @@ def recheck(name: str, *, quick: bool, seeds: list[int], tmp: Path, entry: dict[
     return out
 
 
-def _family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None) -> str:
-    """One family's cell: the smallest size caught at seed 0, its criteria, the recheck."""
-    if v["smallest_caught"] is None:
-        return f"{key}: none ≤ {max(v.get('grid', SIZES)):g}"
-    seeds = v.get("seeds", [0])
-    txt = f"{key}: {v['smallest_caught']:+g} ({', '.join(v['tripped'])})"
-    if rec is None:
-        return txt + (f" [seed {seeds[0]}]" if len(seeds) == 1 else
-                      f" [seeds {seeds[0]}–{seeds[-1]}]")
-    rs = rec["seeds"]
-    span = f"{rs[0]}–{rs[-1]}" if rs == list(range(rs[0], rs[-1] + 1)) else ", ".join(map(str, rs))
-    if rec["reliable"] is None:
-        bad = [k for k, r in rec["per_seed"].items() if r["smallest_from_stated"] is None]
-        return txt + (f" [seed 0; not caught ≤ {max(v.get('grid', SIZES)):g} at seed "
-                      f"{', '.join(bad)}]")
-    if rec["reliable"] == rec["stated"]:
-        return txt + f" [caught at seeds {span}]"
-    return txt + f" [seed 0; caught at seeds {span} from {rec['reliable']:+g}]"
-
-
 def _span(seeds: list[int]) -> str:
-    """``0–99`` for a contiguous run of seeds, else the list."""
-    if not seeds:
-        return "?"
-    if seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}–{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+    """``0–99`` for a contiguous run of seeds, ``0–2, 20–39`` for several."""
+    return seeds_text(seeds).split(" ", 1)[1] if seeds else "?"
 
 
 def load(paths: list[Path]) -> dict[str, Any]:
@@ -335,48 +324,644 @@ def load(paths: list[Path]) -> dict[str, Any]:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """The table study | criterion | false-fail rate | smallest caught fault per family."""
-    lines = ["| study | mode | runs | criterion | false-fail rate (observed range) "
-             "| smallest caught fault per family (criteria tripped) [seeds] |",
-             "|---|---|---|---|---|---|"]
+    """The per-criterion table: study | mode | runs | criterion | false fails (ranges).
+
+    One row per criterion of every size entry (its false fails, its observed range on the
+    correct solver, its accepted range) and a last row per study and mode with the study's
+    own false fails, the 95 % bound and the wall time per run; a mode with power but no
+    size gets one row saying so.
+    """
+    lines = ["| study | mode | runs | criterion | false fails (observed range, accepted) |",
+             "|---|---|---|---|---|"]
     for name in STUDIES:
         for mode, m in data.get(name, {}).items():
             if "size" not in m:
+                if m.get("power", {}).get("families"):
+                    lines.append(f"| {name} | {mode} | — | (size not measured) | |")
                 continue
             sz = m["size"]
-            pw = m.get("power", {}).get("families", {})
-            rc = m.get("recheck", {})
-            pw_txt = "; ".join(_family_text(k, v, rc.get(k)) for k, v in pw.items()) or "—"
             runs = f"{sz['runs']}" + (" (seed-independent)" if sz["seed_independent"] else "")
             first = True
             for c, e in sz["criteria"].items():
                 rng = ("" if e["min"] is None else f" ({e['min']:.3g} … {e['max']:.3g}, "
                        f"accept {e['accepted']})")
                 lines.append(f"| {name if first else ''} | {mode if first else ''} | "
-                             f"{runs if first else ''} | {c} | {e['fails']}/{sz['runs']}{rng} | "
-                             f"{pw_txt if first else ''} |")
+                             f"{runs if first else ''} | {c} | {e['fails']}/{sz['runs']}{rng} |")
                 first = False
             walls = [w for w in sz.get("wall_s_per_run", []) if w is not None]
-            wall = (f"; {min(walls):.3g}–{max(walls):.3g} s per run" if walls else
-                    f"; {sz['wall_s'] / sz['runs']:.3g} s per run")
+            wall = (f"; {_sec(min(walls))}–{_sec(max(walls))} s per run" if walls else
+                    f"; {_sec(sz['wall_s'] / sz['runs'])} s per run")
             ub = upper95(len(sz["failing_seeds"]), sz["runs"])
             seeds_run = _span(sz.get("seeds") or list(range(sz["runs"])))
             ub_txt = ("" if ub is None or sz["seed_independent"] else
                       f" (95 % upper bound {100 * ub:.2g} %; seeds {seeds_run})")
             lines.append(f"| | | | **study** | **{len(sz['failing_seeds'])}/{sz['runs']}**"
-                         f"{ub_txt}{wall} | |")
-    for mode in ("quick", "full"):
-        rows = [(name, f, v) for name in STUDIES
-                for f, v in data.get(name, {}).get(mode, {}).get("power", {})
-                .get("controls", {}).items()]
-        if not rows:
-            continue
-        lines += ["", f"Documented controls (`FAULTS`, {mode} mode, seed 0):", "",
-                  "| study | control | caught | criteria tripped |", "|---|---|---|---|"]
-        for name, f, v in rows:
-            lines.append(f"| {name} | `{f}` | {'FAIL' if v['caught'] else '**passes**'} | "
-                         f"{', '.join(v['tripped'])} |")
+                         f"{ub_txt}{wall} |")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- the page
+#: The page generated from the results files (``--write``), and the README bullet.
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "studies_power.md"
+README = PAGE.parents[1] / "README.md"
+#: The command that regenerates the page and the README bullet (stated on both).
+REGENERATE = "PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --write"
+#: The family-wise target of every study: a false-fail rate of at most 1 %.
+TARGET = 0.01
+MINUS = "\u2212"
+
+
+def pct(s: float, *, sign: bool = True) -> str:
+    """A relative fault size as a signed percentage: ``0.005`` → ``+0.5 %``."""
+    txt = f"{100 * abs(s):.3g} %"
+    return (("+" if s > 0 else MINUS) + txt) if sign and s != 0 else txt
+
+
+def seeds_text(seeds: list[int] | set[int]) -> str:
+    """``seed 0``, ``seeds 0–2, 20–39`` (contiguous runs joined by en dashes)."""
+    s = sorted(set(seeds))
+    if not s:
+        return "no seed"
+    runs: list[list[int]] = [[s[0], s[0]]]
+    for k in s[1:]:
+        if k == runs[-1][1] + 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    parts = [f"{a}" if a == b else f"{a}, {b}" if b == a + 1 else f"{a}–{b}" for a, b in runs]
+    return ("seed " if len(s) == 1 else "seeds ") + ", ".join(parts)
+
+
+def _module(name: str) -> Any:
+    try:
+        return load_study(name)
+    except Exception:  # a study renamed or removed since its measurement
+        return None
+
+
+def _once(name: str, m: dict[str, Any]) -> bool:
+    mod = _module(name)
+    if mod is not None:
+        return bool(getattr(mod, "SEED_INDEPENDENT", False))
+    return bool(m.get("size", {}).get("seed_independent", False))
+
+
+def _sec(x: float) -> str:
+    """Seconds to 3 significant digits, without an exponent."""
+    return f"{x:.3g}" if x < 1000 else f"{x:.0f}"
+
+
+def _size_seeds(sz: dict[str, Any]) -> list[int]:
+    return list(sz.get("seeds") or range(sz["runs"]))
+
+
+def size_text(name: str, mode: str, m: dict[str, Any]) -> str:
+    """The study's false fails in one mode: ``0 of 100 runs (seeds 0–99; 95 % upper bound 3 %)``."""
+    sz = m.get("size")
+    if not sz:
+        return f"{mode} mode: size not measured"
+    k, n = len(sz["failing_seeds"]), sz["runs"]
+    if sz["seed_independent"]:
+        return (f"{mode} mode: {'passes' if k == 0 else 'fails'} on the correct solver "
+                f"(seed-independent: one run)")
+    fail = "" if k == 0 else f": failing at {seeds_text(sz['failing_seeds'])}"
+    ub = upper95(k, n)
+    return (f"{mode} mode: {k} of {n} runs fail{fail} ({seeds_text(_size_seeds(sz))}; "
+            f"95 % upper bound {100 * ub:.2g} %)")
+
+
+def _size_notes(m: dict[str, Any]) -> list[str]:
+    """The notes a size entry carries, and the earlier measurements kept beside it."""
+    sz, out = m.get("size", {}), []
+    if sz.get("rescored"):
+        out.append(f"rescored: {sz['rescored']}")
+    for key in ("measured", "note"):
+        if sz.get(key):
+            out.append(f"{key}: {sz[key]}")
+    for key, e in m.items():
+        if key.startswith("size_") and isinstance(e, dict):
+            txt = (f"`{key}` (an earlier measurement kept in the results file): "
+                   f"{len(e['failing_seeds'])} of {e['runs']} runs failed")
+            if e["failing_seeds"]:
+                txt += f" ({seeds_text(e['failing_seeds'])})"
+            out.append(txt + (f"; {e['note']}" if e.get("note") else ""))
+    return out
+
+
+def _family_key(key: str) -> tuple[str, float]:
+    fam, sgn = key.rsplit(":", 1)
+    return fam, -1.0 if sgn == "-" else 1.0
+
+
+def family_claim(v: dict[str, Any], rec: dict[str, Any] | None,
+                 seeds: list[int]) -> dict[str, Any]:
+    """What one family's scan and recheck show.
+
+    Returns ``size`` (the size caught at every seed checked; ``None``: not caught at all of
+    them), ``stated`` (the smallest caught at the scan's seeds), ``seeds`` (every seed
+    checked), ``needs`` (size → the rechecked seeds that pass ``stated`` and are caught
+    from that size on) and ``missed`` (rechecked seeds not caught up to the grid's end).
+    """
+    stated = v["smallest_caught"]
+    out: dict[str, Any] = {"stated": stated, "size": stated, "seeds": sorted(seeds),
+                           "needs": {}, "missed": [], "rechecked": False}
+    if stated is None or rec is None:
+        return out
+    per = {int(k): r["smallest_from_stated"] for k, r in rec["per_seed"].items()}
+    out["rechecked"] = True
+    out["seeds"] = sorted(set(seeds) | set(per))
+    for k, s in sorted(per.items()):
+        if s is None:
+            out["missed"].append(k)
+        elif s != stated:
+            out["needs"].setdefault(s, []).append(k)
+    out["size"] = rec["reliable"]
+    return out
+
+
+def _needs_text(needs: dict[float, list[int]]) -> str:
+    """``+0.5 % at seeds 2, 22; +1 % at seed 29`` (the larger sizes rechecked seeds need)."""
+    return "; ".join(f"{pct(s)} at {seeds_text(ks)}"
+                     for s, ks in sorted(needs.items(), key=lambda x: abs(x[0])))
+
+
+def family_text(key: str, v: dict[str, Any], rec: dict[str, Any] | None, seeds: list[int],
+                *, once: bool) -> str:
+    """One family's line: the size caught at every seed checked, the seeds, the criteria."""
+    fam, sign = _family_key(key)
+    grid = [sign * s for s in v.get("grid") or _grid(fam, sign)]
+    c = family_claim(v, rec, seeds)
+    scope = "the one run (seed-independent)" if once else seeds_text(c["seeds"])
+    if c["stated"] is None:
+        txt = (f"not caught up to {pct(grid[-1])} ({scope}; sizes scanned: "
+               f"{', '.join(pct(s) for s in grid)})")
+    elif c["size"] is None:
+        txt = (f"{pct(c['stated'])} caught at {seeds_text(seeds)}; not caught up to "
+               f"{pct(grid[-1])} at {seeds_text(c['missed'])}")
+        if c["needs"]:
+            txt += "; caught from " + _needs_text(c["needs"])
+    else:
+        txt = f"**{pct(c['size'])}** caught at " + (
+            scope if once or not c["rechecked"] else f"every seed checked ({scope})")
+        if c["needs"]:
+            n_ok = len(c["seeds"]) - sum(len(x) for x in c["needs"].values())
+            txt += (f"; {pct(c['stated'])} at {n_ok} of these {len(c['seeds'])} seeds "
+                    f"(the others are caught from {_needs_text(c['needs'])})")
+        paren = []
+        if not c["rechecked"] and not once and not c["needs"]:
+            paren.append("not rechecked")
+        if c["size"] == grid[0]:
+            paren.append("the only size scanned" if len(grid) == 1 else
+                         "the smallest size scanned")
+        if paren:
+            txt += f" ({'; '.join(paren)})"
+    if v.get("tripped"):
+        txt += f"; tripped: {', '.join(f'`{t}`' for t in v['tripped'])}"
+    if v.get("measured"):
+        txt += f"; measured {v['measured']}"
+    return f"`{key}`: {txt}"
+
+
+def _mono_text(pw: dict[str, Any]) -> str | None:
+    mono = pw.get("monotonicity_check")
+    if not mono:
+        return None
+    keys = sorted(mono, key=lambda k: (float(k) < 0, abs(float(k))))
+    bad = [k for k in keys if not mono[k]["caught"]]
+    head = ("monotonicity checked at the larger sizes "
+            f"{', '.join(pct(float(k)) for k in keys)}: ")
+    return head + ("every one caught" if not bad else
+                   f"**not caught** at {', '.join(pct(float(k)) for k in bad)}")
+
+
+def controls_lines(name: str, m: dict[str, Any]) -> list[str]:
+    """The documented controls run for one mode (seed 0), each with the criteria it trips."""
+    mod = _module(name)
+    desc = dict(getattr(mod, "FAULTS", {})) if mod is not None else {}
+    out = []
+    for f, v in m.get("power", {}).get("controls", {}).items():
+        what = f" ({desc[f]})" if f in desc else ""
+        verdict = ("**FAIL**" if v["caught"] else "**passes: not caught**")
+        crit = f": {', '.join(f'`{t}`' for t in v['tripped'])}" if v["tripped"] else ""
+        out.append(f"`{f}`{what}: {verdict}{crit}")
+    return out
+
+
+def untripped(modes: dict[str, dict[str, Any]]) -> list[str]:
+    """Criteria of a study's size runs that no scanned fault, recheck or control tripped.
+
+    ``modes``: the study's entries by mode; a study with no control run in any mode gives
+    ``[]`` (nothing was tried that could trip them).
+    """
+    if not any(m.get("power", {}).get("controls") for m in modes.values()):
+        return []
+    hit: set[str] = set()
+    crit: dict[str, None] = {}
+    for m in modes.values():
+        crit.update(dict.fromkeys(m.get("size", {}).get("criteria", {})))
+        pw = m.get("power", {})
+        for v in pw.get("families", {}).values():
+            hit.update(v.get("tripped", []))
+            for t in v.get("tripped_at", {}).values():
+                hit.update(t)
+        for v in pw.get("controls", {}).values():
+            hit.update(v["tripped"])
+        for r in m.get("recheck", {}).values():
+            for ps in r.get("per_seed", {}).values():
+                for sc in ps.get("scanned", []):
+                    hit.update(sc.get("tripped", []))
+    return [c for c in crit if c not in hit]
+
+
+def _modes(data: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(mode, data[name][mode]) for mode in ("quick", "full")
+            if mode in data.get(name, {})]
+
+
+def size_table(data: dict[str, Any]) -> str:
+    """Every study and mode: false fails / runs, failing seeds, the 95 % bound, seeds, wall."""
+    lines = ["| study | mode | false fails / runs | 95 % upper bound | seeds | s per run |",
+             "|---|---|---|---|---|---|"]
+    for name in STUDIES:
+        for mode, m in _modes(data, name):
+            sz = m.get("size")
+            if not sz:
+                lines.append(f"| `{name}` | {mode} | not measured | | | |")
+                continue
+            k, n = len(sz["failing_seeds"]), sz["runs"]
+            fails = f"**{k}/{n}**" + (f" ({seeds_text(sz['failing_seeds'])})" if k else "")
+            walls = [w for w in sz.get("wall_s_per_run", []) if w is not None]
+            wall = (f"{_sec(min(walls))}–{_sec(max(walls))}" if len(walls) > 1 else
+                    _sec(sz["wall_s"] / n))
+            if sz["seed_independent"]:
+                ub, seeds = "— (seed-independent)", "one run"
+            else:
+                ub, seeds = f"{100 * upper95(k, n):.2g} %", seeds_text(_size_seeds(sz))[6:]
+            lines.append(f"| `{name}` | {mode} | {fails} | {ub} | {seeds} | {wall} |")
+    return "\n".join(lines)
+
+
+#: Where the documented controls that this script did not run are run.
+_ELSEWHERE = ("the test suite runs every documented control: tests/test_study_controls.py, "
+              "tests/test_study_full.py")
+
+
+def mobility_table(data: dict[str, Any]) -> str:
+    """Every study's controls that drop or scale the softmax mobility, per mode run."""
+    lines = ["| study | mode | control | caught | criteria tripped |", "|---|---|---|---|---|"]
+    for name in STUDIES:
+        mod = _module(name)
+        declared = [f for f in getattr(mod, "FAULTS", {}) if "mobility" in f]
+        rows = [(mode, f, v) for mode, m in _modes(data, name)
+                for f, v in m.get("power", {}).get("controls", {}).items() if "mobility" in f]
+        for mode, f, v in rows:
+            lines.append(f"| `{name}` | {mode} | `{f}` | "
+                         f"{'FAIL' if v['caught'] else '**passes**'} | "
+                         f"{', '.join(f'`{t}`' for t in v['tripped'])} |")
+        if not rows and name in data:
+            why = ("no mobility control" if not declared else
+                   f"{', '.join(f'`{f}`' for f in declared)}: not run by this script "
+                   f"({_ELSEWHERE})")
+            lines.append(f"| `{name}` | | — | | {why} |")
+    return "\n".join(lines)
+
+
+#: What a study's criteria see that its list of faults does not show (fixed text: no
+#: measured number; the fault sizes named are those of the tests cited).
+STUDY_NOTES = {
+    "stability": "The engine's first RK4 step is compared with the stated field's "
+                 "(`first_step_matches_model`, judged to round-off): a softmax normaliser off "
+                 "by a constant (`Z + 1e-3`), inside `first_step_growth`'s bound, is caught "
+                 "there (tests/test_study_controls.py).",
+    "noisy-edi": "`ito_engine_matches_stated` (judged to round-off) compares the engine's Itô "
+                 "term with the stated law's: it catches an engine whose Itô correction has "
+                 "the wrong sign (`engine-ito-sign`), which the balance criteria cannot see "
+                 "(the engine's chain rule with its own Itô term still balances), and a noise "
+                 "of the wrong variance or law. `drift_matches_model` compares the engine's "
+                 "drift with the model's: the balance holds for any drift, so only it sees a "
+                 "wrong velocity or a dropped mobility.",
+    "radial-dominance": "Blind to a dropped softmax mobility by construction (see "
+                        "\"A missing mobility factor\").",
+}
+
+
+def study_section(name: str, data: dict[str, Any]) -> str:
+    """``### name``: its size per mode, the smallest caught fault per family, its controls."""
+    mod = _module(name)
+    fam_desc = dict(getattr(mod, "FAMILIES", {})) if mod is not None else {}
+    modes = _modes(data, name)
+    out = [f"### `{name}`", ""]
+    if SECTION.get(name):
+        out += [f"Checks the claims of docs/theory.md {SECTION[name]}.", ""]
+    out += ["**Size** (false fails on the correct solver):", ""]
+    for mode, m in modes:
+        out.append(f"* {size_text(name, mode, m)}.")
+        out += [f"  * {n}" for n in _size_notes(m)]
+    out.append("")
+    fams = {mode: m.get("power", {}).get("families", {}) for mode, m in modes}
+    if any(fams.values()):
+        out += ["**Smallest fault caught**, per family (`FAMILY:S`, the size `s` as a "
+                "percentage):", ""]
+        names = list(dict.fromkeys(_family_key(k)[0] for f in fams.values() for k in f))
+        for fam in names:
+            what = f": {fam_desc[fam]}" if fam in fam_desc else ""
+            out.append(f"* `{fam}`{what}.")
+            for mode, m in modes:
+                pw = m.get("power", {})
+                seeds = pw.get("seeds") or [0]
+                for key, v in fams[mode].items():
+                    if _family_key(key)[0] == fam:
+                        fs = v.get("seeds") or seeds
+                        out.append(f"  * {mode}: " + family_text(
+                            key, v, m.get("recheck", {}).get(key), fs,
+                            once=_once(name, m)) + ".")
+        out.append("")
+    elif getattr(mod, "FAMILIES", None) is None:
+        out += ["No fault family with a size: only the documented controls below.", ""]
+    if STUDY_NOTES.get(name):
+        out += [STUDY_NOTES[name], ""]
+    notes = [(mode, f"scan note: {m['power']['note']}") for mode, m in modes
+             if m.get("power", {}).get("note")]
+    notes += [(mode, t) for mode, m in modes if (t := _mono_text(m.get("power", {})))]
+    if notes:
+        out += [f"* {mode}: {t}." for mode, t in notes] + [""]
+    out += ["**Documented controls** (`FAULTS`, seed 0):", ""]
+    for mode, m in modes:
+        lines = controls_lines(name, m)
+        if not lines:
+            out.append(f"* {mode}: not run by this script in {mode} mode ({_ELSEWHERE}).")
+            continue
+        out.append(f"* {mode}:")
+        out += [f"  * {t}." for t in lines]
+    out.append("")
+    quiet = untripped(dict(modes))
+    if quiet:
+        out += ["**Criteria that no scanned fault or control tripped** in either mode (they "
+                "judge properties that none of the injected faults breaks): "
+                + ", ".join(f"`{c}`" for c in quiet) + ".", ""]
+    return "\n".join(out)
+
+
+def _cp_numbers() -> dict[str, str]:
+    """The Clopper–Pearson bounds the method prose quotes (computed, not measured)."""
+    import math
+
+    clean = math.ceil(math.log(0.05) / math.log(1 - TARGET))  # (1 − p)^N ≤ 5 % at p = 1 %
+    return {"u20": f"{100 * upper95(0, 20):.2g} %", "u100": f"{100 * upper95(0, 100):.2g} %",
+            "clean": str(clean), "target": f"{100 * TARGET:g} %", "p": f"{TARGET:g}",
+            "a8": f"{1 - (1 - TARGET) ** (1 / 8):.3g}"}
+
+
+_INTRO = """\
+<!-- Generated from bench/results/size_power.json and bench/results/size_power_edi.json
+by bench/size_power.py; do not edit by hand. After a measurement, regenerate this page and
+the README's "What a PASS rules out" bullet with:
+    {regen}
+tests/test_size_power.py fails when this page differs from the generated text. -->
+
+# What a PASS rules out: size and power of the verification studies
+
+Every `wflow verify STUDY` verdict is a set of named criteria (a measured value and its
+accepted range). This page states, for every study and mode, two measured operating
+characteristics, and every measured number on it is generated from the results files
+`bench/results/size_power.json` and `bench/results/size_power_edi.json` (whose studies
+override the former's):
+
+* **size**: how often the study FAILS the *correct* solver (false fails over the seeds
+  run, with the one-sided 95 % upper bound of the rate);
+* **power**: the smallest fault of each family that the study catches, at the seeds
+  where that was checked, and the documented controls with the criteria they trip.
+
+So a PASS of study X rules out, with the false-fail rate stated under X, each fault of
+X's list at the size stated there or larger. How both are measured: the last section but
+one.
+
+## The size of each study
+
+A verdict is every criterion at once, so the rate that matters is the *study's*: the
+chance that any of its criteria fails on a correct solver. The target is at most
+{target}. A count of clean seeds shows only a bound: no failure in `N` seeds bounds the
+rate by the one-sided 95 % Clopper–Pearson bound (0 of 20: {u20}; 0 of 100: {u100};
+showing ≤ {target} takes {clean} clean seeds). A seed-independent study runs once (another
+seed repeats one test).
+
+"""
+
+_PER_STUDY = """\
+## What a PASS rules out, study by study
+
+For each family, the size stated in bold is caught at every seed listed: the scan's seed
+and every seed the family was rechecked at. Where a rechecked seed passes the size caught
+at seed 0, the larger size that seed needs is the claim, and the seeds that need it are
+named. A size marked "the smallest size scanned" may be an upper bound of what is
+caught.
+
+"""
+
+_MOBILITY = """\
+## A missing mobility factor
+
+The softmax head's mobility is `m = 1/Z` (docs/theory.md §3); a bug that drops it turns
+softmax attention into unnormalised attention. The softmax studies have a control that
+drops it (`no-mobility`; for `mean-field` two, `pde-no-mobility` and
+`particles-no-mobility`): the solver under test runs kind `usa` at the same `β` while the
+theory side, the reference and the bounds keep softmax (`edi`: its JKO metric drops `b̂`,
+and the family `mobility:S` scales it). Seed 0, from the results files:
+
+{table}
+
+`radial-dominance` is blind to it by construction: with identical heads on a symmetric
+configuration `Z_h(x_i)` is one number for every token and head, and both sides of the
+margin carry the same `1/Z` (its module docstring). `gamma`, `head-monotonicity`,
+`superadditivity` and `asymptotics` judge the particle engine's own chain-rule check as
+the criterion `particle_accuracy`, and `gaussian-particles` a run that blows up as
+`particles_finite`: a fault that makes a run inaccurate or diverge fails the study instead
+of raising.
+
+"""
+
+_METHOD = """\
+## How size and power are measured
+
+* **Size.** The study runs on the correct solver at seeds `0 … N−1` (the seeds column of
+  the size table) and `bench/size_power.py` counts, per criterion and for the study as a
+  whole, the runs that fail. A study whose criteria cannot depend on the seed
+  (`SEED_INDEPENDENT`: the seed only rotates the tokens or draws reported, unjudged
+  samples) runs once. The parts of a study that are seed-independent
+  (`SEED_INDEPENDENT_PARTS`: `edi`'s PDE and JKO parts) run at seed 0 only; the other
+  seeds run its remaining parts.
+* **Thresholds from the null, family-wise.** A study judging `k` statistics sets each
+  criterion's level by Šidák, `α = 1 − (1 − {p})^{{1/k}}` (for `k` = 8: {a8}), and takes
+  the threshold from that criterion's null distribution (a stated law, or the values
+  measured on the correct solver; the study's module docstring says which).
+  Deterministic identities (a model step against the engine's, an Itô term against the
+  stated one) are judged to round-off and add no false fails.
+* **Power.** Faults are injected through the public API, `run(fault="FAMILY:S")` or
+  `wflow verify STUDY --fault FAMILY:S`, with the families that a real bug produces:
+  velocity or time scaled by `1 + s`, `β` off by `1 + s`, the noise variance `×(1 + s)`
+  against the Itô term, an Itô term scaled by `1 + s`, a PDE that stops at `(1 − s)T`,
+  head strengths `×(1 + s)`, a fraction `s` of the tokens drawn off `ρ_0`. The scan
+  bisects the sizes
+  {sizes}
+  (both signs where the family has them; a coarser grid, named in the family's line,
+  for the expensive scans) at seed 0, assuming that a larger
+  fault of a family is caught when a smaller one is (the largest is checked first).
+  `--recheck-seeds` then runs each stated size at more seeds and, where a seed passes it,
+  the next larger sizes until that seed fails. The documented controls of each study's
+  `FAULTS` (a dropped head, Euler instead of RK4, the first-order PDE scheme,
+  non-symmetrised noise, ...) run once each, at seed 0.
+* **Held-out seeds.** Where a threshold was fitted to measured values, the size runs at
+  further seeds and the rechecks test it on data it was not fitted to; a claim that
+  fails at a rechecked seed is stated at the size that seed needs.
+
+The measurements (from the repository root; the script saves after every seed and every
+family, so a run stopped by `timeout` keeps what it measured and `--merge` resumes it):
+
+```sh
+PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --seeds 100 --modes quick --power
+PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --merge --no-size --recheck-seeds 1 2
+PYTHONPATH=$PWD .venv/bin/python bench/size_power.py --merge --modes full --seeds 20 \\
+    --studies gamma                          # resumes: the seeds already measured are kept
+{regen}   # this page and the README bullet
+```
+
+`tests/test_size_power.py` checks that this page is the generated text, and (slow suite)
+reruns a small grid (five studies, seeds 0–4, the stated smallest sizes) and fails when a
+study fails at one of those seeds or a stated size is no longer caught.
+
+## The per-criterion table
+
+Each criterion's false fails over the size runs, with its observed range on the correct
+solver and its accepted range; the last row of each study and mode is the study's own
+count. Generated by `bench/size_power.py --markdown`.
+
+"""
+
+
+def page(data: dict[str, Any]) -> str:
+    """The whole of docs/studies_power.md, from the results ``data`` (:func:`load`).
+
+    Fixed prose that holds no measured number, and every measured number rendered from
+    ``data``: the size table, one section per study (size, smallest caught fault per
+    family with its seeds and rechecks, documented controls), the mobility controls and
+    the per-criterion table (:func:`markdown`).
+    """
+    cp = _cp_numbers()
+    sizes = ", ".join(f"{s:g}" for s in SIZES)
+    parts = [_INTRO.format(regen=REGENERATE, **cp), size_table(data), ""]
+    parts.append(_PER_STUDY)
+    parts += [study_section(name, data) for name in STUDIES if name in data]
+    parts.append(_MOBILITY.format(table=mobility_table(data)))
+    parts.append(_METHOD.format(regen=REGENERATE, sizes=sizes, **cp))
+    parts.append(markdown(data))
+    return "\n".join(parts)
+
+
+def page_diff(text: str, data: dict[str, Any]) -> list[str]:
+    """The unified diff from the page ``text`` to the page generated from ``data``
+    (empty: the page is exactly the generated text)."""
+    import difflib
+
+    return list(difflib.unified_diff(text.splitlines(), page(data).splitlines(),
+                                     "docs/studies_power.md", "generated", lineterm="", n=0))
+
+
+# --------------------------------------------------------------------------- the README
+#: The README's examples of the smallest fault caught: (study, mode, family).
+README_FAULTS = (("gamma", "quick", "velocity"), ("gamma", "full", "velocity"),
+                 ("stability", "quick", "beta"), ("noisy-edi", "quick", "velocity"),
+                 ("edi", "quick", "mobility"), ("mean-field", "quick", "pde-velocity"),
+                 ("mean-field", "full", "pde-velocity"))
+#: Why a softmax study has no mobility control (fixed text, no number).
+NO_MOBILITY_CONTROL = {"radial-dominance": "blind by symmetry"}
+#: The first words of the README's bullet that :func:`readme_bullet` writes.
+README_HEAD = "* **What a PASS rules out**"
+
+
+def _readme_size(data: dict[str, Any]) -> str:
+    """Every study's false fails in both modes, as one clause: ranges and exceptions."""
+    clauses, odd, once = [], [], set()
+    for mode in ("quick", "full"):
+        clean = []
+        for name in STUDIES:
+            m = data.get(name, {}).get(mode)
+            if m is None:
+                continue
+            sz = m.get("size")
+            if not sz:
+                odd.append(f"`{name}` {mode}: not measured")
+            elif sz["failing_seeds"]:
+                odd.append(f"`{name}` {mode}: {len(sz['failing_seeds'])} of {sz['runs']}")
+            elif sz["seed_independent"]:
+                once.add(name)
+            else:
+                clean.append(sz["runs"])
+        if clean:
+            lo, hi = min(clean), max(clean)
+            clauses.append(f"{lo}–{hi} seeds per study in {mode} mode" if lo < hi else
+                           f"{lo} seeds per study in {mode} mode")
+    txt = "no false fail in " + " and ".join(clauses)
+    if once:
+        txt += f" (one run for the {len(once)} seed-independent studies)"
+    if odd:
+        txt += ", except " + "; ".join(odd)
+    return txt
+
+
+def _readme_fault(data: dict[str, Any], name: str, mode: str, fam: str) -> str | None:
+    """``velocity +2 % / −1 % (`gamma` quick, seeds 0–2, 20–39)`` (``None``: not measured)."""
+    m = data.get(name, {}).get(mode, {})
+    fams = m.get("power", {}).get("families", {})
+    claims = {}
+    for key, v in fams.items():
+        if _family_key(key)[0] == fam:
+            seeds = v.get("seeds") or m["power"].get("seeds") or [0]
+            claims[_family_key(key)[1]] = family_claim(v, m.get("recheck", {}).get(key), seeds)
+    if not claims:
+        return None
+    sizes = {sg: c["size"] for sg, c in claims.items()}
+    if len(sizes) == 2 and None not in sizes.values() and abs(sizes[1.0]) == abs(sizes[-1.0]):
+        txt = f"±{pct(sizes[1.0], sign=False)}"
+    else:
+        txt = " / ".join(pct(s) if s is not None else
+                         f"{'+' if sg > 0 else MINUS}: not caught at every seed"
+                         for sg, s in sorted(sizes.items(), reverse=True))
+    seeds = sorted({k for c in claims.values() for k in c["seeds"]})
+    return f"{fam} {txt} (`{name}` {mode}, {seeds_text(seeds)})"
+
+
+def readme_bullet(data: dict[str, Any]) -> str:
+    """The README's bullet "What a PASS rules out", every number from ``data``."""
+    faults = [t for s in README_FAULTS if (t := _readme_fault(data, *s))]
+    missed = [name for name in STUDIES
+              for f, v in data.get(name, {}).get("quick", {}).get("power", {})
+              .get("controls", {}).items() if "mobility" in f and not v["caught"]]
+    none = [f"`{n}` has none: {why}" for n, why in NO_MOBILITY_CONTROL.items() if n in data]
+    mob = ("A dropped softmax mobility fails every study's mobility control run"
+           + (f" except {', '.join(f'`{n}`' for n in missed)}" if missed else "")
+           + (f" ({'; '.join(none)})" if none else "") + ".")
+    return (f"{README_HEAD} ([`docs/studies_power.md`](docs/studies_power.md)): every "
+            f"`wflow verify` study's false-fail rate on the correct solver, at its "
+            f"thresholds: {_readme_size(data)}. Smallest faults caught at every seed "
+            f"checked: {'; '.join(faults)}. {mob}")
+
+
+def write_docs(data: dict[str, Any], *, page_path: Path = PAGE,
+               readme: Path = README) -> None:
+    """Write docs/studies_power.md (:func:`page`) and the README bullet (:func:`readme_bullet`).
+
+    The bullet replaces the README's lines from the one starting with :data:`README_HEAD`
+    to the next bullet or blank line; it is wrapped at 92 columns.
+    """
+    import textwrap
+
+    page_path.write_text(page(data), encoding="utf-8")
+    lines = readme.read_text(encoding="utf-8").split("\n")
+    i = next(k for k, ln in enumerate(lines) if ln.startswith(README_HEAD))
+    j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("* ") or not lines[k])
+    new = textwrap.wrap(readme_bullet(data), width=92, subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False)
+    readme.write_text("\n".join(lines[:i] + new + lines[j:]), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,9 +989,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true",
                    help="print the table from --out and, if present, "
                         f"{EDI_RESULTS.name} (its studies override)")
+    p.add_argument("--page", action="store_true",
+                   help="print docs/studies_power.md as generated from the results files")
+    p.add_argument("--write", action="store_true",
+                   help="write docs/studies_power.md and the README's bullet from the "
+                        "results files")
     args = p.parse_args(argv)
-    if args.markdown:
-        print(markdown(load([args.out, EDI_RESULTS])))
+    if args.markdown or args.page or args.write:
+        data = load([args.out, EDI_RESULTS])
+        if args.write:
+            write_docs(data)
+        else:
+            print(markdown(data) if args.markdown else page(data), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # the engines' own warnings (coarse levels of a sweep are inaccurate by design)

@@ -89,3 +89,28 @@ def test_the_newly_checked_pages_are_caught(tmp_path, monkeypatch):
     (res / "bench_studies_quick.json").write_text(json.dumps(data))
     monkeypatch.setattr(doc_numbers, "RESULTS", res)
     assert any("studies.md" in b for b in doc_numbers.mismatches())
+
+
+def test_the_size_power_bullet_is_caught(tmp_path, monkeypatch):
+    """Negative control on the README's "What a PASS rules out": a study's size measurement
+    gains a failing seed (the results file changes, the README does not), and an edited
+    count on the README; each is reported."""
+    import json
+
+    root = _copy_pages(tmp_path)
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    edited = re.sub(r"no false fail in(\s+)(\d+)", lambda m: f"no false fail in{m[1]}"
+                    f"{int(m[2]) + 10}", text, count=1)
+    assert edited != text
+    readme.write_text(edited, encoding="utf-8")
+    assert any(b.startswith("README.md") for b in doc_numbers.mismatches(root))
+    readme.write_text(text, encoding="utf-8")
+    res = tmp_path / "results"
+    shutil.copytree(doc_numbers.RESULTS, res)
+    data = json.loads((res / "size_power.json").read_text())
+    data["studies"]["gamma"]["quick"]["size"]["failing_seeds"] = [7]
+    (res / "size_power.json").write_text(json.dumps(data))
+    monkeypatch.setattr(doc_numbers, "RESULTS", res)
+    bad = doc_numbers.mismatches(root)
+    assert any(b.startswith("README.md") and "`gamma` quick: 1 of 100" in b for b in bad)

@@ -11,8 +11,10 @@ sizes stated as caught at the rechecked seeds 1–2 — and fails when
 * a fault family is no longer caught at the smallest size the table states (at seed 0),
   or at the size it states for every rechecked seed.
 
-A fast test checks the script's bookkeeping (resumed seeds, the table from two results
-files).
+Fast tests check the script's bookkeeping (resumed seeds, the table from two results
+files) and that docs/studies_power.md is exactly the page the script generates from the
+results files (``bench/size_power.py --write`` regenerates it), with a negative control: an
+edited measurement or an edited page is caught.
 """
 
 from __future__ import annotations
@@ -117,3 +119,78 @@ def test_mean_field_quotes_the_measured_power():
     for mode, fams in MEASURED_POWER.items():
         for key, size in fams.items():
             assert doc[mode]["power"]["families"][key]["smallest_caught"] == size, (mode, key)
+
+
+# --------------------------------------------------------------------------- the page
+def _results() -> dict:
+    sp = _script()
+    return sp.load([sp.RESULTS, sp.EDI_RESULTS])
+
+
+def test_the_page_is_the_generated_text():
+    # every number on docs/studies_power.md is rendered from the results files
+    sp = _script()
+    diff = sp.page_diff(sp.PAGE.read_text(encoding="utf-8"), _results())
+    assert not diff, (f"docs/studies_power.md differs from the generated page; run\n"
+                      f"    {sp.REGENERATE}\n" + "\n".join(diff[:40]))
+
+
+def test_an_edited_result_or_page_is_caught():
+    """Negative control: a changed measurement (a rechecked seed needing a larger fault, a
+    failing seed) and a number edited on the page each make the page differ."""
+    import copy
+
+    sp = _script()
+    data = _results()
+    text = sp.PAGE.read_text(encoding="utf-8")
+    edited = copy.deepcopy(data)
+    edited["gamma"]["quick"]["recheck"]["velocity:-"]["per_seed"]["21"][
+        "smallest_from_stated"] = -0.05
+    edited["gamma"]["quick"]["recheck"]["velocity:-"]["reliable"] = -0.05
+    diff = sp.page_diff(text, edited)
+    assert any(ln.startswith("+") and "**−5 %**" in ln for ln in diff), diff
+    edited = copy.deepcopy(data)
+    edited["stability"]["quick"]["size"]["failing_seeds"] = [7]
+    assert any("**1/100** (seed 7)" in ln for ln in sp.page_diff(text, edited))
+    assert "| `gamma` | quick | **0/100** |" in text
+    bad = text.replace("| `gamma` | quick | **0/100** |", "| `gamma` | quick | **0/120** |")
+    assert sp.page_diff(bad, data)
+    assert not sp.page_diff(text, data)
+
+
+def test_the_page_renders_any_entry(tmp_path):
+    """A mode with power but no size, a recheck seed not caught, a control that passes, a
+    seed-independent study: the page and the README bullet say so."""
+    sp = _script()
+    fam = {"smallest_caught": 0.01, "tripped": ["c"], "seeds": [0], "grid": [0.01, 0.1]}
+    rec = {"stated": 0.01, "reliable": None, "seeds": [0, 5, 6],
+           "per_seed": {"5": {"smallest_from_stated": None, "scanned": []},
+                        "6": {"smallest_from_stated": 0.1, "scanned": []}}}
+    size = sp._aggregate({"0": {"passed": True, "wall_s": 1.0, "criteria": {
+        "c": {"value": 1.0, "ok": True, "accepted": "≤ 2"},
+        "d": {"value": 1.0, "ok": True, "accepted": "≤ 2"}}}}, once=False)
+    data = {"gamma": {"quick": {"size": size,
+                                "power": {"families": {"velocity:+": fam},
+                                          "controls": {"no-mobility": {"caught": False,
+                                                                       "tripped": []}}},
+                                "recheck": {"velocity:+": rec}},
+                      "full": {"power": {"families": {"velocity:-": {
+                          "smallest_caught": None, "tripped": [], "grid": [0.01]}}}}},
+            "equiangular": {"quick": {"size": sp._aggregate({"0": size["per_seed"]["0"]},
+                                                            once=True)}}}
+    text = sp.page(data)
+    assert "full mode: size not measured" in text
+    assert "not caught up to +10 % at seed 5; caught from +10 % at seed 6" in text
+    assert "not caught up to −1 %" in text
+    assert "`no-mobility`" in text and "**passes: not caught**" in text
+    assert "`equiangular` | quick | **0/1** | — (seed-independent)" in text
+    assert "`d`" in text.split("no scanned fault or control tripped")[1]
+    bullet = sp.readme_bullet(data)
+    assert "`gamma` full: not measured" in bullet and "except `gamma`" in bullet
+    # --write replaces the README's bullet in place
+    page, readme = tmp_path / "p.md", tmp_path / "README.md"
+    readme.write_text("a\n* **What a PASS rules out** old\n  text\n* next\n", encoding="utf-8")
+    sp.write_docs(data, page_path=page, readme=readme)
+    lines = readme.read_text(encoding="utf-8").split("\n")
+    assert lines[0] == "a" and lines[-2:] == ["* next", ""] and "old" not in lines[1]
+    assert page.read_text(encoding="utf-8") == text
