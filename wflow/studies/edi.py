@@ -116,7 +116,7 @@ PDE_ORDER_TOL = 0.5
 #: ``jko_edi_order`` 1.02 quick, 1.01 full. Two-sided: a wrong mobility adds
 #: a residual ≈ (c − 1)/2 ∫|∂E|² dt that does not shrink with τ; for c < 1 it has the
 #: scheme's sign and flattens the fit (order → 0), for c > 1 it cancels the scheme's
-#: residual at some τ and steepens it — or, in full mode at c = 1.02, flips its sign
+#: residual at some τ and steepens it — or, for a small c − 1 > 0, flips its sign
 #: between levels so that the four-point fit of the absolute residual can pass: hence
 #: also the local orders between consecutive levels, each within ``1 ± JKO_ORDER_TOL``
 #: with one sign (measured worst deviation 0.046, bench/results/size_power_edi.json; the
