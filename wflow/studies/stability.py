@@ -75,8 +75,8 @@ step with the stated model's, computed independently (:func:`model_step`: dense 
 softmax with the stated heads, the engine's RK4 scheme — stages at the normalised points,
 final projection): ``max_i |x_i^engine(dt) − x_i^model(dt)|`` at most :data:`step_tol`
 ``= 8 eps (1 + n·dt·max|v|)`` (round-off: each stage's field is a sum of ``n`` terms, to
-``≤ n·eps·|v|``, moved by ``dt``; each normalisation ≤ 2 eps). Measured on the correct
-solver and the smallest velocity and ``β`` faults it catches: docs/studies_power.md
+``≤ n·eps·|v|``, moved by ``dt``; each normalisation ≤ 2 eps). Its values on the correct
+solver, and the smallest velocity and ``β`` faults it catches: docs/studies_power.md
 (generated from ``bench/results/size_power.json``); the engine with ``Z + 1e-3`` is
 asserted caught by ``tests/test_study_controls.py``. A velocity ``×(1 + s)`` moves the
 first step by ``s`` times its displacement, far above the round-off tolerance for any
