@@ -373,7 +373,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
             what="largest |local order − 1| of the summed JKO EDI residual between "
                  "consecutive levels (a sign change counts as inf)",
             why="a first-order residual halves with τ at every level; a residual that does "
-                "not shrink (a wrong mobility) changes its sign or its ratio, which a three- or four-point fit can hide"))
+                "not shrink (a wrong mobility) changes its sign or its ratio, which a three- "
+                "or four-point fit can hide"))
         notes.append(f"JKO ({jt['scheme'][0]}, joint refinement h ∝ τ: cells {jt['cells']}, "
                      f"τ = {jt['tau']}): summed EDI residual "
                      f"{[float(f'{e:.3g}') for e in jt['edi']]}, order "
