@@ -8,8 +8,9 @@ Measured sizes, power, observed ranges, runtimes, loads and the seeds at which s
 failed live in ``bench/results/size_power*.json`` and are rendered on
 ``docs/studies_power.md``; a text points there instead of quoting them. The few that a
 text keeps (a threshold justified by its null distribution) are listed in :data:`SOURCED`
-with the results file and the values they quote, which this test reads and compares.
-Fast: the texts are read with :mod:`ast`, no study runs.
+with the results file and the values they quote, which this test reads and compares;
+the criteria a text says a negative control trips are compared with the file's too
+(:data:`TRIPPED`). Fast: the texts are read with :mod:`ast`, no study runs.
 """
 
 from __future__ import annotations
@@ -192,6 +193,74 @@ SOURCED = [
 ]
 
 
+@dataclass(frozen=True)
+class Tripped:
+    """A text's statement of which criteria a negative control trips (quick mode, seed 0).
+
+    ``phrase`` must stand in ``module``'s texts; the ``tripped`` list of ``study``'s
+    control ``control`` in ``size_power.json`` must contain ``named`` (``exact``: equal
+    it, the text saying these and no others).
+    """
+
+    module: str
+    phrase: str
+    study: str
+    control: str
+    named: frozenset[str]
+    exact: bool = False
+
+
+TRIPPED = [
+    Tripped("asymptotics.py", "of the physics criteria only ``ou_slope`` fails", "asymptotics",
+            "no-mobility", frozenset({"ou_slope", "particle_accuracy"}), exact=True),
+    Tripped("asymptotics.py", "a dropped mobility trips it", "asymptotics", "no-mobility",
+            frozenset({"particle_accuracy"})),
+    Tripped("asymptotics.py", "the constant-noise control trips it", "asymptotics",
+            "ou-constant-noise", frozenset({"ou_decay_ratio"})),
+    Tripped("entropy.py", "trips ``equiangular_closed_form``", "entropy", "no-mobility",
+            frozenset({"equiangular_closed_form"})),
+    Tripped("equiangular.py", "it trips ``case0_ode_distance``, ``case0_early_rel`` and "
+            "``case0_late_rel``", "equiangular", "no-mobility",
+            frozenset({"case0_ode_distance", "case0_early_rel", "case0_late_rel"}), exact=True),
+    Tripped("gamma.py", "most criteria fail, among them ``init_W2_converges`` and "
+            "``init_W2_rate``", "gamma", "no-mobility",
+            frozenset({"init_W2_converges", "init_W2_rate", "particle_accuracy"})),
+    Tripped("gaussian_particles.py", "``particles_finite`` fails", "gaussian-particles",
+            "no-mobility", frozenset({"particles_finite"})),
+    Tripped("head_monotonicity.py", "it trips ``rate_identity``, ``monotone_below_beta_star`` "
+            "and ``certificate_lower_bound``", "head-monotonicity", "no-mobility",
+            frozenset({"rate_identity", "monotone_below_beta_star", "certificate_lower_bound",
+                       "particle_accuracy"}), exact=True),
+    Tripped("noisy_edi.py", "the control ``no-mobility`` trips only the drift criteria",
+            "noisy-edi", "no-mobility",
+            frozenset({"drift_matches_model", "drift_matches_model_beta0.5"}), exact=True),
+    Tripped("relu_vs_softmax.py", "it trips ``equiangular_times``; the slope criteria hold",
+            "relu-vs-softmax", "no-mobility", frozenset({"equiangular_times"}), exact=True),
+    Tripped("superadditivity.py", "It trips the gain signs, the rate matches and "
+            "``particle_accuracy``", "superadditivity", "no-mobility",
+            frozenset({"concave_H2_eps0.4_gain_sign", "concave_H2_eps0.4_rates_match",
+                       "convex_H2_eps0.4_gain_sign", "convex_H2_eps0.4_rates_match",
+                       "particle_accuracy"}), exact=True),
+]
+
+
+def tripped_mismatches(stated: list[Tripped], texts: dict[str, str],
+                       results: Path = RESULTS) -> list[str]:
+    """Every :class:`Tripped` statement missing from its module or contradicted by the file."""
+    data = json.loads((results / _SP).read_text(encoding="utf-8"))
+    bad = []
+    for t in stated:
+        phrase = " ".join(t.phrase.split())
+        if phrase not in texts.get(t.module, ""):
+            bad.append(f"{t.module}: statement not found: {phrase!r}")
+            continue
+        got = set(data["studies"][t.study]["quick"]["power"]["controls"][t.control]["tripped"])
+        if not t.named <= got or (t.exact and got != t.named):
+            bad.append(f"{t.module}: {phrase!r} but {_SP} has {t.control} tripping "
+                       f"{sorted(got)}")
+    return bad
+
+
 def _get(data: dict, path: str):
     for key in path.strip("/").split("/"):
         data = data[key]
@@ -310,6 +379,25 @@ def test_no_unsourced_measured_number_in_the_studies_texts():
 def test_every_sourced_number_agrees_with_its_results_file():
     bad = sourced_mismatches(SOURCED, _joined(_modules()))
     assert not bad, "\n".join(bad)
+
+
+def test_every_stated_tripped_criterion_agrees_with_the_results_file():
+    bad = tripped_mismatches(TRIPPED, _joined(_modules()))
+    assert not bad, "\n".join(bad)
+
+
+def test_negative_control_a_wrong_tripped_statement_is_caught(tmp_path):
+    """Negative control: the results file has the control trip another criterion too (a
+    rerun), or the text names one it does not trip: both reported."""
+    texts = _joined(_modules())
+    t = next(t for t in TRIPPED if t.module == "relu_vs_softmax.py")
+    data = json.loads((RESULTS / _SP).read_text(encoding="utf-8"))
+    ctl = data["studies"]["relu-vs-softmax"]["quick"]["power"]["controls"]["no-mobility"]
+    ctl["tripped"] = [*ctl["tripped"], "relu_vs_softmax_d_slope"]
+    (tmp_path / _SP).write_text(json.dumps(data), encoding="utf-8")
+    assert tripped_mismatches([t], texts, tmp_path)
+    wrong = Tripped(t.module, t.phrase, t.study, t.control, frozenset({"relu_slope"}))
+    assert tripped_mismatches([wrong], texts)
 
 
 def test_the_scanner_sees_every_kind_of_text():
