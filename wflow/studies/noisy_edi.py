@@ -155,14 +155,13 @@ Z_ACCEPT = 4.0
 Z_DETECT = 10.0
 #: Accepted fitted bias order, full mode: Euler–Maruyama has weak order 1; measured
 #: (bench/results/size_power.json, full mode, seeds 0–19) p = 0.963–1.06 (s.d. 0.028):
-#: the family-wise band 1 ± 3.78 s.d. = [0.89,
-#: 1.11] (module docstring) lies inside; [0.5, 1.5] separates order 1 from a constant
-#: bias (p ≈ 0) and from order 2.
+#: the family-wise band 1 ± 3.78 s.d. = [0.89, 1.11] (module docstring) lies inside;
+#: [0.5, 1.5] separates order 1 from a constant bias (p ≈ 0) and from order 2.
 ORDER_RANGE = (0.5, 1.5)
 #: Quick mode: the fit of three dt levels spreads more (bench/results/size_power.json,
 #: quick mode, seeds 0–19: p = 0.70–1.39, s.d. 0.174; the former [0.5, 1.5] false-failed
-#: at a held-out seed): ``1 ± t₁₉(α)·s.d.`` with
-#: the study's Šidák ``α = 1.26e-3`` (``t₁₉`` = 3.78), rounded out: [0.35, 1.65].
+#: at a held-out seed): ``1 ± t₁₉(α)·s.d.`` with the study's Šidák ``α = 1.26e-3``
+#: (``t₁₉`` = 3.78), rounded out: [0.35, 1.65].
 ORDER_RANGE_QUICK = (0.35, 1.65)
 
 #: Negative controls: ``run(fault=NAME)``.
