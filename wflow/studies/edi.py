@@ -20,17 +20,15 @@ Checks (each a named criterion):
   (reported and required to persist);
 * PDE: residual vs mesh refinement (``h`` and ``dt ∝ h`` together) for the
   second-order finite-volume scheme on ``surrogate``: shrinks at the scheme's order,
-  ``>= 2 −`` :data:`PDE_ORDER_TOL` in ``h`` (measured 1.92 quick, 1.95 full; the
-  first-order scheme gives 0.93 and fails);
+  ``>= 2 −`` :data:`PDE_ORDER_TOL` in ``h`` (the first-order scheme fails it);
 * JKO: residual vs ``τ`` under joint refinement ``h ∝ τ`` (:data:`JKO_LEVELS`, the
   shipped icospheres 720 … 40 500 cells) with the finite-volume scheme (``scheme = "fv"``,
   the mesh connectivity given; docs/jko.md), the EDI in the scheme's own metric
   (``W²_h``, discrete slope): a first-order scheme, judged at ``1 ±`` :data:`JKO_ORDER_TOL`
-  in ``τ``, both the log–log fit (``jko_edi_order``, measured 1.02 quick, 1.01 full) and
-  every local order between consecutive levels, with one sign (``jko_edi_local_order``,
-  measured 1.05, 0.99, 0.99, 0.99); no locked step, no empty cell. The former
-  entropic discrete-OT sweep (``ε = 4τ²``, no connectivity; 1.18 quick, 1.1 full, with
-  partial locking on 2 of 4 steps) stays available as ``jko_refinement(scheme="ot")``.
+  in ``τ``, both the log–log fit (``jko_edi_order``) and every local order between
+  consecutive levels, with one sign (``jko_edi_local_order``); no locked step, no empty
+  cell. The former entropic discrete-OT sweep (``ε = 4τ²``, no connectivity) stays
+  available as ``jko_refinement(scheme="ot")``.
   On a fixed mesh the FV residual keeps order 1 (the scheme's EDI in its own metric holds
   for the semi-discrete flow; it does not see ``h``), so a fixed mesh is no fault of the
   FV sweep; the control ``jko-ot-fixed-mesh`` runs the exact OT scheme on a fixed mesh,
@@ -44,9 +42,9 @@ Faults (``FAULTS``, ``FAMILIES``; ``run(fault=...)``, ``wflow verify edi --fault
 ``solve_jko(step_mobility=...)`` while the EDI is judged with the model's ``b̂``. A factor
 ``c = 1 + S`` moves the mass ``c`` times too fast and leaves a residual
 ``≈ τ(c − 1)/2 |∂E|²`` per step, ``≈ S/2 ∫|∂E|² dt`` in all, which does not shrink with
-``τ``: the order leaves its band (measured quick: ``S = ±0.01`` gives 1.52 / 0.77,
-``S = −0.5`` gives −0.03, ``no-mobility`` −0.64). Sizes and power:
-``bench/size_power.py --studies edi`` (``bench/results/size_power_edi.json``).
+``τ``: the order leaves its band. Measured orders, sizes and power: docs/studies_power.md,
+generated from ``bench/results/size_power_edi.json`` (``bench/size_power.py --studies
+edi``).
 
 Seed. The PDE and JKO sweeps start from the same smooth density on fixed meshes: they
 do not depend on the seed (only the particle samples do). Their numbers are one test,
@@ -89,47 +87,40 @@ __all__ = ["run", "model", "jko_refinement", "step_mobility", "local_orders", "F
 NAME = "edi"
 
 #: Accepted distance of a fitted order from the scheme's order (Euler 1, RK4 4); a broken
-#: identity gives order ≈ 0, Euler in place of RK4 order 1. Measured null
-#: (bench/results/size_power_edi.json): full mode (RK4 over the three finest dt), seeds
-#: 0–146: RK4 3.86–4.25, Euler 1.01–1.05, 0 of 147 fail. Quick mode (n = 80, three dt),
-#: seeds 0–149, with three dt: RK4 3.52–4.32, Euler 0.08–1.60, 3 of 150 failed (seed 92:
-#: RK4 usa 3.52; 98: Euler 1.60; 146: Euler 0.08), 2 %. Now quick mode runs the full
+#: identity gives order ≈ 0, Euler in place of RK4 order 1. Quick mode runs the full
 #: mode's four dt with the fits over the three finest (:data:`RK4_FIT_LEVELS`; full mode
-#: keeps its measured four-point Euler fit) and the
-#: Euler order judged where resolved (:data:`EULER_RESOLVED`): seeds 0–149, RK4 usa
-#: 3.94–4.12, sa1 3.95–4.02, surrogate 3.96–4.03, Euler 0.954–1.149 (148 judged),
-#: **0 of 150 fail**.
+#: keeps its four-point Euler fit) and the Euler order judged where resolved
+#: (:data:`EULER_RESOLVED`); with three dt the quick mode false-failed at some seeds.
+#: Measured null (bench/results/size_power_edi.json): full mode, 147 seeds, RK4
+#: 3.86–4.25, Euler 1.01–1.05; quick mode, 150 seeds, RK4 3.94–4.12, Euler 0.954–1.149;
+#: no false fail in either (size and power: docs/studies_power.md).
 ORDER_TOL = 0.4
-#: The RK4 orders are fitted over the three finest ``dt`` (both modes drop dt = 0.05).
-#: Measured (full mode, seeds 0–149, the four-point fit): 2 of 150 seeds
-#: failed — seed 77 (surrogate, 4.71) and seed 125 (sa1, 3.49) — where the ``dt⁴``
-#: coefficient nearly cancels at dt = 0.05 (residual 2e-11 against 1e-9 at other seeds):
-#: local orders 5.7, 4.5, 3.97 (seed 77) and 2.6, 3.8, 3.94 (seed 125), i.e. the coarsest
-#: pair is pre-asymptotic, the finest at order 4.
+#: The RK4 orders are fitted over the three finest ``dt`` (both modes drop dt = 0.05):
+#: at some draws the ``dt⁴`` coefficient nearly cancels at dt = 0.05, the coarsest pair
+#: is pre-asymptotic and a four-point fit false-fails (the seeds, with their orders:
+#: ``size_four_point_rk4_fit`` in bench/results/size_power_edi.json).
 RK4_FIT_LEVELS = 3
 #: Below this relative Euler EDI residual at the finest ``dt`` the Euler order is not
 #: judged (information instead): the residual's O(dt) coefficient depends on the draw
-#: and nearly cancels at some seeds. Measured, quick mode (n = 80, four dt, the fit over
-#: the three finest), seeds 0–149: relative residual 5.3e-6 (seed 98, order −0.94) and
-#: 1.8e-5 (seed 146, order 0.72), then 2.2e-5 … 1.1e-3 (median 4.9e-4) with orders
-#: 0.954–1.149. A broken identity (wrong flow, wrong time) leaves a residual of the order
-#: of the fault itself (≥ 1e-3 for a 0.1 % velocity error) and stays judged.
+#: and nearly cancels at some seeds, where the fitted order is meaningless. A broken
+#: identity (wrong flow, wrong time) leaves a residual of the order of the fault itself
+#: (≥ 1e-3 for a 0.1 % velocity error) and stays judged. The measured
+#: orders where judged: bench/results/size_power_edi.json (docs/studies_power.md).
 EULER_RESOLVED = 2e-5
-#: Accepted shortfall of the PDE order below the scheme's order 2 (measured 1.92 and 1.95
-#: in quick and full mode; the first-order scheme: 0.93).
+#: Accepted shortfall of the PDE order below the scheme's order 2: the first-order scheme
+#: (``pde-first-order``) fails it (measured orders: docs/studies_power.md).
 PDE_ORDER_TOL = 0.5
 #: Accepted distance of the JKO order from the scheme's order 1 (finite-volume step, EDI
-#: in the scheme's own metric, joint refinement h ∝ τ): measured 1.02 quick (3 levels,
-#: τ = 0.4 … 0.1) and 1.01 full (4 levels, to τ = 0.05); the per-level ratios are
-#: 2.07, 1.99, 1.98, so 0.15 is ~7× the measured spread. Two-sided: a wrong mobility adds
+#: in the scheme's own metric, joint refinement h ∝ τ; quick mode 3 levels, τ = 0.4 …
+#: 0.1, full mode 4 levels, to τ = 0.05). Measured (bench/results/size_power_edi.json):
+#: ``jko_edi_order`` 1.02 quick, 1.01 full. Two-sided: a wrong mobility adds
 #: a residual ≈ (c − 1)/2 ∫|∂E|² dt that does not shrink with τ; for c < 1 it has the
 #: scheme's sign and flattens the fit (order → 0), for c > 1 it cancels the scheme's
-#: residual at some τ and steepens it — or, in full mode at c = 1.02, flips its sign
-#: between levels so that the four-point fit of the absolute residual passes (measured:
-#: mobility:0.02 not caught by the fit alone): hence also the local orders between
-#: consecutive levels, each within ``1 ± JKO_ORDER_TOL`` with one sign (measured 1.05,
-#: 0.99, 0.99, 0.99, worst deviation
-#: 0.046). The former entropic OT scheme: 1.18 / 1.1.
+#: residual at some τ and steepens it — or, for a small c − 1 > 0, flips its sign
+#: between levels so that the four-point fit of the absolute residual can pass: hence
+#: also the local orders between consecutive levels, each within ``1 ± JKO_ORDER_TOL``
+#: with one sign (measured worst deviation 0.046, bench/results/size_power_edi.json; the
+#: smallest mobility faults caught: docs/studies_power.md).
 JKO_ORDER_TOL = 0.15
 #: Joint refinement ``h ∝ τ`` of the JKO sweep: (shipped icosphere, T/τ). Quick mode runs
 #: the first three levels.
@@ -373,7 +364,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
             "jko_edi_order", fits["jko"]["slope"], lo=1 - JKO_ORDER_TOL, hi=1 + JKO_ORDER_TOL,
             what="fitted order in τ of the summed JKO EDI residual (FV scheme, its own "
                  "metric, h ∝ τ)",
-            why="the FV JKO step is of order 1 in τ (measured 1.01–1.02)"))
+            why="the FV JKO step is of order 1 in τ"))
         local = local_orders(jt["tau"], jt["edi"])
         fits["jko"]["local_orders"] = local
         worst = max((abs(p - 1.0) for p in local), default=float("nan"))
@@ -381,9 +372,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
             "jko_edi_local_order", worst, hi=JKO_ORDER_TOL,
             what="largest |local order − 1| of the summed JKO EDI residual between "
                  "consecutive levels (a sign change counts as inf)",
-            why="a first-order residual halves with τ at every level (measured local orders "
-                "1.05, 0.99, 0.99, 0.99); a residual that does not shrink (a wrong mobility) "
-                "changes its sign or its ratio, which a three- or four-point fit can hide"))
+            why="a first-order residual halves with τ at every level; a residual that does "
+                "not shrink (a wrong mobility) changes its sign or its ratio, which a three- "
+                "or four-point fit can hide"))
         notes.append(f"JKO ({jt['scheme'][0]}, joint refinement h ∝ τ: cells {jt['cells']}, "
                      f"τ = {jt['tau']}): summed EDI residual "
                      f"{[float(f'{e:.3g}') for e in jt['edi']]}, order "
@@ -453,19 +444,16 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
 
     ``scheme = "fv"`` (default): the finite-volume step (:mod:`wflow.jko.fv`, given the
     mesh connectivity); its EDI residual ``edi_step`` is in the scheme's own metric
-    (``W²_h`` and the discrete slope ``slope2_h``), first order in ``τ``. Measured
-    (``T = 0.8``, the study's model): ``−7.87e-3, −3.81e-3, −1.92e-3, −9.67e-4`` under
-    joint refinement (order 1.02 over three levels, 1.01 over four); no locked step, no
-    empty cell, moved fraction 0.82–1.00. On a fixed mesh the residual is the same to
-    within 5 % (``sphere_720``: ``−7.87e-3 … −9.32e-4``, order 1.01): the scheme's EDI
-    in its own metric holds for the semi-discrete flow, so it does not see ``h``.
+    (``W²_h`` and the discrete slope ``slope2_h``), first order in ``τ``, under joint
+    refinement and on a fixed mesh alike: the scheme's EDI in its own metric holds for
+    the semi-discrete flow, so it does not see ``h`` (the measured orders:
+    docs/studies_power.md).
 
     ``scheme = "ot"`` (the former variant, discrete OT with POT, no connectivity used):
     exact OT (``ot = "emd"``) on a fixed mesh by default — it locks below
     ``τ|v| ~ h/2`` and its residual stops shrinking (control ``jko-ot-fixed-mesh``) —
-    or entropic OT (``"sinkhorn"``, ``ε = 4τ²``) under joint refinement (measured order
-    1.18 quick, 1.1 full on ``sphere_720/2420/5120``, with partial locking reported on
-    2 of 4 steps).
+    or entropic OT (``"sinkhorn"``, ``ε = 4τ²``) under joint refinement (partial locking
+    is reported per level).
 
     ``step_mobility``: passed to :func:`wflow.jko.solve_jko` (negative controls: the
     step's metric uses a wrong mobility, the EDI keeps the model's ``b̂``).

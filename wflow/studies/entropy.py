@@ -23,10 +23,11 @@ A missing mobility. Part (a) is blind to it: the identity holds along *any* traj
 (``ṡ`` is taken from the velocity the engine integrates), so a solver that drops the
 softmax mobility ``1/Z`` (kind ``usa``) still satisfies it. Part (b) compares with the
 softmax ODE and sees it: negative control ``no-mobility`` (all particle runs with kind
-``usa``, the recorded entropies still those of the softmax rows), quick mode, seed 0:
-``equiangular_closed_form`` 0.084 (correct solver 1.2e-9, accept ≤ 1e-7). Part (a)'s
-orders move only through the faster, less resolved flow (``symmetric_identity_order_beta2``
-1.63 against 2.00, the others 1.94–2.00): that is not a detection to rely on.
+``usa``, the recorded entropies still those of the softmax rows) trips
+``equiangular_closed_form``. Part (a)'s orders move only through the faster, less resolved
+flow (at ``β =`` :data:`BETA_ALT` one of them may leave its band): that is not a detection
+to rely on. The criteria each control trips (quick mode, seed 0): docs/studies_power.md,
+generated from ``bench/results/size_power.json``.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ the 1-D ODE, the early rate (polynomial fit on ``[0, τ]``) and the late decay r
 tolerance of :data:`TOL` (derived from the scheme's order and the fit windows).
 
 Negative control ``no-mobility``: the particles run unnormalised attention
-(kind ``usa``: the softmax mobility ``1/Z`` dropped; equiangular tokens stay equiangular,
-spread 8e-16) against the softmax ODE and rates. Quick mode: ``case0_ode_distance`` 0.45
-(correct solver 3.4e-10), ``case0_early_rel`` 0.42 (2.3e-9), ``case0_late_rel`` 2.7
-(5.8e-6).
+(kind ``usa``: the softmax mobility ``1/Z`` dropped; equiangular tokens stay equiangular
+to round-off) against the softmax ODE and rates; it trips ``case0_ode_distance``,
+``case0_early_rel`` and ``case0_late_rel`` (quick mode: docs/studies_power.md, generated
+from ``bench/results/size_power.json``).
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ PSD to the round-off of its ``n`` terms: :mod:`wflow.infra.guards`) counts as bl
 Negative control ``no-mobility``: the particles drop the softmax
 normalisation, ``ẋ_i = A x_i + b + V (1/n) Σ_j e^{<Bx_i, x_j>} x_j``; for Gaussian data the
 unnormalised sum carries ``Z(x) = e^{<Bx, m> + |Σ^{1/2}Bᵀx|²/2}``, which grows without
-bound in ``x``. Quick mode, seed 0: 45 of the 248 particle runs blow up before ``T``
-(scores beyond the overflow guard; ``particles_finite`` 45, accept ≤ 0), and the slopes
-and the bias statistic are NaN (correct solver: slopes −0.57, −0.59, −0.57; bias statistic
-2.3).
+bound in ``x``. Quick mode, seed 0: particle runs blow up before ``T`` (scores beyond
+the overflow guard; ``particles_finite`` fails), and the slopes and the bias statistic
+are NaN (the criteria each control trips: docs/studies_power.md, generated from
+``bench/results/size_power.json``).
 """
 
 from __future__ import annotations
@@ -71,22 +71,24 @@ logger = logging.getLogger(__name__)
 #: Theory's rate.
 EXPECTED_SLOPE = -0.5
 #: Accepted deviation of a fitted slope from −1/2, full mode: with 16 seeds at the largest
-#: size (more at smaller ones) on a doubling ladder of 6 sizes the slopes spread by about
-#: ±0.05 over seeds (measured: −0.45 … −0.57 for seeds 0–3), so 0.15 is ~3 σ.
+#: size (more at smaller ones) on a doubling ladder of 6 sizes. Measured on the correct
+#: solver (bench/results/size_power.json, full mode, 20 seeds): slopes −0.58 … −0.45.
 SLOPE_TOL = 0.15
-#: The same in quick mode (8 seeds per size): measured over seeds 0–19 s.d. 0.05–0.065
-#: (covariance slope −0.68 … −0.42; 2 of 20 seeds failed ±0.15), so 4 s.d.
+#: The same in quick mode (8 seeds per size: the slopes spread more): about 4 s.d. of the
+#: slopes over seeds, measured 0.050–0.064 (bench/results/size_power.json, quick mode,
+#: 100 seeds).
 SLOPE_TOL_QUICK = 0.25
 #: Quick mode: the bias statistic's standard errors come from 8 replicates, which inflates
-#: Σ(b/se)² above χ²₅ (measured mean 7.3 against 5 over seeds 0–19; seed 8 reached 25.6
-#: against 20.5). Formerly its quantile was scaled by this factor (30.8): seed 77, held
-#: out, failed the correct solver at 31.9. Kept for the record.
+#: Σ(b/se)² above χ²₅. Formerly its quantile was scaled by this factor, which false-failed
+#: the correct solver at a held-out seed (``rescored`` in bench/results/size_power.json).
+#: Kept for the record.
 BIAS_SCALE_QUICK = 1.5
 #: Quick mode's bound on Σ(b/se)², from its null distribution: each ``b/se`` with ``se``
 #: from 8 replicates is Student ``t₇``, so the statistic is ``Σ_{k=1}^{5} t₇²`` (mean
-#: 7.0; measured over quick seeds 0–99: 7.07) and the bound is its quantile at the study's
-#: Šidák level ``α = 1 − 0.99^{1/5} = 2.0e-3`` (five criteria): 47.2 (Monte Carlo, 2·10⁵
-#: draws; measured maximum over seeds 0–99: 31.9).
+#: 7.0) and the bound is its quantile at the study's Šidák level
+#: ``α = 1 − 0.99^{1/5} = 2.0e-3`` (five criteria): 47.2 (Monte Carlo, 2·10⁵ draws).
+#: Measured on the correct solver (bench/results/size_power.json, quick mode, 100 seeds):
+#: mean 7.07, maximum 31.9.
 BIAS_LIMIT_QUICK = 47.2
 
 #: Negative controls: ``run(fault=NAME)``.

@@ -30,10 +30,11 @@ estimated from third differences). Criteria:
   than stopping the study).
 
 Negative control ``no-mobility``: the particles run unnormalised attention
-(kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax rate formulas.
-Quick mode, seed 0: ``rate_identity`` 21.7 (correct solver 0.51), ``monotone_below_beta_star``
-2.97 (0), ``certificate_lower_bound`` 3.78 (−28); the faster flow also misses the engine's
-chain-rule check at ``dt = 0.04`` (``particle_accuracy`` ≈ 100).
+(kind ``usa``: the softmax mobility ``1/Z`` dropped) against the softmax rate formulas:
+it trips ``rate_identity``, ``monotone_below_beta_star`` and ``certificate_lower_bound``,
+and the faster flow also misses the engine's chain-rule check at ``dt = 0.04``
+(``particle_accuracy``). The criteria each control trips (quick mode, seed 0):
+docs/studies_power.md, generated from ``bench/results/size_power.json``.
 
 Reported: the fraction of time with (RD) and with ``dE_h/dt ≥ 0`` above ``β*_⊥`` (RD is
 only sufficient) and the largest energy drops of approximately orthogonal heads.

@@ -23,8 +23,8 @@ fluctuation ``Q = Σ_k (β/4) Σ_h w_h ∫∫ e^{s}[(xᵀΔA_h y)² − E(xᵀΔ
 (``ΔA_h`` the realised noise increment of step ``k``, ``E(xᵀΔA y)² = σ²dt(1 + <x,y>²)/2``
 for symmetric noise). Its expectation is exactly zero (left-point integrand, increment
 independent of the past), so ``r − Q`` has the same mean as ``r`` with a standard deviation
-``O(dt)`` instead of ``O(dt^{1/2})`` (measured 7× smaller at ``dt = 0.015``, 17× at
-``dt = 0.005``): the bias is resolved at every ``dt`` with tens of paths.
+``O(dt)`` instead of ``O(dt^{1/2})``: the bias is resolved at every ``dt`` with tens of
+paths (a run's standard errors per ``dt`` are in its ``summary.json``).
 
 What the control variate cannot see, and how it is judged
 ---------------------------------------------------------
@@ -67,8 +67,8 @@ The balance is a pathwise chain rule: ``ΔE`` against the engine's own ``power =
 ``Φ'' = e^s``, which softmax and unnormalised attention share. It holds for any token
 velocity: a solver that drops the softmax mobility ``1/Z`` (kind ``usa`` in
 place of ``softmax`` at the same ``β``) or scales the velocity passes every criterion
-above (measured, quick mode, seed 0, kind ``usa``: ``bias_at_dt0`` 1.46 s.e. (softmax
-1.47), ``raw_bias_at_dt0`` 0.74 (0.72); at ``β = 0.5`` 0.96, 0.36 (0.93, 0.35)). Exactly as
+above (the control ``no-mobility`` trips only the drift criteria below:
+docs/studies_power.md, generated from ``bench/results/size_power.json``). Exactly as
 the Itô term is judged against the stated noise law, the drift is therefore judged
 against the stated dynamics (:func:`model_power`): along the saved path, ``power_model(t_k)
 = ∫<∇ψ_k, v_model> dμ_k`` with ``v_model`` the softmax velocity of the stated heads
@@ -90,37 +90,33 @@ is what enters), so they cannot see it. ``ito_engine_matches_stated`` compares t
 path: ``max`` over paths and ``dt`` of ``|Itô_engine − Itô_stated| / Itô_stated`` at most
 :data:`ITO_RTOL` (a deterministic identity per path: both are sums of the same positive
 terms, round-off only). Negative control ``engine-ito-sign`` (the engine's Itô term of the
-wrong sign, its residual built with it): relative 2 (correct solver: ~1e-16).
+wrong sign, its residual built with it): relative 2 exactly (the correct solver's values:
+docs/studies_power.md).
 
 Family-wise size
 ----------------
 The study judges eight Monte-Carlo statistics (per β: the bias order, ``b``, ``b_raw``,
 ``E Q``); the deterministic identities (drift, Itô) and the power check
-(``ito_detectable``, ≥ 40 s.e. on the correct solver against 10) add no false fails. Their
+(``ito_detectable``, far above its bound 10 on the correct solver: docs/studies_power.md)
+add no false fails. Their
 thresholds are set so that the *study's* false-fail rate is at most 1 %: Šidák across the
 eight, ``α = 1 − 0.99^{1/8} = 1.26e-3`` per criterion; the ``|z|`` statistics (standard
 errors from 24 paths: Student ``t₂₃`` tails) then need ``t₂₃`` two-sided at ``α``:
 3.68, so :data:`Z_ACCEPT` = 4 holds it; the bias order, whose null distribution over seeds
 is not centred by a standard error of its own (the fit's higher-order terms), takes the
-band ``1 ± t₁₉(α)·s`` with ``s`` its standard deviation over seeds 0–19 (quick: s = 0.174,
-``t₁₉`` two-sided 3.78: :data:`ORDER_RANGE_QUICK` = [0.35, 1.65]; full: s = 0.028, the
-band [0.89, 1.11] lies inside :data:`ORDER_RANGE` = [0.5, 1.5], kept). Measured at the
-held-out seeds: docs/studies_power.md.
+band ``1 ± t₁₉(α)·s`` with ``s`` its standard deviation over 20 seeds
+(bench/results/size_power.json, seeds 0–19: quick s = 0.174, ``t₁₉`` two-sided 3.78:
+:data:`ORDER_RANGE_QUICK` = [0.35, 1.65]; full s = 0.028, the band [0.89, 1.11] lies
+inside :data:`ORDER_RANGE` = [0.5, 1.5], kept). Measured at the held-out seeds:
+docs/studies_power.md.
 
-Measured (bench/size_power.py, seeds 0–19): on the correct solver ``drift_matches_model``
-2.6e-16 – 4.4e-16 in quick mode (``β = 0.5``: 2.3e-16 – 5.1e-16), 7.1e-16 – 1.4e-15 in
-full mode (``β = 0.5``: 7.0e-16 – 1.3e-15), 3–4 decades below the tolerance 2.2e-12; 0/20
-false fails of the study in both modes. Full mode, seed 0: ``no-mobility`` relative 1.72
-(``β = 0.5``: 0.30), ``velocity:±0.001`` (the scan grid's smallest) caught,
-relative exactly 0.001. Quick mode: ``no-mobility`` is
-caught at seeds 0–2 (relative 1.38, 1.14, 1.18 at ``β = 1``; 0.23, 0.22, 0.32 at ``β =
-0.5``; seed 0: engine − model ``−0.016 ± 0.0013`` per path against a model drift integral
-``−0.030``); the family ``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the
-relative ``s`` and is caught from ``|s| = 1e-11`` (not at 1e-12, below the tolerance; the
-scan grid of bench/size_power.py starts at 0.001: caught there at seeds 0–2), the family
-``beta`` from 0.001 (was 0.01 through the bias criteria). Cost: the model power is one
-fused pass per recorded state, ≈ 12 % of a full-mode batch (the control variate ``Q``:
-≈ 85 %).
+The family ``velocity:±s`` (values ×(1 + s)) shifts the power by exactly the relative
+``s``, so ``drift_matches_model`` sees any ``|s|`` above its tolerance. Measured
+(``bench/size_power.py``; docs/studies_power.md, generated from
+``bench/results/size_power.json``): the study's size in both modes, the drift criterion
+on the correct solver, the smallest ``velocity``, ``beta``, ``noise-var`` and
+``ito-scale`` faults caught and the criteria each control trips. Cost: the model power is
+one fused pass per recorded state.
 """
 
 from __future__ import annotations
@@ -151,20 +147,21 @@ NAME = "noisy-edi"
 FAMILY_ALPHA, N_STATISTICS = 0.01, 8
 #: Every ``|estimate|/se`` criterion accepts up to this many standard errors. The study
 #: judges eight such numbers (four per β), each from tens of paths (Student-like tails):
-#: at 3 s.e. the measured false-fail rate was 1 in 20 seeds (quick mode, E Q at 4.7 s.e.);
-#: 4 s.e. keeps the family-wise rate below 1 % (two-sided t₂₃ tail at 4: 6e-4 per
-#: criterion) while the faults sit at 15–110 s.e. (docs/studies_power.md).
+#: a bound of 3 s.e. false-failed the correct solver; 4 s.e. keeps the family-wise rate
+#: below 1 % (two-sided t₂₃ tail at 4: 6e-4 per criterion). Measured size and power:
+#: docs/studies_power.md.
 Z_ACCEPT = 4.0
 #: Power: dropping the Itô term must move ``b`` by at least this many standard errors.
 Z_DETECT = 10.0
-#: Accepted fitted bias order, full mode: Euler–Maruyama has weak order 1; measured over
-#: seeds 0–19 p = 0.963–1.06 (s.d. 0.028): the family-wise band 1 ± 3.78 s.d. = [0.89,
-#: 1.11] (module docstring) lies inside; [0.5, 1.5] separates order 1 from a constant
-#: bias (p ≈ 0) and from order 2.
+#: Accepted fitted bias order, full mode: Euler–Maruyama has weak order 1; measured
+#: (bench/results/size_power.json, full mode, seeds 0–19) p = 0.963–1.06 (s.d. 0.028):
+#: the family-wise band 1 ± 3.78 s.d. = [0.89, 1.11] (module docstring) lies inside;
+#: [0.5, 1.5] separates order 1 from a constant bias (p ≈ 0) and from order 2.
 ORDER_RANGE = (0.5, 1.5)
-#: Quick mode: the fit of three dt levels spreads more (seeds 0–19: p = 0.70–1.39, s.d.
-#: 0.174; seed 20: 0.450, a false fail of the former [0.5, 1.5]): ``1 ± t₁₉(α)·s.d.`` with
-#: the study's Šidák ``α = 1.26e-3`` (``t₁₉`` = 3.78), rounded out: [0.35, 1.65].
+#: Quick mode: the fit of three dt levels spreads more (bench/results/size_power.json,
+#: quick mode, seeds 0–19: p = 0.70–1.39, s.d. 0.174; the former [0.5, 1.5] false-failed
+#: at a held-out seed): ``1 ± t₁₉(α)·s.d.`` with the study's Šidák ``α = 1.26e-3``
+#: (``t₁₉`` = 3.78), rounded out: [0.35, 1.65].
 ORDER_RANGE_QUICK = (0.35, 1.65)
 
 #: Negative controls: ``run(fault=NAME)``.
@@ -214,7 +211,7 @@ DRIFT_RTOL = 1e4 * float(np.finfo(np.float64).eps)
 #: recorded states: sums of *positive* terms (no cancellation), each of the ``K·H`` pair
 #: means to ≤ ``n·eps`` (the blocked order the fused kernel is tested to), their sum to
 #: ≤ ``K·H·eps``: with ``n ≤ 100``, ``K ≤ 200``, ``H ≤ 4`` at most 900 eps ≈ 2e-13;
-#: ×10 margin: 1e4·eps ≈ 2.2e-12 (measured on the correct solver: ~1e-16).
+#: ×10 margin: 1e4·eps ≈ 2.2e-12 (the correct solver's values: docs/studies_power.md).
 ITO_RTOL = 1e4 * float(np.finfo(np.float64).eps)
 
 

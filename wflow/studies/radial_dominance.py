@@ -12,8 +12,8 @@ of the sharp radial margin (vs ``β*_exact``) and of the block-head configuratio
 Criteria (per ``H``): the margin is positive at every sampled ``β < β*`` and negative at
 every ``β > β*``; the three Brent roots equal the formulas to the root-finding tolerance
 (:func:`_root_tol`). ``H = 1`` (no cross term) is reported, not judged: its normalised
-margin ``(own − 0)/(own + 0)`` is 1 by construction at every ``β`` (measured 1 exactly, no
-fault of the power scan moves it: docs/studies_power.md), so it could not fail. Negative control
+margin ``(own − 0)/(own + 0)`` is 1 by construction at every ``β`` (no fault of the power
+scan moves it: docs/studies_power.md), so it could not fail. Negative control
 ``alpha-mismatch``: the heads have strength ``1.1 α`` while the formulas use ``α``, so the
 roots move by ≈ 10 %.
 
@@ -25,11 +25,9 @@ the block heads on spread tokens, which every head sees alike) the normaliser
 ``Z_h(x_i)`` is one number for every token and head, and both sides of the margin,
 ``own_h = w_h ∫|P∇ψ_h|²/Z_h`` and ``R_h = ∫|∇ψ_h| Σ_{h'≠h} w_h' |<∇ψ_h', x>|/Z_h'``, carry
 the same ``1/Z``: the unnormalised margin is ``Z`` times the softmax one, with the same
-sign and the same roots (the claim holds for both kinds in this setting). Measured (quick
-mode, the margins and roots computed with kind ``usa``): the normalised margins agree to
-the printed digits (``H2_margin_below_beta_star`` 0.2104 both, ``H4`` 0.03299 both) and
-the root errors stay at round-off, at most 1.7e-13 (``H2_root_exact``; softmax 1.2e-15)
-against the tolerance 1.1e-11. A mobility that differed between heads or tokens would
+sign and the same roots (the claim holds for both kinds in this setting; computed with
+kind ``usa``, the margins and roots agree with softmax's to round-off, within the root
+tolerance). A mobility that differed between heads or tokens would
 move the roots, but ``β*`` is derived for identical heads on a symmetric configuration.
 """
 

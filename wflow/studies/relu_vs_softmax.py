@@ -25,8 +25,8 @@ random starts are reported, not judged.
 
 Negative control ``no-mobility``: the softmax particle runs use unnormalised
 attention (kind ``usa``: the mobility ``1/Z`` dropped) against the softmax ODE's clustering
-times. Quick mode: ``equiangular_times`` 0.50 (correct solver 3.4e-5, accept ≤ 1e-3); the
-slope criteria hold (``relu_vs_softmax_d_slope`` 0.78 against 0.72).
+times: it trips ``equiangular_times``; the slope criteria hold (quick mode:
+docs/studies_power.md, generated from ``bench/results/size_power.json``).
 """
 
 from __future__ import annotations

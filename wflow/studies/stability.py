@@ -38,7 +38,7 @@ Together ``½ d/dt D² <= L* D²`` with
 
 hence ``W_2(μ_t, ν_t) <= D(t) <= e^{L* t} D(0) = e^{L* t} W_2(μ_0, ν_0)``
 (:func:`lipschitz_bound`). ``L*`` holds for every measure and is loose for a given one
-(measured: ``L*/L_eff ≈ 50–240``).
+(every run reports its ``L*/L_eff`` in the verdict and ``summary.json``).
 
 Sharp, state-dependent form
 ---------------------------
@@ -75,23 +75,25 @@ step with the stated model's, computed independently (:func:`model_step`: dense 
 softmax with the stated heads, the engine's RK4 scheme — stages at the normalised points,
 final projection): ``max_i |x_i^engine(dt) − x_i^model(dt)|`` at most :data:`step_tol`
 ``= 8 eps (1 + n·dt·max|v|)`` (round-off: each stage's field is a sum of ``n`` terms, to
-``≤ n·eps·|v|``, moved by ``dt``; each normalisation ≤ 2 eps). Measured on the correct
-solver (quick mode, seeds 0–3): 0.2–0.5 eps against 24 eps; the engine with ``Z + 1e-3``:
-0.9e-5 – 1.8e-5 (``tests/test_study_controls.py``); a velocity ``×(1 + s)`` moves the
-first step by ``s`` times its displacement (≈ 0.02): above the tolerance from ``|s| ≈
-3e-13`` (estimated, not scanned; the scan grid starts at 1e-3).
+``≤ n·eps·|v|``, moved by ``dt``; each normalisation ≤ 2 eps). Its values on the correct
+solver, and the smallest velocity and ``β`` faults it catches: docs/studies_power.md
+(generated from ``bench/results/size_power.json``); the engine with ``Z + 1e-3`` is
+asserted caught by ``tests/test_study_controls.py``. A velocity ``×(1 + s)`` moves the
+first step by ``s`` times its displacement, far above the round-off tolerance for any
+``|s|`` of the scan grid.
 
 Criteria: the linear regime (``ε`` chosen by measurement: the largest ``ε`` of
 :data:`EPS_LADDER` whose coupling ratios agree with those at ``ε/10`` to
 :data:`LIN_TOL`); ``W_2 = D`` at ``t = 0``; the state-dependent bounds (both sides); the
 first-step growth. The a-priori Grönwall bound ``max_t ln(W_2(t)/W_2(0))/t <= L*`` is
-reported as information, not judged: the measured rate is 50–240× below ``L*``, so it
-cannot fail for any fault of a plausible size (docs/studies_power.md).
+reported as information, not judged: the measured rate is far below ``L*`` (the ratio
+is in every verdict), so it cannot fail for any fault of a plausible size
+(docs/studies_power.md).
 
 Negative control ``no-mobility``: the particle solver runs unnormalised
 attention (kind ``usa``: the softmax mobility ``1/Z`` dropped) while the bounds are those
-of the softmax field. Quick mode, seed 0: ``first_step_growth`` 0.094 (correct solver
-3.1e-4, accept ≤ 3e-3) and ``gronwall_state_upper`` 0.41 (−7.9e-6).
+of the softmax field; the criteria it trips (quick mode, seed 0): docs/studies_power.md,
+generated from ``bench/results/size_power.json``.
 """
 
 from __future__ import annotations
@@ -116,8 +118,8 @@ __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lo
 NAME = "stability"
 
 #: Relative agreement required between the coupling ratios at ε and ε/10 (the
-#: nonlinear part of the response is O(ε · ratio); measured 2e-3 … 3e-2 at ε = 1e-3
-#: over [0, 2], ten times less per decade of ε).
+#: nonlinear part of the response is O(ε · ratio): ten times less per decade of ε; a
+#: run's measured agreement is its ``linear_regime`` criterion).
 LIN_TOL = 1e-3
 #: Coupling sizes tried, largest first; the study uses the first in the linear regime.
 EPS_LADDER = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
@@ -143,9 +145,9 @@ FAMILIES = {
     "beta": "the particle solver runs at β ×(1 + s) while the bounds use the nominal β",
 }
 #: Accepted relative error of the first-step growth rate against λ_w (module docstring):
-#: the Richardson estimate's O(dt²) error and the linearisation error; measured
-#: ``|g/λ_w − 1|`` = 3.6e-5 … 7.4e-4 on the correct solver over seeds 0–19 (quick mode,
-#: docs/studies_power.md), 4× below; a velocity error of ±0.5 % is caught.
+#: the Richardson estimate's O(dt²) error and the linearisation error. Measured on the
+#: correct solver (bench/results/size_power.json): quick mode, 100 seeds, largest
+#: ``|g/λ_w − 1|`` 1.08e-3; size and power: docs/studies_power.md.
 GROWTH_TOL = 3e-3
 
 

@@ -17,8 +17,8 @@ inaccurate run FAILs the verdict rather than stopping the study).
 
 Negative control ``no-mobility``: the particles run unnormalised attention
 (kind ``usa``: the softmax mobility ``1/Z`` dropped) against ``Σ_h φ(λ_h)`` of softmax.
-Quick mode: every criterion fails, e.g. ``convex_H2_eps0.4_rates_match`` 709 (correct
-solver 1.0e-9) and ``convex_H2_eps0.4_gain_sign`` −0.31 (1.00); ``particle_accuracy`` ≈ 98.
+It trips the gain signs, the rate matches and ``particle_accuracy`` (quick mode:
+docs/studies_power.md, generated from ``bench/results/size_power.json``).
 """
 
 from __future__ import annotations
