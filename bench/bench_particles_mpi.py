@@ -130,6 +130,8 @@ ROWS = {
     # d = 3, H = 4, the fast summation (auto)
     "n1e5_p1": dict(n=100_000, ranks=1), "n1e5_p2": dict(n=100_000, ranks=2),
     "n1e6_p1": dict(n=1_000_000, ranks=1), "n1e6_p2": dict(n=1_000_000, ranks=2),
+    # 10⁷ tokens split over 2 ranks (≈ 5.4 GB per rank): one and two steps
+    "n1e7_p2": dict(n=10_000_000, ranks=2, steps=(1, 2)),
     # d = 64, direct sums (the ring)
     "d64_n1e4_p1": dict(n=10_000, d=64, ranks=1, steps=(1, 2)),
     # the same one-process run on the Python loop (the split engine's loop: BLAS score

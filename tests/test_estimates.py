@@ -259,3 +259,27 @@ def test_particle_estimate_within_2x_of_the_measured_runs_at_scale():
     r = rows["n1e6_p1"]
     old = 4 * float(r["n"]) ** 2 * r["H"] * est.PAIR_SECONDS
     assert old / r["step_cpu_s"] > 100  # the n² model at 10⁶ tokens: ~500× too slow
+
+
+def test_particle_estimate_of_a_rank_block_at_ten_million_tokens():
+    """n = 10⁷ on 2 ranks (bench/results/particles_mpi_1e7.json, default diagnostics): each
+    rank holds n/2 tokens, and the estimate of that block is within 2× of the rank's peak
+    memory above the libraries and its CPU seconds per RK4 step (measured 0.87× and
+    0.91×). Negative control: the whole system's estimate on one rank is off by ~2× in
+    memory — the split is what the rank's memory shows."""
+    from pathlib import Path
+
+    r = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" /
+                    "particles_mpi_1e7.json").read_text())["rows"]["n1e7_p2"]
+    assert r["ranks"] == 2 and r["n"] == 10**7
+    meas_mem = (r["peak_rss_mb_max"] - r["rss_before_mb_max"]) * 2**20
+
+    def ratios(n: int) -> tuple[float, float]:
+        e = estimate_particles(n=n, d=r["d"], H=r["H"], T=1.0, dt=1.0, fastsum=True)
+        step = e.seconds - est.STARTUP_SECONDS["particles"] - 2 * est.RECORD_SECONDS
+        return (e.memory - e.parts["libraries"]) / meas_mem, step / r["step_cpu_s"]
+
+    mem, cpu = ratios(r["n"] // r["ranks"])
+    assert 0.5 <= mem <= 2 and 0.5 <= cpu <= 2, (mem, cpu)
+    whole, _ = ratios(r["n"])
+    assert whole > 1.5 * mem  # the unsplit system: twice the memory per rank

@@ -39,8 +39,8 @@ CONTROLS = [
     ("mean-field", "frozen-pde", "_at_T"),
     ("mean-field", "pde-value-sign", "_at_T"),
     ("mean-field", "pde-velocity:1", "_at_T"),
-    ("mean-field", "pde-velocity:0.05", "_at_T"),
-    ("mean-field", "pde-velocity:-0.05", "_at_T"),
+    ("mean-field", "pde-velocity:0.02", "_at_T"),
+    ("mean-field", "pde-velocity:-0.02", "_at_T"),
     ("mean-field", "pde-beta-1.5", "_at_T"),
     ("mean-field", "pde-stop-short:0.5", "_at_T"),
     ("mean-field", "pde-no-mobility", "_at_T"),
@@ -84,8 +84,9 @@ CONTROLS = [
 #: run in the slow suite for their cost (test_study_full.py).
 FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              ("edi", "no-mobility"), ("edi", "mobility:-0.5"),  # edi JKO: test_edi_fv.py
-             # mean-field: the ±1 % faults are below the quick mode's sampling error
+             # mean-field: the ±1 % PDE faults are below the quick mode's sampling error
              ("mean-field", "pde-velocity:0.01"), ("mean-field", "pde-velocity:-0.01"),
+             ("mean-field", "pde-beta:0.01"), ("mean-field", "pde-beta:-0.01"),
              ("mean-field", "tokens-off:0.01")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
