@@ -88,11 +88,11 @@ ALPHA = 0.003
 
 #: Settings per mode: tokens per replicate ``n``, replicates ``R``, degree ``L`` of the
 #: moments, degree ``L_cv`` of the control variates at t = 0 (80 controls; degree 14 explains
-#: barely more),
-#: the two PDE meshes (coarse, fine), the exact-W2 cross-check's tokens (one replicate) and
-#: the sliced-W2 one's (pooled over the replicates, ``⌈ssw_tokens / R⌉`` from each; POT's
-#: ``sliced_wasserstein_sphere`` costs time linear in the tokens at a fixed number of
-#: projections, and is the most expensive part of a run beyond a few thousand tokens).
+#: barely more), the two PDE meshes (coarse, fine), the exact-W2 cross-check's tokens (one
+#: replicate) and the sliced-W2 one's (pooled over the replicates, ``⌈ssw_tokens / R⌉``
+#: from each; POT's ``sliced_wasserstein_sphere`` costs time linear in the tokens at a fixed
+#: number of projections, and is the most expensive part of a run beyond a few thousand
+#: tokens).
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"n": 1000, "R": 48, "L": 3, "L_cv": 8,
               "meshes": ("sphere_5120.msh", "sphere_20480.msh"), "w2_points": 1000,
