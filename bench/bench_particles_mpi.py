@@ -138,6 +138,7 @@ ROWS = {
     # blocks for wide heads, no pair-once), the like-for-like 1-rank reference
     "d64_n1e4_p1_python": dict(n=10_000, d=64, ranks=1, steps=(1, 2), engine="python"),
     "d64_n1e4_p2": dict(n=10_000, d=64, ranks=2, steps=(1, 2)),
+    "d64_n2e4_p1_python": dict(n=20_000, d=64, ranks=1, steps=(1, 2), engine="python"),
     "d64_n2e4_p2": dict(n=20_000, d=64, ranks=2, steps=(1, 2)),
 }
 QUICK = ("n1e5_p1", "n1e5_p2")
