@@ -209,14 +209,9 @@ def _pde_level(spec: str, heads: Heads, attn: Attention, T: float, L: int) -> di
 
 
 def _draw(verts: np.ndarray, m0: np.ndarray, n: int, rng: np.random.Generator, *,
-          off: float, areas_ignored: bool) -> np.ndarray:
-    """``n`` initial tokens from ``ρ_0`` (or a faulted sampler)."""
-    m = m0
-    if areas_ignored:  # probability ∝ density, not mass: weights 1/|K| too much
-        a = 0.5 * np.linalg.norm(np.cross(verts[:, 1] - verts[:, 0],
-                                          verts[:, 2] - verts[:, 0]), axis=1)
-        m = m0 / a
-    x = sample_cells(verts, m, n, rng)
+          off: float) -> np.ndarray:
+    """``n`` initial tokens from ``ρ_0`` (or, with ``off``, the ``tokens-off`` sampler)."""
+    x = sample_cells(verts, m0, n, rng)
     if off:
         k = rng.random(n) < abs(off)
         mean = np.array([0.0, np.sign(off), 0.0])
@@ -226,8 +221,7 @@ def _draw(verts: np.ndarray, m0: np.ndarray, n: int, rng: np.random.Generator, *
 
 def _replicate(item: tuple) -> dict[str, Any]:
     """One replicate: moments at 0 and T (and, for the first, the cross-check samples)."""
-    (n, r, seed, T, L, L_cv, verts, m0, mT, vscale, kind, off, areas_ignored, w2k,
-     keep) = item
+    (n, r, seed, T, L, L_cv, verts, m0, mT, vscale, kind, off, w2k, keep) = item
     heads, attn = _model()
     if kind != attn.kind:
         attn = Attention(kind, attn.beta)
@@ -237,7 +231,7 @@ def _replicate(item: tuple) -> dict[str, Any]:
     def rng(k: int) -> np.random.Generator:
         return np.random.default_rng([seed, n, r, k])
 
-    x0 = _draw(verts, m0, n, rng(0), off=off, areas_ignored=areas_ignored)
+    x0 = _draw(verts, m0, n, rng(0), off=off)
     for steps in (PARTICLE_STEPS, 2 * PARTICLE_STEPS, 4 * PARTICLE_STEPS):
         # a faster (faulted) flow may need smaller steps to pass the chain-rule check; the
         # correct solver succeeds at the first
@@ -335,8 +329,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     if fault == "frozen-pde":
         refT, errT = ref0, rich * np.abs(fine["m0_mom"] - coarse["m0_mom"])
     items = [(n, r, seed, T, L, L_cv, fine["verts"], fine["m0"], fine["mT"], vscale, kind, off,
-              fault == "sampler-ignores-areas", int(mode["w2_points"]),
-              -(-int(mode["ssw_tokens"]) // R)) for r in range(R)]
+              int(mode["w2_points"]), -(-int(mode["ssw_tokens"]) // R)) for r in range(R)]
     rows = parallel_map(_replicate, items)
     M0 = np.array([r["m0"] for r in rows])
     MT = np.array([r["mT"] for r in rows])
