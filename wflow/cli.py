@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import math
 import os
 import pkgutil
 import signal
@@ -135,8 +136,10 @@ def _redeliver_dropped(signum: int, seconds: float, stopped: threading.Event) ->
     An interruption raised inside a ctypes callback (numba's, llvmlite's) is dropped by
     Python; :func:`_signals_like_ctrl_c`'s hook notes it
     (:func:`wflow.infra.interrupts.note_dropped`), and it is delivered again here a
-    moment later, when the main thread is most likely out of the callback. Only a dropped
-    one: one that propagates is unwinding, and a second exception would cut its clean-up.
+    moment later, when the main thread is most likely out of the callback; one that came
+    inside numba's compiler or llvmlite is held there (:func:`wflow.infra.interrupts.handle`)
+    and delivered the same way. Only a dropped or held one: one that propagates is
+    unwinding, and a second exception would cut its clean-up.
     """
     import _thread
 
@@ -179,8 +182,8 @@ def _signal_watchdog(name: str, rank: int, size: int) -> Callable[[], None]:
             signum = data[0]
             if signum not in (*_SIGNALS, signal.SIGINT):
                 continue
-            if size == 1:
-                _redeliver_dropped(signum, 10 * MPI_SIGNAL_GRACE, stopped)
+            if size == 1:  # until the command ends: a compilation may hold it a minute
+                _redeliver_dropped(signum, math.inf, stopped)
                 continue
             line = _interrupted_line(name, signum, "")
             if rank == 0:  # the main thread had its chance to unwind: it is stuck in MPI

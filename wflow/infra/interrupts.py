@@ -10,6 +10,11 @@ exited 0. The record survives: long loops call :func:`check` between their compi
 blocks (:mod:`wflow.particles.compiled`), the CLI's watchdog delivers a dropped one again
 a moment later (:func:`note_dropped`), and the CLI calls :func:`check` before it reports
 success, so a swallowed signal still ends the command (one line, ``128 + signal``).
+Inside numba's compiler, its cache loader or llvmlite, the handler raises nothing: an
+exception there broke numba's state (an interruption during a cold compilation left
+``RuntimeError: no compiled object yet`` at 2 of 16 delays; a SIGTERM one second after
+the start ended one CI run by SIGSEGV, without the line); it records the signal, and the
+watchdog delivers it once the main thread is out (:func:`handle`).
 
 Importing :mod:`wflow` takes one to three seconds (NumPy, numba, SciPy). A signal in that
 window used to kill the command with the default action: no line, no cleanup, exit
@@ -79,10 +84,50 @@ def _exception(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+#: Packages whose Python code must not be cut by an exception: llvmlite keeps its state
+#: across ctypes callbacks and ``close()``/``__del__`` pairs (an LLVM object closed halfway
+#: would be disposed again by its ``__del__``). numba's compiler and cache loader are
+#: recognised by their lock instead: numba's other Python code (``numba.set_num_threads``,
+#: on the stack of every direct-sum evaluation) is interruptible, and holding signals in
+#: all of numba made 2 of 50 ``mpirun`` trials print the line twice.
+_UNINTERRUPTIBLE = ("llvmlite",)
+
+
+def _in_compiler(frame: object) -> bool:
+    """True while the main thread runs numba's compiler or cache loader, or llvmlite.
+
+    Either numba's global compiler lock is held by this thread (compiling, loading from
+    or saving to the cache), or a frame on the stack belongs to :data:`_UNINTERRUPTIBLE`.
+    """
+    lock = sys.modules.get("numba.core.compiler_lock")
+    try:
+        if lock is not None and lock.global_compiler_lock.is_locked():
+            return True
+    except Exception:  # pragma: no cover - another numba's lock
+        pass
+    seps = ("/", "\\")
+    marks = tuple(f"{a}{p}{b}" for p in _UNINTERRUPTIBLE for a in seps for b in seps)
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        name = getattr(getattr(f, "f_code", None), "co_filename", "")
+        if any(m in name for m in marks):
+            return True
+        f = getattr(f, "f_back", None)
+    return False
+
+
 def handle(signum: int, frame: object = None) -> None:
-    """The CLI's handler: record the signal, then raise (:class:`Terminated`, Ctrl-C's)."""
+    """The CLI's handler: record the signal, then raise (:class:`Terminated`, Ctrl-C's).
+
+    Inside numba's compiler or llvmlite (:func:`_in_compiler`) it only records the signal
+    and notes it dropped: the CLI's watchdog delivers it again every 0.1 s until it lands
+    outside (a compilation takes up to a minute), and :func:`check` raises it too.
+    """
     if not _SEEN:
         _SEEN.append(int(signum))
+    if _in_compiler(frame):
+        note_dropped()
+        return
     raise _exception(signum)
 
 
