@@ -10,11 +10,12 @@ exited 0. The record survives: long loops call :func:`check` between their compi
 blocks (:mod:`wflow.particles.compiled`), the CLI's watchdog delivers a dropped one again
 a moment later (:func:`note_dropped`), and the CLI calls :func:`check` before it reports
 success, so a swallowed signal still ends the command (one line, ``128 + signal``).
-Inside numba's compiler, its cache loader or llvmlite, the handler raises nothing: an
-exception there broke numba's state (an interruption during a cold compilation left
-``RuntimeError: no compiled object yet`` at 2 of 16 delays; a SIGTERM one second after
-the start ended one CI run by SIGSEGV, without the line); it records the signal, and the
-watchdog delivers it once the main thread is out (:func:`handle`).
+During an import (the command's own: DOLFINx, PETSc), inside numba's compiler or cache
+loader, or in llvmlite, the handler raises nothing: an exception there broke the state of
+a library (a cold compilation interrupted left ``RuntimeError: no compiled object yet`` at
+2 of 16 delays; an extension module's initialisation interrupted ended 4 of 150 trials by
+SIGSEGV or SIGABRT, without the line); it records the signal, and the watchdog delivers it
+once the main thread is out (:func:`handle`).
 
 Importing :mod:`wflow` takes one to three seconds (NumPy, numba, SciPy). A signal in that
 window used to kill the command with the default action: no line, no cleanup, exit
@@ -92,12 +93,20 @@ def _exception(signum: int) -> KeyboardInterrupt:
 #: all of numba made 2 of 50 ``mpirun`` trials print the line twice.
 _UNINTERRUPTIBLE = ("llvmlite",)
 
+#: The import system's frames: an exception raised in Python code that an extension
+#: module's initialisation calls (nanobind creating DOLFINx's enums) crossed C++ frames
+#: that cannot carry it: ``terminate called after throwing an instance of
+#: 'nanobind::python_error'`` (SIGABRT) or SIGSEGV, without the line (4 of 150 trials at
+#: random delays under load).
+_IMPORT_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
 
-def _in_compiler(frame: object) -> bool:
-    """True while the main thread runs numba's compiler or cache loader, or llvmlite.
+
+def _uninterruptible(frame: object) -> bool:
+    """True while the main thread imports, compiles with numba or runs llvmlite.
 
     Either numba's global compiler lock is held by this thread (compiling, loading from
-    or saving to the cache), or a frame on the stack belongs to :data:`_UNINTERRUPTIBLE`.
+    or saving to the cache), or a frame on the stack belongs to the import system
+    (:data:`_IMPORT_FILES`) or to :data:`_UNINTERRUPTIBLE`.
     """
     lock = sys.modules.get("numba.core.compiler_lock")
     try:
@@ -110,7 +119,7 @@ def _in_compiler(frame: object) -> bool:
     f = frame if frame is not None else sys._getframe(1)
     while f is not None:
         name = getattr(getattr(f, "f_code", None), "co_filename", "")
-        if any(m in name for m in marks):
+        if name in _IMPORT_FILES or any(m in name for m in marks):
             return True
         f = getattr(f, "f_back", None)
     return False
@@ -119,13 +128,14 @@ def _in_compiler(frame: object) -> bool:
 def handle(signum: int, frame: object = None) -> None:
     """The CLI's handler: record the signal, then raise (:class:`Terminated`, Ctrl-C's).
 
-    Inside numba's compiler or llvmlite (:func:`_in_compiler`) it only records the signal
-    and notes it dropped: the CLI's watchdog delivers it again every 0.1 s until it lands
-    outside (a compilation takes up to a minute), and :func:`check` raises it too.
+    During an import, inside numba's compiler or in llvmlite (:func:`_uninterruptible`) it
+    only records the signal and notes it dropped: the CLI's watchdog delivers it again
+    every 0.1 s until it lands outside (a compilation takes up to a minute), and
+    :func:`check` raises it too.
     """
     if not _SEEN:
         _SEEN.append(int(signum))
-    if _in_compiler(frame):
+    if _uninterruptible(frame):
         note_dropped()
         return
     raise _exception(signum)
