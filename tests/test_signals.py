@@ -353,6 +353,17 @@ def test_a_dropped_interruption_is_delivered_again_by_the_watchdog(watchdog):
         assert raised is None
 
 
+def _terminated_in_plain_python(seconds: float = 2.0) -> Terminated | None:
+    """Run plain Python (no ``check()``) for ``seconds``: the Terminated that lands, if any."""
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < seconds:
+            sum(range(1000))
+    except Terminated as exc:
+        return exc
+    return None
+
+
 def _compile_under_signals(compiled: list) -> tuple[str, BaseException | None]:
     """Compile a fresh numba function while SIGTERM reaches the main thread every 20 ms.
 
@@ -395,12 +406,8 @@ def _compile_under_signals(compiled: list) -> tuple[str, BaseException | None]:
         except BaseException as exc:  # noqa: BLE001 - the control's cut compilation
             where, raised = "compiler", exc
         else:
-            t0 = time.monotonic()
-            try:
-                while time.monotonic() - t0 < 2.0:  # plain Python: no check() here
-                    sum(range(1000))
-            except Terminated as exc:
-                where, raised = "after", exc
+            raised = _terminated_in_plain_python()
+            where = "after" if raised is not None else where
     finally:
         done.set()
         t.join()
@@ -491,12 +498,8 @@ def test_a_signal_during_an_import_lands_after_it(tmp_path, monkeypatch, held):
             except Terminated as exc:
                 where, raised = "import", exc
             else:
-                t0 = time.monotonic()
-                try:
-                    while time.monotonic() - t0 < 2.0:  # plain Python: no check() here
-                        sum(range(1000))
-                except Terminated as exc:
-                    where, raised = "after", exc
+                raised = _terminated_in_plain_python()
+                where = "after" if raised is not None else where
         finally:
             stop()
             interrupts.reset()
