@@ -132,6 +132,8 @@ ROWS = {
     "n1e6_p1": dict(n=1_000_000, ranks=1), "n1e6_p2": dict(n=1_000_000, ranks=2),
     # 10⁷ tokens split over 2 ranks (≈ 5.4 GB per rank): one and two steps
     "n1e7_p2": dict(n=10_000_000, ranks=2, steps=(1, 2)),
+    # the same system in one process (≈ 10.7 GB by the estimate)
+    "n1e7_p1": dict(n=10_000_000, ranks=1, steps=(1, 2)),
     # d = 64, direct sums (the ring)
     "d64_n1e4_p1": dict(n=10_000, d=64, ranks=1, steps=(1, 2)),
     # the same one-process run on the Python loop (the split engine's loop: BLAS score
@@ -140,6 +142,7 @@ ROWS = {
     "d64_n1e4_p2": dict(n=10_000, d=64, ranks=2, steps=(1, 2)),
     "d64_n2e4_p1_python": dict(n=20_000, d=64, ranks=1, steps=(1, 2), engine="python"),
     "d64_n2e4_p2": dict(n=20_000, d=64, ranks=2, steps=(1, 2)),
+    "d64_n1e5_p2": dict(n=100_000, d=64, ranks=2, steps=(1, 2)),
 }
 QUICK = ("n1e5_p1", "n1e5_p2")
 
@@ -159,7 +162,7 @@ def run_row(name: str, spec: dict, threads: int = 1) -> dict:
     python = sys.executable
     mpirun = str(Path(sys.executable).parent / "mpirun")
     if P == 1:
-        rec = call_peer("bench_particles_mpi:step_peer", threads=threads, timeout=3600,
+        rec = call_peer("bench_particles_mpi:step_peer", threads=threads, timeout=7200,
                         extra_env=extra, **spec)
     else:
         from _common import peer_env, recorded_env
@@ -170,7 +173,7 @@ def run_row(name: str, spec: dict, threads: int = 1) -> dict:
         import subprocess
 
         l0, t0 = load1(), time.perf_counter()
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600,
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200,
                              cwd=HERE.parent)
         if out.returncode != 0:
             raise RuntimeError(f"row {name} failed:\n{out.stderr[-3000:]}")
