@@ -414,7 +414,11 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         ax[0].set(xlabel="dt / τ", ylabel="|EDI residual| (absolute)",
                   title="particles (and JKO)")
         ax[0].xaxis.set_minor_formatter(plt.NullFormatter())  # decade labels only
-        ax[0].legend(fontsize=7)
+        if ax[0].lines:
+            ax[0].legend(fontsize=7)
+        else:  # the particle and JKO parts were not run
+            ax[0].text(0.5, 0.5, "not run", ha="center", va="center",
+                       transform=ax[0].transAxes, color="0.5")
         if "pde" in table:
             ax[1].loglog(table["pde"]["h"], np.abs(table["pde"]["edi"]), "o-",
                          label=f"PDE order 2 ({fits['pde']['slope']:.2f})")
