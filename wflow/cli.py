@@ -137,9 +137,10 @@ def _redeliver_dropped(signum: int, seconds: float, stopped: threading.Event) ->
     Python; :func:`_signals_like_ctrl_c`'s hook notes it
     (:func:`wflow.infra.interrupts.note_dropped`), and it is delivered again here a
     moment later, when the main thread is most likely out of the callback; one that came
-    inside numba's compiler or llvmlite is held there (:func:`wflow.infra.interrupts.handle`)
-    and delivered the same way. Only a dropped or held one: one that propagates is
-    unwinding, and a second exception would cut its clean-up.
+    during an import, inside numba's compiler or in llvmlite is held there
+    (:func:`wflow.infra.interrupts.handle`) and delivered the same way. Only a dropped or
+    held one: one that propagates is unwinding, and a second exception would cut its
+    clean-up.
     """
     import _thread
 
