@@ -529,3 +529,25 @@ def test_sigterm_at_every_moment_of_the_imports_is_one_line(tmp_path):
         assert _last_line(err) == "wflow pde: interrupted by SIGTERM", err
         assert "Traceback" not in err, err
         _clean(tmp_path, out)
+
+
+def test_a_signal_during_the_clean_up_is_recorded_not_raised():
+    """Once the CLI unwinds, a signal (or the watchdog's delivery) raises nothing; a held
+    signal raised by ``check`` leaves no note for the watchdog. Control: before
+    ``unwinding`` the same call raises."""
+    interrupts.reset()
+    try:
+        with pytest.raises(Terminated):  # control
+            interrupts.handle(signal.SIGTERM)
+        interrupts.note_dropped()
+        with pytest.raises(Terminated):
+            interrupts.check()
+        assert not interrupts.take_dropped()  # consumed: the watchdog delivers nothing
+        interrupts.unwinding()
+        interrupts.handle(signal.SIGTERM)  # recorded only
+        assert interrupts.interrupted() == signal.SIGTERM
+    finally:
+        interrupts.reset()
+    with pytest.raises(Terminated):  # reset ends the unwinding
+        interrupts.handle(signal.SIGTERM)
+    interrupts.reset()

@@ -348,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                 stack.callback(_ignore_late_signals)  # after the handlers are restored
             return code
         except KeyboardInterrupt as exc:
+            interrupts.unwinding()  # a signal now is recorded, never raised into the clean-up
             # one line, no traceback; the message (if any) says how to resume
             signum = getattr(exc, "signum", signal.SIGINT)
             line = _interrupted_line(name, signum, str(exc))
