@@ -48,11 +48,12 @@ dt = 0.05
 """
 
 
-def _start(cmd: list[str], cwd: Path, mpi: int = 0) -> subprocess.Popen:
+def _start(cmd: list[str], cwd: Path, mpi: int = 0, env: dict | None = None
+           ) -> subprocess.Popen:
     pre = [str(MPIRUN), "-n", str(mpi)] if mpi else []
-    return subprocess.Popen([*pre, sys.executable, "-m", "wflow.cli", *cmd], cwd=cwd, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen([*pre, sys.executable, "-m", "wflow.cli", *cmd], cwd=cwd,
+                            env=ENV if env is None else env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
 
 
 def _signal_when(proc: subprocess.Popen, word: bytes, sig: int, *, stream: str = "stderr",
@@ -166,12 +167,18 @@ def test_sigterm_under_mpirun_every_time(tmp_path, cmd):
 def test_signal_during_the_imports_is_one_line(tmp_path, delay):
     """A SIGTERM while the package still imports is held: one line, 143 (not death by 15)."""
     (tmp_path / "p.toml").write_text(PDE)
-    out = tmp_path / "o"
-    proc = _start(["pde", "p.toml", "--out", str(out)], tmp_path)
+    _pde_sigterm_is_one_line(tmp_path, tmp_path / "o", delay)
+
+
+def _pde_sigterm_is_one_line(tmp_path: Path, out: Path, delay: float,
+                             env: dict | None = None) -> None:
+    """``wflow pde`` (``p.toml`` in ``tmp_path``) given SIGTERM after ``delay`` seconds:
+    one line, 143, no traceback, nothing left."""
+    proc = _start(["pde", "p.toml", "--out", str(out)], tmp_path, env=env)
     _, err = _signal_after(proc, delay, signal.SIGTERM)
-    assert proc.returncode == 143, err
+    assert proc.returncode == 143, f"delay {delay} s: exit {proc.returncode}: {err}"
     assert _last_line(err) == "wflow pde: interrupted by SIGTERM", err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     _clean(tmp_path, out)
 
 
@@ -454,16 +461,8 @@ COLD_DELAYS = (1.5, 1.8, 2.0, 2.2, 2.4, 2.7, 3.0, 4.0)
 def test_sigterm_during_a_cold_compilation_is_one_line(tmp_path):
     (tmp_path / "p.toml").write_text(PDE)
     for i, delay in enumerate(COLD_DELAYS):
-        out = tmp_path / f"o{i}"
-        env = dict(ENV, NUMBA_CACHE_DIR=str(tmp_path / f"cache{i}"))
-        proc = subprocess.Popen([sys.executable, "-m", "wflow.cli", "pde", "p.toml", "--out",
-                                 str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        _, err = _signal_after(proc, delay, signal.SIGTERM)
-        assert proc.returncode == 143, f"delay {delay} s: exit {proc.returncode}: {err}"
-        assert _last_line(err) == "wflow pde: interrupted by SIGTERM", err
-        assert "Traceback" not in err, err
-        _clean(tmp_path, out)
+        env = dict(ENV, NUMBA_CACHE_DIR=str(tmp_path / f"cache{i}"))  # empty: compiles
+        _pde_sigterm_is_one_line(tmp_path, tmp_path / f"o{i}", delay, env)
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "control"])
@@ -522,13 +521,7 @@ IMPORT_DELAYS = tuple(round(0.5 + 0.05 * i, 2) for i in range(41))
 def test_sigterm_at_every_moment_of_the_imports_is_one_line(tmp_path):
     (tmp_path / "p.toml").write_text(PDE)
     for i, delay in enumerate(IMPORT_DELAYS):
-        out = tmp_path / f"o{i}"
-        proc = _start(["pde", "p.toml", "--out", str(out)], tmp_path)
-        _, err = _signal_after(proc, delay, signal.SIGTERM)
-        assert proc.returncode == 143, f"delay {delay} s: exit {proc.returncode}: {err}"
-        assert _last_line(err) == "wflow pde: interrupted by SIGTERM", err
-        assert "Traceback" not in err, err
-        _clean(tmp_path, out)
+        _pde_sigterm_is_one_line(tmp_path, tmp_path / f"o{i}", delay)
 
 
 def test_a_signal_during_the_clean_up_is_recorded_not_raised():
