@@ -6,5 +6,7 @@
   relaxed, layers, callables);
 * :mod:`~wflow.attention.published` — the published [TD] experiments' conventions (tokens,
   heads, OU weights, the frames :class:`~wflow.attention.published.PublishedFrames` that the
-  compiled particle loop recognises); re-exported by :mod:`wflow.published.td`.
+  compiled particle loop recognises); re-exported by :mod:`wflow.published.td`;
+* :mod:`~wflow.attention.diffusion` — the token diffusion ``D`` (THEORY §8), distinct from
+  the weights' OU noise.
 """
