@@ -1,13 +1,13 @@
-"""Token diffusion ``D``: the noise of the *tokens*, a term of the model in every solver.
+r"""Token diffusion ``D``: the noise of the *tokens*, a term of the model in every solver.
 
 The noisy transformer (THEORY §8) moves each token by its attention velocity and a
 Brownian motion on the sphere ``S^{d-1}`` with generator ``D Δ_S``:
 
 .. math::
 
-    dx_i = v[\\mu^n_t, \\Theta_t](x_i)\\,dt + \\sqrt{2D}\\,P_{x_i} \\circ dW_i
-    \\quad\\text{(Stratonovich)},\\qquad
-    dx = \\big(v - D(d-1)\\,x\\big)\\,dt + \\sqrt{2D}\\,P_x\\,dW \\quad\\text{(Itô)},
+    dx_i = v[\mu^n_t, \Theta_t](x_i)\,dt + \sqrt{2D}\,P_{x_i} \circ dW_i
+    \quad\text{(Stratonovich)},\qquad
+    dx = \big(v - D(d-1)\,x\big)\,dt + \sqrt{2D}\,P_x\,dW \quad\text{(Itô)},
 
 and the density solves the Fokker–Planck equation
 ``∂_t ρ + div_S(ρ v) = D Δ_S ρ``. ``D`` has units of (sphere radius)² per unit time (depth).
