@@ -61,6 +61,7 @@ from .geometry.density import initial_density, sample_particles
 from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
 from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
+from .infra.accuracy import StepController, Tolerance
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
@@ -137,6 +138,8 @@ __all__ = [
     "worst_status",
     "SolverResult",
     "status_summary",
+    "Tolerance",
+    "StepController",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
