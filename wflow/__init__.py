@@ -65,8 +65,8 @@ from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
 from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
-from .results import SolverResult, status_summary
-from .status import Check, Status, chain_check, worst_status
+from .results import Outcome, SolverResult, status_summary
+from .status import Check, Claim, Reach, Status, Verdict, chain_check, worst_status
 
 __all__ = [
     "__version__",
@@ -137,6 +137,10 @@ __all__ = [
     "worst_status",
     "SolverResult",
     "status_summary",
+    "Outcome",
+    "Verdict",
+    "Claim",
+    "Reach",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
