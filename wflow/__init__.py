@@ -66,8 +66,8 @@ from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
 from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
-from .results import SolverResult, status_summary
-from .status import Check, Status, chain_check, worst_status
+from .results import Outcome, SolverResult, status_summary
+from .status import Check, Claim, Reach, Status, Verdict, chain_check, worst_status
 
 __all__ = [
     "__version__",
@@ -140,6 +140,10 @@ __all__ = [
     "status_summary",
     "Tolerance",
     "StepController",
+    "Outcome",
+    "Verdict",
+    "Claim",
+    "Reach",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
