@@ -15,8 +15,8 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.jko.pot` — POT values, potentials and cross-checks;
 * :mod:`~wflow.jko.inner` — the inner solvers (conditional gradient, mirror descent);
 * :mod:`~wflow.jko.step` — one OT step (:func:`jko_step`);
-* :mod:`~wflow.jko.dual` — circumcentric dual geometry, well-centredness check;
-* :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``);
+* :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``), on the
+  circumcentric dual geometry of :mod:`wflow.geometry.mesh.dual`;
 * :mod:`~wflow.jko.zonal` — the exact JKO step of zonal problems (a test reference);
 * :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
   :class:`JKOResult`;

@@ -12,7 +12,7 @@ Numer. Math. 2020, with ``n_s`` pseudo-time substeps ``δ = 1/n_s``)::
     s.t.  m^{i+1}_K − m^i_K + δ Σ_{σ⊂∂K} J^i_{K,σ} = 0,
 
 with ``J_σ = |σ| F_σ`` the total flux across the edge, ``w_σ = |σ|/d_σ``
-(:mod:`wflow.jko.dual`) and the *upwind* edge mobility ``θ_σ = b̂_K m_K/|K|`` of the
+(:mod:`wflow.geometry.mesh.dual`) and the *upwind* edge mobility ``θ_σ = b̂_K m_K/|K|`` of the
 cell the flux leaves. Each term ``J²/θ`` (split into its positive and negative part,
 each over its own upwind cell) is a perspective function: ``W²_h`` is jointly convex in
 ``(m, J)``. ``n_s = 1`` is the CGT scheme, whose cost is ``τ Σ_σ |σ| d_σ F_σ²/(2θ_σ)``
@@ -113,8 +113,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..geometry.mesh.dual import DualGeometry
 from ..kernels import kernel_sums
-from .dual import DualGeometry
 
 __all__ = [
     "FVGraph",
@@ -131,7 +131,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, eq=False)
 class FVGraph:
-    """The cell graph of a :class:`~wflow.jko.dual.DualGeometry` in CSR form.
+    """The cell graph of a :class:`~wflow.geometry.mesh.dual.DualGeometry` in CSR form.
 
     Attributes
     ----------

@@ -49,11 +49,11 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
+from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from ..infra.progress import progress_bar
 from ..results import SolverResult, finish_history
 from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
 from .cost import _Geometry
-from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
 from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
 from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions, JKOWarning, auto_tau

@@ -1,6 +1,7 @@
 """Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (docs/theory.md §4).
 
-The finite-volume JKO step (:mod:`wflow.jko.fv`) needs, for every cell ``K`` a centre
+The finite-volume JKO step (:mod:`wflow.jko.fv`) and the token diffusion of the PDE
+(:mod:`wflow.pde.diffusion`) need, for every cell ``K`` a centre
 ``x_K`` and for every edge ``σ = K|L`` its length ``|σ|`` and the distance ``d_σ``
 between the centres of ``K`` and ``L``, such that the arc ``x_K x_L`` is orthogonal to
 ``σ`` (two-point flux consistency). On the unit sphere this holds for the *spherical
