@@ -69,6 +69,22 @@ from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
 from .results import Outcome, SolverResult, status_summary
 from .status import Check, Claim, Reach, Status, Verdict, chain_check, worst_status
 
+# isort: split
+from .phase import (
+    DichotomyCheck,
+    PhaseDiagram,
+    PhasePoint,
+    ZonalOptions,
+    check_dichotomy,
+    funk_hecke_eigenvalues,
+    k_sharp,
+    order_parameter_exponent,
+    phase_diagram,
+    phase_point,
+    tricritical_beta,
+    zonal_branch,
+)
+
 __all__ = [
     "__version__",
     "Attention",
@@ -144,6 +160,19 @@ __all__ = [
     "Verdict",
     "Claim",
     "Reach",
+    # the noisy model's phase transition (issue 40, wflow.phase)
+    "k_sharp",
+    "tricritical_beta",
+    "funk_hecke_eigenvalues",
+    "ZonalOptions",
+    "zonal_branch",
+    "phase_point",
+    "PhasePoint",
+    "phase_diagram",
+    "PhaseDiagram",
+    "order_parameter_exponent",
+    "check_dichotomy",
+    "DichotomyCheck",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
