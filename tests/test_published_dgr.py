@@ -139,3 +139,31 @@ def test_alibi_run_control_wrong_slope_is_caught():
     _, th = alibi_circle_dynamics(th0, beta=p["beta"], lam=1.02 * p["lam"], T=2.0,
                                   dt=p["dt"], every=80)
     assert np.max(np.abs(th - ref["theta"][: th.shape[0]])) > 4000 * EPS * 8
+
+
+def test_reproduce_quick_judges_both_claims_and_its_controls(tmp_path):
+    import json
+
+    from wflow.published.lost_in_the_middle import LostInTheMiddleOptions, reproduce
+
+    res = reproduce(out=tmp_path / "litm", options=LostInTheMiddleOptions.quick())
+    s = json.loads((tmp_path / "litm" / "summary.json").read_text())
+    assert res.passed and s["status"] == "success"
+    assert s["verdict"] == "reproduced"
+    assert s["control_t_crit_doubled"] == "not reproduced"
+    assert s["control_mirrored_mask"] == "not reproduced"
+    assert (tmp_path / "litm" / "lost_in_the_middle.png").stat().st_size > 0
+
+
+def test_judge_catches_a_wrong_threshold_and_a_wrong_mask():
+    # negative controls through the public API: a doubled t_crit, and the mirrored mask's
+    # run (which collapses to the last token), are each NOT REPRODUCED
+    from wflow.published.lost_in_the_middle import LostInTheMiddleOptions, judge, run_circle
+
+    opts = LostInTheMiddleOptions.quick(betas=(1.0, 3.0))
+    _, th = run_circle(opts)
+    assert judge(opts, th).passed
+    assert not judge(opts, th, t_crit_scale=2.0).passed
+    _, th_rev = run_circle(opts, reverse=True)
+    v = judge(opts, th_rev)
+    assert not v.passed and not v.checks["run_collapse_to_first"]["passed"]

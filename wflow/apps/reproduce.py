@@ -127,6 +127,9 @@ FIELD: dict[str, tuple[str, str]] = {
                      "Castin et al. ranks of the limit covariance of the softmax moment ODE"),
     "metastable_staircase": ("wflow.published.metastable_staircase",
                              "GKPR energy staircase of 5 tokens on the circle"),
+    "lost_in_the_middle": ("wflow.published.lost_in_the_middle",
+                           "DGR U-shaped retrieval profile, t_crit(β) and causal ALiBi "
+                           "particles collapsing to the first token"),
 }
 
 

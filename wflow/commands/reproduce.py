@@ -113,7 +113,8 @@ def _field(args: argparse.Namespace) -> int:
     name = args.experiments[0]
     mod = importlib.import_module(FIELD[name][0])
     opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
-                "metastable_staircase": "StaircaseOptions"}[name]
+                "metastable_staircase": "StaircaseOptions",
+                "lost_in_the_middle": "LostInTheMiddleOptions"}[name]
     cls = getattr(mod, opts_cls)
     changes = {}
     if name == "glpr_phase":
