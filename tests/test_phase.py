@@ -115,6 +115,19 @@ def test_funk_hecke_eigenvalues_against_quadrature(d, beta):
 
 
 @pytest.mark.parametrize("d", DIMS)
+def test_gegenbauer_recurrence_matches_scipy(d):
+    from wflow.phase.zonal import gegenbauer_table
+
+    a = (d - 3) / 2
+    z = np.linspace(-1, 1, 41)
+    ls = np.arange(21)
+    ref = eval_jacobi(ls[:, None], a, a, z[None]) / eval_jacobi(ls, a, a, 1.0)[:, None]
+    P = gegenbauer_table(d, 20, z)
+    np.testing.assert_allclose(P, ref, rtol=0, atol=1e-12)  # |P_l| <= 1, 20 steps
+    assert np.max(np.abs(gegenbauer_table(d + 1, 20, z) - ref)) > 1e-3  # wrong dimension
+
+
+@pytest.mark.parametrize("d", DIMS)
 def test_harmonic_dimension_is_the_gegenbauer_norm(d):
     m = ZonalModel(2.0, d, options=ZonalOptions(modes=10))
     dims = [harmonic_dimension(d, l) for l in range(11)]
@@ -223,6 +236,16 @@ def test_zonal_thresholds_converge_in_the_quadrature():
     assert all(e2 < 1e-2 * e1 for e1, e2 in zip(errs[:-2], errs[1:-1], strict=True)), errs
     assert errs[-1] < 1e-12
     assert errs[0] > 1e-4  # negative control: a 4-mode truncation is visibly off
+
+
+def test_the_quadrature_residual_flags_a_coarse_rule(caplog):
+    """Each PhasePoint measures its quadrature a posteriori (twice the nodes): tiny by
+    default; a 14-node rule is flagged, with a warning naming the remedy."""
+    assert phase_point(3.0, 3).quadrature_residual < 1e-10
+    with caplog.at_level("WARNING", logger="wflow.phase.branch"):
+        p = phase_point(3.0, 3, options=ZonalOptions(modes=12, nodes=14))
+    assert p.quadrature_residual > 1e-10
+    assert "raise ZonalOptions.nodes" in caplog.text
 
 
 # ------------------------------------------------------------------ item 3: exponents

@@ -22,8 +22,12 @@ PINNED = {
     "k_sharp_beta3": 0.668809795493452,
     "k_c_beta3": 0.6168721972981277,
     "k_fold_beta3": 0.6042237643901619,
-    "exponent_below": 0.49990827700957713,
-    "exponent_at": 0.25000130270320364,
+    "exponent_below": 0.4999082770095864,
+    # at β*, K − K_# ≈ b m⁴ is 2.2e-10 at the smallest m = 0.005 of the fit, against a
+    # round-off of K of ~eps·K/m ≈ 5e-14 (module wflow.phase.zonal): 2e-4 relative on that
+    # point, ~1e-5 on the fitted slope (measured: 3e-8 between two exact evaluations of
+    # the Gegenbauer polynomials). Pinned absolutely to 2e-5.
+    "exponent_at": (0.2500013348530882, 2e-5),
 }
 
 
@@ -38,7 +42,10 @@ def _load():
 def test_phase_diagram_demo_quick(tmp_path):
     result = _load().main(quick=True, out=tmp_path)
     for key, want in PINNED.items():
-        np.testing.assert_allclose(result[key], want, rtol=1e-9, err_msg=key)
+        if isinstance(want, tuple):
+            np.testing.assert_allclose(result[key], want[0], rtol=0, atol=want[1], err_msg=key)
+        else:
+            np.testing.assert_allclose(result[key], want, rtol=1e-9, err_msg=key)
     assert result["discontinuous"] == 6  # β = 2, 2.5, 3, 4, 5, 6 of the quick grid
     assert result["dichotomy"]["3"]["holds"]
     png, js = tmp_path / "phase_diagram.png", tmp_path / "phase_diagram.json"
