@@ -248,6 +248,67 @@ def test_the_quadrature_residual_flags_a_coarse_rule(caplog):
     assert "raise ZonalOptions.nodes" in caplog.text
 
 
+def _nystrom(beta: float, d: int, n: int = 160):
+    """Nodes, weights and the azimuthal-mean kernel ``k(z_i, w_j)`` (THEORY §8), built
+    here without the Gegenbauer reduction."""
+    from scipy.special import gammaln, ive
+
+    nu = (d - 3) / 2
+    z, w = roots_jacobi(n, nu, nu)
+    w = w / w.sum()
+    r = beta * np.outer(np.sqrt(1 - z**2), np.sqrt(1 - z**2))
+    k = np.exp(beta * np.outer(z, z) + r + gammaln(nu + 1) + nu * np.log(2 / r)
+               + np.log(ive(nu, r)))
+    return z, w, k
+
+
+def _density(branch, state, z, w):
+    """The state's density ``f = e^u / Z`` at the nodes ``z`` (weights ``w``)."""
+    from wflow.phase.zonal import gegenbauer_table
+
+    u = state.K * ((branch.model.kappa[1:] * state.c[1:]) @ gegenbauer_table(
+        branch.model.d, branch.model.L, z)[1:])
+    f = np.exp(u - u.max())
+    return f / (w @ f)
+
+
+@pytest.mark.parametrize("beta", [3.0, 4.0])
+def test_free_energy_gap_and_hysteresis_by_an_independent_iteration(beta):
+    """Independent of the reduction: (i) ``F_K`` computed directly (entropy minus the
+    interaction with the azimuthal kernel) is equal for the clustered state and the uniform
+    one at ``K_c``; (ii) the self-consistency map ``f ← exp((2K/β) k*f)/Z`` iterated from a
+    clustered state keeps it at ``K_f(1 + 1e-3)`` and loses it at ``K_f(1 − 1e-3)``, and
+    from a perturbed uniform state stays uniform at ``0.99 K_#`` and clusters at ``1.01 K_#``:
+    the hysteresis window is ``[K_f, K_#]``."""
+    d = 3
+    p = phase_point(beta, d)
+    z, w, k = _nystrom(beta, d)
+
+    def F(f, K):
+        return w @ (f * np.log(f)) - (K / beta) * (w * f) @ k @ (w * f)
+
+    crit = p.branch.solve(p.m_c)
+    f = _density(p.branch, crit, z, w)
+    gap = F(f, crit.K) - F(np.ones_like(z), crit.K)
+    assert abs(gap) < 1e-11, gap  # F = O(1), 160-node sums: ~1e3 eps
+    mid = p.branch.solve(0.5 * (p.m_fold + p.m_c))  # negative control: ΔF > 0 there
+    assert F(_density(p.branch, mid, z, w), mid.K) - F(np.ones_like(z), mid.K) > 1e-4
+
+    def iterate(f, K, n=3000):
+        for _ in range(n):
+            v = (2 * K / beta) * (k @ (w * f))
+            f = np.exp(v - v.max())
+            f = f / (w @ f)
+        return float(w @ (z * f))
+
+    cluster = _density(p.branch, p.branch.solve(0.9), z, w)
+    uniform = 1 + 1e-3 * z
+    assert iterate(cluster, p.k_fold * (1 + 1e-3)) > p.m_fold
+    assert iterate(cluster, p.k_fold * (1 - 1e-3)) < 1e-8
+    assert iterate(uniform, p.k_sharp * 0.99) < 1e-8
+    assert iterate(uniform, p.k_sharp * 1.01) > p.m_c
+
+
 # ------------------------------------------------------------------ item 3: exponents
 @pytest.mark.parametrize("d", DIMS)
 def test_order_parameter_exponents(d):
