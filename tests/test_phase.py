@@ -115,6 +115,19 @@ def test_funk_hecke_eigenvalues_against_quadrature(d, beta):
 
 
 @pytest.mark.parametrize("d", DIMS)
+def test_gegenbauer_recurrence_matches_scipy(d):
+    from wflow.phase.zonal import gegenbauer_table
+
+    a = (d - 3) / 2
+    z = np.linspace(-1, 1, 41)
+    ls = np.arange(21)
+    ref = eval_jacobi(ls[:, None], a, a, z[None]) / eval_jacobi(ls, a, a, 1.0)[:, None]
+    P = gegenbauer_table(d, 20, z)
+    np.testing.assert_allclose(P, ref, rtol=0, atol=1e-12)  # |P_l| <= 1, 20 steps
+    assert np.max(np.abs(gegenbauer_table(d + 1, 20, z) - ref)) > 1e-3  # wrong dimension
+
+
+@pytest.mark.parametrize("d", DIMS)
 def test_harmonic_dimension_is_the_gegenbauer_norm(d):
     m = ZonalModel(2.0, d, options=ZonalOptions(modes=10))
     dims = [harmonic_dimension(d, l) for l in range(11)]
@@ -223,6 +236,77 @@ def test_zonal_thresholds_converge_in_the_quadrature():
     assert all(e2 < 1e-2 * e1 for e1, e2 in zip(errs[:-2], errs[1:-1], strict=True)), errs
     assert errs[-1] < 1e-12
     assert errs[0] > 1e-4  # negative control: a 4-mode truncation is visibly off
+
+
+def test_the_quadrature_residual_flags_a_coarse_rule(caplog):
+    """Each PhasePoint measures its quadrature a posteriori (twice the nodes): tiny by
+    default; a 14-node rule is flagged, with a warning naming the remedy."""
+    assert phase_point(3.0, 3).quadrature_residual < 1e-10
+    with caplog.at_level("WARNING", logger="wflow.phase.branch"):
+        p = phase_point(3.0, 3, options=ZonalOptions(modes=12, nodes=14))
+    assert p.quadrature_residual > 1e-10
+    assert "raise ZonalOptions.nodes" in caplog.text
+
+
+def _nystrom(beta: float, d: int, n: int = 160):
+    """Nodes, weights and the azimuthal-mean kernel ``k(z_i, w_j)`` (THEORY §8), built
+    here without the Gegenbauer reduction."""
+    from scipy.special import gammaln, ive
+
+    nu = (d - 3) / 2
+    z, w = roots_jacobi(n, nu, nu)
+    w = w / w.sum()
+    r = beta * np.outer(np.sqrt(1 - z**2), np.sqrt(1 - z**2))
+    k = np.exp(beta * np.outer(z, z) + r + gammaln(nu + 1) + nu * np.log(2 / r)
+               + np.log(ive(nu, r)))
+    return z, w, k
+
+
+def _density(branch, state, z, w):
+    """The state's density ``f = e^u / Z`` at the nodes ``z`` (weights ``w``)."""
+    from wflow.phase.zonal import gegenbauer_table
+
+    u = state.K * ((branch.model.kappa[1:] * state.c[1:]) @ gegenbauer_table(
+        branch.model.d, branch.model.L, z)[1:])
+    f = np.exp(u - u.max())
+    return f / (w @ f)
+
+
+@pytest.mark.parametrize("beta", [3.0, 4.0])
+def test_free_energy_gap_and_hysteresis_by_an_independent_iteration(beta):
+    """Independent of the reduction: (i) ``F_K`` computed directly (entropy minus the
+    interaction with the azimuthal kernel) is equal for the clustered state and the uniform
+    one at ``K_c``; (ii) the self-consistency map ``f ← exp((2K/β) k*f)/Z`` iterated from a
+    clustered state keeps it at ``K_f(1 + 1e-3)`` and loses it at ``K_f(1 − 1e-3)``, and
+    from a perturbed uniform state stays uniform at ``0.99 K_#`` and clusters at ``1.01 K_#``:
+    the hysteresis window is ``[K_f, K_#]``."""
+    d = 3
+    p = phase_point(beta, d)
+    z, w, k = _nystrom(beta, d)
+
+    def F(f, K):
+        return w @ (f * np.log(f)) - (K / beta) * (w * f) @ k @ (w * f)
+
+    crit = p.branch.solve(p.m_c)
+    f = _density(p.branch, crit, z, w)
+    gap = F(f, crit.K) - F(np.ones_like(z), crit.K)
+    assert abs(gap) < 1e-11, gap  # F = O(1), 160-node sums: ~1e3 eps
+    mid = p.branch.solve(0.5 * (p.m_fold + p.m_c))  # negative control: ΔF > 0 there
+    assert F(_density(p.branch, mid, z, w), mid.K) - F(np.ones_like(z), mid.K) > 1e-4
+
+    def iterate(f, K, n=3000):
+        for _ in range(n):
+            v = (2 * K / beta) * (k @ (w * f))
+            f = np.exp(v - v.max())
+            f = f / (w @ f)
+        return float(w @ (z * f))
+
+    cluster = _density(p.branch, p.branch.solve(0.9), z, w)
+    uniform = 1 + 1e-3 * z
+    assert iterate(cluster, p.k_fold * (1 + 1e-3)) > p.m_fold
+    assert iterate(cluster, p.k_fold * (1 - 1e-3)) < 1e-8
+    assert iterate(uniform, p.k_sharp * 0.99) < 1e-8
+    assert iterate(uniform, p.k_sharp * 1.01) > p.m_c
 
 
 # ------------------------------------------------------------------ item 3: exponents

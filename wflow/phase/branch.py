@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -46,6 +46,9 @@ Transition = Literal["continuous", "discontinuous"]
 #: ``m`` (its error is quadratic in that of ``m``); at ``K_c``, ``|dK/dm| = O(1)`` so ``K_c``
 #: inherits it: 1e-13 is ~500 ulps of ``m = O(1)``, the round-off of one Newton solve.
 M_XTOL = 1e-13
+#: Largest accepted change of the moments on a rule of twice the nodes: the states'
+#: own Newton tolerance is ~1e-13, so 1e-10 flags a rule that under-resolves the density.
+QUADRATURE_RTOL = 1e-10
 
 
 def default_m_grid(m_max: float = 0.95) -> np.ndarray:
@@ -160,6 +163,11 @@ class PhasePoint:
     landau : float
         ``a = lim_{m→0} (K(m) − K_#)/m²`` (Richardson from the two smallest grid points):
         its sign is the transition's type.
+    quadrature_residual : float
+        A-posteriori check of the quadrature: ``max_l |⟨P_l⟩ − c_l|`` of the fold and
+        ``K_c`` states re-evaluated with twice the nodes (``0`` for a continuous
+        transition, whose ``K_c = K_#`` is exact). Above :data:`QUADRATURE_RTOL` a warning
+        says to raise ``ZonalOptions.nodes``.
     branch : ZonalBranch
         The continuation behind the numbers.
     """
@@ -173,6 +181,7 @@ class PhasePoint:
     k_c: float
     m_c: float
     landau: float
+    quadrature_residual: float
     branch: ZonalBranch = field(repr=False)
 
     def diffusions(self) -> dict[str, float]:
@@ -190,6 +199,7 @@ class PhasePoint:
         return {"beta": self.beta, "d": self.d, "transition": self.transition,
                 "k_sharp": self.k_sharp, "k_fold": self.k_fold, "m_fold": self.m_fold,
                 "k_c": self.k_c, "m_c": self.m_c, "landau": self.landau,
+                "quadrature_residual": self.quadrature_residual,
                 **self.diffusions()}
 
 
@@ -234,7 +244,7 @@ def phase_point(beta: float, d: int, *, m: np.ndarray | None = None,
                     br.beta, br.d, k0, a)
         return PhasePoint(beta=br.beta, d=br.d, transition="continuous", k_sharp=k0,
                           k_fold=math.nan, m_fold=math.nan, k_c=k0, m_c=0.0, landau=a,
-                          branch=br)
+                          quadrature_residual=0.0, branch=br)
 
     def _needs_more(b: ZonalBranch) -> bool:
         neg = np.nonzero(b.dK_dm < 0)[0]
@@ -266,9 +276,21 @@ def phase_point(beta: float, d: int, *, m: np.ndarray | None = None,
                          f"{fold.free_energy_gap:.3e} <= 0 (expected > 0)")
     j = i + 1 + int(np.nonzero(br.free_energy_gap[i + 1:] < 0)[0][0])
     m_c = float(brentq(lambda x: br.solve(x).free_energy_gap, m_fold, br.m[j], xtol=M_XTOL))
-    kc = br.solve(m_c).K
-    logger.info("beta=%g d=%d: discontinuous, K_f = %.10g < K_c = %.10g < K_# = %.10g",
-                br.beta, br.d, fold.K, kc, k0)
+    crit = br.solve(m_c)
+    res = _quadrature_residual(br.model, (fold, crit))
+    logger.info("beta=%g d=%d: discontinuous, K_f = %.10g < K_c = %.10g < K_# = %.10g "
+                "(quadrature residual %.1e)", br.beta, br.d, fold.K, crit.K, k0, res)
+    if res > QUADRATURE_RTOL:
+        logger.warning("beta=%g d=%d: the fold / K_c states move by %.1e on a rule of twice "
+                       "the nodes (> %.0e): raise ZonalOptions.nodes above %d",
+                       br.beta, br.d, res, QUADRATURE_RTOL, br.model.N)
     return PhasePoint(beta=br.beta, d=br.d, transition="discontinuous", k_sharp=k0,
-                      k_fold=float(fold.K), m_fold=m_fold, k_c=float(kc), m_c=m_c, landau=a,
-                      branch=br)
+                      k_fold=float(fold.K), m_fold=m_fold, k_c=float(crit.K), m_c=m_c,
+                      landau=a, quadrature_residual=res, branch=br)
+
+
+def _quadrature_residual(model: ZonalModel, states: tuple[ZonalState, ...]) -> float:
+    """``max |⟨P_l⟩ − c_l|`` of ``states`` under a Gauss rule of twice the nodes."""
+    fine = ZonalModel(model.beta, model.d, eigenvalues=model.eigenvalues,
+                      options=replace(model.options, modes=model.L, nodes=2 * model.N))
+    return max(float(np.max(np.abs(fine.moments(s.c, s.K)[0] - s.c[1:]))) for s in states)
