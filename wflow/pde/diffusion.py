@@ -255,34 +255,43 @@ class TokenDiffusion:
         return self._ksp
 
     # ------------------------------------------------------------------ one sub-step
-    def step(self, m_glob: np.ndarray, h: float) -> np.ndarray:
-        """One Crank–Nicolson sub-step of length ``h`` (masses, global order -> owned).
+    def solve(self, m_glob: np.ndarray, h: float) -> np.ndarray:
+        """The Crank–Nicolson density ``ρ'`` of a sub-step of length ``h`` (global order).
 
-        Returns the owned masses ``m'`` (local order), conserved in sum to round-off.
-        ``m' >= 0`` is guaranteed for ``h <= h_+`` (:meth:`positive_step`), to the solver
-        residual; the caller checks it otherwise.
+        ``(A + (hD/2)𝓛) ρ' = m − (hD/2) 𝓛 ρ`` with ``ρ = m/A``, by CG to ``rtol``; then
+        gathered on every rank. :meth:`step` turns it into mass-exact masses.
         """
         c = 0.5 * h * self.D
         ksp = self._matrix(c)
         rho = m_glob / self.areas
         own = self.orig_owned
         b_loc = m_glob[own] - c * self._flux_div_owned(rho)
-        S = self._S
-        x, b = S.createVecs()
+        x, b = self._S.createVecs()
         b.array[:] = b_loc
         x.array[:] = rho[own]  # initial guess: the old density
         ksp.solve(b, x)
-        if ksp.getConvergedReason() < 0:
-            raise FloatingPointError(f"pde diffusion: CG did not converge (reason "
-                                     f"{ksp.getConvergedReason()}, {ksp.getIterationNumber()} "
-                                     "iterations)")
+        reason = ksp.getConvergedReason()
+        if reason < 0:
+            raise FloatingPointError(f"pde diffusion: CG did not converge (reason {reason}, "
+                                     f"{ksp.getIterationNumber()} iterations)")
         self.solves += 1
         self.iterations += ksp.getIterationNumber()
         rho_new_own = x.array.copy()
         x.destroy()
         b.destroy()
-        rho_new = self.mesh.gather_owned(rho_new_own)
-        return m_glob[own] - c * self._flux_div_owned(rho + rho_new)
+        return self.mesh.gather_owned(rho_new_own)
+
+    def step(self, m_glob: np.ndarray, h: float) -> np.ndarray:
+        """One Crank–Nicolson sub-step of length ``h``: global masses -> owned masses.
+
+        ``m'_K = m_K − (hD/2) Σ_σ T_σ ((ρ + ρ')_K − (ρ + ρ')_L)`` (flux form: the sum of
+        the masses is conserved to round-off, whatever the CG tolerance). Returns the owned
+        masses in the mesh's local order. ``m' >= 0`` is guaranteed for ``h <= h_+``
+        (:meth:`positive_step`), to the solver residual; the caller checks it otherwise.
+        """
+        rho_new = self.solve(m_glob, h)
+        c = 0.5 * h * self.D
+        return m_glob[self.orig_owned] - c * self._flux_div_owned(m_glob / self.areas + rho_new)
 
     # ------------------------------------------------------------------ free energy
     def rate(self, m_glob: np.ndarray) -> np.ndarray:
@@ -291,7 +300,7 @@ class TokenDiffusion:
 
 
 def free_energy_terms(diff: TokenDiffusion, m_glob: np.ndarray, psi_glob: np.ndarray,
-                      sign: int) -> dict[str, float]:
+                      sign: int, grad2: float) -> dict[str, float]:
     """Entropy, diffusion power and relative Fisher information of a cell measure.
 
     Parameters
@@ -303,14 +312,25 @@ def free_energy_terms(diff: TokenDiffusion, m_glob: np.ndarray, psi_glob: np.nda
         ``ψ = δE/δμ`` at the cells (global order).
     sign : int
         ``+1`` / ``−1`` value alignment of the heads (``F = D H − sign·E``).
+    grad2 : float
+        ``∫ |P_x ∇ψ|² dμ`` (the cell quadrature ``Σ_K m_K |P∇ψ(ĉ_K)|²`` with the exact
+        gradient of the kernel sums).
 
     Returns
     -------
     dict
         ``entropy`` ``H = Σ m_K log(4π m_K/A_K)``; ``power_diffusion``
         ``Σ_K ψ_K (dm_K/dt)_diff = −D Σ_σ T_σ (ρ_K − ρ_L)(ψ_K − ψ_L)`` (the energy rate of the
-        diffusion, the chain rule's second term); ``free_dissipation``
-        ``I = Σ_σ T_σ θ_σ (g_K − g_L)²``, ``g = D log ρ − sign·ψ``.
+        diffusion, the chain rule's second term); ``free_dissipation``, the relative Fisher
+        information ``I = ∫ |∇(D log ρ − sψ)|² dμ`` expanded as
+
+        ``I_h = D² Σ_σ T_σ θ_σ (log ρ_K − log ρ_L)² + 2s·power_diffusion + grad2``
+
+        (``θ_σ`` the logarithmic mean: the first term is exactly the entropy dissipation of
+        the semi-discrete diffusion; the cross term ``−2Ds ∫∇ρ·∇ψ = 2s D∫ψΔρ`` is the
+        diffusion's discrete energy rate; the last ``∫ρ|∇ψ|²``). Along the semi-discrete
+        flow of USA value-aligned heads ``dF/dt + I_h`` is then the consistency error of the
+        drift's entropy production alone.
     """
     A = diff.areas
     rho = m_glob / A
@@ -321,10 +341,8 @@ def free_energy_terms(diff: TokenDiffusion, m_glob: np.ndarray, psi_glob: np.nda
     drho = rho[K] - rho[L]
     dpsi = psi_glob[K] - psi_glob[L]
     pdiff = float(-diff.D * np.sum(T * drho * dpsi))
-    g = diff.D * logr - sign * psi_glob
     theta = log_mean(rho[K], rho[L])
-    dg = g[K] - g[L]
-    # an empty cell next to an occupied one: θ = 0, the term vanishes (g is −∞ there)
-    dg = np.where(theta > 0, dg, 0.0)
-    fisher = float(np.sum(T * theta * dg * dg))
+    # an empty cell next to an occupied one: θ = 0, the term vanishes (log ρ is −∞ there)
+    dl = np.where(theta > 0, logr[K] - logr[L], 0.0)
+    fisher = float(diff.D ** 2 * np.sum(T * theta * dl * dl) + 2.0 * sign * pdiff + grad2)
     return {"entropy": H, "power_diffusion": pdiff, "free_dissipation": fisher}

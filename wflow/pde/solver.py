@@ -210,7 +210,11 @@ class _Run:
             phi = 0.5 * (phi + phit)
         psi = fv.mesh.gather_owned(np.einsum("h,hm->m", heads.w, phi) / attn.beta)
         s = heads.value_alignment() if heads.is_symmetric() else 0
-        ft = free_energy_terms(diff, m_glob, psi, s)
+        x = fv.chat_owned
+        gp = np.einsum("h,hmi->mi", heads.w, fe.grad_psi)
+        gp -= np.einsum("mi,mi->m", gp, x)[:, None] * x
+        grad2 = float(_allsum(fv.comm, m_glob[fv.orig_owned] @ np.einsum("mi,mi->m", gp, gp)))
+        ft = free_energy_terms(diff, m_glob, psi, s, grad2)
         return {"power_diffusion": ft["power_diffusion"],
                 "entropy": ft["entropy"], "free_energy": diff.D * ft["entropy"] - s * E,
                 "free_dissipation": ft["free_dissipation"]}
