@@ -26,7 +26,7 @@ import pytest
 from scipy.special import gamma, iv
 
 from wflow.attention.heads import Attention, Heads
-from wflow.geometry.mesh import NotWellCentredError, icosphere, load_mesh
+from wflow.geometry.mesh import NotWellCentredError, load_mesh
 from wflow.geometry.mesh.triangulation import Triangulation
 from wflow.geometry.sphere import normalize
 from wflow.infra.schema import ScenarioError
@@ -34,6 +34,7 @@ from wflow.pde import PDEOptions, rotation_velocity, solve_pde
 from wflow.pde.diffusion import TokenDiffusion
 
 from .conftest import EPS
+from .test_jko_fv import _obtuse_mesh
 
 _MESHES: dict[int, object] = {}
 
@@ -134,13 +135,8 @@ def test_positive_step_is_the_m_matrix_bound():
 
 
 def test_a_mesh_that_is_not_well_centred_is_refused():
-    tri = icosphere(6)
-    pts = tri.points.copy()
-    nb = tri.cells[np.any(tri.cells == 0, axis=1)][0]
-    j = int(nb[nb != 0][0])
-    q = pts[0] + 0.6 * (pts[j] - pts[0])
-    pts[0] = q / np.linalg.norm(q)
-    bad = load_mesh(Triangulation(pts, tri.cells))
+    pts, cells = _obtuse_mesh()  # the JKO's obtuse icosphere
+    bad = load_mesh(Triangulation(pts, cells))
     with pytest.raises(NotWellCentredError, match="not well centred"):
         solve_pde("uniform", mesh=bad, velocity=STILL, options=PDEOptions(T=0.1, diffusion=0.1))
     # control: the noiseless solver needs no orthogonality and runs on it
