@@ -44,19 +44,18 @@ def test_noisy_pde_two_ranks_equals_serial(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     serial = case()
     with np.load(out) as par:
-        assert int(par["ranks"]) == 2
-        assert 0 < int(par["owned"]) < 720  # the mesh really was distributed
-        assert set(par.files) == set(serial)
-        np.testing.assert_allclose(par["steps_t"], serial["steps_t"], rtol=0, atol=1e-12)
-        for k in serial:
-            if k in ("ranks", "owned"):
-                continue
-            scale = max(1.0, float(np.max(np.abs(serial[k]))))
-            np.testing.assert_allclose(par[k], serial[k], rtol=0, atol=1e-10 * scale,
-                                       err_msg=k)
-        # mass exact on two ranks too (the flux form across the ranks' shared edges)
-        mass = par["rho"] @ serial_areas()
-        assert np.max(np.abs(mass - mass[0])) <= 1e-14 * mass[0]
+        got = {k: par[k] for k in par.files}
+    assert int(got["ranks"]) == 2 and 0 < int(got["owned"]) < 720  # really distributed
+    assert got.keys() == serial.keys()
+    assert np.array_equal(got["steps_t"], serial["steps_t"])  # the same step sequence
+    # densities, energies, free energies, Fisher informations and the balance: 1e-10
+    worst = {k: float(np.max(np.abs(got[k] - serial[k]))
+                      / max(1.0, float(np.max(np.abs(serial[k])))))
+             for k in serial if k not in ("ranks", "owned")}
+    assert max(worst.values()) <= 1e-10, worst
+    # mass exact on two ranks too (the flux form across the ranks' shared edges)
+    mass = got["rho"] @ serial_areas()
+    assert np.max(np.abs(mass - mass[0])) <= 1e-14 * mass[0]
 
 
 def serial_areas() -> np.ndarray:
