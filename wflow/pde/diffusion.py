@@ -89,30 +89,14 @@ from typing import Any
 import numpy as np
 
 from ..geometry.mesh import SphereMesh
-from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices
+from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices, log_mean
 
 __all__ = [
     "TokenDiffusion",
     "free_energy_terms",
-    "log_mean",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def log_mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Logarithmic mean ``(a − b)/(log a − log b)`` (``a`` where ``a = b``, 0 if either is 0)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        la, lb = np.log(a), np.log(b)
-        out = (a - b) / (la - lb)
-    close = np.abs(a - b) <= 1e-8 * np.maximum(a, b)
-    # series of the log mean at a ≈ b: ½(a + b) − (a − b)²/(12 (a+b)/2) + …
-    mid = 0.5 * (a + b)
-    near = mid - (a - b) ** 2 / (12.0 * np.where(mid > 0, mid, 1.0))
-    out = np.where(close, near, out)
-    return np.where((a > 0) & (b > 0), out, 0.0)
 
 
 class TokenDiffusion:
@@ -336,7 +320,7 @@ def free_energy_terms(diff: TokenDiffusion, m_glob: np.ndarray, psi_glob: np.nda
     rho = m_glob / A
     with np.errstate(divide="ignore", invalid="ignore"):
         logr = np.where(m_glob > 0, np.log(np.where(rho > 0, rho, 1.0)), 0.0)
-    H = float(np.sum(m_glob[m_glob > 0] * (logr[m_glob > 0] + math.log(4.0 * math.pi))))
+    H = diff.dual.entropy(m_glob)
     K, L, T = diff.K, diff.L, diff.T
     drho = rho[K] - rho[L]
     dpsi = psi_glob[K] - psi_glob[L]
