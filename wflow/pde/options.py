@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..attention.diffusion import check_diffusion
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -105,6 +106,11 @@ class PDEOptions:
         check=choice(*BACKENDS)))
     kernel_tol: float = field(default=1e-10, metadata=opt(
         "Relative tolerance of the fast summation.", check=number(0, strict_lo=True)))
+    diffusion: float = field(default=0.0, metadata=opt(
+        "Token diffusion ``D >= 0`` (:mod:`wflow.attention.diffusion`): the term ``D Δ_S ρ`` "
+        "by two-point fluxes, Crank–Nicolson half-steps around the drift step (Strang, "
+        ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.",
+        check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
 
     def __post_init__(self) -> None:
         validate(self)
