@@ -14,10 +14,10 @@ import logging
 
 import pytest
 
+from wflow.apps.output_keys import explain
 from wflow.cli import main
 from wflow.commands._help import SECTIONS, _get, summary_keys
 from wflow.infra.options import schema_of
-from wflow.infra.output_keys import explain
 from wflow.infra.schema import ScenarioError
 from wflow.jko.options import JKOOptions, check_applicable, jko_options_from_dict
 

@@ -107,7 +107,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
     """
     from ...geometry.density import density_spec_from_scenario, initial_density
     from ...geometry.mesh import MESH_DIR, load_mesh
-    from ...infra.estimate import check_estimate, estimate_jko
+    from ...infra.estimate import check_estimate
     from ...infra.io import (
         check_finite,
         history_columns,
@@ -117,6 +117,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         write_csv,
         write_json,
     )
+    from ...jko.estimate import estimate_jko
     from .precheck import precheck_jko  # before generating or reading the mesh
 
     precheck_jko(scenario, mesh=None,

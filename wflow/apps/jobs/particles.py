@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...infra.estimate import EstimateError, check_estimate, dt_record, estimate_particles
+from ...infra.estimate import EstimateError, check_estimate, dt_record
 from ...infra.io import (
     check_finite,
     history_columns,
@@ -24,10 +24,10 @@ from ...infra.io import (
     write_csv,
     write_json,
 )
+from ...particles.estimate import estimate_particles, fastsum_eligible
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...status import Status
-from .precheck import fastsum_eligible
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
@@ -93,7 +93,7 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         err = comm.bcast(err, root=0)
     if err is not None:
         raise EstimateError(err)
-    dt = dt_record(opts.T, opts.dt)
+    dt = dt_record(opts.T, opts.dt, what="particles")
     res = simulate(x0, schedule, attn, options=opts, comm=comm)
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle run failed: {res.message}")

@@ -144,14 +144,16 @@ def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Pat
 
 def _check_cost(sm: SphereMesh, schedule: Any, opts: Any, comm: Any, *, confirm: bool) -> None:
     """The cost estimate of the solve (rank 0 decides, every rank raises the same error)."""
-    from ...infra.estimate import EstimateError, check_estimate, estimate_pde
+    from ...infra.estimate import EstimateError, check_estimate
+    from ...pde.estimate import estimate_pde
 
     err = None
     if comm.rank == 0:
         est = estimate_pde(cells=int(sm.num_global),
                            H=int(schedule.heads_at(schedule.initial_theta()).H), T=opts.T,
                            dt=opts.dt, n_saves=int(opts.n_saves), cfl=opts.cfl,
-                           order=int(opts.order), max_steps=int(opts.max_steps))
+                           order=int(opts.order), integrator=opts.integrator,
+                           max_steps=int(opts.max_steps))
         try:
             check_estimate(est, confirm=confirm)
         except EstimateError as exc:

@@ -3,7 +3,7 @@
 :func:`~wflow.apps.jobs.particles.run_particles`, :func:`~wflow.apps.jobs.pde.run_pde` and
 :func:`~wflow.apps.jobs.jko.run_jko` (``wflow particles``, ``pde``, ``jko``) estimate from
 the scenario's numbers — the token count, the mesh's cell count named by its spec
-(:func:`wflow.infra.estimate.mesh_cells`: ``icosphere:N``, ``gmsh:N``, the default mesh, a
+(:func:`wflow.geometry.mesh.estimate.mesh_cells`: ``icosphere:N``, ``gmsh:N``, the default mesh, a
 gmsh file's header) — *before* sampling tokens and before generating or reading the mesh,
 and refuse what cannot fit or takes beyond :data:`wflow.infra.estimate.CONFIRM_SECONDS`
 without ``--yes`` (:func:`wflow.infra.estimate.check_estimate`, exit status 2), on a
@@ -19,28 +19,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ...infra.estimate import (
-    check_estimate,
-    estimate_jko,
-    estimate_particles,
-    estimate_pde,
-    mesh_cells,
-)
+from ...geometry.mesh.estimate import mesh_cells
+from ...infra.estimate import check_estimate
+from ...jko.estimate import estimate_jko
+from ...jko.options import auto_steps_bound
+from ...particles.estimate import estimate_particles, fastsum_eligible
+from ...pde.estimate import estimate_pde
 
-__all__ = ["precheck_particles", "precheck_pde", "precheck_jko", "resolve_mesh",
-           "fastsum_eligible"]
-
-
-def fastsum_eligible(kind: str, d: int, backend: str) -> bool:
-    """Whether the kernel plan may choose the fast summation (the particle estimate's cost).
-
-    ``d = 3``, a kind whose kernel has compiled code and the fast-summation expansion, and
-    a back-end (``kernel_backend``) that may choose it (``"auto"`` or ``"fastsum"``).
-    """
-    from ...attention.kinds import get_kind
-
-    spec = get_kind(kind)
-    return d == 3 and spec.compiled and spec.fastsum and backend in ("auto", "fastsum")
+__all__ = ["precheck_particles", "precheck_pde", "precheck_jko", "resolve_mesh"]
 
 
 def _heads(sc: Any) -> int:
@@ -100,7 +86,7 @@ def precheck_pde(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
         return  # the solver's own check, on the loaded mesh
     est = estimate_pde(cells=cells, H=_heads(sc), T=opts.T, dt=opts.dt,
                        n_saves=int(opts.n_saves), cfl=opts.cfl, order=int(opts.order),
-                       max_steps=int(opts.max_steps))
+                       integrator=opts.integrator, max_steps=int(opts.max_steps))
     err = None
     if rank == 0:
         try:
@@ -131,8 +117,7 @@ def precheck_jko(sc: Any, *, mesh: str | None, overrides: dict[str, Any],
     if cells is None:
         return
     # τ = "auto": T/(3h) steps (the rule with |v|max ≈ 1, as the solver's own estimate)
-    steps = (math.ceil(T / float(tau) - 1e-9) if tau else
-             max(1, math.ceil(T / (3 * math.sqrt(4 * math.pi / cells)))))
+    steps = math.ceil(T / float(tau) - 1e-9) if tau else auto_steps_bound(T, cells)
     verify = opts.verify
     check_estimate(estimate_jko(cells=cells, H=_heads(sc), steps=float(steps),
                                 max_pairs=opts.max_pairs,

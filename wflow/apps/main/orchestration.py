@@ -128,7 +128,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     if sc.d != 3:
         raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
     from ...geometry.mesh import MESH_DIR
-    from ...infra.estimate import mesh_cells
+    from ...geometry.mesh.estimate import mesh_cells
 
     spec_file = next((p for p in (Path(str(mesh_spec)), MESH_DIR / str(mesh_spec))
                       if ":" not in str(mesh_spec) and p.is_file()), None)

@@ -16,11 +16,12 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
 
     Called before the mesh is generated or read when its spec names the cell count
-    (:func:`wflow.infra.estimate.mesh_cells`), and again on the loaded mesh.
+    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), and again on the loaded mesh.
     """
-    from ...infra.estimate import check_estimate, estimate_main_job
+    from ...infra.estimate import check_estimate
     from ...jko import jko_options_from_dict
     from ...jko.options import auto_steps_bound
+    from .estimate import estimate_main_job
 
     H = int(sc.build_heads().H)
     jko_steps = None
