@@ -45,7 +45,7 @@ SECTIONS = {
     "pde": ("wflow.pde.options:PDE_SCHEMA", ["wflow.pde.options:PDEOptions",
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
-                                             "wflow.jko.options:jko_options_from_dict"]),
+                                             "wflow.jko.options:jko_table_from_dict"]),
     "run": ("wflow.apps.main.options:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main.options:RunOptions"]),
 }
 

@@ -2,7 +2,7 @@
 
 Each entry names a key pattern, its meaning, its unit and its sign convention
 (:class:`~wflow.infra.output_keys.OutputKey`). A solver's own keys live in its package
-(``wflow/<solver>/keys.py``, registered with its :class:`~wflow.infra.spec.SolverSpec`);
+(``wflow/<solver>/keys.py``, read here from its :class:`~wflow.infra.spec.SolverSpec`);
 the keys several commands share (the contract of every output, the checks, the kernel log,
 the balances), the main job's, the studies' and the reproductions' are here, and this
 module assembles the one table, in the order where the first match explains a key. The
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..gaussian import keys as gaussian_keys
+from ..gaussian.spec import SPEC as GAUSSIAN
 from ..infra.output_keys import CONTRACT, KeyTable, OutputKey, commands_of, flatten
-from ..jko import keys as jko_keys
-from ..particles import keys as particles_keys
-from ..pde import keys as pde_keys
+from ..jko.spec import SPEC as JKO
+from ..particles.spec import SPEC as PARTICLES
+from ..pde.spec import SPEC as PDE
 
 __all__ = ["OutputKey", "SUMMARY_KEYS", "CSV_COLUMNS", "CONTRACT", "TABLE", "flatten",
            "explain", "unexplained", "commands_of", "contract_problems"]
@@ -73,14 +73,14 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "count", where=_SOLVERS + ", gaussian"),
     K("sign", "gradient-flow sign: +1 for V = A (ascent of E), −1 for V = −A (descent)",
       "1", "+1 ascent, −1 descent", _SOLVERS),
-    *particles_keys.SUMMARY_KEYS,
+    *PARTICLES.keys,
     K("conventions.*", "the formula of the quantity named by the key, as computed",
       "text", where=_SOLVERS),
     K("outputs.**", "what the named output file holds (arrays, shapes, cell order)", "text",
       where=_SOLVERS),
     K("options.**", "the solver's options as used (PDEOptions / JKOOptions fields)",
       "as in the options", where=_SOLVERS),
-    *pde_keys.SUMMARY_KEYS,
+    *PDE.keys,
     K("checks.*.value", "the measured value of the named check (solvers: a relative "
       "residual; gaussian reach: a relative error at target.T; a study: its criterion's "
       "value)", "1", where=_CHECKS),
@@ -92,7 +92,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("checks.*.order", "the balance order q the tolerance 0.1^q comes from", "count",
       where=_SOLVERS),
     K("checks.*.scheme", "the scheme the order belongs to", "text", where=_SOLVERS),
-    *jko_keys.SUMMARY_KEYS,
+    *JKO.keys,
     K("checks.*.*.value", "(wflow verify: a criterion whose name holds a dot, as "
       "checks.*.value) the measured value of the phase's check: chain = relative "
       "chain-rule residual |chain| / energy budget; edi (JKO) = Σ_k|edi_k| / discrete "
@@ -495,7 +495,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("differences_from_published", "what differs from the published code, and why", "text",
       where=_R),
     K("run_wall_time_s", "wall time of all runs", "s", "≥ 0", _R),
-    *gaussian_keys.SUMMARY_KEYS,
+    *GAUSSIAN.keys,
 )
 
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
@@ -536,7 +536,7 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("mass", "total mass Σ_K m_K", "1"),
     K("rho_min", "smallest cell density", "1/area", "≥ 0"),
     K("rho_max", "largest cell density", "1/area"),
-    *jko_keys.CSV_COLUMNS,
+    *JKO.columns,
     K("w2_particles_vs_pde", "exact W₂ between the particles and the PDE's cell masses",
       "rad", "≥ 0"),
     K("w2_jko_vs_pde", "exact W₂ between the JKO measure and the reference PDE", "rad",

@@ -10,8 +10,9 @@ from __future__ import annotations
 from ..infra.estimate import Estimate, estimate_w2
 from ..particles.estimate import PAIR_SECONDS
 from ..pde.estimate import PDE_PAIR_SECONDS
+from .options import JKOTable
 
-__all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko"]
+__all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko", "estimate_run"]
 
 #: Seconds per cell and step of the finite-volume JKO step (0.32 s per step at 40 500
 #: cells, ``docs/jko.md``).
@@ -62,3 +63,19 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
             secs += ref.seconds
     secs += STARTUP_SECONDS if startup else 0.0
     return Estimate(what, sum(parts.values()), steps, secs, parts)
+
+
+def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
+    """:func:`estimate_jko` of a run of the ``[jko]`` table on ``cells`` cells, ``H`` heads.
+
+    Steps: the table's step rule on this mesh (``T/τ``, or the bound of ``tau = "auto"``,
+    :func:`~wflow.jko.options.auto_steps_bound`); the POT referee as ``verify`` says
+    (``None``: up to ``verify_max_cells``).
+    """
+    s = table.settings
+    verify = s["verify"]
+    return estimate_jko(cells=int(cells), H=int(H), steps=float(table.steps_bound(cells)),
+                        max_pairs=s["max_pairs"], dense_ot_max_cells=s["dense_ot_max_cells"],
+                        scheme="ot" if s["scheme"] == "ot" else "fv",
+                        verify_max_cells=(0 if verify is False else
+                                          int(cells) if verify else s["verify_max_cells"]))

@@ -11,10 +11,11 @@ from __future__ import annotations
 from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, step_count
 from .integrators import INTEGRATORS, ParticleIntegrator
+from .options import ParticleOptions
 
 __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SECONDS",
            "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
-           "fastsum_eligible", "integrator_of"]
+           "fastsum_eligible", "integrator_of", "estimate_run"]
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
@@ -98,3 +99,17 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     secs = STARTUP_SECONDS + paths * (
         S * (STEP_SECONDS + stages * per_eval) + R * RECORD_SECONDS)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
+
+
+def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
+                 kind: str) -> Estimate:
+    """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
+
+    ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
+    summation may be chosen: :func:`fastsum_eligible`).
+    """
+    return estimate_particles(
+        n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
+        record_every=options.record_every, integrator=options.integrator,
+        save_trajectory=options.save_trajectory,
+        fastsum=fastsum_eligible(kind, int(d), options.kernel_backend))

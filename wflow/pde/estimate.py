@@ -12,10 +12,10 @@ import math
 
 from ..infra.estimate import Estimate, step_count
 from .integrators import TIME_INTEGRATORS, TimeIntegrator
-from .options import PDEOptions
+from .options import PDEOptions, PDETable
 
 __all__ = ["PDE_STAGE_SECONDS", "PDE_PAIR_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS",
-           "estimate_pde", "pde_steps", "time_integrator_of"]
+           "estimate_pde", "pde_steps", "time_integrator_of", "estimate_run"]
 
 #: Fixed cost of one stage of a PDE step (s): flux assembly and the PETSc vector updates —
 #: measured on ``wflow pde`` with 80 cells, order 1 (≈ 2.5 ms a step).
@@ -76,3 +76,11 @@ def estimate_pde(*, cells: int, H: int = 1, T: float, dt: float, n_saves: int = 
     secs = S * stages * (PDE_STAGE_SECONDS + M * M * H * PDE_PAIR_SECONDS)
     secs += STARTUP_SECONDS if startup else 0.0
     return Estimate(what, sum(parts.values()), S, secs, parts)
+
+
+def estimate_run(table: PDETable, *, cells: int, H: int) -> Estimate:
+    """:func:`estimate_pde` of a run of the ``[pde]`` table on ``cells`` cells, ``H`` heads."""
+    o = table.options
+    return estimate_pde(cells=int(cells), H=int(H), T=o.T, dt=o.dt, n_saves=int(o.n_saves),
+                        cfl=o.cfl, order=int(o.order), integrator=o.integrator,
+                        max_steps=int(o.max_steps))

@@ -119,9 +119,8 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
 
     from ...geometry.density import density_spec_from_scenario, initial_density
     from ...geometry.mesh import load_mesh
-    from ...pde.options import pde_options_from_dict
-
-    mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
+    pde = sc.table("pde")  # parsed when the scenario loaded
+    mesh_spec, popts = pde.mesh, pde.options
     popts = type(popts)(**{**popts.__dict__, "progress": progress})
     if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
         mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
