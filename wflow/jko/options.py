@@ -403,7 +403,7 @@ class JKOTable:
     def check(self, *, crosscheck: bool = False, warn: bool = True) -> JKOTable:
         """Check the options together (``T`` a multiple of ``τ``, the keys' applicability).
 
-        The options' own checks run on :meth:`unresolved_options`. Returns ``self``.
+        The options' own checks run on :meth:`JKOTable.unresolved_options`. Returns ``self``.
         """
         check_applicable(self.unresolved_options(), self.given, crosscheck=crosscheck,
                          warn=warn)

@@ -140,7 +140,8 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     attn = sc.attention_obj()
     if ropts.jko:
         phases._check_jko(mesh, rho0, schedule, attn, sc, popts)
-    phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
+    if int(mesh.num_global) != cells:  # once: again only where the name did not give the size
+        phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
     if not resume:  # everything validated: start a fresh checkpoint
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}

@@ -16,7 +16,8 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
 
     Called before the mesh is generated or read when its spec names the cell count
-    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), and again on the loaded mesh.
+    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), else (or where the loaded mesh has
+    other cells) on the loaded mesh: once per run.
     """
     from ...infra.estimate import check_estimate
     from .estimate import estimate_main_job

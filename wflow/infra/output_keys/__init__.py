@@ -8,7 +8,7 @@ module is the generic machinery only: it names no solver.
 
 Patterns
 --------
-Keys of ``summary.json`` are flattened with ``.`` between levels (``edi.jko.relative``);
+Keys of ``summary.json`` are flattened with ``.`` between levels (``edi.<phase>.relative``);
 a list of records adds ``[]`` (``verdicts[].value``). In a pattern ``*`` stands for one
 level (any name without a dot) and ``**`` for any number of levels; CSV column patterns
 match a whole column name, ``*`` standing for any characters (``E_h*`` is ``E_h0``,
