@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from wflow.apps.output_keys import contract_problems
 from wflow.apps.reproduce import (
     EXPERIMENTS,
     ReproduceOptions,
@@ -19,7 +20,6 @@ from wflow.apps.reproduce import (
     run_experiments,
 )
 from wflow.cli import main
-from wflow.infra.output_keys import contract_problems
 
 #: The quick runs' published-fit slopes and verdicts, pinned (bitwise reproducible: the compiled
 #: loop's results do not depend on threads or load). Quick mode (n = 32, T = 4, 3 paths) is

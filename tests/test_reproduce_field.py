@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wflow.apps.output_keys import contract_problems
 from wflow.cli import main
-from wflow.infra.output_keys import contract_problems
 from wflow.published import castin_ranks as cr
 from wflow.published import glpr_phase as gp
 from wflow.published import metastable_staircase as ms

@@ -57,11 +57,13 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
+from .gaussian import spec as _gaussian_spec  # noqa: F401  (registers its SolverSpec)
 from .geometry.density import initial_density, sample_particles
 from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
 from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.accuracy import StepController, Tolerance
+from .infra.spec import SOLVERS, SolverSpec
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
@@ -173,6 +175,8 @@ __all__ = [
     "order_parameter_exponent",
     "check_dichotomy",
     "DichotomyCheck",
+    "SolverSpec",
+    "SOLVERS",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use

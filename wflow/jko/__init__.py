@@ -31,10 +31,13 @@ from .options import (
     MOBILITY_MEANS,
     OT_METHODS,
     SCHEMES,
+    AutoSteps,
+    FixedTau,
     JKOOptions,
+    JKOTable,
     JKOWarning,
     check_applicable,
-    jko_options_from_dict,
+    jko_table_from_dict,
 )
 from .solver import JKOResult, JKOState, auto_step, iterate_jko, solve_jko
 from .step import JKOStepInfo, jko_step
@@ -57,7 +60,10 @@ __all__ = [
     "auto_step",
     "iterate_jko",
     "solve_jko",
-    "jko_options_from_dict",
+    "jko_table_from_dict",
+    "JKOTable",
+    "FixedTau",
+    "AutoSteps",
     "check_applicable",
     "JKO_SPEC",
 ]

@@ -177,6 +177,13 @@ class ParticleIntegrator:
         """Order of accuracy in time (checked by a fitted-order test)."""
         raise NotImplementedError
 
+    def stages(self) -> int:
+        """Evaluations of the field per step (the cost estimate's work per step).
+
+        The default, 1, is a one-stage method's; a multi-stage integrator overrides it.
+        """
+        return 1
+
     def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
@@ -219,6 +226,9 @@ class RK4(ParticleIntegrator):
     compiled_code = CODE_RK4
 
     def order(self) -> int:  # noqa: D102
+        return 4
+
+    def stages(self) -> int:  # noqa: D102
         return 4
 
     def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102

@@ -28,6 +28,8 @@ __all__ = [
     "PDE_SCHEMA",
     "PDE_SPEC",
     "pde_options_from_dict",
+    "PDETable",
+    "pde_table_from_dict",
 ]
 
 
@@ -140,3 +142,16 @@ def pde_options_from_dict(d: Mapping[str, Any] | None, *, seed: int = 0
     vals = take(d or {}, PDE_SCHEMA, "pde")
     mesh = vals.pop("mesh")
     return mesh, PDEOptions(**vals, seed=seed)
+
+
+@dataclass(frozen=True)
+class PDETable:
+    """The ``[pde]`` table of a scenario, validated once: the mesh spec and the options."""
+
+    mesh: str
+    options: PDEOptions
+
+
+def pde_table_from_dict(d: Mapping[str, Any] | None, *, seed: int = 0) -> PDETable:
+    """Validate a ``[pde]`` table into a :class:`PDETable` (:func:`pde_options_from_dict`)."""
+    return PDETable(*pde_options_from_dict(d, seed=seed))
