@@ -57,9 +57,12 @@ from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .energy import _check_heads, energy_gradient
 from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
 from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions, JKOWarning, auto_tau
+from .schemes import SCHEMES, JKOScheme
 from .step import JKOStepInfo, jko_step
 
 __all__ = [
+    "FVScheme",
+    "OTScheme",
     "JKOState",
     "JKOResult",
     "auto_step",
@@ -161,7 +164,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     speed = np.linalg.norm(fe.vhat, axis=1)
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
-    cells = TAU_CELLS if options.scheme == "ot" else TAU_CELLS_FV
+    cells = SCHEMES.resolve(options.scheme).resolve(mesh_given=True).tau_cells
     tau = auto_tau(options.T, h, vmax, cells=cells)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
@@ -199,13 +202,99 @@ def as_dual(mesh: Any, M: int) -> DualGeometry:
 
 
 def _resolve_scheme(opts: JKOOptions, mesh: Any) -> JKOOptions:
-    """``scheme = "auto"``: ``"fv"`` with a mesh, ``"ot"`` without."""
-    if opts.scheme != "auto":
+    """The options with the scheme that runs (``"auto"``: ``"fv"`` with a mesh, else ``"ot"``).
+
+    A registered scheme stays a name (what the outputs record), a user's object itself.
+    """
+    given = SCHEMES.resolve(opts.scheme)
+    scheme = given.resolve(mesh_given=mesh is not None)
+    if scheme is given:
         return opts
-    scheme = "fv" if mesh is not None else "ot"
-    logger.info("jko: scheme 'auto' -> %r (%s)", scheme,
+    logger.info("jko: scheme %r -> %r (%s)", str(given), str(scheme),
                 "mesh connectivity given" if mesh is not None else "no mesh connectivity")
-    return replace(opts, scheme=scheme)
+    registered = scheme.name in SCHEMES and SCHEMES.get(scheme.name) is scheme
+    return replace(opts, scheme=scheme.name if registered else scheme)
+
+
+class FVScheme(JKOScheme):
+    """``"fv"``: the finite-volume Benamou–Brenier step on the mesh's dual (:mod:`wflow.jko.fv`).
+
+    It moves mass continuously (no locking, no empty cells) and accepts any ``τ``.
+    """
+
+    name = "fv"
+    tau_cells = TAU_CELLS_FV
+    on_dual = True
+    gradient_backend = "auto"
+    empty_cells_fail = True  # proven impossible for the FV step
+    lock_advice = ("the FV step moves mass continuously and cannot stay put, so its "
+                   "transport falls short of the first-order prediction only when the step "
+                   "is longer than the flow's time scale or the density has collapsed to "
+                   "the mesh scale: lower jko.tau or refine the mesh")
+
+    def prepare(self, x: np.ndarray, a: np.ndarray, m: np.ndarray, dual: Any, heads: Heads,
+                attn: Attention, opts: JKOOptions) -> tuple[FVGraph, int]:
+        """The FV graph of the dual and the substeps (``"auto"``: from ``|v̂|_max`` at ``t_0``)."""
+        graph = FVGraph.from_geometry(dual)
+        nsub = opts.substeps
+        if nsub == "auto":
+            fe0 = evaluate(x, heads, attn, m=m)
+            sp0 = np.linalg.norm(fe0.vhat, axis=1)
+            nsub = auto_substeps(opts.tau, float(np.max(sp0[m > 0])), dual.h)
+        return graph, int(nsub)
+
+    def step(self, run: tuple[FVGraph, int], m: np.ndarray, heads: Heads,  # noqa: D102
+             attn: Attention, opts: JKOOptions, *, fe: Any, sign: int, bhat: np.ndarray,
+             slope2: float, energy: float) -> tuple[np.ndarray, JKOStepInfo]:
+        graph, nsub = run
+        return _fv_step(graph, m, heads, attn, opts, fe, sign, nsub, bhat)
+
+    def unconverged(self, k: int, t: float, tau: float, info: JKOStepInfo,  # noqa: D102
+                    opts: JKOOptions) -> str:
+        return (f"jko: step {k} (t = {t:.6g}): the concave–convex iteration stopped after "
+                f"{info.inner_iters} iterations (jko.ccp_max) with relative change "
+                f"{info.gap_rel:.2e} > jko.ccp_tol = {opts.ccp_tol:g}; a step this long "
+                f"(τ = {tau:g}) may be past the flow's time scale: lower jko.tau or raise "
+                "jko.ccp_max")
+
+    def history(self, info: JKOStepInfo | None) -> dict[str, float]:  # noqa: D102
+        return {"newton_iters": 0 if info is None else info.newton_iters,
+                "min_ratio": 1.0 if info is None else info.min_ratio,
+                "ccp_monotone": 1.0 if info is None else float(info.monotone)}
+
+
+class OTScheme(JKOScheme):
+    """``"ot"``: discrete OT between cell measures with POT (:func:`wflow.jko.step.jko_step`).
+
+    It *locks* when ``τ|v|_max <~ h/2`` and moves mass in whole-cell jumps.
+    """
+
+    name = "ot"
+    tau_cells = TAU_CELLS
+    lock_advice = ("the OT scheme locks when τ|v| is below about half a cell: use "
+                   "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh")
+
+    def prepare(self, x: np.ndarray, a: np.ndarray, m: np.ndarray, dual: Any, heads: Heads,
+                attn: Attention, opts: JKOOptions) -> tuple:
+        """The cells, the transport geometry and the inner solver's warm start."""
+        return x, a, _Geometry(x, a, opts), {}
+
+    def step(self, run: tuple, m: np.ndarray, heads: Heads,  # noqa: D102
+             attn: Attention, opts: JKOOptions, *, fe: Any, sign: int, bhat: np.ndarray,
+             slope2: float, energy: float) -> tuple[np.ndarray, JKOStepInfo]:
+        x, a, geo, warm = run
+        return jko_step(x, a, m, heads, attn, options=opts, bhat=bhat,
+                        slope2=slope2, energy=energy, _geo=geo, _warm=warm)
+
+    def unconverged(self, k: int, t: float, tau: float, info: JKOStepInfo,  # noqa: D102
+                    opts: JKOOptions) -> str:
+        return (f"jko: step {k} (t = {t:.6g}) stopped after {info.inner_iters} inner "
+                f"iterations with optimality gap {info.gap_rel:.2e} (relative) > "
+                f"jko.gap_rtol = {opts.gap_rtol:g}; raise jko.max_inner or use inner = 'gcg'")
+
+
+FV_SCHEME = SCHEMES.add(FVScheme(), builtin=True)
+OT_SCHEME = SCHEMES.add(OTScheme(), builtin=True)
 
 
 def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
@@ -305,24 +394,16 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         if abs(j / tau - round(j / tau)) > 1e-9 * max(1.0, j / tau):
             raise ValueError(f"jko.tau: the weight schedule jumps at t = {j:g}, which must be "
                              f"a multiple of tau = {tau:g}")
-    fv = opts.scheme == "fv"
-    dual = graph = None
-    if fv:
+    scheme = SCHEMES.resolve(opts.scheme)
+    dual = None
+    if scheme.on_dual:
         dual = as_dual(mesh, x.shape[0])
-        graph = FVGraph.from_geometry(dual)
         x = dual.centres
-    else:
-        geo = _Geometry(x, a, opts)
-    warm: dict = {}
     theta = schedule.initial_theta()
     heads = schedule.heads_at(theta)
     sign = _check_heads(heads)
     terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0, dual)
-    nsub = opts.substeps
-    if fv and nsub == "auto":
-        fe0 = evaluate(x, heads, attn, m=m)
-        sp0 = np.linalg.norm(fe0.vhat, axis=1)
-        nsub = auto_substeps(tau, float(np.max(sp0[m > 0])), dual.h)
+    run = scheme.prepare(x, a, m, dual, heads, attn, opts)
     yield JKOState(0.0, 0, m, heads, terms, None)
     for k in range(opts.steps):
         t = k * tau
@@ -336,23 +417,11 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
         bh = fe.bhat if step_mobility is None else np.asarray(step_mobility(fe.bhat), float)
-        if fv:
-            m_new, info = _fv_step(graph, m, heads_new, attn, opts, fe, sign, int(nsub), bh)
-        else:
-            m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=bh,
-                                   slope2=s2, energy=e, _geo=geo, _warm=warm)
-        if not info.converged and fv:
-            warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}): the concave–convex "
-                          f"iteration stopped after {info.inner_iters} iterations (jko.ccp_max)"
-                          f" with relative change {info.gap_rel:.2e} > jko.ccp_tol = "
-                          f"{opts.ccp_tol:g}; a step this long (τ = {tau:g}) may be past the "
-                          "flow's time scale: lower jko.tau or raise jko.ccp_max",
-                          JKOWarning, stacklevel=2)
-        elif not info.converged:
-            warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}) stopped after "
-                          f"{info.inner_iters} inner iterations with optimality gap "
-                          f"{info.gap_rel:.2e} (relative) > jko.gap_rtol = {opts.gap_rtol:g}; "
-                          "raise jko.max_inner or use inner = 'gcg'", JKOWarning, stacklevel=2)
+        m_new, info = scheme.step(run, m, heads_new, attn, opts, fe=fe, sign=sign, bhat=bh,
+                                  slope2=s2, energy=e)
+        if not info.converged:
+            warnings.warn(scheme.unconverged(k + 1, t + tau, tau, info, opts), JKOWarning,
+                          stacklevel=2)
         theta, heads = theta_new, heads_new
         t_new = (k + 1) * tau
         if not np.all(np.isfinite(m_new)):
@@ -484,6 +553,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     if kwargs:
         opts = replace(opts, **kwargs)
     opts = _resolve_scheme(opts, mesh)
+    scheme = SCHEMES.resolve(opts.scheme)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
@@ -492,7 +562,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     sign = 0
     bar = progress_bar(opts.steps, opts.progress, desc="jko")
     t_start = time.perf_counter()
-    dual = as_dual(mesh, np.shape(points)[0]) if opts.scheme == "fv" else None
+    dual = as_dual(mesh, np.shape(points)[0]) if scheme.on_dual else None
     if dual is not None:
         mesh = dual
         xs = dual.centres
@@ -537,7 +607,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
                 # minimality against ν = μ_k at the new time: s ΔE at fixed t_{k+1} >= W²/2τ
                 E_old_new = 0.5 * float(prev.m @ energy_gradient(
                     xs, prev.m, st.heads if not st.jump else prev.heads, attn,
-                    backend="auto" if opts.scheme == "fv" else None))
+                    backend=scheme.gradient_backend))
                 ineq = sign * (E_new - E_old_new) - W2sq / (2 * tau)
                 if bar is not None:
                     bar.update(1)
@@ -560,10 +630,8 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
                 (m_init > 0) & (st.m < 1e-9 * m_init))))
             if "slope2_h" in tm:
                 put("slope2_h", tm["slope2_h"])
-            if opts.scheme == "fv":
-                put("newton_iters", 0 if info is None else info.newton_iters)
-                put("min_ratio", 1.0 if info is None else info.min_ratio)
-                put("ccp_monotone", 1.0 if info is None else float(info.monotone))
+            for key, val in scheme.history(info).items():
+                put(key, val)
             put("inner_iters", 0 if info is None else info.inner_iters)
             put("gap", 0.0 if info is None else info.gap)
             put("gap_rel", 0.0 if info is None else info.gap_rel)
@@ -646,6 +714,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
       default: 0.009 at ``τ|v|_max ≈ 3h``, 0.12 at ``1.2h`` (near the locking plateau),
       1 when every step is locked.
     """
+    scheme = SCHEMES.resolve(opts.scheme)
     steps = len(history["E"]) - 1
     reasons = [message] if message else []
     checks: dict[str, Any] = {}
@@ -656,12 +725,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                 f"jko.lock_fraction = {opts.lock_fraction:g} of the first-order predicted "
                 f"transport τ²½(|∂E|²_k + |∂E|²_k+1) (moved fractions of the locked steps: "
                 + ", ".join(f"{v:.2f}" for v in fr[lk][:8]) + ("…" if lk.sum() > 8 else "")
-                + ("); the FV step moves mass continuously and cannot stay put, so its "
-                   "transport falls short of the first-order prediction only when the step "
-                   "is longer than the flow's time scale or the density has collapsed to "
-                   "the mesh scale: lower jko.tau or refine the mesh" if opts.scheme == "fv"
-                   else "); the OT scheme locks when τ|v| is below about half a cell: use "
-                        "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh"))
+                + "); " + scheme.lock_advice)
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
         status = worst_status(status, Status.LOCKED if n_locked == steps else Status.INACCURATE)
@@ -673,7 +737,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                 "cell) at some t_k: the density speckles")
         reasons.append(what)
         logger.warning("jko: %s", what)
-        if opts.scheme == "fv":  # proven impossible for the FV step
+        if scheme.empty_cells_fail:  # e.g. proven impossible for the FV step
             status = worst_status(status, Status.FAILED)
     check = relative_check(
         "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],

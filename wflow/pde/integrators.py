@@ -4,7 +4,8 @@ Every integrator is a convex combination of positivity-checked forward-Euler sta
 (Shu–Osher form, docs/theory.md §2), so a step keeps ``m_K >= 0`` whenever each of its
 Euler stages does. An integrator declares its ``order()`` and ``stages`` and combines
 the stages in :meth:`TimeIntegrator.step`; :data:`TIME_INTEGRATORS` is the only list of
-them (the ``[pde] time_integrator`` choices derive from it).
+them (the ``[pde] time_integrator`` choices derive from it), and an unregistered
+:class:`TimeIntegrator` object is accepted wherever a name is.
 """
 
 from __future__ import annotations
@@ -21,10 +22,6 @@ __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "S
 #: ``t + c·Δt`` (``c = 0``: the step's start, whose rates are already known), or ``None``
 #: when that stage would break the positivity bound.
 Stage = Callable[[np.ndarray, float], "np.ndarray | None"]
-
-#: PDE time integrators, by name.
-TIME_INTEGRATORS: Registry[TimeIntegrator] = Registry("time integrator")
-
 
 class TimeIntegrator:
     """A strong-stability-preserving explicit Runge–Kutta method.
@@ -50,6 +47,16 @@ class TimeIntegrator:
     def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:
         """One step from ``m0`` (``None`` if a stage broke the positivity bound)."""
         raise NotImplementedError
+
+    def __str__(self) -> str:
+        """The name (the class's, for an unnamed integrator): what messages print."""
+        return self.name or type(self).__qualname__
+
+
+#: PDE time integrators, by name; where a name is accepted (``PDEOptions.time_integrator``)
+#: a :class:`TimeIntegrator` object is too, unregistered.
+TIME_INTEGRATORS: Registry[TimeIntegrator] = Registry(
+    "time integrator", TimeIntegrator, key="pde.time_integrator")
 
 
 @TIME_INTEGRATORS.register

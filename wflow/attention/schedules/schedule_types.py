@@ -18,9 +18,6 @@ from ..heads import Heads
 from .base import Parametrisation, Schedule
 from .builtin import CallableSchedule, Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Static
 
-#: Schedule types of a scenario's ``[schedule] type``, by name (the only list of them).
-SCHEDULE_TYPES: Registry[ScheduleType] = Registry("schedule type")
-
 
 @dataclass(frozen=True)
 class ScheduleContext:
@@ -70,6 +67,11 @@ class ScheduleType:
     def build(self, table: Mapping[str, Any], ctx: ScheduleContext) -> Schedule:
         """The schedule of a validated ``[schedule]`` table (errors name the key)."""
         raise NotImplementedError
+
+
+#: Schedule types of a scenario's ``[schedule] type``, by name (the only list of them).
+SCHEDULE_TYPES: Registry[ScheduleType] = Registry("schedule type", ScheduleType,
+                                                  key="schedule.type")
 
 
 def _parametrised(heads: Heads) -> tuple[Parametrisation, np.ndarray, str]:
