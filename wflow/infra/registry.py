@@ -221,10 +221,10 @@ class Registry[T]:
             return self.get(value, key)
         if self.base is not None and isinstance(value, self.base):
             return value
-        what = f" or a {self.base.__name__} object" if self.base is not None else ""
-        raise WrongMethod(f"{self._where(key)}expected a {self.concept} name (one of "
-                          f"{list(self._items)}){what}, got {type(value).__name__} "
-                          f"{value!r}")
+        what = f" or an object of type {self.base.__name__}" if self.base is not None else ""
+        raise WrongMethod(f"{self._where(key)}expected the name of a registered "
+                          f"{self.concept} (one of {list(self._items)}){what}, got "
+                          f"{type(value).__name__} {value!r}")
 
     def name_of(self, value: str | T, key: str | None = None) -> str:
         """The name of a method given by name or by object (what outputs record).
@@ -260,7 +260,7 @@ class Registry[T]:
                 self.resolve(v, key)
             except (UnknownName, WrongMethod):
                 raise ScenarioError(f"{key}: must be one of {[*also, *self._items]}"
-                                    + (f" or a {self.base.__name__} object"
+                                    + (f" or an object of type {self.base.__name__}"
                                        if self.base is not None else "")
                                     + f", got {v!r}") from None
             return v

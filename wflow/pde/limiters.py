@@ -85,9 +85,9 @@ def check_applicable(opts: Any, given: Iterable[str] = (), *, label: str = "pde.
     defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
     if opts.order == 2:
         limiter = LIMITERS.resolve(opts.limiter, label.format("limiter"))
-        idle = [(k, f"limiter = {n!r}" if len(n) == 1 else f"limiter in {n}")
-                for k in LIMITER_PARAMS if k not in limiter.params
-                for n in [[name for name, lim in LIMITERS.items() if k in lim.params]]]
+        idle = [(k, "limiter = " + " or ".join(repr(name) for name, lim in LIMITERS.items()
+                                              if k in lim.params))
+                for k in LIMITER_PARAMS if k not in limiter.params]
         why = f"this run's limiter is {str(limiter)!r}"
     else:
         idle = [(k, "order = 2") for k in ("limiter", *LIMITER_PARAMS)]
