@@ -222,6 +222,32 @@ def test_pde_limiter_given_at_its_default_warns(caplog):
     assert caplog.text == ""
 
 
+@pytest.mark.filterwarnings("ignore::wflow.jko.options.JKOWarning")  # a coarse, short run
+def test_an_unregistered_kind_object_runs_in_the_pde_and_the_jko(pde_case):
+    from wflow.jko import JKOOptions, solve_jko
+    from wflow.pde import PDEOptions, solve_pde
+
+    mesh, rho0, heads, _ = pde_case
+    kind = AttentionKind("relu_sa_user2", "ReLU-SA", RELU_KERNEL, normalised=True)
+    popts = PDEOptions(T=0.05, n_saves=2)
+    tri, c, areas, m0 = _jko_geometry()
+    jkw = {"points": c, "areas": areas, "mesh": tri,
+           "options": JKOOptions(T=0.4, tau=0.2, verify=False)}
+    pde_obj = solve_pde(rho0, heads, Attention(kind, 1.0), mesh=mesh, options=popts)
+    jko_obj = solve_jko(m0, heads, Attention(kind, 1.0), **jkw)
+    with registered_kind(kind):
+        pde_named = solve_pde(rho0, heads, Attention(kind.name, 1.0), mesh=mesh,
+                              options=popts)
+        jko_named = solve_jko(m0, heads, Attention(kind.name, 1.0), **jkw)
+    assert pde_obj.status == pde_named.status != "failed"
+    assert np.array_equal(pde_obj.rho, pde_named.rho)
+    assert jko_obj.status == jko_named.status != "failed"
+    assert np.array_equal(jko_obj.masses, jko_named.masses)
+    # negative control: the registered unnormalised ReLU is another flow
+    relu = solve_pde(rho0, heads, Attention("relu", 1.0), mesh=mesh, options=popts)
+    assert not np.allclose(relu.rho[-1], pde_obj.rho[-1])
+
+
 # -------------------------------------------------------------------------------- JKO
 def _jko_geometry():
     tri = icosphere(2)

@@ -20,7 +20,10 @@ The public face:
 * extension points: the registries :data:`INTEGRATORS` (particle integrators) and
   :data:`SCHEDULE_TYPES` (``[schedule] type``), attention kinds by :func:`register_kind`
   (:mod:`wflow.attention.kinds`); a scenario imports a user's file that registers them
-  with ``modules = [...]``.
+  with ``modules = [...]``. Every registry is a :class:`Registry`; wherever a method's
+  name is accepted its object is too, unregistered (an :class:`AttentionKind`, a
+  :class:`ParticleIntegrator`, a PDE :class:`TimeIntegrator` or :class:`Limiter`, a
+  :class:`JKOScheme`), as ``diffrax.diffeqsolve`` takes a solver instance.
 
 Internal pieces (kernel plans and logs, the particle step's terms, the compiled Euler path)
 stay importable from their modules (:mod:`wflow.kernels`, :mod:`wflow.particles`).
@@ -37,7 +40,7 @@ from .infra import interrupts as _interrupts  # noqa: F401
 # isort: split
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
-from .attention.kinds import register_kind
+from .attention.kinds import AttentionKind, register_kind
 from .attention.schedules import (
     SCHEDULE_TYPES,
     CallableSchedule,
@@ -61,10 +64,12 @@ from .geometry.density import initial_density, sample_particles
 from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
 from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
+from .infra.registry import Registry
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
 from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
+from .particles.integrators import ParticleIntegrator
 from .results import SolverResult, status_summary
 from .status import Check, Status, chain_check, worst_status
 
@@ -137,6 +142,12 @@ __all__ = [
     "worst_status",
     "SolverResult",
     "status_summary",
+    "Registry",
+    "AttentionKind",
+    "ParticleIntegrator",
+    "TimeIntegrator",
+    "Limiter",
+    "JKOScheme",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
@@ -147,6 +158,8 @@ _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first u
     "ReproduceResult": ".apps.reproduce",
     "run_particles": ".apps.jobs.particles", "run_pde": ".apps.jobs.pde",
     "run_jko": ".apps.jobs.jko", "run_main_job": ".apps.main", "verify": ".studies.registry",
+    "TimeIntegrator": ".pde.integrators", "Limiter": ".pde.limiters",
+    "JKOScheme": ".jko.schemes",
 }
 
 

@@ -8,7 +8,7 @@ how it steps (:meth:`~JKOScheme.prepare`, :meth:`~JKOScheme.step`) and how its f
 read. :data:`SCHEMES` is the only list of them (the ``[jko] scheme`` choices, the
 ``--scheme`` flag): ``"auto"`` (:class:`AutoScheme`, here), ``"fv"`` (the finite-volume
 Benamou–Brenier step) and ``"ot"`` (discrete OT with POT), the last two defined with their
-numerics in :mod:`wflow.jko.solver` (this module sits below :mod:`wflow.jko.options`, which
+numerics in :mod:`wflow.jko.steppers` (this module sits below :mod:`wflow.jko.options`, which
 reads the registry, and so imports none of the steps).
 
 Wherever a scheme name is accepted (``JKOOptions(scheme=...)``), a :class:`JKOScheme`
