@@ -17,6 +17,7 @@ import json
 import numpy as np
 import pytest
 
+from wflow.attention import kinds
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.kinds import RELU_KERNEL, AttentionKind, registered_kind
 from wflow.geometry.mesh import icosphere
@@ -142,6 +143,12 @@ def test_an_unregistered_kind_object_runs_as_its_registered_twin(rng):
     # negative control: the unnormalised ReLU is another flow
     relu = simulate(x0, heads, Attention("relu", 1.0), T=0.3, dt=0.05, **QUIET)
     assert not np.allclose(relu.x, obj.x)
+    # an object that could not be registered does not run either: a new kernel claiming
+    # the compiled code of e^s would run as e^s in the compiled paths
+    claims = type(RELU_KERNEL)("relu_twin", kinds.CODE_EXP, exponential=False, fastsum=False)
+    with pytest.raises(ValueError, match="claims compiled code 0, which is the code of "
+                                         "kernel 'exp'"):
+        Attention(AttentionKind("twin", "T", claims), 1.0)
     with pytest.raises(ValueError, match=r"attention\.kind: expected the name of a registered "
                                          r"attention kind .* or an object of type "
                                          r"AttentionKind, got _ReLU"):
@@ -208,6 +215,36 @@ def test_pde_refuses_a_limiter_where_it_has_no_effect(pde_case, given, refused):
     else:
         with pytest.raises(ScenarioError, match=refused):
             solve_pde(rho0, heads, attn, mesh=mesh, options=opts)
+
+
+PDE_TOML = """seed = 0
+[heads]
+type = "matrices"
+A = [[[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, -0.5]]]
+[density]
+type = "vmf"
+means = [[0.0, 0.0, 1.0]]
+kappas = [4.0]
+[pde]
+mesh = "icosphere:180"
+T = 0.02
+n_saves = 2
+balance = false
+limiter = "venkatakrishnan"
+order = ORDER
+"""
+
+
+@pytest.mark.parametrize("order, rc", [(1, 2), (2, 0)])  # (2, 0): the negative control
+def test_wflow_pde_refuses_a_limiter_at_order_1(tmp_path, capsys, order, rc):
+    from wflow.cli import main
+
+    sc = tmp_path / "s.toml"
+    sc.write_text(PDE_TOML.replace("ORDER", str(order)))
+    assert main(["pde", str(sc), "--out", str(tmp_path / "o")]) == rc
+    err = capsys.readouterr().err
+    assert ("pde.limiter: applies only with order = 2, and this run's order is 1" in err) \
+        == (rc == 2), err
 
 
 def test_pde_limiter_given_at_its_default_warns(caplog):

@@ -275,14 +275,16 @@ def _admit(kind: AttentionKind) -> None:
         owner = next((k for k in _kernels().values() if k.code == kern.code), None)
         if owner is not kern:
             raise ValueError(
-                f"register_kind: kernel {kern.name!r} claims compiled code {kern.code}, "
+                f"attention kind {kind.name!r}: kernel {kern.name!r} claims compiled code "
+                f"{kern.code}, "
                 + (f"which is the code of kernel {owner.name!r}; " if owner is not None
                    else "which no compiled kernel has; ")
                 + "a kernel without numba code has code=None (NumPy paths)")
     old = REGISTRY.get(kind.name) if kind.name in REGISTRY else None
     taken = _kernels(without=old).get(kern.name)
     if taken is not None and taken is not kern:
-        raise ValueError(f"register_kind: kernel name {kern.name!r} is taken by {taken!r}")
+        raise ValueError(f"attention kind {kind.name!r}: kernel name {kern.name!r} is taken "
+                         f"by {taken!r}")
 
 
 #: The attention kinds, by name, in registration order (the only registry of them:

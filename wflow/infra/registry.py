@@ -213,13 +213,17 @@ class Registry[T]:
     def resolve(self, value: str | T, key: str | None = None) -> T:
         """The method a value means: a registered name's object, or an object as it is.
 
-        ``value`` is a registered name or an instance of ``base`` (used unregistered).
-        Raises :class:`UnknownName` for an unknown name and :class:`WrongMethod` for any
-        other value, each naming ``key``.
+        ``value`` is a registered name or an instance of ``base`` (used unregistered, after
+        the same ``admit`` check as :meth:`add`: an object that could not be registered
+        does not run either). Raises :class:`UnknownName` for an unknown name and
+        :class:`WrongMethod` for any other value, each naming ``key``.
         """
         if isinstance(value, str):
             return self.get(value, key)
         if self.base is not None and isinstance(value, self.base):
+            if self._admit is not None and \
+                    self._items.get(getattr(value, "name", None)) is not value:
+                self._admit(value)
             return value
         what = f" or an object of type {self.base.__name__}" if self.base is not None else ""
         raise WrongMethod(f"{self._where(key)}expected the name of a registered "
