@@ -217,30 +217,18 @@ def test_pde_refuses_a_limiter_where_it_has_no_effect(pde_case, given, refused):
             solve_pde(rho0, heads, attn, mesh=mesh, options=opts)
 
 
-PDE_TOML = """seed = 0
-[heads]
-type = "matrices"
-A = [[[1.0, 0.2, 0.0], [0.2, 0.5, 0.0], [0.0, 0.0, -0.5]]]
-[density]
-type = "vmf"
-means = [[0.0, 0.0, 1.0]]
-kappas = [4.0]
-[pde]
-mesh = "icosphere:180"
-T = 0.02
-n_saves = 2
-balance = false
-limiter = "venkatakrishnan"
-order = ORDER
-"""
 
 
 @pytest.mark.parametrize("order, rc", [(1, 2), (2, 0)])  # (2, 0): the negative control
 def test_wflow_pde_refuses_a_limiter_at_order_1(tmp_path, capsys, order, rc):
     from wflow.cli import main
 
-    sc = tmp_path / "s.toml"
-    sc.write_text(PDE_TOML.replace("ORDER", str(order)))
+    from .test_cli_pde import BASE, SYM
+
+    sc = tmp_path / "s.toml"  # the PDE CLI tests' scenario, small, with a limiter
+    sc.write_text(BASE.replace("AAA", SYM).replace("VVV", "").replace(
+        "icosphere:1280", "icosphere:180").replace("order = 2", f"order = {order}\n"
+        "limiter = \"venkatakrishnan\"\nbalance = false"))
     assert main(["pde", str(sc), "--out", str(tmp_path / "o")]) == rc
     err = capsys.readouterr().err
     assert ("pde.limiter: applies only with order = 2, and this run's order is 1" in err) \
