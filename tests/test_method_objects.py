@@ -22,6 +22,7 @@ from wflow.attention.heads import Attention, Heads
 from wflow.attention.kinds import RELU_KERNEL, AttentionKind, registered_kind
 from wflow.geometry.mesh import icosphere
 from wflow.geometry.sphere import normalize, sample_uniform
+from wflow.infra.io import to_jsonable
 from wflow.infra.registry import Registry, UnknownName, WrongMethod
 from wflow.infra.schema import ScenarioError
 from wflow.particles import ParticleOptions, simulate
@@ -186,6 +187,8 @@ def test_pde_integrator_and_limiter_objects_run_unregistered(pde_case):
         time_integrator="ssprk3", limiter="venkatakrishnan", **kw))
     assert obj.status == named.status == "success"
     assert np.array_equal(obj.rho, named.rho)
+    rec = json.loads(json.dumps(to_jsonable(obj.options)))  # what outputs record of them
+    assert rec["limiter"] == {"name": "my_venkat", "class": f"{__name__}.{MyVenkat.__qualname__}"}
     other = solve_pde(rho0, heads, attn, mesh=mesh, options=PDEOptions(
         time_integrator="ssprk3", limiter="barth_jespersen", **{**kw, "venkat_k": 5.0}))
     assert not np.array_equal(other.rho, obj.rho)  # control: another limiter differs

@@ -36,7 +36,7 @@ from typing import Any
 
 from .schema import ScenarioError
 
-__all__ = ["Registry", "UnknownName", "WrongMethod", "Names"]
+__all__ = ["Registry", "UnknownName", "WrongMethod", "Names", "Method"]
 
 
 def _reimported(old: type, new: type) -> bool:
@@ -56,6 +56,24 @@ class UnknownName(ScenarioError, LookupError):
 
 class WrongMethod(ScenarioError, TypeError):
     """A value that is neither a registered name nor an object of the registry's type."""
+
+
+class Method:
+    """Base of a method class (an integrator, a limiter, a scheme): its name, printed.
+
+    A subclass sets ``name`` (its registered name; empty for an object used unregistered,
+    then named by its class) and inherits what messages and outputs read of it.
+    """
+
+    name: str = ""
+
+    def __str__(self) -> str:
+        """The name (the class's, for an unnamed method): what messages print."""
+        return self.name or type(self).__qualname__
+
+    def to_dict(self) -> dict[str, str]:
+        """What outputs record of an object given in place of a name: name and class."""
+        return {"name": str(self), "class": f"{type(self).__module__}.{type(self).__qualname__}"}
 
 
 class Names(Sequence[str]):
@@ -110,8 +128,8 @@ class Registry[T]:
     concept : str
         What the objects are (``"limiter"``, ``"particle integrator"``), used in messages.
     base : type, optional
-        The type of the objects: :meth:`add` refuses others, :meth:`resolve` and
-        :meth:`checker` accept an unregistered instance of it in place of a name.
+        The type of the objects: ``add`` refuses others, ``resolve`` and ``checker``
+        accept an unregistered instance of it in place of a name.
     key : str, optional
         The scenario key of the concept (``"pde.limiter"``), the default prefix of
         error messages.
@@ -140,7 +158,7 @@ class Registry[T]:
         """Register ``obj`` under ``obj.name``; returns the registered object.
 
         Registering an equal object again returns the one registered; the same
-        definition executed again (:data:`same`) replaces it. ``builtin``: wflow's own
+        definition executed again (``same``) replaces it. ``builtin``: wflow's own
         object, never replaced nor removed.
 
         Raises

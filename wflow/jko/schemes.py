@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 
 __all__ = ["JKOScheme", "AutoScheme", "SCHEMES"]
 
 
-class JKOScheme:
+class JKOScheme(Method):
     """One discretisation of the JKO step ``μ_{k+1} ∈ argmin (1/2τ) W²_{b̂}(μ_k, ·) − s E``.
 
     Attributes
@@ -64,7 +64,7 @@ class JKOScheme:
                 attn: Any, opts: Any) -> Any:
         """Per-run state of the step (geometry, substeps), given the initial state.
 
-        ``x (M, 3)``: unit cell points (the dual's circumcentres when :attr:`on_dual`),
+        ``x (M, 3)``: unit cell points (the dual's circumcentres when ``on_dual``),
         ``a (M,)``: areas, ``m (M,)``: masses (summing to one), ``dual``: the
         :class:`~wflow.jko.dual.DualGeometry` or ``None``.
         """
@@ -88,10 +88,6 @@ class JKOScheme:
     def history(self, info: Any) -> dict[str, float]:
         """Columns of this scheme's own in the run's history (``info`` ``None``: ``t_0``)."""
         return {}
-
-    def __str__(self) -> str:
-        """The name (the class's, for an unnamed scheme): what messages print."""
-        return self.name or type(self).__qualname__
 
 
 #: The JKO schemes, by name (``JKOOptions.scheme``, ``[jko] scheme``, ``--scheme``).

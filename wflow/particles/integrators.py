@@ -40,7 +40,7 @@ from ..energy import (
     slope_terms,
 )
 from ..geometry.sphere import normalize
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 from ..kernels import KernelLog, plan_kernel
 
 __all__ = [
@@ -149,7 +149,7 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 CODE_EULER = 0
 #: Compiled code of RK4 with normalised stages (``I_RK4 = 1``; weights by RK4 half steps).
 CODE_RK4 = 1
-class ParticleIntegrator:
+class ParticleIntegrator(Method):
     """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
 
     Attributes
@@ -180,10 +180,6 @@ class ParticleIntegrator:
              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
         """Tokens after one step of size ``h`` from ``x`` (``k1``: the velocity at ``x``)."""
         raise NotImplementedError
-
-    def __str__(self) -> str:
-        """The name (the class's, for an unnamed integrator): what messages print."""
-        return self.name or type(self).__qualname__
 
 
 #: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``);

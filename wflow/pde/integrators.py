@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 
 __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "Stage"]
 
@@ -23,7 +23,7 @@ __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "S
 #: when that stage would break the positivity bound.
 Stage = Callable[[np.ndarray, float], "np.ndarray | None"]
 
-class TimeIntegrator:
+class TimeIntegrator(Method):
     """A strong-stability-preserving explicit Runge–Kutta method.
 
     Attributes
@@ -47,10 +47,6 @@ class TimeIntegrator:
     def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:
         """One step from ``m0`` (``None`` if a stage broke the positivity bound)."""
         raise NotImplementedError
-
-    def __str__(self) -> str:
-        """The name (the class's, for an unnamed integrator): what messages print."""
-        return self.name or type(self).__qualname__
 
 
 #: PDE time integrators, by name; where a name is accepted (``PDEOptions.time_integrator``)

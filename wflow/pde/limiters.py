@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 from ..infra.schema import ScenarioError
 
 __all__ = ["LIMITERS", "Limiter", "BarthJespersen", "Venkatakrishnan", "Positivity",
@@ -28,7 +28,7 @@ __all__ = ["LIMITERS", "Limiter", "BarthJespersen", "Venkatakrishnan", "Positivi
 logger = logging.getLogger(__name__)
 
 
-class Limiter:
+class Limiter(Method):
     """A slope limiter: the factor ``φ_K ∈ [0, 1]`` of the least-squares gradient.
 
     ``phi(delta, rK, rmax, rmin, fv)``: ``delta (no, 3q)`` are the unlimited edge values
@@ -46,10 +46,6 @@ class Limiter:
             fv: Any) -> np.ndarray:
         """The limiter factor of every owned cell, shape ``(no,)``."""
         raise NotImplementedError
-
-    def __str__(self) -> str:
-        """The name (the class's, for an unnamed limiter): what messages print."""
-        return self.name or type(self).__qualname__
 
 
 #: Slope limiters of the order-2 reconstruction, by name (each followed by the

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...infra.callables import load_callable
-from ...infra.registry import Registry
+from ...infra.registry import Method, Registry
 from ...infra.schema import ScenarioError
 from ..heads import Heads
 from .base import Parametrisation, Schedule
@@ -47,7 +47,7 @@ class ScheduleContext:
     published_relaxed: Callable[..., Schedule] | None = None
 
 
-class ScheduleType:
+class ScheduleType(Method):
     """One ``[schedule] type``: builds its :class:`Schedule` from the table.
 
     Attributes
