@@ -51,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wflow.studies.registry import SECTION, STUDIES, load_study  # noqa: E402
+from wflow.studies.registry import STUDIES, load_study  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -651,8 +651,8 @@ def study_section(name: str, data: dict[str, Any]) -> str:
     fam_desc = dict(getattr(mod, "FAMILIES", {})) if mod is not None else {}
     modes = _modes(data, name)
     out = [f"### `{name}`", ""]
-    if SECTION.get(name):
-        out += [f"Checks the claims of docs/theory.md {SECTION[name]}.", ""]
+    if STUDIES[name].section:
+        out += [f"Checks the claims of docs/theory.md {STUDIES[name].section}.", ""]
     out += ["**Size** (false fails on the correct solver):", ""]
     for mode, m in modes:
         out.append(f"* {size_text(name, mode, m)}.")

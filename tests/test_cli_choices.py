@@ -28,7 +28,6 @@ def _choices(command: str) -> dict[str, tuple]:
 
 
 def _expected() -> dict[tuple[str, str], tuple]:
-    from wflow.attention.heads import KINDS
     from wflow.attention.published import HEAD_GENERATORS
     from wflow.geometry.mesh.generation import METHODS
     from wflow.infra.options import choices_of
@@ -36,13 +35,12 @@ def _expected() -> dict[tuple[str, str], tuple]:
     from wflow.pde.options import PDEOptions
 
     assert choices_of(JKOOptions, "ot") == OT_METHODS
-    assert choices_of(JKOOptions, "scheme") == SCHEMES
+    assert choices_of(JKOOptions, "scheme") == SCHEMES.names()
     return {("jko", "ot"): choices_of(JKOOptions, "ot"),
             ("jko", "scheme"): choices_of(JKOOptions, "scheme"),
             ("pde", "order"): choices_of(PDEOptions, "order"),
             ("mesh", "method"): METHODS,
-            ("reproduce", "heads_generator"): HEAD_GENERATORS,
-            ("heads", "kind"): tuple(KINDS)}
+            ("reproduce", "heads_generator"): HEAD_GENERATORS}
 
 
 @pytest.mark.parametrize("command, option", list(_expected()))

@@ -14,14 +14,14 @@ from wflow.apps.output_keys import contract_problems
 from wflow.attention.heads import Heads
 from wflow.geometry.sphere import orthonormal_tokens
 from wflow.multihead import beta_star
-from wflow.studies.registry import SECTION, STUDIES
+from wflow.studies.registry import STUDIES
 
-MH_STUDIES = sorted(k for k, v in SECTION.items() if v == "§6")
+MH_STUDIES = sorted(k for k, v in STUDIES.items() if v.section == "§6")
 
 
 @pytest.mark.parametrize("name", MH_STUDIES)
 def test_study_quick(name, tmp_path):
-    mod = importlib.import_module(STUDIES[name])
+    mod = importlib.import_module(STUDIES[name].module)
     out = tmp_path / name
     res = mod.run(out=out, quick=True, seed=0)
     assert res.name == name
@@ -41,8 +41,8 @@ def test_registry_covers_every_study_module():
 
     mods = {m.name for m in pkgutil.iter_modules(wflow.studies.__path__)} - {"base", "registry",
                                                                           "helpers"}
-    assert {v.rsplit(".", 1)[1] for v in STUDIES.values()} == mods
-    assert set(SECTION) == set(STUDIES) and len(MH_STUDIES) == 6
+    assert {v.module.rsplit(".", 1)[1] for v in STUDIES.values()} == mods
+    assert all(v.section for v in STUDIES.values()) and len(MH_STUDIES) == 6
 
 
 def test_cli_beta_star_json(capsys):

@@ -20,7 +20,10 @@ The public face:
 * extension points: the registries :data:`INTEGRATORS` (particle integrators) and
   :data:`SCHEDULE_TYPES` (``[schedule] type``), attention kinds by :func:`register_kind`
   (:mod:`wflow.attention.kinds`); a scenario imports a user's file that registers them
-  with ``modules = [...]``.
+  with ``modules = [...]``. Every registry is a :class:`Registry`; wherever a method's
+  name is accepted its object is too, unregistered (an :class:`AttentionKind`, a
+  :class:`ParticleIntegrator`, a PDE :class:`TimeIntegrator` or :class:`Limiter`, a
+  :class:`JKOScheme`), as ``diffrax.diffeqsolve`` takes a solver instance.
 
 Internal pieces (kernel plans and logs, the particle step's terms, the compiled Euler path)
 stay importable from their modules (:mod:`wflow.kernels`, :mod:`wflow.particles`).
@@ -37,7 +40,7 @@ from .infra import interrupts as _interrupts  # noqa: F401
 # isort: split
 from .apps.scenario import Scenario, load_scenario
 from .attention.heads import Attention, Heads
-from .attention.kinds import register_kind
+from .attention.kinds import AttentionKind, register_kind
 from .attention.schedules import (
     SCHEDULE_TYPES,
     CallableSchedule,
@@ -63,6 +66,7 @@ from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
 from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
 from .infra.accuracy import StepController, Tolerance
+from .infra.registry import Registry
 from .infra.spec import SOLVERS, SolverSpec
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
@@ -72,6 +76,7 @@ from .results import Outcome, SolverResult, status_summary
 from .status import Check, Claim, Reach, Status, Verdict, chain_check, worst_status
 
 # isort: split
+from .particles.integrators import ParticleIntegrator
 from .phase import (
     DichotomyCheck,
     PhaseDiagram,
@@ -177,6 +182,12 @@ __all__ = [
     "DichotomyCheck",
     "SolverSpec",
     "SOLVERS",
+    "Registry",
+    "AttentionKind",
+    "ParticleIntegrator",
+    "TimeIntegrator",
+    "Limiter",
+    "JKOScheme",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
@@ -187,6 +198,8 @@ _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first u
     "ReproduceResult": ".apps.reproduce",
     "run_particles": ".apps.jobs.particles", "run_pde": ".apps.jobs.pde",
     "run_jko": ".apps.jobs.jko", "run_main_job": ".apps.main", "verify": ".studies.registry",
+    "TimeIntegrator": ".pde.integrators", "Limiter": ".pde.limiters",
+    "JKOScheme": ".jko.schemes",
 }
 
 

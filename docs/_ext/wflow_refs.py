@@ -267,13 +267,13 @@ def studies() -> list[str]:
              "(``--fault NAME``), each of which must make the study FAIL. The criteria",
              "themselves, with their measured values, are in every run's ``summary.json``",
              "(``criteria``); measured numbers: :doc:`../guide/studies`.", ""]
-    sections = getattr(reg, "SECTION", {})
-    for name, modname in reg.STUDIES.items():
+    for name, study in reg.STUDIES.items():
+        modname = study.module
         try:
             mod = importlib.import_module(modname)
         except ImportError:
             continue
-        title = f"{name} ({sections.get(name, '')})" if name in sections else name
+        title = f"{name} ({study.section})" if study.section else name
         doc = (mod.__doc__ or "").strip().splitlines()
         lines += [title, "-" * len(title), "", f"Module :mod:`{modname}`.", ""]
         if doc:

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from .kinds import KINDS  # the only list of kind names (wflow.attention.kinds registry)
+from .kinds import KINDS, AttentionKind, get_kind  # the registry of wflow.attention.kinds
 
 __all__ = ["Heads", "Attention", "KINDS"]
 
@@ -31,21 +31,21 @@ class Attention:
 
     Parameters
     ----------
-    kind : {"softmax", "usa", "relu"} or a kind registered later
+    kind : {"softmax", "usa", "relu"}, a kind registered later, or an AttentionKind
         ``softmax``: ``f_h = ∫ e^{s} V y dμ / ∫ e^{s} dμ``; ``usa``: the same
         without normalisation; ``relu``: ``f_h = ∫ max(0, s) V y dμ``; any name of
         :data:`~wflow.attention.kinds.KINDS` (read at construction:
-        :func:`~wflow.attention.kinds.register_kind` adds one).
+        :func:`~wflow.attention.kinds.register_kind` adds one), or an
+        :class:`~wflow.attention.kinds.AttentionKind` object, registered or not.
     beta : float
         Inverse temperature ``β > 0`` multiplying every score.
     """
 
-    kind: Kind = "softmax"
+    kind: Kind | AttentionKind = "softmax"
     beta: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"attention.kind: must be one of {KINDS}, got {self.kind!r}")
+        get_kind(self.kind)  # a registered name or a kind object, else a ValueError
         if not (np.isfinite(self.beta) and self.beta > 0):
             raise ValueError(f"attention.beta: must be a finite number > 0, got {self.beta!r}")
 

@@ -54,7 +54,8 @@ reaches a kind defined in the user's file with a top-level ``modules = ["my_kind
   numba kernels branch on the code alone: it would run as that kernel).
 * Compiled code for a new kernel is a change to wflow: a new code here and one branch in
   each ``kind``-switch of :mod:`wflow.kernels._numba` and
-  :mod:`wflow.particles._path_numba`, and its kernel registered with ``_register``.
+  :mod:`wflow.particles._path_numba`, and its kind registered with
+  ``REGISTRY.add(kind, builtin=True)``.
 
 Its tests need no edit: ``tests/test_kinds.py`` and every kind-parametrised test iterate
 over :data:`KINDS` (``tests/conftest.py``) with references built from the kind's own
@@ -68,11 +69,13 @@ user's own, end to end.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..infra.registry import Names, Registry
 
 __all__ = [
     "Kernel",
@@ -87,7 +90,6 @@ __all__ = [
     "KERNELS",
     "REGISTRY",
     "KINDS",
-    "KindNames",
     "get_kind",
     "register_kind",
     "registered_kind",
@@ -177,8 +179,6 @@ class _ReLU(Kernel):
 EXP_KERNEL = _Exponential("exp", CODE_EXP, exponential=True, fastsum=True)
 #: The ReLU kernel ``max(0, s)``.
 RELU_KERNEL = _ReLU("relu", CODE_RELU, exponential=False, fastsum=False)
-#: Every kernel of a registered kind, by name (kept by :func:`register_kind`).
-KERNELS: dict[str, Kernel] = {kern.name: kern for kern in (EXP_KERNEL, RELU_KERNEL)}
 
 
 @dataclass(frozen=True)
@@ -259,23 +259,6 @@ class AttentionKind:
         return self.code
 
 
-#: name -> kind, in registration order (edit through :func:`register_kind` /
-#: :func:`unregister_kind`).
-REGISTRY: dict[str, AttentionKind] = {}
-#: Names of the kinds built into wflow (never replaced nor unregistered).
-_BUILTIN: set[str] = set()
-
-
-def _register(kind: AttentionKind) -> AttentionKind:
-    """Register a built-in kind (strict: a name registered twice raises)."""
-    if kind.name in REGISTRY:
-        raise ValueError(f"attention kind {kind.name!r} registered twice")
-    REGISTRY[kind.name] = kind
-    KERNELS.setdefault(kind.kernel.name, kind.kernel)
-    _BUILTIN.add(kind.name)
-    return kind
-
-
 def _definition(kind: AttentionKind) -> tuple:
     """What a kind is, independent of the module object that defined it (re-imports)."""
     kern = kind.kernel
@@ -285,6 +268,58 @@ def _definition(kind: AttentionKind) -> tuple:
             kern.fastsum, where, type(kern).__qualname__)
 
 
+def _admit(kind: AttentionKind) -> None:
+    """Refuse a kind whose kernel would run as another one (see :func:`register_kind`)."""
+    kern = kind.kernel
+    if kern.code is not None:
+        owner = next((k for k in _kernels().values() if k.code == kern.code), None)
+        if owner is not kern:
+            raise ValueError(
+                f"attention kind {kind.name!r}: kernel {kern.name!r} claims compiled code "
+                f"{kern.code}, "
+                + (f"which is the code of kernel {owner.name!r}; " if owner is not None
+                   else "which no compiled kernel has; ")
+                + "a kernel without numba code has code=None (NumPy paths)")
+    old = REGISTRY.get(kind.name) if kind.name in REGISTRY else None
+    taken = _kernels(without=old).get(kern.name)
+    if taken is not None and taken is not kern:
+        raise ValueError(f"attention kind {kind.name!r}: kernel name {kern.name!r} is taken "
+                         f"by {taken!r}")
+
+
+#: The attention kinds, by name, in registration order (the only registry of them:
+#: :func:`register_kind` / :func:`unregister_kind` edit it; :func:`get_kind` reads it).
+REGISTRY: Registry[AttentionKind] = Registry(
+    "attention kind", AttentionKind, key="attention.kind",
+    same=lambda old, new: _definition(old) == _definition(new), admit=_admit)
+
+
+def _kernels(without: AttentionKind | None = None) -> dict[str, Kernel]:
+    """Kernels by name: the built-in ones and those of the registered kinds (but ``without``)."""
+    out = {k.name: k for k in (EXP_KERNEL, RELU_KERNEL)}
+    for k in REGISTRY.values():
+        if k is not without:
+            out.setdefault(k.kernel.name, k.kernel)
+    return out
+
+
+class _KernelView(Mapping[str, Kernel]):
+    """Every kernel of a registered kind (and the built-in ones), by name: a live view."""
+
+    def __getitem__(self, name: str) -> Kernel:
+        return _kernels()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_kernels())
+
+    def __len__(self) -> int:
+        return len(_kernels())
+
+
+#: Every kernel of a registered kind, by name (derived from :data:`REGISTRY`, read live).
+KERNELS: Mapping[str, Kernel] = _KernelView()
+
+
 def register_kind(kind: AttentionKind) -> AttentionKind:
     """Register an attention kind at run time; every path reads it from then on.
 
@@ -292,7 +327,9 @@ def register_kind(kind: AttentionKind) -> AttentionKind:
     key ``[attention] kind``, the CLI's ``--kind`` and every sum, energy and solver (they
     read :data:`REGISTRY` / :data:`KINDS` at each call). A kernel without compiled code
     (``code=None``) runs on the NumPy back-end and the Python particle loop; the compiled
-    paths refuse it (:meth:`AttentionKind.require_compiled`).
+    paths refuse it (:meth:`AttentionKind.require_compiled`). A kind need not be
+    registered to run from the API (``Attention(kind=my_kind)``): registration is how a
+    scenario and the command line reach it.
 
     Registering the same definition again (an equal kind, or the same module re-imported,
     as a scenario's ``modules`` are on each load) returns the registered kind.
@@ -318,39 +355,7 @@ def register_kind(kind: AttentionKind) -> AttentionKind:
     """
     if not isinstance(kind, AttentionKind):
         raise TypeError(f"register_kind: expected an AttentionKind, got {type(kind).__name__}")
-    kern = kind.kernel
-    if kern.code is not None:
-        owner = next((k for k in KERNELS.values() if k.code == kern.code), None)
-        if owner is not kern:
-            raise ValueError(
-                f"register_kind: kernel {kern.name!r} claims compiled code {kern.code}, "
-                + (f"which is the code of kernel {owner.name!r}; " if owner is not None
-                   else "which no compiled kernel has; ")
-                + "a kernel without numba code has code=None (NumPy paths)")
-    old = REGISTRY.get(kind.name)
-    if old is not None:
-        if old == kind:
-            return old
-        if kind.name in _BUILTIN or _definition(old) != _definition(kind):
-            raise ValueError(f"attention kind {kind.name!r} registered twice (registered: "
-                             f"{old!r}); unregister_kind({kind.name!r}) first")
-    taken = KERNELS.get(kern.name)
-    if taken is not None and taken is not kern and not (
-            old is not None and taken is old.kernel):
-        raise ValueError(f"register_kind: kernel name {kern.name!r} is taken by {taken!r}")
-    if old is not None:
-        _drop(old)
-    REGISTRY[kind.name] = kind
-    KERNELS[kern.name] = kern
-    return kind
-
-
-def _drop(kind: AttentionKind) -> None:
-    del REGISTRY[kind.name]
-    if not any(k.kernel is kind.kernel for k in REGISTRY.values()) and \
-            KERNELS.get(kind.kernel.name) is kind.kernel and \
-            kind.kernel not in (EXP_KERNEL, RELU_KERNEL):
-        del KERNELS[kind.kernel.name]
+    return REGISTRY.add(kind)
 
 
 def unregister_kind(name: str) -> AttentionKind:
@@ -358,13 +363,8 @@ def unregister_kind(name: str) -> AttentionKind:
 
     Raises ``ValueError`` for a built-in kind or an unknown name.
     """
-    if name in _BUILTIN:
-        raise ValueError(f"unregister_kind: {name!r} is a built-in attention kind")
-    kind = get_kind(name)
-    if REGISTRY.get(name) is not kind:
-        raise ValueError(f"unregister_kind: {name!r} is not registered")
-    _drop(kind)
-    return kind
+    get_kind(name)
+    return REGISTRY.unregister(name)
 
 
 @contextmanager
@@ -373,74 +373,34 @@ def registered_kind(kind: AttentionKind) -> Iterator[AttentionKind]:
 
     A kind registered before the block stays registered after it.
     """
-    was = REGISTRY.get(kind.name)
+    was = kind.name in REGISTRY
     spec = register_kind(kind)
     try:
         yield spec
     finally:
-        if was is None and REGISTRY.get(spec.name) is spec:
+        if not was and spec.name in REGISTRY and REGISTRY.get(spec.name) is spec:
             unregister_kind(spec.name)
 
 
-class KindNames(Sequence[str]):
-    """The names of the registered kinds, read from :data:`REGISTRY` at each use.
-
-    Behaves like the tuple of names (iteration, ``in``, indexing, ``len``, ``==`` with a
-    tuple or list, ``+``), but a kind registered later is in it: readers never hold a
-    copy taken at import.
-    """
-
-    __slots__ = ()
-
-    def __getitem__(self, i):  # noqa: D105
-        return tuple(REGISTRY)[i]
-
-    def __len__(self) -> int:  # noqa: D105
-        return len(REGISTRY)
-
-    def __iter__(self) -> Iterator[str]:  # noqa: D105
-        return iter(tuple(REGISTRY))
-
-    def __contains__(self, name: object) -> bool:  # noqa: D105
-        return isinstance(name, str) and name in REGISTRY
-
-    def __eq__(self, other: object) -> bool:  # noqa: D105
-        if isinstance(other, (tuple, list, KindNames)):
-            return tuple(REGISTRY) == tuple(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable contents
-
-    def __add__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
-        return tuple(REGISTRY) + tuple(other)
-
-    def __radd__(self, other: Sequence[str]) -> tuple[str, ...]:  # noqa: D105
-        return tuple(other) + tuple(REGISTRY)
-
-    def __repr__(self) -> str:  # noqa: D105
-        return repr(tuple(REGISTRY))
-
-
-SOFTMAX = _register(AttentionKind("softmax", "SA", EXP_KERNEL, normalised=True))
-USA = _register(AttentionKind("usa", "USA", EXP_KERNEL, normalised=False))
-RELU = _register(AttentionKind("relu", "ReLU", RELU_KERNEL, normalised=False))
+SOFTMAX = REGISTRY.add(AttentionKind("softmax", "SA", EXP_KERNEL, normalised=True),
+                       builtin=True)
+USA = REGISTRY.add(AttentionKind("usa", "USA", EXP_KERNEL, normalised=False), builtin=True)
+RELU = REGISTRY.add(AttentionKind("relu", "ReLU", RELU_KERNEL, normalised=False), builtin=True)
 
 #: Names of the attention kinds: a live view of :data:`REGISTRY` (the only list).
-KINDS: KindNames = KindNames()
+KINDS: Names = REGISTRY.view()
 
 
 def get_kind(kind: str | AttentionKind) -> AttentionKind:
-    """The registered :class:`AttentionKind` of a name (a kind object is returned as is).
+    """The :class:`AttentionKind` a value means: a registered name's, or a kind object as is.
+
+    A kind object is accepted unregistered (as ``diffeqsolve`` takes a solver instance).
 
     Raises
     ------
     ValueError
-        Unknown name; the message lists the known kinds.
+        Unknown name (:class:`~wflow.infra.registry.UnknownName`, listing the known kinds)
+        or neither a name nor an :class:`AttentionKind`
+        (:class:`~wflow.infra.registry.WrongMethod`), each naming ``attention.kind``.
     """
-    try:
-        return REGISTRY[kind]
-    except (KeyError, TypeError):
-        if isinstance(kind, AttentionKind):
-            return kind
-        raise ValueError(f"attention kind: must be one of {tuple(REGISTRY)}, "
-                         f"got {kind!r}") from None
+    return REGISTRY.resolve(kind)

@@ -2,7 +2,9 @@
 
 Sub-commands: ``beta-star`` (critical cosine ``c*(H)`` and inverse temperature ``β*``),
 ``lambda-c`` (convexity threshold of ``φ``) and ``radial-dominance`` (own power,
-cross-head radial-shadow terms and margins of given tokens and heads).
+cross-head radial-shadow terms and margins of given tokens and heads). ``radial-dominance
+--modules my_kinds.py --kind my_kind`` reaches an attention kind that the user's module
+registers (:func:`wflow.attention.kinds.register_kind`), as a scenario's ``modules`` do.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``heads`` subcommand and its sub-subcommands."""
-    from ..attention.kinds import KINDS
     p = sub.add_parser(
         "heads",
         help="multi-head formulas: critical temperature, λ_c, radial dominance",
@@ -66,8 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=".npy array (n, d) or .npz with array 'x' (unit vectors)")
     r.add_argument("--heads", required=True, help=".npz heads file (Q, K, V[, w] or A[, V, w])")
     r.add_argument("--beta", type=float, required=True, help="inverse temperature β > 0")
-    r.add_argument("--kind", default="softmax", choices=KINDS,
-                   help="attention kind (default softmax)")
+    r.add_argument("--kind", default="softmax",
+                   help="attention kind: a registered name (wflow's: softmax, usa, relu; "
+                   "default softmax) or one that a --modules file registers")
+    r.add_argument("--modules", nargs="+", action="extend", default=[], metavar="MODULE",
+                   help="import these modules first ('path/to/file.py' relative to the "
+                   "current folder, or 'package.module'), e.g. to register attention kinds "
+                   "of your own, as a scenario's top-level `modules` key does")
     r.add_argument("--json", action="store_true", help="emit JSON")
     r.set_defaults(func=_radial_dominance)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -137,15 +143,20 @@ def _load_tokens(path: str):
 
 def _radial_dominance(args: argparse.Namespace) -> int:
     from ..attention.heads import Attention, Heads
+    from ..attention.kinds import REGISTRY
+    from ..infra.callables import load_module
     from ..infra.io import to_jsonable
     from ..multihead import radial_dominance
 
+    for i, spec in enumerate(args.modules):
+        load_module(spec, base_dir=".", name=f"--modules[{i}]")
+    kind = REGISTRY.get(args.kind, "--kind")  # the kinds registered now (modules included)
     x = _load_tokens(args.tokens)
     heads = Heads.from_npz(args.heads)
     if x.ndim != 2 or x.shape[1] != heads.d:
         raise ValueError(f"--tokens: expected shape (n, {heads.d}) to match the heads, "
                          f"got {x.shape}")
-    rd = radial_dominance(x, heads, Attention(args.kind, args.beta))
+    rd = radial_dominance(x, heads, Attention(kind.name, args.beta))
     out = rd.as_dict()
     if args.json:
         print(json.dumps(to_jsonable(out), indent=2))

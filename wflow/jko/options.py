@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
+from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
 
 __all__ = [
     "TAU_CELLS",
@@ -51,9 +52,6 @@ MOBILITY_MEANS = ("conformal", "arithmetic", "geometric", "harmonic")
 OT_METHODS = ("emd", "sinkhorn")
 #: Inner solvers of the outer minimisation over ν.
 INNER_SOLVERS = ("gcg", "mirror")
-#: Discretisations of the JKO step: finite-volume Benamou–Brenier (:mod:`wflow.jko.fv`,
-#: default) or discrete optimal transport between cell measures (POT).
-SCHEMES = ("auto", "fv", "ot")
 #: Treatments of the energy in the FV step: CCP to a tolerance, or one linearisation.
 FV_ENERGY = ("implicit", "lagged")
 #: Hamiltonians of the FV step (see :mod:`wflow.jko.fv`).
@@ -166,14 +164,14 @@ class JKOOptions:
         "Step size ``τ``; the table's default ``\"auto\"`` is chosen from the mesh by the "
         "scenario jobs (:func:`auto_tau`).", check=_tau, table_default="auto",
         type="float or \"auto\""))
-    scheme: Literal["auto", "fv", "ot"] = field(default="auto", metadata=opt(
+    scheme: Literal["auto", "fv", "ot"] | JKOScheme = field(default="auto", metadata=opt(
         "``\"auto\"``: ``\"fv\"`` when the mesh connectivity is given (``mesh=`` of "
         ":func:`~wflow.jko.solve_jko`; the scenario jobs always give it), else ``\"ot\"``. "
         "``\"fv\"``: the finite-volume Benamou–Brenier step (:mod:`wflow.jko.fv`; no "
         "locking, no empty cells). ``\"ot\"``: discrete OT between cell measures with POT "
         "(exact or entropic); it *locks* when ``τ|v|_max <~ h/2`` and moves mass in "
         "whole-cell jumps (:mod:`wflow.jko.solver`, \"Limitations\").",
-        check=choice(*SCHEMES)))
+        check=SCHEMES.checker()))
     substeps: int | str = field(default=1, metadata=opt(
         "FV: pseudo-time substeps ``n_s`` of the transport; ``\"auto\"``: ``⌈τ|v|_max/h⌉`` "
         "(each substep moves at most one cell).", check=_substeps,

@@ -49,17 +49,19 @@ from ..attention.heads import Attention, Heads
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
-from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from ..infra.progress import progress_bar
 from ..results import SolverResult, finish_history
 from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
-from .cost import _Geometry
 from .energy import _check_heads, energy_gradient
-from .fv import FVGraph, auto_substeps, fv_slope2, fv_step
-from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions, JKOWarning, auto_tau
-from .step import JKOStepInfo, jko_step
+from .fv import fv_slope2
+from .options import JKOOptions, JKOWarning, auto_tau
+from .schemes import SCHEMES
+from .step import JKOStepInfo
+from .steppers import FVScheme, OTScheme, as_dual
 
 __all__ = [
+    "FVScheme",  # (defined in wflow.jko.steppers)
+    "OTScheme",
     "JKOState",
     "JKOResult",
     "auto_step",
@@ -161,7 +163,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     speed = np.linalg.norm(fe.vhat, axis=1)
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
-    cells = TAU_CELLS if options.scheme == "ot" else TAU_CELLS_FV
+    cells = SCHEMES.resolve(options.scheme).resolve(mesh_given=True).tau_cells
     tau = auto_tau(options.T, h, vmax, cells=cells)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
@@ -175,89 +177,19 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     return opts, info
 
 
-def as_dual(mesh: Any, M: int) -> DualGeometry:
-    """The FV geometry of ``mesh`` (Triangulation, SphereMesh, DualGeometry or ``(V, C)``).
-
-    Cells must be in the order of the cell arrays given to the solver (for a
-    :class:`~wflow.geometry.mesh.SphereMesh`: the original order, as ``gather_owned`` returns).
-    """
-    if mesh is None:
-        raise ValueError("jko.scheme: 'fv' needs the mesh connectivity; pass mesh= (a "
-                         "Triangulation or SphereMesh) or use scheme = 'ot'")
-    if isinstance(mesh, DualGeometry):
-        geo = mesh
-    elif hasattr(mesh, "gather_owned") and hasattr(mesh, "cell_vertices"):
-        geo = dual_from_cell_vertices(mesh.gather_owned(mesh.cell_vertices))
-    elif hasattr(mesh, "points") and hasattr(mesh, "cells"):
-        geo = dual_geometry(mesh.points, mesh.cells)
-    else:
-        pts, cells = mesh
-        geo = dual_geometry(pts, cells)
-    if geo.M != M:
-        raise ValueError(f"mesh: has {geo.M} cells, the cell arrays have {M}")
-    return geo
-
-
 def _resolve_scheme(opts: JKOOptions, mesh: Any) -> JKOOptions:
-    """``scheme = "auto"``: ``"fv"`` with a mesh, ``"ot"`` without."""
-    if opts.scheme != "auto":
-        return opts
-    scheme = "fv" if mesh is not None else "ot"
-    logger.info("jko: scheme 'auto' -> %r (%s)", scheme,
-                "mesh connectivity given" if mesh is not None else "no mesh connectivity")
-    return replace(opts, scheme=scheme)
+    """The options with the scheme that runs (``"auto"``: ``"fv"`` with a mesh, else ``"ot"``).
 
-
-def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts: JKOOptions,
-             fe: Any, sign: int, nsub: int, bhat: np.ndarray | None = None
-             ) -> tuple[np.ndarray, JKOStepInfo]:
-    """One FV step as a :class:`JKOStepInfo` with its POT referee when ``verify`` asks.
-
-    The referee is the exact ``W²_{b̂}`` between ``μ_k`` and ``μ_{k+1}``: dense ``ot.emd2``
-    up to ``dense_ot_max_cells``, the certified sparse solve
-    (:func:`wflow.geometry.transport.w2_sphere_sparse`, same weighted cost) beyond.
-
-    ``bhat``: the mobility of the step's metric (default ``fe.bhat``).
+    A registered scheme stays a name (what the outputs record), a user's object itself.
     """
-    bhat = fe.bhat if bhat is None else bhat
-    from ..geometry.sphere import project_tangent
-
-    fields0 = np.empty((m.size, 4))
-    fields0[:, 0] = np.einsum("h,hm->m", heads.w, fe.Phi) / attn.beta
-    fields0[:, 1:] = project_tangent(graph.geo.centres,
-                                     np.einsum("h,hmd->md", heads.w, fe.grad_psi))
-    r = fv_step(graph, m, heads, attn, tau=opts.tau, sign=sign, bhat=bhat, substeps=nsub,
-                energy=opts.energy, hamiltonian=opts.hamiltonian, fields0=fields0,
-                ccp_tol=opts.ccp_tol, ccp_max=opts.ccp_max)
-    verify = opts.verify if opts.verify is not None else graph.geo.M <= opts.verify_max_cells
-    W2_pot = float("nan")
-    if verify and graph.geo.M <= opts.dense_ot_max_cells:
-        import ot
-
-        from .cost import cost_matrix
-
-        C = cost_matrix(graph.geo.centres, bhat, mean=opts.mobility_mean)
-        W2_pot = float(ot.emd2(m / m.sum(), r.m / r.m.sum(), C,
-                               numItermax=opts.emd_max_iter))
-    elif verify:  # beyond the dense size: POT on a certified sparse graph, same weighted cost
-        from ..geometry.transport import w2_sphere_sparse
-        from .cost import pair_mobility
-
-        b = np.asarray(bhat, dtype=float)
-        c = graph.geo.centres / np.linalg.norm(graph.geo.centres, axis=1, keepdims=True)
-        mean = opts.mobility_mean
-        W2_pot = float(w2_sphere_sparse(
-            c, c, m, r.m, num_itermax=opts.emd_max_iter,
-            pair_weight=lambda i, j: 1.0 / pair_mobility(b[i], b[j], mean),
-            weight_min=1.0 / float(b.max())).W2sq)
-    info = JKOStepInfo(
-        W2sq=float(r.W2sq), ot_value=float(r.W2sq), objective=float(r.objective),
-        inner_iters=int(r.ccp_iters), gap=float(r.ccp_change), gap_rel=float(r.ccp_change),
-        converged=bool(r.converged), W2sq_pot=W2_pot, gap_pot=float("nan"),
-        pairs=int(graph.geo.edge_cells.shape[0]), time=float(r.time), scheme="fv",
-        substeps=int(r.substeps), newton_iters=int(r.newton_iters), monotone=bool(r.monotone),
-        min_ratio=float(r.min_ratio))
-    return r.m, info
+    given = SCHEMES.resolve(opts.scheme)
+    scheme = given.resolve(mesh_given=mesh is not None)
+    if scheme is given:
+        return opts
+    logger.info("jko: scheme %r -> %r (%s)", str(given), str(scheme),
+                "mesh connectivity given" if mesh is not None else "no mesh connectivity")
+    registered = scheme.name in SCHEMES and SCHEMES.get(scheme.name) is scheme
+    return replace(opts, scheme=scheme.name if registered else scheme)
 
 
 def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
@@ -305,24 +237,16 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         if abs(j / tau - round(j / tau)) > 1e-9 * max(1.0, j / tau):
             raise ValueError(f"jko.tau: the weight schedule jumps at t = {j:g}, which must be "
                              f"a multiple of tau = {tau:g}")
-    fv = opts.scheme == "fv"
-    dual = graph = None
-    if fv:
+    scheme = SCHEMES.resolve(opts.scheme)
+    dual = None
+    if scheme.on_dual:
         dual = as_dual(mesh, x.shape[0])
-        graph = FVGraph.from_geometry(dual)
         x = dual.centres
-    else:
-        geo = _Geometry(x, a, opts)
-    warm: dict = {}
     theta = schedule.initial_theta()
     heads = schedule.heads_at(theta)
     sign = _check_heads(heads)
     terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0, dual)
-    nsub = opts.substeps
-    if fv and nsub == "auto":
-        fe0 = evaluate(x, heads, attn, m=m)
-        sp0 = np.linalg.norm(fe0.vhat, axis=1)
-        nsub = auto_substeps(tau, float(np.max(sp0[m > 0])), dual.h)
+    run = scheme.prepare(x, a, m, dual, heads, attn, opts)
     yield JKOState(0.0, 0, m, heads, terms, None)
     for k in range(opts.steps):
         t = k * tau
@@ -336,23 +260,11 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
         bh = fe.bhat if step_mobility is None else np.asarray(step_mobility(fe.bhat), float)
-        if fv:
-            m_new, info = _fv_step(graph, m, heads_new, attn, opts, fe, sign, int(nsub), bh)
-        else:
-            m_new, info = jko_step(x, a, m, heads_new, attn, options=opts, bhat=bh,
-                                   slope2=s2, energy=e, _geo=geo, _warm=warm)
-        if not info.converged and fv:
-            warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}): the concave–convex "
-                          f"iteration stopped after {info.inner_iters} iterations (jko.ccp_max)"
-                          f" with relative change {info.gap_rel:.2e} > jko.ccp_tol = "
-                          f"{opts.ccp_tol:g}; a step this long (τ = {tau:g}) may be past the "
-                          "flow's time scale: lower jko.tau or raise jko.ccp_max",
-                          JKOWarning, stacklevel=2)
-        elif not info.converged:
-            warnings.warn(f"jko: step {k + 1} (t = {t + tau:.6g}) stopped after "
-                          f"{info.inner_iters} inner iterations with optimality gap "
-                          f"{info.gap_rel:.2e} (relative) > jko.gap_rtol = {opts.gap_rtol:g}; "
-                          "raise jko.max_inner or use inner = 'gcg'", JKOWarning, stacklevel=2)
+        m_new, info = scheme.step(run, m, heads_new, attn, opts, fe=fe, sign=sign, bhat=bh,
+                                  slope2=s2, energy=e)
+        if not info.converged:
+            warnings.warn(scheme.unconverged(k + 1, t + tau, tau, info, opts), JKOWarning,
+                          stacklevel=2)
         theta, heads = theta_new, heads_new
         t_new = (k + 1) * tau
         if not np.all(np.isfinite(m_new)):
@@ -484,6 +396,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     if kwargs:
         opts = replace(opts, **kwargs)
     opts = _resolve_scheme(opts, mesh)
+    scheme = SCHEMES.resolve(opts.scheme)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
     acc: BalanceAccumulator | None = None
@@ -492,7 +405,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     sign = 0
     bar = progress_bar(opts.steps, opts.progress, desc="jko")
     t_start = time.perf_counter()
-    dual = as_dual(mesh, np.shape(points)[0]) if opts.scheme == "fv" else None
+    dual = as_dual(mesh, np.shape(points)[0]) if scheme.on_dual else None
     if dual is not None:
         mesh = dual
         xs = dual.centres
@@ -537,7 +450,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
                 # minimality against ν = μ_k at the new time: s ΔE at fixed t_{k+1} >= W²/2τ
                 E_old_new = 0.5 * float(prev.m @ energy_gradient(
                     xs, prev.m, st.heads if not st.jump else prev.heads, attn,
-                    backend="auto" if opts.scheme == "fv" else None))
+                    backend=scheme.gradient_backend))
                 ineq = sign * (E_new - E_old_new) - W2sq / (2 * tau)
                 if bar is not None:
                     bar.update(1)
@@ -560,10 +473,8 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
                 (m_init > 0) & (st.m < 1e-9 * m_init))))
             if "slope2_h" in tm:
                 put("slope2_h", tm["slope2_h"])
-            if opts.scheme == "fv":
-                put("newton_iters", 0 if info is None else info.newton_iters)
-                put("min_ratio", 1.0 if info is None else info.min_ratio)
-                put("ccp_monotone", 1.0 if info is None else float(info.monotone))
+            for key, val in scheme.history(info).items():
+                put(key, val)
             put("inner_iters", 0 if info is None else info.inner_iters)
             put("gap", 0.0 if info is None else info.gap)
             put("gap_rel", 0.0 if info is None else info.gap_rel)
@@ -646,6 +557,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
       default: 0.009 at ``τ|v|_max ≈ 3h``, 0.12 at ``1.2h`` (near the locking plateau),
       1 when every step is locked.
     """
+    scheme = SCHEMES.resolve(opts.scheme)
     steps = len(history["E"]) - 1
     reasons = [message] if message else []
     checks: dict[str, Any] = {}
@@ -656,12 +568,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                 f"jko.lock_fraction = {opts.lock_fraction:g} of the first-order predicted "
                 f"transport τ²½(|∂E|²_k + |∂E|²_k+1) (moved fractions of the locked steps: "
                 + ", ".join(f"{v:.2f}" for v in fr[lk][:8]) + ("…" if lk.sum() > 8 else "")
-                + ("); the FV step moves mass continuously and cannot stay put, so its "
-                   "transport falls short of the first-order prediction only when the step "
-                   "is longer than the flow's time scale or the density has collapsed to "
-                   "the mesh scale: lower jko.tau or refine the mesh" if opts.scheme == "fv"
-                   else "); the OT scheme locks when τ|v| is below about half a cell: use "
-                        "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh"))
+                + "); " + scheme.lock_advice)
         warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
         logger.warning("jko: %s", what)
         status = worst_status(status, Status.LOCKED if n_locked == steps else Status.INACCURATE)
@@ -673,7 +580,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                 "cell) at some t_k: the density speckles")
         reasons.append(what)
         logger.warning("jko: %s", what)
-        if opts.scheme == "fv":  # proven impossible for the FV step
+        if scheme.empty_cells_fail:  # e.g. proven impossible for the FV step
             status = worst_status(status, Status.FAILED)
     check = relative_check(
         "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],

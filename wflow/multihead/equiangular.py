@@ -9,7 +9,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ..attention.kinds import AttentionKind, get_kind
+from ..attention.kinds import RELU, SOFTMAX, USA, AttentionKind, get_kind
 from ..status import Status
 from .formulas import (
     _check_n_beta,
@@ -54,12 +54,12 @@ def _kappa(kind: AttentionKind, g: np.ndarray, lam: np.ndarray, ww: np.ndarray, 
            n: int) -> np.ndarray:
     """``κ(γ)``: closed forms for the built-in kinds (stable in ``β``), else the generic one."""
     gg = g[..., None]
-    if kind.name == "softmax":  # λ/(e^{βλ(1−γ)} + n − 1) without overflow
+    if kind == SOFTMAX:  # λ/(e^{βλ(1−γ)} + n − 1) without overflow
         return np.sum(ww * lam * np.exp(-np.logaddexp(beta * lam * (1.0 - gg),
                                                       np.log(n - 1.0))), axis=-1)
-    if kind.name == "usa":
+    if kind == USA:
         return np.sum(ww * lam * np.exp(beta * lam * gg), axis=-1) / n
-    if kind.name == "relu":
+    if kind == RELU:
         return np.sum(ww * beta * lam**2, axis=-1) * np.maximum(g, 0.0) / n
     return _kappa_generic(kind, g, lam, ww, beta, n)
 

@@ -165,7 +165,7 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     spec = get_kind(attn.kind)
     if not spec.compiled:
         return spec.not_compiled()
-    integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    integ = INTEGRATORS.resolve(opts.integrator)
     if compiled_code(integ) is None:
         return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
                 "code (ParticleIntegrator.compiled_code)")
@@ -185,7 +185,7 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
 
 def _integrator_code(opts: ParticleOptions) -> int:
     """The compiled code of the run's integrator (checked by :func:`compiled_support`)."""
-    code = compiled_code(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
+    code = compiled_code(INTEGRATORS.resolve(opts.integrator))
     if code not in (CODE_EULER, CODE_RK4):
         raise ValueError(f"particles.integrator: {opts.integrator!r} has no compiled code "
                          f"(got {code!r})")

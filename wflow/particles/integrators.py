@@ -10,7 +10,9 @@ declares its ``order()`` and how the weights are advanced alongside):
   projection, order 4.
 
 A user's integrator is a :class:`ParticleIntegrator` subclass with ``name``, ``order()``
-and ``step``, registered with ``@INTEGRATORS.register``; it runs on the Python engine
+and ``step``: its object runs as it is (``ParticleOptions(integrator=Midpoint())``), and
+registered with ``@INTEGRATORS.register`` it is reached by name from a scenario; it runs
+on the Python engine
 (``engine="auto"`` hands over to it with a warning, ``engine="compiled"`` refuses it),
 since only a class that declares ``compiled_code`` has a compiled step.
 
@@ -26,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..attention.heads import Attention, Heads
-from ..attention.schedules import Schedule
+from ..attention.schedules import Schedule, WeightStep
 from ..energy import (
     FieldEval,
     SlopeTerms,
@@ -38,7 +40,7 @@ from ..energy import (
     slope_terms,
 )
 from ..geometry.sphere import normalize
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 from ..kernels import KernelLog, plan_kernel
 
 __all__ = [
@@ -147,18 +149,14 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 CODE_EULER = 0
 #: Compiled code of RK4 with normalised stages (``I_RK4 = 1``; weights by RK4 half steps).
 CODE_RK4 = 1
-#: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``).
-INTEGRATORS: Registry[ParticleIntegrator] = Registry("particle integrator")
-
-
-class ParticleIntegrator:
+class ParticleIntegrator(Method):
     """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
 
     Attributes
     ----------
     name : str
         The name in ``ParticleOptions.integrator``.
-    weights : {"euler", "rk4"}
+    weights : WeightStep
         How the schedule advances the weights over the step
         (:meth:`wflow.attention.schedules.Schedule.advance` ``method``).
     compiled_code : int or None
@@ -170,7 +168,7 @@ class ParticleIntegrator:
     """
 
     name: str = ""
-    weights: str = "rk4"
+    weights: WeightStep = WeightStep.RK4
     compiled_code: int | None = None
 
     def order(self) -> int:
@@ -191,6 +189,12 @@ class ParticleIntegrator:
         raise NotImplementedError
 
 
+#: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``);
+#: where a name is accepted a :class:`ParticleIntegrator` object is too, unregistered.
+INTEGRATORS: Registry[ParticleIntegrator] = Registry(
+    "particle integrator", ParticleIntegrator, key="particles.integrator")
+
+
 def compiled_code(integrator: ParticleIntegrator) -> int | None:
     """The compiled loop's code of ``integrator`` (``None``: it has none).
 
@@ -205,7 +209,7 @@ class Euler(ParticleIntegrator):
     """Explicit Euler and renormalisation; the weights take the same Euler step."""
 
     name = "euler"
-    weights = "euler"
+    weights = WeightStep.EULER
     compiled_code = CODE_EULER
 
     def order(self) -> int:  # noqa: D102
@@ -222,7 +226,7 @@ class RK4(ParticleIntegrator):
     """Classical RK4 of ``F(x) = v(x/|x|)``; the weights take RK4 half steps."""
 
     name = "rk4"
-    weights = "rk4"
+    weights = WeightStep.RK4
     compiled_code = CODE_RK4
 
     def order(self) -> int:  # noqa: D102

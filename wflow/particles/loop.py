@@ -31,7 +31,7 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
     grid = time_grid(T, dt, schedule.jump_times)
     # weights take the tokens' explicit Euler step under the Euler integrator (the
     # published scheme), RK4 half steps under RK4 (4th-order midpoint)
-    integ = INTEGRATORS.lookup(integrator, "particles.integrator")
+    integ = INTEGRATORS.resolve(integrator)
     weights = integ.weights
     theta = schedule.initial_theta()
     heads, fe, vel, tm = terms(x, 0.0, theta, None)

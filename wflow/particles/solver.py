@@ -209,7 +209,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
         # a schedule or integrator the compiled loop lacks is worth a warning (the run is
         # much slower); a kernel back-end that needs Python was chosen (or planned) on purpose
-        integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+        integ = INTEGRATORS.resolve(opts.integrator)
         lacks = type(schedule) not in COMPILED_SCHEDULES or compiled_code(integ) is None
         log = logger.warning if lacks else logger.info
         log("particles: engine 'auto' falls back to the Python loop (%s); set "

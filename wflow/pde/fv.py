@@ -81,7 +81,7 @@ class _FV:
         self.n_e = mesh.facet_normal
         self.vec = la.vector(mesh.mesh.topology.index_map(2), 2)
         if self.order == 2:
-            self.limiter = LIMITERS.lookup(opts.limiter, "pde.limiter")
+            self.limiter = LIMITERS.resolve(opts.limiter)
             cen = mesh.centroids
             self.off0 = pts - cen[self.f0][:, None, :]
             self.off1 = pts - cen[self.f1][:, None, :]

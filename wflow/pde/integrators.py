@@ -5,7 +5,8 @@ Every integrator is a convex combination of positivity-checked forward-Euler sta
 Euler stages does. An integrator declares its ``order()`` and ``nodes`` (``stages()`` of
 them) and combines
 the stages in :meth:`TimeIntegrator.step`; :data:`TIME_INTEGRATORS` is the only list of
-them (the ``[pde] time_integrator`` choices derive from it).
+them (the ``[pde] time_integrator`` choices derive from it), and an unregistered
+:class:`TimeIntegrator` object is accepted wherever a name is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
 
 __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "Stage"]
 
@@ -23,11 +24,7 @@ __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "S
 #: when that stage would break the positivity bound.
 Stage = Callable[[np.ndarray, float], "np.ndarray | None"]
 
-#: PDE time integrators, by name.
-TIME_INTEGRATORS: Registry[TimeIntegrator] = Registry("time integrator")
-
-
-class TimeIntegrator:
+class TimeIntegrator(Method):
     """A strong-stability-preserving explicit Runge–Kutta method.
 
     Attributes
@@ -52,6 +49,12 @@ class TimeIntegrator:
     def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:
         """One step from ``m0`` (``None`` if a stage broke the positivity bound)."""
         raise NotImplementedError
+
+
+#: PDE time integrators, by name; where a name is accepted (``PDEOptions.time_integrator``)
+#: a :class:`TimeIntegrator` object is too, unregistered.
+TIME_INTEGRATORS: Registry[TimeIntegrator] = Registry(
+    "time integrator", TimeIntegrator, key="pde.time_integrator")
 
 
 @TIME_INTEGRATORS.register

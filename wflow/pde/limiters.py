@@ -3,27 +3,32 @@
 Each limiter scales the least-squares gradient of a cell by ``φ_K ∈ [0, 1]``; the
 Zhang–Shu positivity scaling follows in :meth:`wflow.pde.fv._FV.slopes` whatever the
 limiter. :data:`LIMITERS` is the only list of them (the ``[pde] limiter`` choices derive
-from it) and an unregistered name raises instead of meaning "no limiting".
+from it) and an unregistered name raises instead of meaning "no limiting"; an unregistered
+:class:`Limiter` object is accepted wherever a name is. A limiter acts only at
+``order = 2``, and only its own parameters act (:attr:`Limiter.params`):
+:func:`check_applicable` refuses the others, as the JKO refuses the keys of the other
+scheme.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+from dataclasses import MISSING, fields
 from typing import Any
 
 import numpy as np
 
-from ..infra.registry import Registry
+from ..infra.registry import Method, Registry
+from ..infra.schema import ScenarioError
 
-__all__ = ["LIMITERS", "Limiter", "BarthJespersen", "Venkatakrishnan", "Positivity"]
+__all__ = ["LIMITERS", "Limiter", "BarthJespersen", "Venkatakrishnan", "Positivity",
+           "check_applicable"]
 
-
-# ----------------------------------------------------------------------------- limiters
-#: Slope limiters of the order-2 reconstruction, by name (each followed by the
-#: Zhang–Shu positivity scaling in :meth:`wflow.pde.fv._FV.slopes`).
-LIMITERS: Registry[Limiter] = Registry("limiter")
+logger = logging.getLogger(__name__)
 
 
-class Limiter:
+class Limiter(Method):
     """A slope limiter: the factor ``φ_K ∈ [0, 1]`` of the least-squares gradient.
 
     ``phi(delta, rK, rmax, rmin, fv)``: ``delta (no, 3q)`` are the unlimited edge values
@@ -34,11 +39,66 @@ class Limiter:
     """
 
     name: str = ""
+    #: The ``PDEOptions`` fields this limiter reads (e.g. ``("venkat_k",)``).
+    params: tuple[str, ...] = ()
 
     def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray, rmin: np.ndarray,
             fv: Any) -> np.ndarray:
         """The limiter factor of every owned cell, shape ``(no,)``."""
         raise NotImplementedError
+
+
+#: Slope limiters of the order-2 reconstruction, by name (each followed by the
+#: Zhang–Shu positivity scaling in :meth:`wflow.pde.fv._FV.slopes`).
+LIMITERS: Registry[Limiter] = Registry("limiter", Limiter, key="pde.limiter")
+
+#: Every limiter's parameters (``PDEOptions`` fields read only by the limiters that
+#: declare them in :attr:`Limiter.params`).
+LIMITER_PARAMS: tuple[str, ...] = ("venkat_k",)
+
+
+def check_applicable(opts: Any, given: Iterable[str] = (), *, label: str = "pde.{}") -> None:
+    """Refuse (or warn about) limiter options where they have no effect.
+
+    The limiter and its parameters act only at ``order = 2`` (the order-1 scheme is
+    upwind, with no reconstruction); a limiter parameter (:data:`LIMITER_PARAMS`) acts
+    only with a limiter that declares it (:attr:`Limiter.params`). Such an option raises
+    :class:`~wflow.infra.schema.ScenarioError` (exit status 2, one line naming the key)
+    when its value differs from the default, and is logged as a WARNING when it is in
+    ``given`` (the scenario table's keys) with the default value, as
+    :func:`wflow.jko.options.check_applicable` does for the JKO's schemes.
+
+    Parameters
+    ----------
+    opts : PDEOptions
+    given : iterable of str
+        The keys set explicitly (a ``[pde]`` table's keys); the API cannot tell a value
+        left at its default from one given, so only a changed value is refused there.
+    label : str
+        Format of the key in messages (``"--{}"`` for a command-line flag).
+    """
+    given = set(given)
+    defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
+    if opts.order == 2:
+        limiter = LIMITERS.resolve(opts.limiter, label.format("limiter"))
+        idle = [(k, "limiter = " + " or ".join(repr(name) for name, lim in LIMITERS.items()
+                                              if k in lim.params))
+                for k in LIMITER_PARAMS if k not in limiter.params]
+        why = f"this run's limiter is {str(limiter)!r}"
+    else:
+        idle = [(k, "order = 2") for k in ("limiter", *LIMITER_PARAMS)]
+        why = f"this run's order is {opts.order}"
+    for key, cond in idle:
+        value = getattr(opts, key)
+        line = f"{label.format(key)}: applies only with {cond}, and {why}"
+        if not _same(value, defaults.get(key)):
+            raise ScenarioError(f"{line}: it would be ignored; remove it")
+        if key in given:
+            logger.warning("%s; its value %r (the default) has no effect", line, value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, str) == isinstance(b, str) and bool(a == b)
 
 
 @LIMITERS.register
@@ -59,6 +119,7 @@ class Venkatakrishnan(Limiter):
     """Venkatakrishnan (1995), smooth, with ``ε² = (K h_K)³ ρ̄²`` (scale-free in ``ρ``)."""
 
     name = "venkatakrishnan"
+    params = ("venkat_k",)
 
     def phi(self, delta: np.ndarray, rK: np.ndarray, rmax: np.ndarray,  # noqa: D102
             rmin: np.ndarray, fv: Any) -> np.ndarray:

@@ -68,6 +68,7 @@ from ..status import Check, Status, balance_order, judge_steps
 from .diffusion import TokenDiffusion, free_energy_terms
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
+from .limiters import check_applicable
 from .options import PDEOptions
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
 
@@ -131,7 +132,8 @@ class _Run:
                  attn: Attention | None, velocity: VelocityField | None) -> None:
         self.mesh = mesh
         self.opts = opts
-        self.integrator = TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator")
+        self.integrator = TIME_INTEGRATORS.resolve(opts.integrator)
+        check_applicable(opts)  # a limiter (or its parameter) where it has no effect
         self.fv = _FV(mesh, opts)
         self.schedule = schedule
         self.attn = attn
@@ -843,4 +845,4 @@ def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
 
 def _time_order(opts: PDEOptions) -> int:
     """Order in ``dt`` of the PDE's time integrator."""
-    return int(TIME_INTEGRATORS.lookup(opts.integrator, "pde.time_integrator").order())
+    return int(TIME_INTEGRATORS.resolve(opts.integrator).order())

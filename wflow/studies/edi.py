@@ -69,6 +69,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import sample_vmf_mixture
 from ..infra.parallel import parallel_map
 from ..particles import simulate
+from ..particles.integrators import INTEGRATORS
 from ..status import Status
 from .base import (
     Criterion,
@@ -223,7 +224,7 @@ def _particle_run(item: tuple) -> dict[str, float]:
     b = res.balance
     # Euler: trapezoid balance (order 1 either way); RK4: Simpson quadrature, so that the
     # integrator's 4th order is visible in the residual
-    if integrator == "euler":
+    if INTEGRATORS.resolve(integrator).order() == 1:
         return {"edi": float(b["edi"][0]), "g2": float(b["g2"][0]),
                 "dissipation": float(b["dissipation"][0])}
     return {"edi": float(b["edi_simpson"][0]), "g2": float(b["g2_simpson"][0]),
@@ -469,8 +470,10 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
     from ..geometry.density import initial_density
     from ..geometry.mesh import load_mesh
     from ..jko import JKOOptions, solve_jko
+    from ..jko.schemes import SCHEMES, AutoScheme
 
-    if scheme not in ("fv", "ot"):
+    sch = SCHEMES.resolve(scheme, "jko_refinement: scheme")
+    if isinstance(sch, AutoScheme):
         raise ValueError(f"jko_refinement: scheme must be 'fv' or 'ot', got {scheme!r}")
     heads, attn = model()
     if mesh is not None:
@@ -479,7 +482,7 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
         ot = ot or "emd"
     else:
         levels = list(JKO_LEVELS[:3] if quick else JKO_LEVELS)
-        if scheme == "ot":  # the former entropic variant: its own levels
+        if not sch.on_dual:  # the OT scheme (the former entropic variant): its own levels
             levels = [("sphere_720.msh", 2), ("sphere_2420.msh", 4)]
             if not quick:
                 levels.append(("sphere_5120.msh", 6))
@@ -495,7 +498,7 @@ def jko_refinement(*, quick: bool, model: Any, density: Any, T: float,
         rho0 = initial_density(sm, density)
         opts = JKOOptions(T=T, tau=T / n, scheme=scheme, ot=ot, eps_scale=4.0, verify=False)
         res = solve_jko(rho0 * areas, heads, attn, points=cen, areas=areas, options=opts,
-                        mesh=sm if scheme == "fv" else None, step_mobility=step_mobility)
+                        mesh=sm if sch.on_dual else None, step_mobility=step_mobility)
         hist = res.history
         out["tau"].append(T / n)
         out["edi"].append(float(np.sum(hist["edi_step"][1:])))

@@ -3,54 +3,64 @@
 Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict);
 a study with negative controls also takes ``fault=NAME`` for a name of its ``FAULTS``
 (see :mod:`wflow.studies.base`). A new study is one module in :mod:`wflow.studies` and one
-line here.
+line here (:data:`STUDIES`, a :class:`~wflow.infra.registry.Registry` of :class:`Study`).
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from ..infra.registry import Registry
+
 if TYPE_CHECKING:
     from .base import StudyResult
 
-__all__ = ["STUDIES", "SECTION", "all_studies", "load_study", "seed_independent", "verify",
+__all__ = ["Study", "STUDIES", "all_studies", "load_study", "seed_independent", "verify",
            "check_fault"]
 
-#: Study name → module, in docs/theory.md order.
-STUDIES: dict[str, str] = {
-    # §3, §5: [TD] — particles, PDE, JKO
-    "edi": "wflow.studies.edi",
-    "mean-field": "wflow.studies.mean_field",
-    "stability": "wflow.studies.stability",
-    "gamma": "wflow.studies.gamma",
-    "asymptotics": "wflow.studies.asymptotics",
-    "noisy-edi": "wflow.studies.noisy_edi",
-    # §6: [MH] — multi-head quantitative results
-    "radial-dominance": "wflow.studies.radial_dominance",
-    "head-monotonicity": "wflow.studies.head_monotonicity",
-    "equiangular": "wflow.studies.equiangular",
-    "superadditivity": "wflow.studies.superadditivity",
-    "relu-vs-softmax": "wflow.studies.relu_vs_softmax",
-    "entropy": "wflow.studies.entropy",
-    # §7: [GA] — Gaussian dynamics
-    "gaussian-particles": "wflow.studies.gaussian_particles",
-}
 
-#: Study name → the docs/theory.md section whose claims it checks.
-SECTION: dict[str, str] = {
-    **{k: "§5" for k in ("edi", "mean-field", "stability", "gamma", "asymptotics", "noisy-edi")},
-    **{k: "§6" for k in ("radial-dominance", "head-monotonicity", "equiangular",
-                         "superadditivity", "relu-vs-softmax", "entropy")},
-    "gaussian-particles": "§7",
-}
+@dataclass(frozen=True)
+class Study:
+    """One ``wflow verify`` study: its name, its module and the claims it checks.
+
+    Attributes
+    ----------
+    name : str
+        The name of ``wflow verify NAME``.
+    module : str
+        The dotted module exposing ``run(*, out, quick, seed[, fault]) -> StudyResult``.
+    section : str
+        The docs/theory.md section whose claims it checks (``"§5"``).
+    """
+
+    name: str
+    module: str
+    section: str
+
+
+#: The studies, by name, in docs/theory.md order (the only list of them).
+STUDIES: Registry[Study] = Registry("study", Study, key="verify")
+
+for _section, _names in (
+        # §3, §5: [TD] — particles, PDE, JKO
+        ("§5", ("edi", "mean-field", "stability", "gamma", "asymptotics", "noisy-edi")),
+        # §6: [MH] — multi-head quantitative results
+        ("§6", ("radial-dominance", "head-monotonicity", "equiangular", "superadditivity",
+                "relu-vs-softmax", "entropy")),
+        # §7: [GA] — Gaussian dynamics
+        ("§7", ("gaussian-particles",))):
+    for _name in _names:
+        STUDIES.add(Study(_name, "wflow.studies." + _name.replace("-", "_"), _section),
+                    builtin=True)
 
 
 def all_studies() -> dict[str, str]:
     """Every study name with its module."""
-    return dict(STUDIES)
+    return {name: study.module for name, study in STUDIES.items()}
 
 
 def load_study(name: str) -> ModuleType:
@@ -60,9 +70,7 @@ def load_study(name: str) -> ModuleType:
     inside a run (a diverging solver, a guard refusing a POT/SciPy input) becomes a FAIL
     of a named criterion.
     """
-    if name not in STUDIES:
-        raise ValueError(f"verify: unknown study {name!r} (known: {sorted(STUDIES)})")
-    mod = importlib.import_module(STUDIES[name])
+    mod = importlib.import_module(STUDIES.get(name).module)
     if not getattr(mod.run, "__never_raise__", False):
         # a wrong or diverging solver FAILs a named criterion, never raises (studies.base)
         from .base import never_raise

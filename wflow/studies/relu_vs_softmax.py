@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..attention.kinds import RELU, SOFTMAX, get_kind
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_time, relu_equiangular_time
 from .base import (
@@ -101,7 +102,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     ss = np.random.SeedSequence(seed)
     for kind in kinds:
         sim_kind = "softmax" if fault == "relu-as-softmax" else kind
-        if fault == "no-mobility" and kind == "softmax":
+        if fault == "no-mobility" and get_kind(kind) == SOFTMAX:
             sim_kind = "usa"
         attn = Attention(sim_kind, beta)
         for i, n in enumerate(ns):
@@ -109,7 +110,8 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             heads = heads.with_(V=vscale * heads.V)
             for j, d in enumerate(ds):
                 g0 = d ** -0.5
-                th = (float(relu_equiangular_time(g0, thr, [lam], beta, n)) if kind == "relu"
+                th = (float(relu_equiangular_time(g0, thr, [lam], beta, n))
+                      if get_kind(kind) == RELU
                       else equiangular_time(g0, thr, [lam], beta, n, kind=kind))
                 x0 = equiangular_tokens(n, g0, d=n)
                 with warnings.catch_warnings():  # a faulted run may not reach: NaN time
@@ -140,7 +142,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             f["d_slope_per_n"][str(n)] = _linfit(lnd, T_eq[kind][i])
         for j, d in enumerate(ds):
             f["n_loglog_slope_per_d"][str(d)] = fit_loglog(np.asarray(ns), T_eq[kind][:, j]).slope
-        if kind == "relu":
+        if get_kind(kind) == RELU:
             f["d_slope_asymptote_per_n"] = {str(n): n / (4 * beta * lam**2) for n in ns}
             # exact local slope of the theory between the two largest d
             f["d_slope_theory_last_pair"] = {

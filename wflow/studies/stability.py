@@ -104,6 +104,7 @@ import numpy as np
 from scipy.integrate import cumulative_trapezoid
 
 from ..attention.heads import Attention, Heads
+from ..attention.kinds import SOFTMAX, get_kind
 from ..geometry.sphere import exp_map, geodesic_distance, normalize, project_tangent, sample_uniform
 from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
@@ -216,7 +217,7 @@ def lipschitz_bound(heads: Heads, attn: Attention) -> float:
     Bounds the growth rate of the coupling distance of any two solutions of the softmax
     transformer flow (module docstring); operator norms ``‖·‖ = ‖·‖_2``.
     """
-    if attn.kind != "softmax":
+    if get_kind(attn.kind) != SOFTMAX:
         raise ValueError("lipschitz_bound: derived for softmax attention")
     b = attn.beta
     An = np.linalg.norm(heads.A, 2, axis=(1, 2))
@@ -233,7 +234,7 @@ def velocity_jacobian(x: np.ndarray, heads: Heads, attn: Attention
     Dense ``O(H n² d²)`` memory (a reference for small ``n``; :func:`tangent_lognorm`
     assembles the tangent blocks directly).
     """
-    if attn.kind != "softmax":
+    if get_kind(attn.kind) != SOFTMAX:
         raise ValueError("velocity_jacobian: implemented for softmax attention")
     n, d = x.shape
     J = np.zeros((n, n, d, d))
@@ -277,7 +278,7 @@ def tangent_jacobian(x: np.ndarray, heads: Heads, attn: Attention) -> np.ndarray
     (the projection ``P_{x_i}`` and the normal part drop out for tangent perturbations).
     Assembled block-wise in ``O(H n² d²)`` operations without the ``(n, n, d, d)`` array.
     """
-    if attn.kind != "softmax":
+    if get_kind(attn.kind) != SOFTMAX:
         raise ValueError("tangent_jacobian: implemented for softmax attention")
     n, d = x.shape
     r = d - 1

@@ -34,7 +34,7 @@ Euler–Maruyama (the midpoint is the average of the end points). Jumps of
 
 from __future__ import annotations
 
-from .base import Parametrisation, Schedule
+from .base import Parametrisation, Schedule, WeightStep
 from .builtin import (
     CallableSchedule,
     Layers,
@@ -71,4 +71,5 @@ __all__ = [
     "SCHEDULE_TYPES",
     "ScheduleType",
     "ScheduleContext",
+    "WeightStep",
 ]

@@ -8,11 +8,24 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 import numpy as np
 
 from ..heads import Heads
+
+
+class WeightStep(StrEnum):
+    """How :meth:`Schedule.advance` steps the weights without a closed form.
+
+    ``RK4``: two RK4 half steps (the midpoint RK4 particle stages need, 4th order);
+    ``EULER``: the explicit Euler step of the published experiments. A particle
+    integrator declares its own (:attr:`wflow.particles.integrators.ParticleIntegrator.weights`).
+    """
+
+    RK4 = "rk4"
+    EULER = "euler"
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,8 @@ class Schedule(ABC):
         return z
 
     def advance(self, theta: np.ndarray, t: float, dt: float,
-                rng: np.random.Generator | None, *, method: Literal["rk4", "euler"] = "rk4"
+                rng: np.random.Generator | None, *,
+                method: WeightStep | Literal["rk4", "euler"] = "rk4"
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Advance over ``[t, t + dt]``; returns ``(θ(t + dt/2), θ(t + dt))``.
 
@@ -157,14 +171,17 @@ class Schedule(ABC):
         step ``θ + f(θ, t) dt + σ(t) √dt ξ``. For Euler steps the returned midpoint is the
         average of the end points.
         """
-        if method not in ("rk4", "euler"):
-            raise ValueError(f"advance: method must be 'rk4' or 'euler', got {method!r}")
+        try:
+            step = WeightStep(method)
+        except ValueError:
+            raise ValueError(f"advance: method must be one of {[m.value for m in WeightStep]},"
+                             f" got {method!r}") from None
         if self.static:
             return theta, theta
         cf_mid = self.closed_form(t + 0.5 * dt)
         if cf_mid is not None:
             return cf_mid, self.closed_form(t + dt)
-        if self.stochastic or method == "euler":
+        if self.stochastic or step is WeightStep.EULER:
             new = theta + dt * self.drift(theta, t)
             if self.stochastic:
                 if rng is None:

@@ -12,14 +12,11 @@ from typing import Any
 import numpy as np
 
 from ...infra.callables import load_callable
-from ...infra.registry import Registry
+from ...infra.registry import Method, Registry
 from ...infra.schema import ScenarioError
 from ..heads import Heads
 from .base import Parametrisation, Schedule
 from .builtin import CallableSchedule, Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Static
-
-#: Schedule types of a scenario's ``[schedule] type``, by name (the only list of them).
-SCHEDULE_TYPES: Registry[ScheduleType] = Registry("schedule type")
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,7 @@ class ScheduleContext:
     published_relaxed: Callable[..., Schedule] | None = None
 
 
-class ScheduleType:
+class ScheduleType(Method):
     """One ``[schedule] type``: builds its :class:`Schedule` from the table.
 
     Attributes
@@ -70,6 +67,11 @@ class ScheduleType:
     def build(self, table: Mapping[str, Any], ctx: ScheduleContext) -> Schedule:
         """The schedule of a validated ``[schedule]`` table (errors name the key)."""
         raise NotImplementedError
+
+
+#: Schedule types of a scenario's ``[schedule] type``, by name (the only list of them).
+SCHEDULE_TYPES: Registry[ScheduleType] = Registry("schedule type", ScheduleType,
+                                                  key="schedule.type")
 
 
 def _parametrised(heads: Heads) -> tuple[Parametrisation, np.ndarray, str]:
