@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -65,9 +64,8 @@ from ..attention.schedules import Schedule
 from ..infra.io import prepare_output
 from ..infra.parallel import parallel_map
 from ..particles import ParticleResult, simulate
-from ..results import EMPTY, Outcome
 from ..status import Claim, Status
-from ..studies.base import StudyResult, fit_loglog, write_study
+from ..studies.base import StudyOutcome, StudyResult, fit_loglog, write_study
 
 __all__ = [
     "EXPERIMENTS",
@@ -314,11 +312,10 @@ def published_slope(H: np.ndarray, mean: np.ndarray) -> tuple[float, float]:
 
 
 def judge_claim(b: float, u: float, claim: float, tol: float) -> Claim:
-    """Verdict on a claimed slope given a measured ``b`` with uncertainty ``u``.
+    """Verdict on a claimed slope given a measured ``b`` with uncertainty ``u`` (a :class:`Claim`).
 
-    ``Claim.REPRODUCED`` (``"reproduced"``) if ``|b − claim| + 2u ≤ tol``,
-    ``Claim.NOT_REPRODUCED`` (``"not reproduced"``) if ``|b − claim| − 2u > tol``, else
-    ``Claim.INCONCLUSIVE`` (``"inconclusive"``; also for a non-finite ``b``).
+    ``"reproduced"`` if ``|b − claim| + 2u ≤ tol``, ``"not reproduced"`` if
+    ``|b − claim| − 2u > tol``, else ``"inconclusive"`` (also for a non-finite ``b``).
     """
     if not (np.isfinite(b) and np.isfinite(u)):
         return Claim.INCONCLUSIVE
@@ -378,39 +375,17 @@ def fit_experiment(exp: Experiment, Hs: np.ndarray, late: list[np.ndarray],
 
 # ----------------------------------------------------------------------------- driver
 @dataclass(frozen=True)
-class ReproduceResult(Outcome):
+class ReproduceResult(StudyOutcome):
     """Outcome of :func:`reproduce`: per experiment the runs, fits and verdicts.
 
-    An :class:`~wflow.results.Outcome`: ``status``, ``message`` and ``checks`` are those
-    of :attr:`study` (``status``: ``SUCCESS`` when every claim is reproduced,
-    ``INCONCLUSIVE`` or ``FAILED`` otherwise), ``history`` is empty (the series are in
-    :attr:`runs`).
+    A :class:`~wflow.studies.base.StudyOutcome`: ``status``, ``message``, ``checks`` are
+    its :attr:`study`'s (``SUCCESS`` when every claim is reproduced).
     """
 
     study: StudyResult
     runs: dict[str, list[dict[str, Any]]] = field(repr=False)
     fits: dict[str, SlopeFit]
     wall_s: float
-
-    @property
-    def status(self) -> Status:
-        """The study's status."""
-        return self.study.status
-
-    @property
-    def message(self) -> str:
-        """The study's message (``""`` when every claim is reproduced)."""
-        return self.study.message
-
-    @property
-    def checks(self) -> dict[str, Any]:
-        """The study's checks (one per experiment)."""
-        return self.study.checks
-
-    @property
-    def history(self) -> Mapping[str, Any]:
-        """Empty (the series are in :attr:`runs`)."""
-        return EMPTY
 
 
 def _expand(names: list[str] | tuple[str, ...] | str) -> tuple[str, ...]:

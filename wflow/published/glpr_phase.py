@@ -59,8 +59,7 @@ import numpy as np
 
 from ..attention.published import torch_cpu_normal
 from ..infra.parallel import comm_rank_size, parallel_map
-from ..status import Claim
-from .claims import ClaimOutcome
+from .claims import Claim, ClaimOutcome
 
 __all__ = [
     "PhaseOptions",
@@ -424,8 +423,6 @@ class PhaseVerdict(ClaimOutcome):
     Attributes
     ----------
     verdict : Claim
-        ``"reproduced"``, ``"not reproduced"`` or ``"inconclusive"``
-        (:class:`~wflow.status.Claim`; a string naming one is accepted).
     t_half : (n_beta,) array
         First record time with ``P ≥ 1/2`` (``inf``: never).
     t_half_lo, t_half_hi : (n_beta,) arrays
@@ -504,12 +501,8 @@ def judge_phase(betas: np.ndarray, times: np.ndarray, P: np.ndarray,
                    f"{th_hi[i0]:.3g}]; at beta = {betas[i1]:.3g}: {th[i1]:.3g} "
                    f"[{th_lo[i1]:.3g}, {th_hi[i1]:.3g}]")
     reasons.append(f"Kendall tau(beta, t_half) = {tau:.3f}")
-    if a_bad or b_bad or c_bad:
-        v = Claim.NOT_REPRODUCED
-    elif a_ok and b_ok and c_ok:
-        v = Claim.REPRODUCED
-    else:
-        v = Claim.INCONCLUSIVE
+    v = (Claim.NOT_REPRODUCED if a_bad or b_bad or c_bad
+         else Claim.REPRODUCED if a_ok and b_ok and c_ok else Claim.INCONCLUSIVE)
     with np.errstate(invalid="ignore"):  # inf - inf: neither band reaches 1/2
         gap = float(th_lo[i1] - th_hi[i0])
     checks = {

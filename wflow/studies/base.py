@@ -64,7 +64,7 @@ from ..status import Claim, Status, Verdict
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
            "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
-           "VERDICT_STATUS", "study_status", "decide"]
+           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,39 @@ class StudyResult(Outcome):
     @property
     def history(self) -> Mapping[str, Any]:
         """Empty (the series of a study are in :attr:`summary`)."""
+        return EMPTY
+
+
+class StudyOutcome(Outcome):
+    """An :class:`~wflow.results.Outcome` that is its ``study``'s (a :class:`StudyResult`).
+
+    The base of a result that carries a study beside its own data
+    (:class:`~wflow.apps.reproduce.ReproduceResult`): ``status``, ``message`` and
+    ``checks`` are the study's, ``history`` is empty.
+    """
+
+    __slots__ = ()
+
+    study: StudyResult
+
+    @property
+    def status(self) -> Status:
+        """The study's status."""
+        return self.study.status
+
+    @property
+    def message(self) -> str:
+        """The study's message (``""`` when it passed)."""
+        return self.study.message
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        """The study's checks."""
+        return self.study.checks
+
+    @property
+    def history(self) -> Mapping[str, Any]:
+        """Empty (a study's series are in its summary)."""
         return EMPTY
 
 
