@@ -25,6 +25,19 @@ mean inner product and a cluster count (connected components of the cell graph
 restricted to ``{ρ >= cluster_level · max ρ}`` holding at least
 ``cluster_min_mass`` of the mass).
 
+Token diffusion (``options.diffusion = D > 0``, THEORY §8): the Fokker–Planck equation
+``∂_t ρ + div_S(ρ v) = D Δ_S ρ`` by Strang splitting, ``CN(Δt/2) ∘ drift(Δt) ∘ CN(Δt/2)``
+(:mod:`wflow.pde.diffusion`: two-point fluxes on the circumcentric dual, Crank–Nicolson
+through PETSc, mass in flux form). The drift rates at the next step's ``m*`` are prepared
+at the end of each step from the last positivity bound, so a step costs the noiseless
+step's velocity evaluations plus two linear solves; a step with a negative mass after any
+sub-step is rejected and retried with a smaller ``Δt``. The balance gains the diffusion's
+energy rate in ``power`` (the chain rule stays a discretisation error), the entropy, the
+free energy ``F = D H − sE`` and the relative Fisher information, and replaces the EDI forms
+of ``E`` (no longer the model's identity) by the free-energy EDI: ``free_edi`` for
+unnormalised value-aligned heads, ``free_edi_defect`` for softmax (a property of the model).
+``D = 0`` runs the noiseless code path, bit for bit.
+
 Parallel: run the same code under ``mpirun -n P``. DOLFINx distributes the mesh
 (``GhostMode.shared_facet``); each rank computes the fluxes of its facets; the
 nonlocal sums need every cell mass, so masses (and order-2 slopes) are
@@ -528,7 +541,9 @@ class PDEResult(SolverResult):
         Per accepted step: ``t``, ``dt`` and (with ``balance``) the energy integrands.
     balance : dict
         Final balance terms and residuals (``chain``, ``edi``, ``g2``; see
-        :class:`~wflow.diagnostics.BalanceAccumulator`).
+        :class:`~wflow.diagnostics.BalanceAccumulator`). With token diffusion ``edi`` and
+        ``g2`` are absent and ``free_edi`` (or ``free_edi_defect`` for softmax heads),
+        ``free_dF`` and ``free_dissipation_int`` report the free-energy EDI.
     centroids, areas : arrays
         Flat centroids ``(M, 3)`` and areas ``(M,)`` of the cells (original order).
     stats : dict
