@@ -102,12 +102,14 @@ the plain metric ``b̂ = 1`` because the noisy PDE diffuses by ``DΔρ``)::
 convex (a quadratic plus the strictly convex entropy). Its KKT system, with
 ``u_K = log(m_K/|K|)`` and ``J_σ = τ D w_σ θ_σ (u_K − u_L)``, is the gradient of the
 strictly convex ``Φ(u) = Σ_K |K| e^{u_K} − Σ_K m½_K u_K + (τD/2) Σ_σ w_σ θ_σ (u_K − u_L)²``:
-Newton's method with backtracking on ``Φ`` converges to the unique minimiser (its
-Hessian ``diag(|K|e^u) + τD 𝓛_θ`` is an SPD M-matrix). **Positivity (proven):**
-``m_K = |K| e^{u_K} > 0`` in *every* cell, also those empty at ``m½``
-(``θ_σ = ½(ρ½_K + ρ½_L)`` connects them). **Mass:** the masses are written in flux form
-``m = m½ − div J`` (each edge flux one number, added and subtracted), so ``Σ m`` is
-conserved to round-off; ``m = |K|e^u`` holds to the Newton tolerance.
+Newton's method with backtracking on ``Φ`` (started from the backward-Euler heat step)
+converges to the unique minimiser (its Hessian ``diag(|K|e^u) + τD 𝓛_θ`` is an SPD
+M-matrix). **Positivity (proven):** ``m_K = |K| e^{u_K} > 0`` in every cell that holds
+mass or borders one (``θ_σ = ½(ρ½_K + ρ½_L) > 0`` connects it), also those empty at
+``m½``; a cell with no occupied neighbour has ``θ_σ = 0`` on all its edges and stays
+empty (``m_K = 0``): the lagged mobility spreads mass by one cell per step. **Mass:** the
+masses are written in flux form ``m = m½ − div J`` (each edge flux one number, added and
+subtracted), so ``Σ m`` is conserved to round-off; ``m = |K|e^u`` holds to the Newton tolerance.
 
 The discrete free-energy EDI of the step, in its rate form (the PDE's,
 ``F(T) − F(0) = −∫ I dt``), is ``F_{k+1} − F_k + (τ/2)(I_h(m^k) + I_h(m^{k+1}))`` with
@@ -347,12 +349,18 @@ def fv_entropy_step(geo: DualGeometry, m_half: np.ndarray, *, tau: float, diffus
     K, L = geo.edge_cells[:, 0], geo.edge_cells[:, 1]
     rho = mh / A
     coef = tau * diffusion * geo.trans * 0.5 * (rho[K] + rho[L])  # τ D w_σ θ_σ
-    lap = coo_matrix((np.concatenate([-coef, -coef, coef, coef]),
-                      (np.concatenate([K, L, K, L]), np.concatenate([L, K, K, L]))),
-                     shape=(M, M)).tocsr()
-    scale = float(mh.max())
-    floor = 1e-300 if scale <= 0 else 1e-30 * scale
-    u = np.log(np.maximum(mh, floor) / A)
+    lap_full = coo_matrix((np.concatenate([-coef, -coef, coef, coef]),
+                           (np.concatenate([K, L, K, L]), np.concatenate([L, K, K, L]))),
+                          shape=(M, M)).tocsr()
+    # cells that hold mass or border one; the others keep m = 0 (θ = 0 on all their edges)
+    active = (mh > 0) | (np.bincount(K, coef > 0, M) + np.bincount(L, coef > 0, M) > 0)
+    idx = np.flatnonzero(active)
+    lap = lap_full[idx][:, idx].tocsr()
+    A_all, mh_all = A, mh
+    A, mh = A_all[idx], mh_all[idx]
+    # start: the backward-Euler heat step (an M-matrix solve: > 0 on the active cells)
+    rho_lin = spsolve((diags(A) + lap).tocsc(), mh)
+    u = np.log(np.maximum(rho_lin, 1e-300))
 
     def phi(v: np.ndarray) -> float:
         return float(A @ np.exp(v) - mh @ v + 0.5 * v @ (lap @ v))
@@ -387,10 +395,12 @@ def fv_entropy_step(geo: DualGeometry, m_half: np.ndarray, *, tau: float, diffus
     else:
         logger.warning("fv_entropy_step: Newton did not reach rtol = %.1e in %d iterations",
                        rtol, max_iter)
-    J = coef * (u[K] - u[L])  # total flux K -> L
-    m = mh - (np.bincount(K, J, M) - np.bincount(L, J, M))
-    W2 = float(np.sum(J * J / (geo.trans * 0.5 * (rho[K] + rho[L]))
-                      )) if np.any(coef > 0) else 0.0
+    u_all = np.zeros(M)
+    u_all[idx] = u
+    on = coef > 0
+    J = np.where(on, coef * (u_all[K] - u_all[L]), 0.0)  # total flux K -> L
+    m = mh_all - (np.bincount(K, J, M) - np.bincount(L, J, M))
+    W2 = float(np.sum(J[on] ** 2 / (geo.trans[on] * 0.5 * (rho[K][on] + rho[L][on]))))
     return m, W2, it
 
 

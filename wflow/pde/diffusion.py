@@ -88,10 +88,16 @@ from typing import Any
 
 import numpy as np
 
+from ..attention.heads import Heads
+from ..attention.kinds import get_kind
+from ..energy import FieldEval
 from ..geometry.mesh import SphereMesh
 from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices, log_mean
+from ..kernels import kernel_sums
+from .fv import _allmin, _allsum
 
 __all__ = [
+    "StrangSplitting",
     "TokenDiffusion",
     "free_energy_terms",
 ]
@@ -330,3 +336,151 @@ def free_energy_terms(diff: TokenDiffusion, m_glob: np.ndarray, psi_glob: np.nda
     dl = np.where(theta > 0, logr[K] - logr[L], 0.0)
     fisher = float(diff.D ** 2 * np.sum(T * theta * dl * dl) + 2.0 * sign * pdiff + grad2)
     return {"entropy": H, "power_diffusion": pdiff, "free_dissipation": fisher}
+
+
+class StrangSplitting:
+    """The noisy PDE's step ``CN(Δt/2) ∘ drift(Δt) ∘ CN(Δt/2)`` and its free-energy balance.
+
+    One per PDE run with ``D > 0`` (:class:`wflow.pde.solver._Run`, passed as ``run``: its
+    ``fv``, ``opts``, ``attn``, ``stage_rates`` and ``try_step``). It holds what links
+    consecutive steps: the predicted ``Δt`` and the drift rates at the next step's ``m*``
+    (prepared at the end of each step from the last positivity bound, so a step costs the
+    noiseless step's velocity evaluations plus two linear solves), and the running
+    free-energy EDI.
+    """
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.diff = TokenDiffusion(run.mesh, run.opts.diffusion)
+        self.next_dt: tuple[float, float] | None = None  # (t, Δt) predicted for the next step
+        self.pred: tuple | None = None  # (m*_glob, net*, out*) at that (t, Δt)
+        self.extra_evals = 0
+        self.free: dict[str, float] | None = None
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the run: solves, CG iterations, positivity step, extra evaluations."""
+        d = self.diff
+        return {"diffusion": d.D, "diffusion_solves": d.solves,
+                "diffusion_cg_iterations": d.iterations,
+                "diffusion_positive_step": 2.0 * d.positive_step(),
+                "strang_extra_evals": self.extra_evals}
+
+    def record(self, put: Any, terms: dict, acc: Any) -> None:
+        """History at an output time: the free-energy terms and the EDI so far."""
+        for key in ("entropy", "free_energy", "free_dissipation", "power_diffusion"):
+            put(key, terms[key])
+        if acc is not None:
+            for key, val in self.free_residuals(acc).items():
+                put(f"balance_{key}", val)
+
+    def free_terms(self, m_glob: np.ndarray, heads: Heads, fe: FieldEval, E: float) -> dict:
+        """The diffusion's terms of the balance (:func:`free_energy_terms`).
+
+        ``power`` gains the diffusion's energy rate ``Σ_K ψ_K (dm_K/dt)_diff`` with
+        ``ψ_K = ∂E/∂m_K`` at the projected centroids (the discrete chain rule of ``E`` on
+        ``Σ m_K δ_{ĉ_K}``; ``(Φ + Φᵀ)/2β`` for non-symmetric heads); ``free_energy``
+        ``F = D H − s E`` and ``free_dissipation`` ``I`` (the relative Fisher information)
+        enter the free-energy EDI (``s`` the value alignment, 0 for other heads).
+        """
+        run = self.run
+        fv, attn, diff = run.fv, run.attn, self.diff
+        assert attn is not None and diff is not None
+        phi = fe.Phi
+        if not heads.is_symmetric():
+            phit = kernel_sums(fv.chat_owned, fv.chat_glob, m_glob, heads.K, heads.Q,
+                               beta=attn.beta, kind=attn.kind, potential=True).Phi
+            phi = 0.5 * (phi + phit)
+        psi = fv.mesh.gather_owned(np.einsum("h,hm->m", heads.w, phi) / attn.beta)
+        s = heads.value_alignment() if heads.is_symmetric() else 0
+        x = fv.chat_owned
+        gp = np.einsum("h,hmi->mi", heads.w, fe.grad_psi)
+        gp -= np.einsum("mi,mi->m", gp, x)[:, None] * x
+        grad2 = float(_allsum(fv.comm, m_glob[fv.orig_owned] @ np.einsum("mi,mi->m", gp, gp)))
+        ft = free_energy_terms(diff, m_glob, psi, s, grad2)
+        return {"power_diffusion": ft["power_diffusion"],
+                "entropy": ft["entropy"], "free_energy": diff.D * ft["entropy"] - s * E,
+                "free_dissipation": ft["free_dissipation"]}
+
+    # ------------------------------------------------------------------ free-energy EDI
+    def free_step(self, dt: float, left: dict, right: dict) -> None:
+        """Trapezoid of the relative Fisher information over one step (D > 0)."""
+        if self.free is None:
+            self.free = {"F0": left["free_energy"], "F": left["free_energy"], "I": 0.0}
+        self.free["I"] += 0.5 * dt * (left["free_dissipation"] + right["free_dissipation"])
+        self.free["F"] = right["free_energy"]
+
+    def free_residuals(self, acc: Any) -> dict[str, float]:
+        """The free-energy EDI of ``F_D = D H − sE`` (THEORY §8), D > 0.
+
+        ``F(T) − F(0) + s(W + Itô + M) + ∫ I dt`` with ``W = ∫∂_tE`` and the weights'
+        jumps, Itô and martingale terms (:class:`~wflow.diagnostics.BalanceAccumulator`):
+        ``free_edi``, a
+        discretisation error (→ 0 at the scheme's order) for unnormalised (USA) symmetric
+        value-aligned heads; ``free_edi_defect`` for a normalised kind (softmax), where the
+        plain Laplacian is not the weighted gradient flow of ``F_D``: a property of the
+        model, measured, never judged as a discretisation error. Absent for heads that are
+        not value-aligned (no gradient-flow direction).
+        """
+        if self.free is None or not acc.sign:
+            return {}
+        f = self.free
+        work = acc.W + acc.I + acc.M
+        r = f["F"] - f["F0"] + acc.sign * work + f["I"]
+        key = "free_edi_defect" if get_kind(self.run.attn.kind).normalised else "free_edi"
+        return {key: float(r), "free_dF": float(f["F"] - f["F0"]),
+                "free_dissipation_int": float(f["I"])}
+
+    # ------------------------------------------------------------------ Strang (D > 0)
+    def rates(self, m_glob: np.ndarray, t: float, theta: Any, dt: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Leading half-step ``m* = CN(Δt/2) m`` and the drift rates at ``m*``.
+
+        ``None`` when ``m*`` has a negative mass (a sub-step beyond the positivity step
+        ``h_+`` on rough data; the caller rejects the step).
+        """
+        fv = self.run.fv
+        ms = self.diff.step(m_glob, 0.5 * dt)
+        if _allmin(fv.comm, 1.0 if bool(np.all(ms >= 0)) else 0.0) <= 0:
+            return None
+        g = fv.gather(ms)
+        net, out = self.run.stage_rates(g, t, theta)
+        return g, net, out
+
+    def predict(self, m_glob: np.ndarray, t: float, theta: Any, t_stop: float, bound: float,
+                tol: float) -> None:
+        """Choose the next ``Δt`` from the last step's positivity bound and prepare ``m*``.
+
+        The drift rates at ``m*`` serve the next step's first stage (one velocity
+        evaluation per stage, as without diffusion); a rejected or shortened step
+        recomputes them (``stats["strang_extra_evals"]``).
+        """
+        opts = self.run.opts
+        dt = min(opts.dt, opts.cfl * bound, t_stop - t)
+        if t_stop - t - dt <= tol:
+            dt = t_stop - t
+        self.next_dt = (t, dt)
+        self.pred = self.rates(m_glob, t, theta, dt)
+
+    def step(self, m_glob: np.ndarray, t: float, dt: float, thetas: tuple
+                   ) -> tuple[np.ndarray | None, float]:
+        """One Strang step ``CN(Δt/2) ∘ drift(Δt) ∘ CN(Δt/2)`` (owned masses or ``None``).
+
+        The drift step is the run's ``try_step`` (SSP stages, positivity checks); each
+        diffusion half-step is checked for ``m >= 0`` (guaranteed for ``Δt/2 <= h_+``).
+        """
+        fv = self.run.fv
+        pred = self.pred if self.next_dt == (t, dt) else None
+        self.pred = self.next_dt = None
+        if pred is None:
+            self.extra_evals += 1
+            pred = self.rates(m_glob, t, thetas[0], dt)
+            if pred is None:
+                return None, math.inf
+        g, net0, out0 = pred
+        m_drift, bmin = self.run.try_step(g, net0, out0, t, dt, thetas)
+        if m_drift is None:
+            return None, bmin
+        m_new = self.diff.step(fv.gather(m_drift), 0.5 * dt)
+        if _allmin(fv.comm, 1.0 if bool(np.all(m_new >= 0)) else 0.0) <= 0:
+            return None, bmin
+        return m_new, bmin

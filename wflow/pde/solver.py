@@ -25,6 +25,10 @@ mean inner product and a cluster count (connected components of the cell graph
 restricted to ``{ρ >= cluster_level · max ρ}`` holding at least
 ``cluster_min_mass`` of the mass).
 
+Token diffusion (``options.diffusion = D > 0``): ``∂_t ρ + div_S(ρ v) = D Δ_S ρ`` by the
+Strang step and the free-energy balance of :class:`wflow.pde.diffusion.StrangSplitting`;
+``D = 0`` runs the noiseless code path, bit for bit.
+
 Parallel: run the same code under ``mpirun -n P``. DOLFINx distributes the mesh
 (``GhostMode.shared_facet``); each rank computes the fluxes of its facets; the
 nonlocal sums need every cell mass, so masses (and order-2 slopes) are
@@ -41,13 +45,12 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..attention.heads import Attention, Heads
-from ..attention.kinds import get_kind
 from ..attention.schedules import Schedule, as_schedule
 from ..diagnostics import BalanceAccumulator, head_rates, mean_inner_product, radial_shadows
 from ..energy import (
@@ -63,13 +66,14 @@ from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..results import SolverResult, finish_history
+from ..results import finish_history
 from ..status import Check, Status, balance_order, judge_steps
-from .diffusion import TokenDiffusion, free_energy_terms
+from .diffusion import StrangSplitting
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
 from .limiters import check_applicable
 from .options import PDEOptions
+from .result import PDEResult
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
 
 __all__ = [
@@ -151,11 +155,7 @@ class _Run:
         self.min_bound = math.inf
         self.umax = 0.0
         # token diffusion (Strang splitting, wflow.pde.diffusion); None: today's solver
-        self.diff = TokenDiffusion(mesh, opts.diffusion) if opts.diffusion > 0 else None
-        self.next_dt: tuple[float, float] | None = None  # (t, Δt) predicted for the next step
-        self.pred: tuple | None = None  # (m*_glob, net*, out*) at that (t, Δt)
-        self.extra_evals = 0
-        self.free: dict[str, float] | None = None
+        self.strang = StrangSplitting(self) if opts.diffusion > 0 else None
 
     # ------------------------------------------------------------------ cell-level terms
     def measure(self, m_glob: np.ndarray, t: float, theta: np.ndarray
@@ -186,40 +186,13 @@ class _Run:
         terms = {"E": float(tot[0]), "dEdt_w": float(tot[1]), "power": float(tot[2]),
                  "slope2": float(tot[3]), "speed2": float(tot[4]), "G2": float(tot[5]),
                  "ito": float(ito), "E_h": np.asarray(tot[6:])}
-        if self.diff is not None:
-            ft = self.free_terms(m_glob, heads, fe, terms["E"])
+        if self.strang is not None:
+            ft = self.strang.free_terms(m_glob, heads, fe, terms["E"])
             ft["power_drift"] = terms["power"]
             terms.update(ft)
             terms["power"] = ft["power_drift"] + ft["power_diffusion"]
         self.measure_time += time.perf_counter() - t0
         return heads, fe, terms
-
-    def free_terms(self, m_glob: np.ndarray, heads: Heads, fe: FieldEval, E: float) -> dict:
-        """The diffusion's terms of the balance (D > 0, :func:`free_energy_terms`).
-
-        ``power`` gains the diffusion's energy rate ``Σ_K ψ_K (dm_K/dt)_diff`` with
-        ``ψ_K = ∂E/∂m_K`` at the projected centroids (the discrete chain rule of ``E`` on
-        ``Σ m_K δ_{ĉ_K}``; ``(Φ + Φᵀ)/2β`` for non-symmetric heads); ``free_energy``
-        ``F = D H − s E`` and ``free_dissipation`` ``I`` (the relative Fisher information)
-        enter the free-energy EDI (``s`` the value alignment, 0 for other heads).
-        """
-        fv, attn, diff = self.fv, self.attn, self.diff
-        assert attn is not None and diff is not None
-        phi = fe.Phi
-        if not heads.is_symmetric():
-            phit = kernel_sums(fv.chat_owned, fv.chat_glob, m_glob, heads.K, heads.Q,
-                               beta=attn.beta, kind=attn.kind, potential=True).Phi
-            phi = 0.5 * (phi + phit)
-        psi = fv.mesh.gather_owned(np.einsum("h,hm->m", heads.w, phi) / attn.beta)
-        s = heads.value_alignment() if heads.is_symmetric() else 0
-        x = fv.chat_owned
-        gp = np.einsum("h,hmi->mi", heads.w, fe.grad_psi)
-        gp -= np.einsum("mi,mi->m", gp, x)[:, None] * x
-        grad2 = float(_allsum(fv.comm, m_glob[fv.orig_owned] @ np.einsum("mi,mi->m", gp, gp)))
-        ft = free_energy_terms(diff, m_glob, psi, s, grad2)
-        return {"power_diffusion": ft["power_diffusion"],
-                "entropy": ft["entropy"], "free_energy": diff.D * ft["entropy"] - s * E,
-                "free_dissipation": ft["free_dissipation"]}
 
     # ------------------------------------------------------------------ one step
     def stage_rates(self, m_glob: np.ndarray, t: float, theta: Any
@@ -264,93 +237,6 @@ class _Run:
             return euler(m_own, net, out)
 
         m_new = self.integrator.step(m0, stage)
-        return m_new, bmin
-
-
-    # ------------------------------------------------------------------ free-energy EDI
-    def free_step(self, dt: float, left: dict, right: dict) -> None:
-        """Trapezoid of the relative Fisher information over one step (D > 0)."""
-        if self.free is None:
-            self.free = {"F0": left["free_energy"], "F": left["free_energy"], "I": 0.0}
-        self.free["I"] += 0.5 * dt * (left["free_dissipation"] + right["free_dissipation"])
-        self.free["F"] = right["free_energy"]
-
-    def free_residuals(self, acc: BalanceAccumulator) -> dict[str, float]:
-        """The free-energy EDI of ``F_D = D H − sE`` (THEORY §8), D > 0.
-
-        ``F(T) − F(0) + s(W + Itô + M) + ∫ I dt`` with ``W = ∫∂_tE`` (and the weights'
-        jumps, Itô and martingale terms of :class:`BalanceAccumulator`): ``free_edi``, a
-        discretisation error (→ 0 at the scheme's order) for unnormalised (USA) symmetric
-        value-aligned heads; ``free_edi_defect`` for a normalised kind (softmax), where the
-        plain Laplacian is not the weighted gradient flow of ``F_D``: a property of the
-        model, measured, never judged as a discretisation error. Absent for heads that are
-        not value-aligned (no gradient-flow direction).
-        """
-        if self.free is None or not acc.sign:
-            return {}
-        f = self.free
-        work = acc.W + acc.I + acc.M
-        r = f["F"] - f["F0"] + acc.sign * work + f["I"]
-        assert self.attn is not None
-        key = "free_edi_defect" if get_kind(self.attn.kind).normalised else "free_edi"
-        return {key: float(r), "free_dF": float(f["F"] - f["F0"]),
-                "free_dissipation_int": float(f["I"])}
-
-    # ------------------------------------------------------------------ Strang (D > 0)
-    def strang_rates(self, m_glob: np.ndarray, t: float, theta: Any, dt: float
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Leading half-step ``m* = CN(Δt/2) m`` and the drift rates at ``m*``.
-
-        ``None`` when ``m*`` has a negative mass (a sub-step beyond the positivity step
-        ``h_+`` on rough data; the caller rejects the step).
-        """
-        fv = self.fv
-        assert self.diff is not None
-        ms = self.diff.step(m_glob, 0.5 * dt)
-        if _allmin(fv.comm, 1.0 if bool(np.all(ms >= 0)) else 0.0) <= 0:
-            return None
-        g = fv.gather(ms)
-        net, out = self.stage_rates(g, t, theta)
-        return g, net, out
-
-    def predict(self, m_glob: np.ndarray, t: float, theta: Any, t_stop: float, bound: float,
-                tol: float) -> None:
-        """Choose the next ``Δt`` from the last step's positivity bound and prepare ``m*``.
-
-        The drift rates at ``m*`` serve the next step's first stage (one velocity
-        evaluation per stage, as without diffusion); a rejected or shortened step
-        recomputes them (``stats["strang_extra_evals"]``).
-        """
-        opts = self.opts
-        dt = min(opts.dt, opts.cfl * bound, t_stop - t)
-        if t_stop - t - dt <= tol:
-            dt = t_stop - t
-        self.next_dt = (t, dt)
-        self.pred = self.strang_rates(m_glob, t, theta, dt)
-
-    def try_strang(self, m_glob: np.ndarray, t: float, dt: float, thetas: tuple
-                   ) -> tuple[np.ndarray | None, float]:
-        """One Strang step ``CN(Δt/2) ∘ drift(Δt) ∘ CN(Δt/2)`` (owned masses or ``None``).
-
-        The drift step is :meth:`try_step` (SSP stages with the positivity checks); each
-        diffusion half-step is checked for ``m >= 0`` (guaranteed for ``Δt/2 <= h_+``).
-        """
-        fv = self.fv
-        assert self.diff is not None
-        pred = self.pred if self.next_dt == (t, dt) else None
-        self.pred = self.next_dt = None
-        if pred is None:
-            self.extra_evals += 1
-            pred = self.strang_rates(m_glob, t, thetas[0], dt)
-            if pred is None:
-                return None, math.inf
-        g, net0, out0 = pred
-        m_drift, bmin = self.try_step(g, net0, out0, t, dt, thetas)
-        if m_drift is None:
-            return None, bmin
-        m_new = self.diff.step(fv.gather(m_drift), 0.5 * dt)
-        if _allmin(fv.comm, 1.0 if bool(np.all(m_new >= 0)) else 0.0) <= 0:
-            return None, bmin
         return m_new, bmin
 
 
@@ -443,8 +329,9 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             yield pending
             raise _MaxSteps(f"max_steps = {opts.max_steps} reached at t = {t:.6g} < T")
         t_stop = stops[istop]
-        if run.diff is not None and run.next_dt is not None and run.next_dt[0] == t:
-            dt = run.next_dt[1]  # Strang: predicted at the end of the last step
+        if run.strang is not None and run.strang.next_dt is not None \
+                and run.strang.next_dt[0] == t:
+            dt = run.strang.next_dt[1]  # Strang: predicted at the end of the last step
         else:
             bound = fv.bound(m_glob[fv.orig_owned], out)
             dt = min(opts.dt, opts.cfl * bound, t_stop - t)
@@ -459,10 +346,10 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
                 th_mid, th_new = schedule.advance(theta, t, dt, rng)
             else:
                 th_mid = th_new = None
-            if run.diff is None:
+            if run.strang is None:
                 m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
             else:
-                m_new, bmin = run.try_strang(m_glob, t, dt, (theta, th_mid, th_new))
+                m_new, bmin = run.strang.step(m_glob, t, dt, (theta, th_mid, th_new))
             run.min_bound = min(run.min_bound, bmin)
             if m_new is not None:
                 break
@@ -492,78 +379,14 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
         if landed:
             istop += 1
         if istop < len(stops):
-            if run.diff is None:
+            if run.strang is None:
                 net, out = run.stage_rates(m_glob, t, theta)
             else:
-                run.predict(m_glob, t, theta, stops[istop], bmin, tol)
+                run.strang.predict(m_glob, t, theta, stops[istop], bmin, tol)
 
 
 class _MaxSteps(RuntimeError):
     pass
-
-
-# =============================================================================== result
-@dataclass(frozen=True)
-class PDEResult(SolverResult):
-    """Result of :func:`solve_pde` (the fields of :class:`~wflow.results.SolverResult`, and).
-
-    Attributes
-    ----------
-    status : Status
-        ``SUCCESS``; ``INACCURATE`` (finite, mass conserved, positive, but the
-        chain-rule residual exceeds its tolerance, see :mod:`wflow.status`);
-        ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, broken
-        conservation or positivity). ``message`` says why.
-    message : str
-    options : PDEOptions
-    order : int
-        Order in ``dt`` of the time integrator (the space order is ``options.order``).
-    t : (S,) array
-        Output times reached.
-    rho : (S, M) array
-        Cell densities at the output times (mesh's original cell order).
-    mass : (S,) array
-        ``Σ_K ρ_K |K|`` at the output times.
-    history : dict of arrays
-        Diagnostics at the output times (``(S,)`` scalars, ``(S, H)`` per head).
-    steps : dict of arrays
-        Per accepted step: ``t``, ``dt`` and (with ``balance``) the energy integrands.
-    balance : dict
-        Final balance terms and residuals (``chain``, ``edi``, ``g2``; see
-        :class:`~wflow.diagnostics.BalanceAccumulator`).
-    centroids, areas : arrays
-        Flat centroids ``(M, 3)`` and areas ``(M,)`` of the cells (original order).
-    stats : dict
-        Steps, rejected steps, velocity evaluations, timings, positivity and mass errors.
-    sign : int
-        ``+1`` ascent / ``−1`` descent for value-aligned symmetric heads, else 0.
-    checks : dict
-        Accuracy checks behind the status (``"chain"``, see
-        :func:`wflow.status.chain_check`); empty without the running balance.
-    """
-
-    t: np.ndarray
-    rho: np.ndarray
-    mass: np.ndarray
-    steps: dict[str, np.ndarray]
-    balance: dict[str, float]
-    centroids: np.ndarray
-    areas: np.ndarray
-    sign: int = 0
-
-    @property
-    def masses(self) -> np.ndarray:
-        """Cell masses ``ρ_K |K|`` at the output times, ``(S, M)``."""
-        return self.rho * self.areas[None, :]
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (final diagnostics, balance, stats)."""
-        final = {k: np.asarray(v[-1]).tolist() for k, v in self.history.items() if len(v)}
-        return {"status": self.status, "message": self.message,
-                "options": {k: getattr(self.options, k) for k in self.options.__dataclass_fields__},
-                "integrator": self.options.integrator, "t_final": float(self.t[-1]),
-                "final": final, "balance": self.balance, "checks": self.checks,
-                "stats": self.stats, "sign": self.sign}
 
 
 def _clusters(rho: np.ndarray, m: np.ndarray, nbr: np.ndarray, level: float,
@@ -636,16 +459,11 @@ def _record(rows: dict[str, list], run: _Run, st: PDEState, acc: BalanceAccumula
         res = acc.residuals()
         # the EDI forms need a gradient-flow direction: not applicable (not recorded, never
         # NaN) for heads that are not value-aligned and symmetric (sign 0)
-        # with token diffusion the energy alone is no gradient flow: the free-energy EDI
-        # (wflow.pde.diffusion) replaces the EDI forms of E
-        for key in ("chain", "edi", "g2") if acc.sign and run.diff is None else ("chain",):
+        # with token diffusion the free-energy EDI replaces the EDI forms of E
+        for key in ("chain", "edi", "g2") if acc.sign and run.strang is None else ("chain",):
             put(f"balance_{key}", res[key])
-        if run.diff is not None:
-            for key, val in run.free_residuals(acc).items():
-                put(f"balance_{key}", val)
-    if st.integrands is not None and run.diff is not None:
-        for key in ("entropy", "free_energy", "free_dissipation", "power_diffusion"):
-            put(key, terms[key])
+    if run.strang is not None:
+        run.strang.record(put, terms, acc)
     if opts.head_rates:
         hr = head_rates(fv.chat_owned, mo, fe, heads)
         put("dEh_dt", np.asarray(_allsum(comm, hr.total)))
@@ -744,7 +562,7 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
             if st.integrands is not None and measure:
                 for key in ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito"):
                     steps.setdefault(key, []).append(st.integrands[key])
-                if run.diff is not None:
+                if run.strang is not None:
                     for key in ("free_energy", "free_dissipation", "power_diffusion"):
                         steps.setdefault(key, []).append(st.integrands[key])
                 if acc is None:
@@ -760,9 +578,9 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
                     acc.step(st.t - prev.t, prev.integrands, st.integrands,
                              pre_jump=st.pre_jump, martingale=mart,
                              stochastic=schedule is not None and schedule.stochastic)
-                    if run.diff is not None:
-                        run.free_step(st.t - prev.t, prev.integrands,
-                                      st.pre_jump or st.integrands)
+                    if run.strang is not None:
+                        run.strang.free_step(st.t - prev.t, prev.integrands,
+                                             st.pre_jump or st.integrands)
             if st.is_save and (not rows or st.t > rows["t"][-1]):
                 _record(rows, run, st, acc)
                 rhos.append(st.rho.copy())
@@ -802,16 +620,13 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
         "edge_quadrature_points": fv.q,
         "kernel": run.vel.log.summary() if isinstance(run.vel, _Nonlocal) else None,
     }
-    if run.diff is not None:  # token diffusion: the Strang / Crank–Nicolson counters
-        stats.update({"diffusion": opts.diffusion, "diffusion_solves": run.diff.solves,
-                      "diffusion_cg_iterations": run.diff.iterations,
-                      "diffusion_positive_step": 2.0 * run.diff.positive_step(),
-                      "strang_extra_evals": run.extra_evals})
+    if run.strang is not None:  # token diffusion: the Strang / Crank–Nicolson counters
+        stats.update(run.strang.stats())
     bal = acc.residuals() if acc is not None else {}
-    if sign == 0 or run.diff is not None:  # EDI of E not applicable: absent, not NaN
+    if sign == 0 or run.strang is not None:  # EDI of E not applicable: absent, not NaN
         bal = {k: v for k, v in bal.items() if k not in ("edi", "g2")}
-    if run.diff is not None and acc is not None:
-        bal.update(run.free_residuals(acc))
+    if run.strang is not None and acc is not None:
+        bal.update(run.strang.free_residuals(acc))
     steps_arr = {k: np.asarray(v) for k, v in steps.items()}
     checks: dict[str, Any] = {}
     if acc is not None and "power" in steps_arr and nsteps:
