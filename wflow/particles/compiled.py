@@ -162,6 +162,9 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     the fast summation at ``t = 0`` (large ``n`` on S²), and attention kinds without a
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`).
     """
+    if getattr(opts, "diffusion", 0.0) > 0:
+        return ("token diffusion (diffusion > 0) runs on the Python loop (noise and projection "
+                "vectorised; the field evaluations compiled)")
     spec = get_kind(attn.kind)
     if not spec.compiled:
         return spec.not_compiled()
