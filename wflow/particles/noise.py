@@ -287,13 +287,14 @@ class TokenNoise:
         Weight path index (independent token noise per Monte-Carlo path).
     first, count : int
         The tokens this process holds (``[first, first + count)``; default all ``n``).
-    block : int
-        Tokens per keyed block (:data:`TOKEN_BLOCK`).
+    block : int, optional
+        Tokens per keyed block (default: :data:`TOKEN_BLOCK`, read at the call).
     """
 
     def __init__(self, seed: int, n: int, d: int, *, path: int = 0, first: int = 0,
-                 count: int | None = None, block: int = TOKEN_BLOCK) -> None:
-        self.n, self.d, self.block = int(n), int(d), int(block)
+                 count: int | None = None, block: int | None = None) -> None:
+        self.n, self.d = int(n), int(d)
+        self.block = int(TOKEN_BLOCK if block is None else block)
         self.first = int(first)
         self.count = self.n - self.first if count is None else int(count)
         if self.first < 0 or self.first + self.count > self.n or self.block < 1:
