@@ -56,13 +56,17 @@ SCRIPT = textwrap.dedent('''
     heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
     attn = Attention("softmax", 1.0)
     res = {}
-    for integ in ("em", "strang"):
-        opts = ParticleOptions(T=0.2, dt=0.05, integrator=integ, diffusion=0.3, seed=3,
-                               kernel_backend="direct", clusters=False)
-        r = simulate(x, heads, attn, options=opts, comm=comm)
-        res[integ + "_x"] = r.x
-        res[integ + "_E"] = r.history["E"]
-        res[integ + "_status"] = str(r.status)
+    # the split runs, then (rank 0) the serial ones: same tokens, heads, options
+    for prefix, c in (("par", comm), ("ser", None if comm.Get_rank() == 0 else False)):
+        if c is False:
+            continue
+        for integ in ("em", "strang"):
+            opts = ParticleOptions(T=0.2, dt=0.05, integrator=integ, diffusion=0.3, seed=3,
+                                   kernel_backend="direct", clusters=False)
+            r = simulate(x, heads, attn, options=opts, comm=c)
+            res[f"{prefix}_{integ}_x"] = r.x
+            res[f"{prefix}_{integ}_E"] = r.history["E"]
+            res[f"{prefix}_{integ}_status"] = str(r.status)
     if comm.Get_rank() == 0:
         np.savez(out, **res)
 ''').replace("NTOK", str(N))
@@ -82,30 +86,6 @@ def _run(P: int, tmp: Path, rank_keyed: bool = False) -> dict:
         return {k: d[k] for k in d.files}
 
 
-def _serial() -> dict:
-    from wflow.attention.heads import Attention, Heads
-    from wflow.geometry.sphere import sample_uniform
-    from wflow.particles import ParticleOptions, simulate
-    from wflow.particles import noise as nz
-
-    old, nz.TOKEN_BLOCK = nz.TOKEN_BLOCK, 64
-    try:
-        rng = np.random.default_rng(7)
-        x = sample_uniform(N, 3, rng)
-        heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
-        attn = Attention("softmax", 1.0)
-        res = {}
-        for integ in ("em", "strang"):
-            opts = ParticleOptions(T=0.2, dt=0.05, integrator=integ, diffusion=0.3, seed=3,
-                                   kernel_backend="direct", clusters=False)
-            r = simulate(x, heads, attn, options=opts)
-            res[integ + "_x"], res[integ + "_E"] = r.x, r.history["E"]
-            res[integ + "_status"] = str(r.status)
-        return res
-    finally:
-        nz.TOKEN_BLOCK = old
-
-
 def _tol() -> float:
     """A split sum of ``N`` terms differs by ``≤ 2 N ε`` relative; 4 steps (RK4: 5 field
     evaluations each) with Lipschitz constant ≤ 3 amplify it by ``< e^{0.6} · 20``:
@@ -113,20 +93,15 @@ def _tol() -> float:
     return 100 * N * EPS
 
 
-@pytest.fixture(scope="module")
-def serial():
-    return _serial()
-
-
 @pytest.mark.mpi
 @needs_mpirun
 @pytest.mark.parametrize("P", [1, 2, 3])
-def test_noisy_split_run_equals_serial(serial, tmp_path, P):
-    par = _run(P, tmp_path)
+def test_noisy_split_run_equals_serial(tmp_path, P):
+    res = _run(P, tmp_path)
     for integ in ("em", "strang"):
-        assert str(par[integ + "_status"]) == serial[integ + "_status"] == "success"
+        assert str(res[f"par_{integ}_status"]) == str(res[f"ser_{integ}_status"]) == "success"
         for key in ("_x", "_E"):
-            a, b = serial[integ + key], par[integ + key]
+            a, b = res[f"ser_{integ}{key}"], res[f"par_{integ}{key}"]
             err = float(np.max(np.abs(a - b)))
             print(f"P={P} {integ}{key}: max |split − serial| = {err:.2e}")
             assert err <= _tol(), (integ, key, err)
@@ -134,7 +109,7 @@ def test_noisy_split_run_equals_serial(serial, tmp_path, P):
 
 @pytest.mark.mpi
 @needs_mpirun
-def test_noise_keyed_by_rank_is_caught(serial, tmp_path):
-    par = _run(2, tmp_path, rank_keyed=True)
-    err = float(np.max(np.abs(serial["em_x"] - par["em_x"])))
+def test_noise_keyed_by_rank_is_caught(tmp_path):
+    res = _run(2, tmp_path, rank_keyed=True)
+    err = float(np.max(np.abs(res["ser_em_x"] - res["par_em_x"])))
     assert err > 1e3 * _tol(), err
