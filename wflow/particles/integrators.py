@@ -51,6 +51,7 @@ __all__ = [
     "INTEGRATORS",
     "CODE_EULER",
     "CODE_RK4",
+    "CODE_EM",
     "ParticleIntegrator",
     "compiled_code",
     "Euler",
@@ -156,6 +157,8 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 CODE_EULER = 0
 #: Compiled code of RK4 with normalised stages (``I_RK4 = 1``; weights by RK4 half steps).
 CODE_RK4 = 1
+#: Compiled code of projected Euler–Maruyama (the Euler step plus the token noise).
+CODE_EM = 2
 #: Particle integrators, by name (``ParticleOptions.integrator``, ``[particles] integrator``).
 INTEGRATORS: Registry[ParticleIntegrator] = Registry("particle integrator")
 
@@ -271,6 +274,7 @@ class EulerMaruyama(StochasticIntegrator):
     name = "em"
     weights = "euler"
     draws = 1
+    compiled_code = CODE_EM
 
     #: the noiseless step (``D = 0``) is explicit Euler's, the same function
     step = Euler.step

@@ -15,11 +15,30 @@ import numpy as np
 from ..attention.heads import Attention
 from ..attention.schedules import Schedule
 from ..infra.schema import ScenarioError
+from ..status import Status
 from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, time_grid
 from .noise import TokenNoise
 from .result import ParticleState
 
-__all__ = ["time_loop", "check_noisy"]
+__all__ = ["time_loop", "check_noisy", "unjudged_chain"]
+
+
+def unjudged_chain(status: Status, message: str, checks: dict,
+                   opts) -> tuple[Status, str, dict]:
+    """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
+
+    ``dE/dt = power`` is not the energy balance of noisy tokens (that one has the tokens'
+    Itô terms and a martingale, issue 40 item 5); with ``opts.diffusion = 0`` the verdict is
+    returned unchanged.
+    """
+    if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
+        return status, message, checks
+    checks = {**checks, "chain": {**checks["chain"], "judged": False,
+                                  "reason": "token diffusion D > 0: the noiseless chain "
+                                            "rule does not apply"}}
+    if status == Status.INACCURATE:
+        status, message = Status.SUCCESS, ""
+    return status, message, checks
 
 
 def check_noisy(integ: ParticleIntegrator) -> None:

@@ -78,7 +78,7 @@ logger = logging.getLogger(__name__)
 #: Tokens per keyed block of the noise streams (a fixed global partition of the tokens).
 TOKEN_BLOCK = 4096
 #: Bins of the heat-kernel angle envelope on ``[0, min(π, 14√s)]``.
-HEAT_BINS = 512
+HEAT_BINS = 2048
 #: Relative margin on the envelope's bounds (covers round-off in ``K_s`` at the bin edges).
 _MARGIN = 1e-12
 #: The token stream's tag in the key (``"token"`` in ASCII): apart from the weights' noise.

@@ -51,7 +51,7 @@ from ..kernels import KernelLog
 from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
-from .loop import check_noisy, time_loop
+from .loop import check_noisy, time_loop, unjudged_chain
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
@@ -312,15 +312,7 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
-    if opts.diffusion > 0 and "chain" in checks:
-        # the noiseless chain rule dE/dt = power is not the energy balance of noisy tokens
-        # (that one has the tokens' Itô terms and a martingale, issue 40 item 5): recorded,
-        # not judged
-        checks["chain"] = {**checks["chain"], "judged": False,
-                           "reason": "token diffusion D > 0: the noiseless chain rule "
-                                     "does not apply"}
-        if status == Status.INACCURATE:
-            status, message = Status.SUCCESS, ""
+    status, message, checks = unjudged_chain(status, message, checks, opts)
     save = opts.save_trajectory
     res = ParticleResult(
         status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
