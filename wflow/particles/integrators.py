@@ -314,6 +314,10 @@ class StrangHeat(StochasticIntegrator):
     def order(self) -> int:  # noqa: D102
         return 2
 
+    def stages(self) -> int:
+        """Field evaluations per step: RK4's four from ``B_{h/2}(x)`` and the state's."""
+        return 5
+
     def noisy_step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
                    theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
                    schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel, *,
