@@ -64,6 +64,7 @@ from ..attention.schedules import Schedule
 from ..infra.io import prepare_output
 from ..infra.parallel import parallel_map
 from ..particles import ParticleResult, simulate
+from ..published import FIELD
 from ..status import Claim, Status
 from ..studies.base import StudyOutcome, StudyResult, fit_loglog, write_study
 
@@ -115,19 +116,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "s2": ("s2_oscillating", "s2_ou"),
     "hd": ("hd_oscillating", "hd_ou"),
     "all": tuple(EXPERIMENTS),
-}
-#: Published experiments of other papers of the field, run by their own
-#: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
-FIELD: dict[str, tuple[str, str]] = {
-    "glpr_phase": ("wflow.published.glpr_phase",
-                   "GLPR (β, t) phase diagram of the probability of clustering"),
-    "castin_ranks": ("wflow.published.castin_ranks",
-                     "Castin et al. ranks of the limit covariance of the softmax moment ODE"),
-    "metastable_staircase": ("wflow.published.metastable_staircase",
-                             "GKPR energy staircase of 5 tokens on the circle"),
-    "lost_in_the_middle": ("wflow.published.lost_in_the_middle",
-                           "DGR U-shaped retrieval profile, t_crit(β) and causal ALiBi "
-                           "particles collapsing to the first token"),
 }
 
 
