@@ -17,6 +17,9 @@ EXP_OVERFLOW = 700.0
 BACKENDS = ("auto", "numpy", "direct", "fastsum")
 #: Default relative tolerance of the fast summation (per target, relative to ``Z_i``).
 DEFAULT_TOL = 1e-10
+#: Precisions of the scores and kernel values accepted by :func:`wflow.kernels.kernel_sums`
+#: (the sums are float64 in both).
+DTYPES = ("float64", "float32")
 def _apply(Q: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``Q_h x_i`` for all heads, shape ``(H, M, k)`` (batched matmul: far faster than einsum)."""
     return np.matmul(x, np.swapaxes(Q, 1, 2))
@@ -45,6 +48,25 @@ def raise_bound(bound: float) -> None:
         raise FloatingPointError(
             f"attention scores may reach β|Qx||Ky| = {bound:.1f} > {EXP_OVERFLOW}: e^s would "
             "overflow float64. Lower attention.beta or the head scale.")
+
+
+def _validate_values(values, H: int, d: int) -> np.ndarray | None:
+    """``values`` (``(H, r, d)`` value factors ``W_{V,h}``) as float64, or ``None``."""
+    if values is None:
+        return None
+    W = np.ascontiguousarray(values, dtype=np.float64)
+    if W.ndim != 3 or W.shape[0] != H or W.shape[2] != d or W.shape[1] < 1:
+        raise ValueError(f"values: expected shape (H={H}, r, d={d}) with r >= 1, got {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ValueError("values: contains NaN or Inf")
+    return W
+
+
+def _validate_dtype(dtype) -> str:
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in DTYPES:
+        raise ValueError(f"dtype: must be one of {DTYPES}, got {dtype!r}")
+    return name
 
 
 def _validate(x, y, m, Q, K, beta, kind, backend, tol):
