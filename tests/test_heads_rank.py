@@ -142,3 +142,19 @@ def test_bad_rank_input_names_the_key(rng):
     x = sphere(rng, 5, d)
     with pytest.raises(ValueError, match="values"):
         kernel_sums(x, x, np.full(5, 0.2), Q, Q, beta=1.0, kind="softmax", values=WO)
+
+
+def test_pretrained_heads_load_at_their_rank():
+    """A BERT layer's heads keep ``W_V, W_O`` (rank ``k = d/H``); ``V`` is the same product."""
+    from wflow.models import layer_heads
+    from wflow.models.bert import random_bert
+
+    enc = random_bert(d=16, heads=4, layers=1, intermediate=8)
+    lay, cfg = enc.layers[0], enc.config
+    h = layer_heads(enc, 0)
+    assert h.value_rank == cfg.head_dim == 4
+    for i, s in enumerate(lay.head_slices(cfg)):
+        assert np.array_equal(h.V[i], lay.Wo[:, s] @ lay.Wv[s])
+    # a PCA basis narrower than the head keeps the full value (the rank would save nothing)
+    U = np.linalg.qr(np.random.default_rng(0).standard_normal((16, 3)))[0]
+    assert layer_heads(enc, 0, basis=U).value_rank == 3
