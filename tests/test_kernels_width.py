@@ -240,3 +240,22 @@ def test_bad_dtype_and_backend(rng):
         kernel_sums(x, x, m, Q, Q, beta=1.0, kind="softmax", dtype="float32", backend="numpy")
     with pytest.raises(FloatingPointError, match="overflow"):
         kernel_sums(x, x, m, Q, Q, beta=800.0, kind="softmax", dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_split_ring_carries_rank_and_dtype(rng, dtype):
+    """The ring of :func:`wflow.kernels.split.split_sums` passes ``values`` and ``dtype`` to
+    every block: on one rank it is the serial call, bit for bit."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from wflow.kernels.split import split_sums
+
+    n, d, H, k = 500, 32, 2, 8
+    x = sphere(rng, n, d)
+    m = np.full(n, 1.0 / n)
+    Q, K = heads_at(rng, H, k, d, 3.0)
+    WV = Heads.random_rank(H, d, k, rng).value_factors()[0]
+    kw = {"beta": 1.0, "kind": "softmax", "scores": True, "values": WV, "dtype": dtype}
+    a = split_sums(x, m, Q, K, comm=MPI.COMM_SELF, **kw)
+    b = kernel_sums(x, x, m, Q, K, **kw)
+    assert a.Y.shape == (H, n, k) and a.info.dtype == dtype
+    assert np.array_equal(a.Z, b.Z) and np.array_equal(a.Y, b.Y) and np.array_equal(a.S, b.S)
