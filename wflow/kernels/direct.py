@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..attention.kinds import AttentionKind
-from .validation import _apply, _scores_A
+from .validation import _apply, _scores_A, max_rownorm
 
 #: Heads with score width + value width ``min(k, d) + r`` at least this run by tiles of
 #: BLAS GEMMs (:mod:`wflow.kernels._tiled`) in the direct back-end; measured crossover in
@@ -127,13 +127,30 @@ def _score_factors(x, y, Q, K, beta):
     return qx, ky
 
 
+def _wide_factors(x, y, Q, K, beta):
+    """``((qx, ky), bound)``: the score factors of :func:`_score_factors` and ``β|Qx||Ky|``.
+
+    The overflow guard's bound ``β max_{h,i} |Q_h x_i| max_{h,j} |K_h y_j|`` from the
+    factors themselves when they are ``β Q x``, ``K y`` (``k < d``: no second projection),
+    else by :func:`~wflow.kernels.validation.max_rownorm`.
+    """
+    qx, ky = _score_factors(x, y, Q, K, beta)
+    if Q.shape[1] < Q.shape[2]:
+        bound = math.sqrt(float(np.max(np.einsum("hmw,hmw->hm", qx, qx)))
+                          * float(np.max(np.einsum("hnw,hnw->hn", ky, ky))))
+    else:
+        bound = beta * max_rownorm(Q, x) * max_rownorm(K, y)
+    return (qx, ky), bound
+
+
 def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, values=None,
-                 dtype="float64"):
+                 dtype="float64", *, factors=None):
     """Direct sums on the compiled paths; ``Y`` of width ``r`` (``values``: ``(H, r, d)``).
 
     Heads of width ``w + r ≥`` :data:`WIDE` (``w = min(k, d)`` the score width, ``r`` the
     value width) and every float32 request run by tiles (:mod:`wflow.kernels._tiled`);
     narrower heads in the fused kernels (``d ≤ 3``: :func:`~wflow.kernels._numba.direct3`).
+    ``factors``: the ``(qx, ky)`` of :func:`_score_factors` when the caller has them.
     """
     from . import _numba as kn
 
@@ -155,8 +172,8 @@ def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, va
     elif tiled(k, d, r, dtype):
         from ._tiled import tiled_sums
 
-        qx, ky = _score_factors(x, y, Q, K, beta)
-        vy = y if values is None else list(np.matmul(y, np.swapaxes(values, 1, 2)))
+        qx, ky = _score_factors(x, y, Q, K, beta) if factors is None else factors
+        vy = y if values is None else list(_apply(values, y))
         w = qx.shape[2]
         tiled_sums(qx, ky, vy, m, kcode, dtype, Z, Y, P, S if (scores or not expo) else None,
                    threads=threads(),

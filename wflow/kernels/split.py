@@ -302,7 +302,13 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     from . import DEFAULT_TOL, KernelInfo, KernelSums, raise_bound, threads
     from . import _fastsum as fs
     from .sums import err_float32
-    from .validation import _scores_A, _validate, _validate_dtype, _validate_values
+    from .validation import (
+        _scores_A,
+        _validate,
+        _validate_dtype,
+        _validate_values,
+        max_rownorm,
+    )
 
     tol = DEFAULT_TOL if tol is None else tol
     x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
@@ -319,9 +325,7 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     # the score bound and the distance of the targets from the sphere: one reduction
     bq = bk = 0.0
     if expo and n and H and spec.compiled and M:
-        from . import _numba as kn
-
-        bq, bk = kn.max_rownorm(Q, x), kn.max_rownorm(K, x)
+        bq, bk = max_rownorm(Q, x), max_rownorm(K, x)
     bq, bk, dev = _gmax_vec(comm, [bq, bk, float(np.max(np.abs(nx - 1.0))) if M else 0.0])
     if expo and n and H and spec.compiled:
         raise_bound(beta * bq * bk)

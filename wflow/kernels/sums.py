@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .direct import WIDE, _direct_sums, team, threads, tiled
+from .direct import WIDE, _direct_sums, _wide_factors, team, threads, tiled
 from .plan import plan_kernel
 from .reference import _numpy_sums
 from .results import KernelInfo, KernelSums
@@ -20,6 +20,7 @@ from .validation import (
     _validate,
     _validate_dtype,
     _validate_values,
+    max_rownorm,
     raise_bound,
 )
 
@@ -128,13 +129,17 @@ def kernel_sums(
                                    values)
         return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, why, err_direct,
                                                    tol, (), 1, triples))
-    if expo and M and N and H:
-        from . import _numba as kn
-
-        raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
+    factors = None
+    if M and N and H and d > 3 and tiled(k, d, r):  # the guard from the tiles' own factors
+        factors, bound = _wide_factors(x, y, Q, K, beta)
+        if expo:
+            raise_bound(bound)
+    elif expo and M and N and H:
+        raise_bound(beta * max_rownorm(Q, x) * max_rownorm(K, y))
     plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol, m=m)
     if plan.backend == "direct":
-        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores, values)
+        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores, values,
+                                    factors=factors)
         reason = plan.reason
         if tiled(k, d, r):
             reason += f"; by tiles of BLAS GEMMs (score width + value width ≥ {WIDE})"
@@ -183,14 +188,13 @@ def _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol, va
     H = Q.shape[0]
     M, N = x.shape[0], y.shape[0]
     bound = 0.0
+    factors = None
     if M and N and H:
-        from . import _numba as kn
-
-        bound = beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y)
+        factors, bound = _wide_factors(x, y, Q, K, beta)
         if spec.exponential:
             raise_bound(bound)  # e^{c_i} of the final rescaling is float64
     Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores, values,
-                                "float32")
+                                "float32", factors=factors)
     reason = ("float32 requested: by tiles of SGEMMs, shifted exponential in float32, sums "
               "in float64")
     return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, reason,
