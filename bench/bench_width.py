@@ -66,7 +66,11 @@ def heads(rng, H: int, d: int, k: int, r: int | None):
 
 
 def row(name, n, d, H, k, r, dtype, flops, rate, repeat, rng):
-    """Time one ``kernel_sums`` call (targets = sources) against the floor ``flops / rate``."""
+    """Time one ``kernel_sums`` call (targets = sources) against the floor ``flops / rate``.
+
+    ``rate``: the GEMM rate of the run's start; the best of it and the rates measured right
+    before and after this row is the floor's.
+    """
     from wflow.kernels import kernel_sums
 
     x = sphere(rng, n, d)
@@ -77,7 +81,12 @@ def row(name, n, d, H, k, r, dtype, flops, rate, repeat, rng):
         return kernel_sums(x, x, m, Q, K, beta=1.0, kind="softmax", backend="direct",
                            values=WV, dtype=dtype)
 
+    # the floor's GEMM rate measured right before and after the row (the best of the two:
+    # on a machine shared with other jobs the rate moves with the load)
+    rate_before = gemm_rate(np.float32 if dtype == "float32" else np.float64)
     out = timed(call, repeat)
+    rate = max(rate, rate_before, gemm_rate(np.float32 if dtype == "float32" else np.float64))
+    out["gemm_rate"] = rate
     triples = n * n * H
     floor = flops * triples / rate
     out.update(name=name, n=n, d=d, H=H, k=k, r=r or d, dtype=dtype, triples=triples,
