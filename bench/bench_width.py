@@ -34,6 +34,17 @@ import numpy as np
 from _common import CLOCK, best_time, ensure_clean, load1, machine, sphere, table, write_json
 
 
+def _commit() -> str:
+    """The git commit of the code measured (``""`` outside a checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=os.path.dirname(__file__), check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
 def gemm_rate(dtype, n: int = 2000, repeat: int = 3) -> float:
     """Flop rate of a square GEMM ``(n × n)(n × n)`` in ``dtype`` (best of ``repeat``)."""
     rng = np.random.default_rng(0)
@@ -180,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
         name = "bench_width_cpu" if args.cpu_time else "bench_width"
         path = write_json(name + ("_quick" if q else ""), {
             "machine": machine(), "gemm_rate": {"float64": r64, "float32": r32},
-            "rows": rows, "crossover": cross, "summary": summary, "argv": sys.argv[1:]})
+            "rows": rows, "crossover": cross, "summary": summary, "argv": sys.argv[1:],
+            "commit": _commit()})
         print(f"wrote {path}")
 
 

@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, types
 
 from ..attention.kinds import CODE_EXP, CODE_RELU
-from ._numba import _FM, _weigh, bitcast
+from ._numba import _FM, _weigh, bitcast, fexp
 
 #: Targets per tile.
 TM = 128
@@ -104,16 +104,25 @@ def fexp32_array(s, out):
 
 
 @njit(fastmath=_FM, cache=True, nogil=True)
-def exp_tile64(sc, m, kind, Z, S):
+def exp_tile64(sc, m, kind, want_s, Z, S):
     """In place on a float64 tile of scores ``sc`` (b, n): ``sc ← m_j k(sc)``; row sums added.
 
-    ``Z[i] += Σ_j m_j k(s_ij)``, ``S[i] += Σ_j m_j k(s_ij) s_ij`` (float64, no shift).
+    ``Z[i] += Σ_j m_j k(s_ij)``, ``S[i] += Σ_j m_j k(s_ij) s_ij`` (float64, no shift; ``S``
+    only when ``want_s``).
     """
     b, n = sc.shape
     for i in range(b):
-        z, sm = _weigh(sc[i], m, n, kind)
+        if want_s or kind != CODE_EXP:
+            z, sm = _weigh(sc[i], m, n, kind)
+            S[i] += sm
+        else:
+            row = sc[i]
+            z = 0.0
+            for j in range(n):
+                e = fexp(row[j]) * m[j]
+                z += e
+                row[j] = e
         Z[i] += z
-        S[i] += sm
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
@@ -256,7 +265,7 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
                 exp_tile32(sc, mt[j0:j1], kind, want_s, c, z, sm)
                 np.matmul(sc, vys[h][j0:j1], out=t)
             else:
-                exp_tile64(sc, mt[j0:j1], kind, z, sm)
+                exp_tile64(sc, mt[j0:j1], kind, want_s, z, sm)
                 np.matmul(sc, vys[h][j0:j1], out=t)
             yacc += t
         if f32 and kind == CODE_EXP:
