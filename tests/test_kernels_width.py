@@ -21,6 +21,11 @@ Tolerances.
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -259,3 +264,36 @@ def test_split_ring_carries_rank_and_dtype(rng, dtype):
     b = kernel_sums(x, x, m, Q, K, **kw)
     assert a.Y.shape == (H, n, k) and a.info.dtype == dtype
     assert np.array_equal(a.Z, b.Z) and np.array_equal(a.Y, b.Y) and np.array_equal(a.S, b.S)
+
+
+MPIRUN = Path(sys.executable).parent / "mpirun"
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not MPIRUN.exists() and shutil.which("mpirun") is None,
+                    reason="mpirun not available")
+def test_mpi_ring_of_tiles_equals_serial(tmp_path):
+    """Two ranks (``mpirun -n 2``): the ring of tiles with values of rank 8, float64 and
+    float32, equals the serial sums. Tolerance: the same positive terms in ``P = 2`` partial
+    sums per target, ``2 N ε`` relative (float64); float32 each block with its own shift and
+    SGEMM tiles: within the a-priori estimate ``err_est`` (twice, for the two sides)."""
+    out = tmp_path / "ring.npz"
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    r = subprocess.run([str(MPIRUN), "-n", "2", sys.executable, "-m",
+                        "tests._kernels_width_mpi_case", str(out)], capture_output=True,
+                       text=True, timeout=600, cwd=Path(__file__).resolve().parents[1], env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with np.load(out) as c:
+        assert int(c["ranks"]) == 2 and "ring" in str(c["par_float32_reason"])
+        n = c["ser_float64_Z"].shape[1]
+        for dtype, tol in (("float64", 2 * n * EPS), ("float32", 2 * float(c["float32_err_est"]))):
+            Z = c[f"ser_{dtype}_Z"]
+            assert np.max(np.abs(c[f"par_{dtype}_Z"] - Z) / Z) <= tol, dtype
+            dy = np.abs(c[f"par_{dtype}_Y"] - c[f"ser_{dtype}_Y"])
+            assert np.max(dy / (Z[..., None] * float(c["vmax"]))) <= tol, dtype
+        # negative control: rank 1's masses moved by 1e-9 are caught at the float64 tolerance
+        z = c["ser_float64_Z"]
+        assert np.max(np.abs(c["par_fault_Z"] - z) / z) > 2 * n * EPS
+        # the float32 ring really ran in float32 (float64 would agree to ~1e-15)
+        z64 = c["ser_float64_Z"]
+        assert np.max(np.abs(c["par_float32_Z"] - z64) / z64) > 1e-12
