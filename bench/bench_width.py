@@ -18,9 +18,16 @@ Rows (one process, the floors measured in the same run):
 Every row records wall and process CPU time (all threads) and the 1-min load before and
 after. ``--cpu-time``: one thread, CPU time (robust when other jobs load the machine),
 ``results/bench_width_cpu.json``; ``--quick``: small sizes (a smoke run, not recorded
-unless ``--write``). Peers (torch SDPA, pykeops) are not run here (see the issue).
+unless ``--write``).
 
-    python bench/bench_width.py [--quick] [--cpu-time] [--threads T]
+``--peers PYTHON``: the same output (``Σ_h W_{O,h} softmax_j(β <Q_h x_i, K_h x_j>) W_{V,h}
+x_j``, ``d = 64``, ``H = 4`` heads of rank 16, float32) by wflow and by torch's
+``scaled_dot_product_attention`` on the CPU, each in its own clean process
+(:func:`_common.call_peer`; torch from the interpreter ``PYTHON``, a separate bench venv,
+never a wflow dependency), their outputs compared, ``results/bench_width_peers.json``.
+pykeops is not run (see the report of issue 41).
+
+    python bench/bench_width.py [--quick] [--cpu-time] [--threads T] [--peers PYTHON]
 """
 
 from __future__ import annotations
@@ -31,7 +38,17 @@ import sys
 import time
 
 import numpy as np
-from _common import CLOCK, best_time, ensure_clean, load1, machine, sphere, table, write_json
+from _common import (
+    CLOCK,
+    best_time,
+    call_peer,
+    ensure_clean,
+    load1,
+    machine,
+    sphere,
+    table,
+    write_json,
+)
 
 
 def _commit() -> str:
@@ -135,13 +152,90 @@ def crossover(n: int, repeat: int, rng) -> list[dict]:
     return rows
 
 
+def _peer_inputs(n: int, d: int, H: int, k: int, seed: int = 0):
+    """The inputs every peer builds from the same seed (float64, cast by each peer)."""
+    rng = np.random.default_rng(seed)
+    x = sphere(rng, n, d)
+    Q, K, WV = (rng.standard_normal((H, k, d)) / np.sqrt(d) for _ in range(3))
+    WO = rng.standard_normal((H, d, k)) / np.sqrt(k)
+    return x, Q, K, WV, WO
+
+
+def peer_wflow(n: int, d: int, H: int, k: int, beta: float, repeat: int) -> dict:
+    """wflow: ``kernel_sums(values=W_V, dtype="float32")``, then ``W_O Y / Z`` summed."""
+    from wflow.kernels import kernel_sums
+
+    x, Q, K, WV, WO = _peer_inputs(n, d, H, k)
+    m = np.full(n, 1.0 / n)
+
+    def run():
+        s = kernel_sums(x, x, m, Q, K, beta=beta, kind="softmax", values=WV, dtype="float32")
+        return np.einsum("hdr,hmr->md", WO, s.Y / s.Z[..., None])
+
+    t = timed(run, repeat)
+    out = run()
+    return {"name": "wflow", **t, "sample": out[:3, :4].tolist(),
+            "norm": float(np.linalg.norm(out))}
+
+
+def peer_torch_sdpa(n: int, d: int, H: int, k: int, beta: float, repeat: int) -> dict:
+    """torch ``scaled_dot_product_attention`` (CPU, float32), then ``W_O`` summed over heads."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    x, Q, K, WV, WO = _peer_inputs(n, d, H, k)
+    xt = torch.from_numpy(x.astype(np.float32))
+    q = torch.einsum("hkd,nd->hnk", torch.from_numpy(Q.astype(np.float32)), xt)
+    kk = torch.einsum("hkd,nd->hnk", torch.from_numpy(K.astype(np.float32)), xt)
+    v = torch.einsum("hkd,nd->hnk", torch.from_numpy(WV.astype(np.float32)), xt)
+    wo = torch.from_numpy(WO.astype(np.float32))
+
+    def run():
+        with torch.no_grad():
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q[None], kk[None], v[None], scale=beta)[0]
+            return torch.einsum("hdr,hmr->md", wo, o)
+
+    t = timed(run, repeat)
+    out = run().numpy().astype(np.float64)
+    return {"name": "torch_sdpa", "torch": torch.__version__, **t,
+            "sample": out[:3, :4].tolist(), "norm": float(np.linalg.norm(out))}
+
+
+def peers(python: str, threads: int, quick: bool) -> dict:
+    """wflow and torch SDPA on the same inputs, each in a clean process (module docstring)."""
+    kw = {"n": 2000 if quick else 10_000, "d": 64, "H": 4, "k": 16, "beta": 4.0,
+          "repeat": 1 if quick else 3}
+    recs = {}
+    for rnd in range(1 if quick else 2):  # alternating rounds
+        for name, py in (("wflow", sys.executable), ("torch_sdpa", python)):
+            rec = call_peer(f"bench_width:peer_{name}", threads=threads, python=py, **kw)
+            if name not in recs or rec["time"] < recs[name]["time"]:
+                recs[name] = rec
+            print(f"  peer {name} (round {rnd}): {rec['time']:.3f} s, load "
+                  f"{rec['load_before']}", flush=True)
+    a, b = np.array(recs["wflow"]["sample"]), np.array(recs["torch_sdpa"]["sample"])
+    return {"inputs": kw, "peers": recs,
+            "max_rel_diff_sample": float(np.max(np.abs(a - b)) / np.max(np.abs(b))),
+            "wflow_over_torch": recs["wflow"]["time"] / recs["torch_sdpa"]["time"]}
+
+
 def main(argv: list[str] | None = None) -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--write", action="store_true", help="write the JSON also with --quick")
+    ap.add_argument("--peers", default=None, metavar="PYTHON",
+                    help="run the torch SDPA comparison with this interpreter (has torch)")
     args = ap.parse_args(argv)
+    if args.peers:
+        threads = args.threads or os.cpu_count() or 1
+        res = peers(args.peers, threads, args.quick)
+        print({k: v for k, v in res.items() if k != "peers"})
+        if not args.quick or args.write:
+            print(f"wrote {write_json('bench_width_peers', {**res, 'commit': _commit()})}")
+        return
     if args.cpu_time:
         ensure_clean(1)
         CLOCK["timer"] = time.process_time
