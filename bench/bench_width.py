@@ -161,10 +161,18 @@ def _peer_inputs(n: int, d: int, H: int, k: int, seed: int = 0):
     return x, Q, K, WV, WO
 
 
-def peer_wflow(n: int, d: int, H: int, k: int, beta: float, repeat: int) -> dict:
+def _peer_clock(cpu: bool) -> None:
+    if cpu:
+        CLOCK["timer"] = time.process_time
+        CLOCK["name"] = "cpu, 1 thread"
+
+
+def peer_wflow(n: int, d: int, H: int, k: int, beta: float, repeat: int,
+               cpu: bool = False) -> dict:
     """wflow: ``kernel_sums(values=W_V, dtype="float32")``, then ``W_O Y / Z`` summed."""
     from wflow.kernels import kernel_sums
 
+    _peer_clock(cpu)
     x, Q, K, WV, WO = _peer_inputs(n, d, H, k)
     m = np.full(n, 1.0 / n)
 
@@ -178,10 +186,12 @@ def peer_wflow(n: int, d: int, H: int, k: int, beta: float, repeat: int) -> dict
             "norm": float(np.linalg.norm(out))}
 
 
-def peer_torch_sdpa(n: int, d: int, H: int, k: int, beta: float, repeat: int) -> dict:
+def peer_torch_sdpa(n: int, d: int, H: int, k: int, beta: float, repeat: int,
+                    cpu: bool = False) -> dict:
     """torch ``scaled_dot_product_attention`` (CPU, float32), then ``W_O`` summed over heads."""
     import torch
 
+    _peer_clock(cpu)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     x, Q, K, WV, WO = _peer_inputs(n, d, H, k)
     xt = torch.from_numpy(x.astype(np.float32))
@@ -202,10 +212,14 @@ def peer_torch_sdpa(n: int, d: int, H: int, k: int, beta: float, repeat: int) ->
             "sample": out[:3, :4].tolist(), "norm": float(np.linalg.norm(out))}
 
 
-def peers(python: str, threads: int, quick: bool) -> dict:
-    """wflow and torch SDPA on the same inputs, each in a clean process (module docstring)."""
+def peers(python: str, threads: int, quick: bool, cpu: bool = False) -> dict:
+    """wflow and torch SDPA on the same inputs, each in a clean process (module docstring).
+
+    ``cpu``: one thread each, process CPU time.
+    """
     kw = {"n": 2000 if quick else 10_000, "d": 64, "H": 4, "k": 16, "beta": 4.0,
-          "repeat": 1 if quick else 3}
+          "repeat": 1 if quick else 3, "cpu": cpu}
+    threads = 1 if cpu else threads
     recs = {}
     for rnd in range(1 if quick else 2):  # alternating rounds
         for name, py in (("wflow", sys.executable), ("torch_sdpa", python)):
@@ -215,7 +229,7 @@ def peers(python: str, threads: int, quick: bool) -> dict:
             print(f"  peer {name} (round {rnd}): {rec['time']:.3f} s, load "
                   f"{rec['load_before']}", flush=True)
     a, b = np.array(recs["wflow"]["sample"]), np.array(recs["torch_sdpa"]["sample"])
-    return {"inputs": kw, "peers": recs,
+    return {"inputs": kw, "peers": recs, "threads": threads,
             "max_rel_diff_sample": float(np.max(np.abs(a - b)) / np.max(np.abs(b))),
             "wflow_over_torch": recs["wflow"]["time"] / recs["torch_sdpa"]["time"]}
 
@@ -231,10 +245,11 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     args = ap.parse_args(argv)
     if args.peers:
         threads = args.threads or os.cpu_count() or 1
-        res = peers(args.peers, threads, args.quick)
+        res = peers(args.peers, threads, args.quick, args.cpu_time)
         print({k: v for k, v in res.items() if k != "peers"})
         if not args.quick or args.write:
-            print(f"wrote {write_json('bench_width_peers', {**res, 'commit': _commit()})}")
+            name = "bench_width_peers" + ("_cpu" if args.cpu_time else "")
+            print(f"wrote {write_json(name, {**res, 'commit': _commit()})}")
         return
     if args.cpu_time:
         ensure_clean(1)
