@@ -24,8 +24,9 @@ unless ``--write``).
 x_j``, ``d = 64``, ``H = 4`` heads of rank 16, float32) by wflow and by torch's
 ``scaled_dot_product_attention`` on the CPU, each in its own clean process
 (:func:`_common.call_peer`; torch from the interpreter ``PYTHON``, a separate bench venv,
-never a wflow dependency), their outputs compared, ``results/bench_width_peers.json``.
-pykeops is not run (see the report of issue 41).
+never a wflow dependency), and by pykeops 2.3's CPU ``sumsoftmaxweight`` reduction (the
+same interpreter; it compiles its C++ on first use, in the warm-up), the outputs
+compared, ``results/bench_width_peers[_cpu].json``.
 
     python bench/bench_width.py [--quick] [--cpu-time] [--threads T] [--peers PYTHON]
 """
@@ -212,6 +213,34 @@ def peer_torch_sdpa(n: int, d: int, H: int, k: int, beta: float, repeat: int,
             "sample": out[:3, :4].tolist(), "norm": float(np.linalg.norm(out))}
 
 
+def peer_pykeops(n: int, d: int, H: int, k: int, beta: float, repeat: int,
+                 cpu: bool = False) -> dict:
+    """pykeops 2.3 (CPU): ``sumsoftmaxweight`` per head on LazyTensors, then ``W_O``."""
+    import pykeops
+    from pykeops.numpy import LazyTensor
+
+    _peer_clock(cpu)
+    x, Q, K, WV, WO = _peer_inputs(n, d, H, k)
+    f32 = np.float32
+    q = [np.ascontiguousarray(x @ Q[h].T, dtype=f32) for h in range(H)]
+    kk = [np.ascontiguousarray(x @ K[h].T, dtype=f32) for h in range(H)]
+    v = [np.ascontiguousarray(x @ WV[h].T, dtype=f32) for h in range(H)]
+
+    def run():
+        out = np.zeros((n, d))
+        for h in range(H):
+            qi, kj = LazyTensor(q[h][:, None, :]), LazyTensor(kk[h][None, :, :])
+            vj = LazyTensor(v[h][None, :, :])
+            o = (beta * (qi * kj).sum(-1)).sumsoftmaxweight(vj, axis=1)
+            out += o.astype(np.float64) @ WO[h].T
+        return out
+
+    t = timed(run, repeat)
+    out = run()
+    return {"name": "pykeops", "pykeops": pykeops.__version__, **t,
+            "sample": out[:3, :4].tolist(), "norm": float(np.linalg.norm(out))}
+
+
 def peers(python: str, threads: int, quick: bool, cpu: bool = False) -> dict:
     """wflow and torch SDPA on the same inputs, each in a clean process (module docstring).
 
@@ -222,16 +251,20 @@ def peers(python: str, threads: int, quick: bool, cpu: bool = False) -> dict:
     threads = 1 if cpu else threads
     recs = {}
     for rnd in range(1 if quick else 2):  # alternating rounds
-        for name, py in (("wflow", sys.executable), ("torch_sdpa", python)):
+        for name, py in (("wflow", sys.executable), ("torch_sdpa", python),
+                         ("pykeops", python)):
             rec = call_peer(f"bench_width:peer_{name}", threads=threads, python=py, **kw)
             if name not in recs or rec["time"] < recs[name]["time"]:
                 recs[name] = rec
             print(f"  peer {name} (round {rnd}): {rec['time']:.3f} s, load "
                   f"{rec['load_before']}", flush=True)
-    a, b = np.array(recs["wflow"]["sample"]), np.array(recs["torch_sdpa"]["sample"])
-    return {"inputs": kw, "peers": recs, "threads": threads,
-            "max_rel_diff_sample": float(np.max(np.abs(a - b)) / np.max(np.abs(b))),
-            "wflow_over_torch": recs["wflow"]["time"] / recs["torch_sdpa"]["time"]}
+    a = np.array(recs["wflow"]["sample"])
+    diff = {p: float(np.max(np.abs(a - np.array(recs[p]["sample"])))
+                     / np.max(np.abs(np.array(recs[p]["sample"]))))
+            for p in ("torch_sdpa", "pykeops")}
+    return {"inputs": kw, "peers": recs, "threads": threads, "max_rel_diff_sample": diff,
+            "wflow_over_torch": recs["wflow"]["time"] / recs["torch_sdpa"]["time"],
+            "wflow_over_pykeops": recs["wflow"]["time"] / recs["pykeops"]["time"]}
 
 
 def main(argv: list[str] | None = None) -> None:  # noqa: D103
