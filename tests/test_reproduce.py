@@ -41,7 +41,8 @@ def s2_quick(tmp_path_factory):
 
 def test_reproduce_s2_quick_writes_everything(s2_quick):
     rc, out, summary = s2_quick
-    assert rc == 0 and summary["study"] == "reproduce"
+    # the exit status follows the status, as for every command: inconclusive exits 1
+    assert rc == 1 and summary["study"] == "reproduce"
     assert not contract_problems(summary, "reproduce")  # status, message, checks; keys
     assert summary["status"] == "inconclusive"  # both quick verdicts: VERDICT_STATUS
     assert set(summary["checks"]) == {"s2_oscillating", "s2_ou"}

@@ -495,6 +495,10 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("differences_from_published", "what differs from the published code, and why", "text",
       where=_R),
     K("run_wall_time_s", "wall time of all runs", "s", "≥ 0", _R),
+    K("t_crit.**", "lost_in_the_middle: per β the threshold t_crit(β) = 2(1 − e^{−λ}) "
+      "Σ ω_n a_n / Σ ω_n a_n² of the published numerology", "time", "> 0", _R),
+    K("cluster_counts", "lost_in_the_middle: the number of clusters (gaps > 0.05 rad) of the "
+      "ALiBi circle run at each record (every 0.2 time units)", "count", "≥ 1", _R),
     *GAUSSIAN.keys,
 )
 

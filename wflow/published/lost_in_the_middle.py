@@ -526,7 +526,7 @@ def reproduce(*, out: str | Path, options: LostInTheMiddleOptions | None = None,
                "control_t_crit_doubled": ctl_tc.verdict,
                "control_mirrored_mask": ctl_mask.verdict,
                "cluster_counts": [clusters(th) for th in theta],
-               "wall_s": time.perf_counter() - t0,
+               "run_wall_time_s": time.perf_counter() - t0,
                "differences_from_published": [
                    "the series psi_c summed in closed form (sqrt(c/y) I_1(2 sqrt(cy))): equal "
                    "to the published series to 1.1e-15 relative (bench/published_dgr.py)",

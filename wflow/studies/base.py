@@ -358,8 +358,8 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 #: that says ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
 #: fail, an interval that straddles the tolerance) and refutes nothing (no ``FAIL …`` head,
 #: no ``NOT REPRODUCED``) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
-#: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
-#: runs completed (a claim not reproduced is a measured outcome, not an error).
+#: ``wflow verify`` and ``wflow reproduce`` exit 0 only for ``"success"`` and 1 for every
+#: other status (``"inconclusive"`` included: one code everywhere), as every command.
 #: (:attr:`Verdict.status <wflow.status.Verdict>` of each word, :func:`decide`.)
 VERDICT_STATUS = {v: v.status for v in (Verdict.PASS, Verdict.INCONCLUSIVE, Verdict.FAIL)}
 
