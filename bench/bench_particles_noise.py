@@ -18,6 +18,9 @@
   rank; Euler's step: that times the Euler/RK4 CPU ratio measured at ``n``), plus, for
   ``strang``, its extra field evaluation (measured at ``n`` in **steps**).
 
+``mpirun -n 2 python bench/bench_particles_noise.py --split --n 1000000 --out FILE``
+measures the Euler and EM steps themselves split over the ranks (``simulate(comm=...)``).
+
 The 1-min load is recorded before and after: on a shared machine compare CPU times.
 """
 
@@ -69,6 +72,52 @@ def bench_steps(n: int) -> dict:
     return rows
 
 
+def bench_split(n: int, out: str, repeats: int = 2) -> None:
+    """Under ``mpirun -n P``: one Euler and one EM step at ``n`` tokens split over the ranks.
+
+    ``simulate(comm=COMM_WORLD)``, ``S = 1`` and ``S = 3`` after a warm-up, as
+    :func:`bench_steps`, the two integrators alternating ``repeats`` times and the
+    fastest of each kept (MPI waits spin, so a rank descheduled by the load inflates the
+    other's CPU time too); rank 0 writes the per-rank CPU and wall times (max over ranks).
+    """
+    from mpi4py import MPI
+
+    from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.sphere import sample_uniform
+    from wflow.particles import ParticleOptions, simulate
+
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(0)
+    x = sample_uniform(n, 3, rng)
+    heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
+    attn = Attention("softmax", 1.0)
+    rows: dict = {"n": n, "ranks": comm.Get_size(), "load1_start": os.getloadavg()[0],
+                  "repeats": repeats}
+    pairs = (("euler", 0.0), ("em", 0.1))
+    t: dict = {(i, S): [] for i, _ in pairs for S in (1, 3)}
+    for S in (0,) + (1, 3) * repeats:  # S = 0: the warm-up; then alternating, min kept
+        for integ, D in pairs:
+            opts = ParticleOptions(T=0.01 * max(S, 1), dt=0.01, integrator=integ,
+                                   diffusion=D, head_rates=False, clusters=False)
+            comm.Barrier()
+            r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts,
+                                                              comm=comm))
+            assert r.status == "success", r.message
+            if S:
+                t[integ, S].append((comm.allreduce(wall, op=MPI.MAX),
+                                    comm.allreduce(cpu, op=MPI.MAX)))
+    for integ, _ in pairs:
+        best = {S: np.min(np.array(t[integ, S]), axis=0) for S in (1, 3)}
+        rows[integ] = {"step_wall_s_max": float(best[3][0] - best[1][0]) / 2,
+                       "step_cpu_s_max": float(best[3][1] - best[1][1]) / 2}
+    rows["em"]["cpu_ratio_vs_euler"] = (rows["em"]["step_cpu_s_max"]
+                                        / rows["euler"]["step_cpu_s_max"])
+    rows["load1_end"] = os.getloadavg()[0]
+    if comm.Get_rank() == 0:
+        Path(out).write_text(json.dumps(rows, indent=1))
+        print(json.dumps(rows, indent=1))
+
+
 def bench_noise(M: int) -> dict:
     from wflow.geometry.sphere import sample_uniform
     from wflow.particles.integrators import INTEGRATORS
@@ -99,7 +148,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--noise-n", type=int, default=1_000_000)
     ap.add_argument("--out", default=str(RESULTS / "particles_noise.json"))
+    ap.add_argument("--split", action="store_true",
+                    help="under mpirun: Euler and EM steps at --n split over the ranks "
+                         "(writes --out)")
     args = ap.parse_args()
+    if args.split:
+        bench_split(args.n, args.out)
+        return
     res = {"load1_start": os.getloadavg()[0], "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     res["steps"] = bench_steps(args.n)
