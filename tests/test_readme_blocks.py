@@ -78,3 +78,11 @@ def test_python_block_runs(body, tmp_path):
 @pytest.mark.parametrize("body", _SLOW, ids=[f"slow{i}" for i in range(len(_SLOW))])
 def test_slow_python_block_runs(body, tmp_path):
     _run(body, tmp_path)
+
+
+def test_readme_stays_under_250_lines():
+    # the README is the front page: at most 250 lines (the rest lives on the site)
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
