@@ -85,6 +85,11 @@ from .phase import (
     zonal_branch,
 )
 
+# isort: split
+# causal attention: the mask and positional bias, the causal sums (issue 43)
+from .attention.mask import ALiBi, Bias, Causal
+from .kernels.causal import causal_sums
+
 __all__ = [
     "__version__",
     "Attention",
@@ -173,6 +178,11 @@ __all__ = [
     "order_parameter_exponent",
     "check_dichotomy",
     "DichotomyCheck",
+    # causal attention (issue 43)
+    "Causal",
+    "ALiBi",
+    "Bias",
+    "causal_sums",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use
