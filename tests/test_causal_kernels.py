@@ -288,3 +288,56 @@ def test_bias_that_could_overflow_is_refused():
     with pytest.raises(FloatingPointError):
         causal_sums(x, m, Q, K, beta=1.0, kind="softmax", backend="direct",
                     bias=Bias(lambda i, j: 800.0 + 0.0 * (i - j)))
+
+
+# ------------------------------------------------------------------ MPI ranks
+@pytest.fixture(scope="module")
+def mpi_cases(tmp_path_factory):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    mpirun = Path(sys.executable).parent / "mpirun"
+    if not mpirun.exists() and shutil.which("mpirun") is None:
+        pytest.skip("mpirun not available")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("causal_mpi") / "cases.npz"
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([str(mpirun if mpirun.exists() else "mpirun"), "-n", "2", sys.executable,
+                        "-m", "tests._causal_mpi_cases", str(out)], capture_output=True,
+                       text=True, timeout=900, cwd=root, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with np.load(out) as d:
+        yield {k: d[k] for k in d.files}
+
+
+def _split_err(d, name: str) -> float:
+    Z, Y = d[f"ser_{name}_Z"], d[f"ser_{name}_Y"]
+    Zp, Yp = d[f"par_{name}_Z"], d[f"par_{name}_Y"]
+    den = np.where(Z > 0, Z, 1.0)
+    return float(max(np.max(np.abs(Zp - Z) / den), np.max(np.abs(Yp - Y).max(axis=2) / den)))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("name", ["fast", "fast_strict", "fast_steep", "direct3", "generic",
+                                  "wide", "numpy", "nomask"])
+def test_two_ranks_equal_serial_to_round_off(mpi_cases, name):
+    """``mpirun -n 2`` equals the serial sums: the same terms added in another order (the
+    ring: two partial sums per row; the scan: the ranks' prefix in rank order), each sum
+    of ``≤ n`` positive terms within ``2 n ε`` of ``Z_i`` (``|Y_i| ≤ Z_i``)."""
+    d = mpi_cases
+    assert int(d["ranks"]) == 2
+    assert str(d[f"par_{name}_backend"]) == str(d[f"ser_{name}_backend"])
+    n = d[f"ser_{name}_Z"].shape[1]
+    assert _split_err(d, name) <= 2 * n * EPS, _split_err(d, name)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("name", ["bad_mask", "bad_slope"])
+def test_negative_control_split_run_with_a_fault_is_caught(mpi_cases, name):
+    """The split run with the mask shifted by one (fast sum) / the ALiBi slope +2 % (ring)."""
+    n = mpi_cases[f"ser_{name}_Z"].shape[1]
+    assert _split_err(mpi_cases, name) > 1e6 * 2 * n * EPS
