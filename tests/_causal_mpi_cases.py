@@ -27,7 +27,7 @@ def cases() -> dict:
     from wflow import ALiBi, Bias, Causal
 
     fn = Bias(lambda i, j: 0.4 * np.sin(0.1 * (i - j)))
-    x3 = _tokens(1501, 3, 1)  # 751 + 750 tokens: a block of 256 straddles the ranks
+    x3 = _tokens(1501, 3, 1)  # 751 + 750 tokens: a block of 64 straddles the ranks
     Q2, K2 = _heads(2, 3, 2)
     x8 = _tokens(401, 8, 3)
     Q8, K8 = _heads(2, 8, 4)

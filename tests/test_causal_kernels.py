@@ -129,7 +129,7 @@ def test_exact_backends_equal_the_masked_dense_sum(d, k, backend, kind, H, stric
 @pytest.mark.parametrize("strict", [False, True])
 @pytest.mark.parametrize("slope", [0.0, 0.003, 0.7])  # none, ALiBi over ~1 block, steep
 def test_fast_sum_equals_the_masked_dense_sum(kind, H, strict, slope):
-    n = 1100  # four blocks of 256 and a partial one
+    n = 1100  # seventeen blocks of 64 and a partial one
     x, m = tokens(n, 3, seed=2)
     Q, K = heads(H, 3, seed=3)
     bias = ALiBi(slope) if slope else None

@@ -337,7 +337,7 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
             for j0 in range(k0, k1, _CS):
                 n = min(k1, j0 + _CS) - j0
                 for j in range(n):
-                    wgt = math.exp(-slope * (endseq - (j0 + j + lead)))
+                    wgt = 1.0 if slope == 0.0 else math.exp(-slope * (endseq - (j0 + j + lead)))
                     for c in range(nq):
                         g[c, j] = q[c, j0 + j] * wgt
                     qa = qabs[j0 + j] * wgt
@@ -403,7 +403,7 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                        p2r, p2i)
                 for j in range(n):
                     i = i0 + j
-                    f = math.exp(-slope * (i + lead - startseq))
+                    f = 1.0 if slope == 0.0 else math.exp(-slope * (i + lead - startseq))
                     r = i - t0
                     for c in range(nq):
                         out[c, r] += f * acc[c, j]

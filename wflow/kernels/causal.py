@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 _EPS = float(np.finfo(np.float64).eps)
 #: Tokens per block of the causal fast sum (pairs inside a block are summed directly:
 #: ``n · FAST_BLOCK / 2`` of them; a multiple of the expansion's chunk of 64 points).
-FAST_BLOCK = 256
+FAST_BLOCK = 64
 #: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most.
 _WAVE_BYTES = 32 << 20
 
@@ -254,7 +254,9 @@ def _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo,
 
     H, M, _ = qx.shape
     N = ys.shape[0]
-    B = max(1, min(M, (1 << 21) // max(N, 1)))
+    # rows per block: a (rows, N) block in cache, and at most 1/32 of the rows (the strip
+    # computed above the diagonal is rows/M of the triangle: ≤ 3 %)
+    B = max(1, min(M, (1 << 21) // max(N, 1), max(16, -(-M // 32))))
     kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
     m = aligned(m)
     dpos = tpos - spos
@@ -417,7 +419,7 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
         Kc = int(tabs[0][L + 1])
         epsf = np.full(Kc, 8.0 * math.pi)
         epsf[: L + 1] = 4.0 * math.pi  # m = 0 first in the m-major layout
-        wave = int(max(1, min(16, _WAVE_BYTES // (64 * Kc))))
+        wave = int(max(1, min(256, _WAVE_BYTES // (64 * Kc))))
         carry_r, carry_i, aux = np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)
         bufs = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2),
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
