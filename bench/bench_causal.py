@@ -21,7 +21,7 @@ Usage::
     python bench/bench_causal.py --quick    # n = 2000 and 10⁵
     python bench/bench_causal.py --threads 1
 
-Writes ``bench/results/bench_causal[_quick].json``.
+Writes ``bench/results/bench_causal[_quick][_threads<N>].json``.
 """
 
 from __future__ import annotations
@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows[:2]:
         r["causal"].pop("out", None)
     payload = {"machine": parent_machine(), "threads": numba.get_num_threads(), "rows": rows}
-    path = write_json("bench_causal_quick" if args.quick else "bench_causal", payload)
+    name = "bench_causal" + ("_quick" if args.quick else "") + (
+        f"_threads{args.threads}" if args.threads else "")
+    path = write_json(name, payload)
     print(f"wrote {path}")
 
 

@@ -133,14 +133,17 @@ def test_fast_sum_equals_the_masked_dense_sum(kind, H, strict, slope):
     x, m = tokens(n, 3, seed=2)
     Q, K = heads(H, 3, seed=3)
     bias = ALiBi(slope) if slope else None
-    Z, Y, *_ = dense(x, m, Q, K, beta=3.0, kind=kind, strict=strict, bias=bias)
+    Z, Y, S, _ = dense(x, m, Q, K, beta=3.0, kind=kind, strict=strict, bias=bias)
     got = causal_sums(x, m, Q, K, beta=3.0, kind=kind, mask=Causal(strict=strict), bias=bias,
-                      backend="fastsum", tol=TOL)
+                      backend="fastsum", tol=TOL, scores=not slope)
     assert got.info.backend == "fastsum", got.info.reason
     assert min(got.info.degree) > 0
     err = rel_err(got, Z, Y)
     assert err <= TOL, err
     assert err <= max(10 * got.info.err_est, tol_exact(n))  # the estimate bounds the error
+    if not slope:  # S = β xᵀ A Y: its error is at most β |A| |ΔY| ≤ β |A| TOL Z
+        normA = max(np.linalg.norm(Q[h].T @ K[h], 2) for h in range(H))
+        assert np.all(np.abs(got.S - S) <= 3.0 * normA * TOL * Z + tol_exact(n) * Z)
 
 
 def test_fast_sum_is_prefix_sums_not_a_dense_pass():

@@ -5,12 +5,13 @@ Private module: call :func:`wflow.kernels.causal.causal_sums` instead.
 Direct sums. Target row ``i`` (local index) sums over the sources ``j < lim[i]``
 (``lim = clip(i + dpos + shift, 0, N)``: the causal mask in global positions) the terms
 ``m_j k(ℓ_ij)`` with the logit ``ℓ_ij = s_ij + b_ij``; the bias is affine in ``j`` for ALiBi
-(``b_ij = base_i + slope·j``, ``base_i = −slope (i + dpos)``; ``slope = 0`` without bias)
-or read from a block ``bias[i, j]`` (a user's ``b(i, j)``, evaluated by the caller one row
-block at a time). Rows go to work items of equal pair counts (``items``: row boundaries
-from the cumulative ``lim``), all heads in one ``prange``: the triangle is balanced over
-the threads. Each row is summed serially in source order, so the result never depends
-on the partition or the thread count.
+(``b_ij = base_i + pos_j``, ``base_i = −slope (i + dpos)``, ``pos_j = slope·j`` a row the
+caller passes as ``bias[0]``: no integer-to-float conversion in the vectorised loops; zeros
+without bias) or read from a block ``bias[i, j]`` (a user's ``b(i, j)``, evaluated by the
+caller one row block at a time). Rows go to work items of equal pair counts (``items``:
+row boundaries from the cumulative ``lim``), all heads in one ``prange``: the triangle is
+balanced over the threads. Each row is summed serially in source order, so the result
+never depends on the partition or the thread count.
 
 Fast sums (S², ``k = e^s``). :func:`causal_fast_head` streams blocks of ``B`` tokens
 (global positions ``[bB, (b+1)B)``): block ``b``'s coefficients ``D_b`` (weights
@@ -57,10 +58,10 @@ def _rows3(h, r0, r1, qx, ky, my, m, lim, kind, mode, slope, dpos, bias, Z, Y, P
         v1 = 0.0
         v2 = 0.0
         sm = 0.0
-        br = bias[i] if mode == 2 else bias[0]  # a zero row without a bias block
+        br = bias[i] if mode == 2 else bias[0]  # the block's row, or pos_j = slope·j
         if kind == CODE_EXP:
             for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (br[j] + (base + slope * j))
+                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
                 e = fexp(s)
                 em = e * m[j]
                 z += em
@@ -70,7 +71,7 @@ def _rows3(h, r0, r1, qx, ky, my, m, lim, kind, mode, slope, dpos, bias, Z, Y, P
                 v2 += e * y2[j]
         else:
             for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (br[j] + (base + slope * j))
+                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
                 e = max(s, 0.0)
                 em = e * m[j]
                 z += em
@@ -100,7 +101,7 @@ def causal_rows3(qx, ky, my, m, lim, items, kind, mode, slope, dpos, bias, Z, Y,
     lim : (M,) int64 sources per row (``j < lim[i]``).
     items : (T + 1,) int64 row boundaries of the balanced work items.
     kind : int       kernel code. mode : 0/1 affine bias (``slope``, ``dpos``), 2 ``bias``.
-    bias : (M, ≥ max lim) array (mode 2; else one row of ≥ max lim zeros).
+    bias : (M, ≥ max lim) array (mode 2, ``slope = 0``); else ``(1, N)``: ``slope·j``.
     Z, P, S : (H, M), Y : (H, M, 3) outputs (``S = Σ m k(ℓ) ℓ``; ``P`` for ReLU only).
     """
     T = items.shape[0] - 1
@@ -128,13 +129,9 @@ def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias,
         yacc[:] = 0.0
         for j0 in range(0, N, _CH):
             n = min(N, j0 + _CH) - j0
-            if mode == 2:
-                br = bias[i, j0:j0 + n]
-                for j in range(n):
-                    sc[j] = br[j]
-            else:
-                for j in range(n):
-                    sc[j] = base + slope * (j0 + j)
+            br = bias[i, j0:j0 + n] if mode == 2 else bias[0, j0:j0 + n]
+            for j in range(n):
+                sc[j] = base + br[j]
             for c in range(w):
                 a = qx[h, i, c]
                 kr = kyT[h, c, j0:j0 + n]
@@ -177,20 +174,18 @@ def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
     """In place on a block of scores ``sc`` (b, N): ``sc ← m_j k(s + b)`` for ``j < lim``, else 0.
 
     The element-wise half of the wide (BLAS) path: ``Y = sc @ y`` follows in BLAS.
-    ``dpos``: global position of row 0 minus that of source 0. Serial, GIL-free.
+    ``dpos``: global position of row 0 minus that of source 0; ``bias`` as in
+    :func:`causal_rows3`. Serial, GIL-free.
     """
     rows, N = sc.shape
     for i in range(rows):
         n = lim[i]
         row = sc[i]
-        if mode == 2:
-            br = bias[i]
-            for j in range(n):
-                row[j] += br[j]
-        elif slope != 0.0:
+        if mode != 0:
+            br = bias[i] if mode == 2 else bias[0]
             base = -slope * (i + dpos)
             for j in range(n):
-                row[j] += base + slope * j
+                row[j] += base + br[j]
         z, sm = _weigh(row, m, n, kind)
         for j in range(n, N):
             row[j] = 0.0

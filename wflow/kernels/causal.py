@@ -80,7 +80,8 @@ _EPS = float(np.finfo(np.float64).eps)
 #: Tokens per block of the causal fast sum (pairs inside a block are summed directly:
 #: ``n · FAST_BLOCK / 2`` of them; a multiple of the expansion's chunk of 64 points).
 FAST_BLOCK = 64
-#: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most.
+#: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most:
+#: the streaming memory, ``O(K)`` per block of the wave.
 _WAVE_BYTES = 32 << 20
 
 
@@ -106,6 +107,11 @@ def _items(lim: np.ndarray, nitems: int) -> np.ndarray:
     work = np.cumsum(lim + 16, dtype=np.float64)  # 16: per-row overhead, in pairs
     cuts = np.searchsorted(work, np.linspace(0.0, work[-1], nitems + 1)[1:-1], side="left") + 1
     return np.unique(np.concatenate([[0], np.clip(cuts, 0, M), [M]])).astype(np.int64)
+
+
+def _pos_row(slope: float, N: int) -> np.ndarray:
+    """``slope · j``, ``j < N``, as a ``(1, N)`` row (the ALiBi term of the compiled loops)."""
+    return aligned(slope * np.arange(N, dtype=np.float64)[None, :])
 
 
 def _bias_block(bias: Bias, i0: int, i1: int, ncol: int, tpos: int, spos: int) -> np.ndarray:
@@ -220,7 +226,7 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
             if mode != 2:
                 with team(pairs * H * (1 if d <= 3 else (w + d) / 4)):
                     kern(*args, lim, _items(lim, nitems), kcode, mode, slope, tpos - spos,
-                         np.zeros((1, N)), Z, Y3, P, S)
+                         _pos_row(slope, N), Z, Y3, P, S)
             else:
                 RB = max(1, min(M, BLOCK_ELEMS // max(N, 1)))
                 for i0 in range(0, M, RB):
@@ -260,6 +266,7 @@ def _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo,
     kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
     m = aligned(m)
     dpos = tpos - spos
+    pos = _pos_row(slope, N)
 
     def block(job: tuple[int, int], buf: np.ndarray) -> None:
         h, i0 = job
@@ -270,7 +277,7 @@ def _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo,
             return
         sc = buf[: (i1 - i0) * nl].reshape(i1 - i0, nl)
         np.matmul(qx[h, i0:i1], kyT[h][:, :nl], out=sc)
-        bb = np.zeros((1, 1))
+        bb = pos
         if mode == 2:
             bb = _bias_block(bias, i0, i1, nl, tpos, spos)
             if expo:
@@ -419,7 +426,10 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
         Kc = int(tabs[0][L + 1])
         epsf = np.full(Kc, 8.0 * math.pi)
         epsf[: L + 1] = 4.0 * math.pi  # m = 0 first in the m-major layout
-        wave = int(max(1, min(256, _WAVE_BYTES // (64 * Kc))))
+        # blocks per wave: as many as _WAVE_BYTES of coefficients hold, so the parallel
+        # regions (two per wave, each ending in a barrier that costs a time slice on a
+        # loaded machine) stay few: ~7 waves for n = 10⁶ at L = 20
+        wave = int(max(1, _WAVE_BYTES // (64 * Kc)))
         carry_r, carry_i, aux = np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)
         bufs = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2),
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
