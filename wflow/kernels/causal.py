@@ -373,14 +373,17 @@ def plan_causal(spec: AttentionKind, mask: Causal, bias, *, H: int, d: int, n: i
 
 
 def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
-    """Causal fast sums of the fast heads; ``(Z, Y, err, ok)`` for those heads (others 0)."""
+    """Causal fast sums of the heads marked fast: ``(Z, Y, err)`` (others: 0 and ``err = inf``).
+
+    Serial (``comm=None``) or one rank's part: the halo of earlier ranks' tokens in its
+    first block, the coefficients-only pass and the gathered prefixes (module docstring).
+    """
     from . import _causal_numba as cn
     from . import _fastsum as fs
 
     H = A.shape[0]
     M = x.shape[0]
     B = FAST_BLOCK
-    nx = np.sqrt(np.einsum("ij,ij->i", x, x))
     Z = np.zeros((H, M))
     Y = np.zeros((H, M, 3))
     err = np.full(H, np.inf)
@@ -474,7 +477,7 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
         fac = np.exp(beta * (x @ c))
         Z[h] = fac * out[0]
         Y[h] = (fac * out[1:]).T
-    return Z, Y, err, nx
+    return Z, Y, err
 
 
 # ------------------------------------------------------------------------- ring
@@ -654,7 +657,7 @@ def causal_sums(
     slope = float(bs.slope) if isinstance(bs, ALiBi) else 0.0
     K_ = [(L + 1) * (L + 2) / 2 for _, _, L, f in hs if f]
     with team(2 * n * max(K_) * len(K_)):
-        Z, Y, err, _ = _fast_causal(x, m, A, beta, tol, mk, slope, hs, comm, offset, dev)
+        Z, Y, err = _fast_causal(x, m, A, beta, tol, mk, slope, hs, comm, offset, dev)
     if P > 1:
         err = _gmax(comm, err)
     ok = err <= tol
