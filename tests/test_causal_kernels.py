@@ -344,3 +344,23 @@ def test_negative_control_split_run_with_a_fault_is_caught(mpi_cases, name):
     """The split run with the mask shifted by one (fast sum) / the ALiBi slope +2 % (ring)."""
     n = mpi_cases[f"ser_{name}_Z"].shape[1]
     assert _split_err(mpi_cases, name) > 1e6 * 2 * n * EPS
+
+
+@pytest.mark.parametrize("backend", ["direct", "fastsum"])
+def test_result_does_not_depend_on_the_thread_count(backend):
+    """Rows are summed serially in source order, blocks' coefficients and the scan in block
+    order: one thread and all threads give the same bits (the docstrings' claim)."""
+    import numba
+
+    x, m = tokens(3000, 3, seed=13)
+    Q, K = heads(2, 3, seed=14)
+    kw = dict(beta=2.0, kind="softmax", bias=ALiBi(0.01), backend=backend)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        a = causal_sums(x, m, Q, K, **kw)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        b = causal_sums(x, m, Q, K, **kw)
+    finally:
+        numba.set_num_threads(old)
+    assert np.array_equal(a.Z, b.Z) and np.array_equal(a.Y, b.Y)
