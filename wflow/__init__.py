@@ -92,6 +92,11 @@ from .phase import (
     zonal_branch,
 )
 
+# isort: split
+# causal attention: the mask and positional bias, the causal sums (issue 43)
+from .attention.mask import ALiBi, Bias, Causal
+from .kernels.causal import causal_sums
+
 __all__ = [
     "__version__",
     "Attention",
@@ -188,6 +193,11 @@ __all__ = [
     "TimeIntegrator",
     "Limiter",
     "JKOScheme",
+    # causal attention (issue 43)
+    "Causal",
+    "ALiBi",
+    "Bias",
+    "causal_sums",
 ]
 
 _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first use

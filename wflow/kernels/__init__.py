@@ -76,6 +76,9 @@ from .sums import kernel_sums
 from .terms import ParticleTerms, particle_heads3, particle_terms
 from .validation import BACKENDS, DEFAULT_TOL, DTYPES, EXP_OVERFLOW, raise_bound
 
+# isort: split
+from .causal import causal_sums  # the decoder's masked sums (issue 43)
+
 __all__ = [
     "KernelSums",
     "KernelInfo",
@@ -97,4 +100,5 @@ __all__ = [
     "DEFAULT_TOL",
     "BLOCK_ELEMS",
     "EXP_OVERFLOW",
+    "causal_sums",
 ]

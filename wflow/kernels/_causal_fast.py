@@ -1,0 +1,131 @@
+"""The causal fast sum on S², serial or one rank's part (private).
+
+The driver of :func:`wflow.kernels._causal_numba.causal_fast_head`; part of
+:mod:`wflow.kernels.causal` (its docstring describes the method).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..attention.mask import Causal
+
+__all__ = ["FAST_BLOCK"]
+
+_EPS = float(np.finfo(np.float64).eps)
+#: Tokens per block of the causal fast sum (pairs inside a block are summed directly:
+#: ``n · FAST_BLOCK / 2`` of them; a multiple of the expansion's chunk of 64 points).
+FAST_BLOCK = 64
+#: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most:
+#: the streaming memory, ``O(K)`` per block of the wave.
+_WAVE_BYTES = 32 << 20
+
+
+def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
+    """Causal fast sums of the heads marked fast: ``(Z, Y, err)`` (others: 0 and ``err = inf``).
+
+    Serial (``comm=None``) or one rank's part: the halo of earlier ranks' tokens in its
+    first block, the coefficients-only pass and the gathered prefixes (module docstring).
+    """
+    from . import _causal_numba as cn
+    from . import _fastsum as fs
+
+    H = A.shape[0]
+    M = x.shape[0]
+    B = FAST_BLOCK
+    Z = np.zeros((H, M))
+    Y = np.zeros((H, M, 3))
+    err = np.full(H, np.inf)
+    P = 1 if comm is None else comm.Get_size()
+    rank = 0 if comm is None else comm.Get_rank()
+    S0 = (offset // B) * B
+    # the halo: tokens of earlier ranks in this rank's first block [S0, offset) (< B of them)
+    hx, hm = np.zeros((0, 3)), np.zeros(0)
+    if P > 1:
+        tails = comm.allgather((offset + M - min(M, B), x[M - min(M, B):].copy(),
+                                m[M - min(M, B):].copy()))
+        keep = []
+        for q in range(rank):
+            t0q, tx, tm = tails[q]
+            pos = t0q + np.arange(tx.shape[0])
+            sel = (pos >= S0) & (pos < offset)
+            if np.any(sel):
+                keep.append((tx[sel], tm[sel]))
+        if keep:
+            hx = np.concatenate([k[0] for k in keep])
+            hm = np.concatenate([k[1] for k in keep])
+    nh = hx.shape[0]
+    if nh != offset - S0:
+        raise RuntimeError(f"causal fast sum: halo of {nh} tokens, expected {offset - S0}")
+    xs = np.concatenate([hx, x]) if nh else x
+    ms = np.concatenate([hm, m]) if nh else m
+    ns = np.sqrt(np.einsum("ij,ij->i", xs, xs))
+    xsT = np.ascontiguousarray((xs / np.where(ns > 0, ns, 1.0)[:, None]).T)
+    q = np.ascontiguousarray(np.vstack([ms[None, :], (ms[:, None] * xs).T]))
+    qabs = np.ascontiguousarray(np.abs(q).max(axis=0))
+    decay_of = lambda k: math.exp(-slope * k)  # noqa: E731 - one expression, same as the scan
+    for h, (c, zR, L, use) in enumerate(heads):
+        if not use:
+            continue
+        u = xs @ A[h].T
+        w = u - c
+        r = np.sqrt(np.einsum("ij,ij->i", w, w))
+        uhat = np.where(r[:, None] > 0, w / np.where(r > 0, r, 1.0)[:, None], [0.0, 0.0, 1.0])
+        uT = np.ascontiguousarray(uhat.T)
+        z = np.ascontiguousarray(beta * r)
+        wb = np.ascontiguousarray((beta * w).T)
+        tabs = fs._tables(L)
+        Kc = int(tabs[0][L + 1])
+        epsf = np.full(Kc, 8.0 * math.pi)
+        epsf[: L + 1] = 4.0 * math.pi  # m = 0 first in the m-major layout
+        # blocks per wave: as many as _WAVE_BYTES of coefficients hold, so the parallel
+        # regions (two per wave, each ending in a barrier that costs a time slice on a
+        # loaded machine) stay few: ~7 waves for n = 10⁶ at L = 20
+        wave = int(max(1, _WAVE_BYTES // (64 * Kc)))
+        carry_r, carry_i, aux = np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)
+        bufs = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2),
+                np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
+        out = np.zeros((4, M))
+        est = np.zeros((2, M))
+        if P > 1:
+            # coefficients-only pass over this rank's tokens; the exclusive scan in rank order
+            loc = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
+            g_last = -1
+            if M:
+                lead = offset - S0
+                cn.causal_fast_head(xsT[:, nh:], uT[:, nh:], z[nh:], wb[:, nh:], q[:, nh:],
+                                    qabs[nh:], 0, lead, B, wave, L, *tabs, epsf, slope,
+                                    mask.shift, *loc, False, out, est, *bufs)
+                g_last = (offset + M - 1) // B
+            parts = comm.allgather((g_last, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]))
+            g0 = S0 // B
+            for qr in range(rank):
+                gq, lr, li, la, dr, di, da = parts[qr]
+                if gq < 0:
+                    continue
+                f = decay_of(S0 - gq * B)
+                carry_r += f * lr
+                carry_i += f * li
+                aux += f * la
+                if gq < g0:
+                    f = decay_of(S0 - (gq + 1) * B)
+                    carry_r += f * dr
+                    carry_i += f * di
+                    aux += f * da
+        if M:
+            cn.causal_fast_head(xsT, uT, z, wb, q, qabs, nh, 0, B, wave, L, *tabs, epsf, slope,
+                                mask.shift, carry_r, carry_i, aux, True, out, est, *bufs)
+        inner = out[0]
+        tail = fs.bessel_tail(zR, L)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = (tail * est[0] + fs.ROUNDOFF_KAPPA * _EPS * est[1]) / inner
+        seen = est[1] > 0  # targets with a far part (the rest are exact direct sums)
+        bad = seen & ~(inner > 0)
+        e = math.inf if np.any(bad) else float(np.max(rel[seen], initial=0.0))
+        err[h] = e + zR * dev * math.exp(zR * dev)
+        fac = np.exp(beta * (x @ c))
+        Z[h] = fac * out[0]
+        Y[h] = (fac * out[1:]).T
+    return Z, Y, err
