@@ -46,8 +46,8 @@ def _mesh(cells: int):
 
 def one(cells: int, scheme: str) -> dict:
     from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.mesh.dual import dual_geometry
     from wflow.jko import JKOOptions, JKOWarning, solve_jko
-    from wflow.jko.dual import dual_geometry
 
     heads, attn = Heads.bilinear(np.eye(3)), Attention("usa", 2.0)
 

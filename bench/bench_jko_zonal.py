@@ -29,7 +29,7 @@ T_END = 0.4
 def main() -> int:
     """Measure every row and write the results file."""
     from wflow.geometry.mesh import read_surface, shipped_meshes
-    from wflow.jko.dual import dual_geometry
+    from wflow.geometry.mesh.dual import dual_geometry
 
     load0, cpu0 = os.getloadavg()[0], time.process_time()
     rows = []

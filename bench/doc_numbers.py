@@ -601,7 +601,7 @@ def _estimates() -> object:
 
 
 def estimates_table() -> str:
-    """``docs/guide/cli.md``: each estimate (``wflow.infra.estimate``) beside the measurement
+    """``docs/guide/cli.md``: each estimate (``wflow/<solver>/estimate.py``) beside the measurement
     ``tests/test_estimates.py::MEASURED`` pins (peak RSS, CPU and wall seconds)."""
     t = _estimates()
     lines = ["| run | estimated memory | peak RSS | ratio | estimated time | CPU time | ratio | "
@@ -631,8 +631,8 @@ def _estimates_prose() -> dict:
     big = max(m[3] for m in t.MEASURED)
     kw = dict(cells=40500, n=2000, H=2, T=2.0, dt=0.02, n_saves=9, steps_per_save=4,
               jko=True, refinement=3, jko_steps=4)  # test_estimates.py's 40 500-cell job
-    dense = t.est.estimate_main_job(**kw)
-    sparse = t.est.estimate_main_job(**kw, w2_dense_max_points=6000)
+    dense = t.main_est.estimate_main_job(**kw)
+    sparse = t.main_est.estimate_main_job(**kw, w2_dense_max_points=6000)
     return {"m_lo": f"{min(rm):.2f}", "m_hi": f"{max(rm):.2f}", "t_lo": f"{min(rt):.2f}",
             "t_hi": f"{max(rt):.2f}", "w_lo": g(min(rw), 2), "w_hi": g(max(rw), 2),
             "big": g(big / 1024, 2), "dense": format_bytes(dense.memory),

@@ -31,7 +31,7 @@ from wflow.apps.scenario import load_scenario
 from wflow.geometry.density import density_spec_from_scenario, initial_density
 from wflow.geometry.mesh import load_mesh
 from wflow.geometry.transport import w2_sphere
-from wflow.jko import jko_options_from_dict, solve_jko
+from wflow.jko import solve_jko
 from wflow.pde import pde_options_from_dict, solve_pde
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +39,8 @@ HERE = Path(__file__).resolve().parent
 
 def main(quick: bool = False, out: Path | None = None) -> dict:
     sc = load_scenario(HERE / "jko_clustering_s2.toml")
-    mesh_spec, jopts, _ = jko_options_from_dict(sc.sections["jko"])
+    jko = sc.table("jko")  # the [jko] table, validated when the scenario loaded
+    mesh_spec, jopts = jko.mesh, jko.options(jko.step.tau)
     _, popts = pde_options_from_dict(sc.sections["pde"], seed=sc.seed)
     if quick:
         mesh_spec = "sphere_720.msh"

@@ -14,12 +14,12 @@ import logging
 
 import pytest
 
+from wflow.apps.output_keys import explain
 from wflow.cli import main
 from wflow.commands._help import SECTIONS, _get, summary_keys
 from wflow.infra.options import schema_of
-from wflow.infra.output_keys import explain
 from wflow.infra.schema import ScenarioError
-from wflow.jko.options import JKOOptions, check_applicable, jko_options_from_dict
+from wflow.jko.options import JKOOptions, check_applicable, jko_table_from_dict
 
 #: command -> the scenario sections it reads.
 COMMANDS = {
@@ -151,14 +151,14 @@ def test_applicability_is_declared_once():
     """The options level: TOML tables and flags share it; the main job's OT cross-check."""
     fv_key = {"substeps": 2}
     with pytest.raises(ScenarioError, match="jko.substeps"):
-        jko_options_from_dict({"scheme": "ot", **fv_key})
-    jko_options_from_dict({"scheme": "fv", **fv_key})
+        jko_table_from_dict({"scheme": "ot", **fv_key})
+    jko_table_from_dict({"scheme": "fv", **fv_key})
     with pytest.raises(ScenarioError, match="jko.ot"):
-        jko_options_from_dict({"ot": "sinkhorn"})
-    jko_options_from_dict({"ot": "sinkhorn"}, scheme="ot")  # --scheme ot makes it apply
-    jko_options_from_dict({"ot": "sinkhorn"}, crosscheck=True)  # wflow run: the OT row
+        jko_table_from_dict({"ot": "sinkhorn"})
+    jko_table_from_dict({"ot": "sinkhorn"}, scheme="ot")  # --scheme ot makes it apply
+    jko_table_from_dict({"ot": "sinkhorn"}, crosscheck=True)  # wflow run: the OT row
     with pytest.raises(ScenarioError, match="jko.substeps"):  # no OT cross-check helps FV keys
-        jko_options_from_dict({"scheme": "ot", **fv_key}, crosscheck=True)
+        jko_table_from_dict({"scheme": "ot", **fv_key}, crosscheck=True)
     opts = JKOOptions(T=1.0, tau=0.5, scheme="fv", ot="sinkhorn")  # the API: the caller's
     with pytest.raises(ScenarioError, match="--ot"):
         check_applicable(opts, {"ot"}, label="--{}")

@@ -48,7 +48,7 @@ def test_site_builds_without_warnings(tmp_path):
     missing = [n for n in wflow.__all__ if n != "__version__" and n not in api]
     assert not missing, f"not in the API reference: {missing}"
     # the generated references list every scenario key, study and output key
-    from wflow.infra.output_keys import SUMMARY_KEYS
+    from wflow.apps.output_keys import SUMMARY_KEYS
     from wflow.pde.options import PDE_SCHEMA
     from wflow.studies.registry import STUDIES
 

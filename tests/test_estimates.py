@@ -16,18 +16,17 @@ import pytest
 
 import wflow.apps.jobs.particles as prun
 import wflow.apps.main as mj
+import wflow.apps.main.estimate as main_est
 import wflow.infra.estimate as est
+import wflow.jko.estimate as jko_est
+import wflow.particles.estimate as particles_est
+import wflow.pde.estimate as pde_est
 from wflow.apps.main import refinement as mj_refinement
 from wflow.cli import main
-from wflow.infra.estimate import (
-    CONFIRM_SECONDS,
-    EstimateError,
-    check_estimate,
-    dt_record,
-    estimate_jko,
-    estimate_particles,
-    estimate_pde,
-)
+from wflow.infra.estimate import CONFIRM_SECONDS, EstimateError, check_estimate, dt_record
+from wflow.jko.estimate import estimate_jko
+from wflow.particles.estimate import estimate_particles
+from wflow.pde.estimate import estimate_pde
 
 from .test_cli_output import SCENARIO
 
@@ -191,7 +190,7 @@ def _estimate(cmd: str, kw: dict):
         return estimate_pde(**H2, n_saves=11, order=2, **kw)
     if cmd == "jko":
         return estimate_jko(**H2, **kw)
-    return est.estimate_main_job(**H2, **_RUN, **kw)
+    return main_est.estimate_main_job(**H2, **_RUN, **kw)
 
 
 def _ratios() -> list[tuple[str, float, float]]:
@@ -211,10 +210,11 @@ def test_estimates_are_within_the_documented_factor_of_the_measurements():
 def test_the_calibration_test_fails_for_the_previous_models(monkeypatch):
     """Negative control: without the libraries' resident size (the previous memory model)
     and with the previous pair cost (3 ns), the comparison fails."""
-    monkeypatch.setattr(est, "BASELINE_BYTES", dict.fromkeys(est.BASELINE_BYTES, 0))
+    for mod in (particles_est, pde_est, jko_est, main_est):
+        monkeypatch.setattr(mod, "BASELINE_BYTES", 0)
     assert any(m < 1 / FACTOR for _, m, _ in _ratios())
     monkeypatch.undo()
-    monkeypatch.setattr(est, "PAIR_SECONDS", 3e-9)
+    monkeypatch.setattr(particles_est, "PAIR_SECONDS", 3e-9)
     assert any(t > FACTOR for n, _, t in _ratios() if n.startswith("particles"))
 
 
@@ -224,11 +224,11 @@ def test_the_40500_cell_main_job_is_refused_with_dense_w2_and_fits_with_sparse()
     dense W₂ need 69 GiB; certified sparse ones (``w2_dense_max_points``) fit in 1 GiB."""
     kw = dict(cells=40500, n=2000, H=2, T=2.0, dt=0.02, n_saves=9, steps_per_save=4,
               jko=True, refinement=3, jko_steps=4)
-    dense = est.estimate_main_job(**kw)
+    dense = main_est.estimate_main_job(**kw)
     assert dense.memory > 60 * 2**30 and "dense, 40500 x 40500" in dense.describe()
     with pytest.raises(EstimateError, match="more memory"):
         check_estimate(dense, confirm=True, available=64 * 2**30)
-    sparse = est.estimate_main_job(**kw, w2_dense_max_points=6000)
+    sparse = main_est.estimate_main_job(**kw, w2_dense_max_points=6000)
     assert sparse.memory < 2**30
     check_estimate(sparse, confirm=True, available=64 * 2**30)
 
@@ -253,13 +253,13 @@ def test_particle_estimate_within_2x_of_the_measured_runs_at_scale():
                                fastsum=r["d"] == 3)
         mem = e.memory - e.parts["libraries"]
         meas_mem = (r["peak_rss_mb_max"] - r["rss_before_mb_max"]) * 2**20
-        step = e.seconds - est.STARTUP_SECONDS["particles"] - 2 * est.RECORD_SECONDS
+        step = e.seconds - particles_est.STARTUP_SECONDS - 2 * particles_est.RECORD_SECONDS
         assert 0.5 <= mem / meas_mem <= 2, (name, mem / meas_mem)
         assert 0.5 <= step / r["step_cpu_s"] <= 2, (name, step / r["step_cpu_s"])
         checked += 1
     assert checked >= 4
     r = rows["n1e6_p1"]
-    old = 4 * float(r["n"]) ** 2 * r["H"] * est.PAIR_SECONDS
+    old = 4 * float(r["n"]) ** 2 * r["H"] * particles_est.PAIR_SECONDS
     assert old / r["step_cpu_s"] > 100  # the n² model at 10⁶ tokens: ~500× too slow
 
 
@@ -278,7 +278,7 @@ def test_particle_estimate_of_a_rank_block_at_ten_million_tokens():
 
     def ratios(n: int) -> tuple[float, float]:
         e = estimate_particles(n=n, d=r["d"], H=r["H"], T=1.0, dt=1.0, fastsum=True)
-        step = e.seconds - est.STARTUP_SECONDS["particles"] - 2 * est.RECORD_SECONDS
+        step = e.seconds - particles_est.STARTUP_SECONDS - 2 * particles_est.RECORD_SECONDS
         return (e.memory - e.parts["libraries"]) / meas_mem, step / r["step_cpu_s"]
 
     mem, cpu = ratios(r["n"] // r["ranks"])

@@ -25,16 +25,13 @@ import pytest
 
 import wflow.apps.scenario as scenario_mod
 import wflow.geometry.mesh as mesh_mod
-import wflow.infra.estimate as est
+import wflow.geometry.mesh.estimate as mesh_est
+import wflow.jko.estimate as jko_est
+from wflow.apps.jobs.mesh import MAX_MESH_CELLS, check_mesh_estimate
 from wflow.cli import main
-from wflow.infra.estimate import (
-    MAX_MESH_CELLS,
-    EstimateError,
-    check_mesh_estimate,
-    estimate_jko,
-    estimate_mesh,
-    mesh_cells,
-)
+from wflow.geometry.mesh.estimate import estimate_mesh, mesh_cells
+from wflow.infra.estimate import EstimateError
+from wflow.jko.estimate import estimate_jko
 
 from .test_cli_output import SCENARIO
 
@@ -112,7 +109,7 @@ def test_jko_with_T_1e9_counts_the_stored_densities(tmp_path, capsys, nothing_ex
 def test_stored_densities_in_the_jko_estimate():
     e = estimate_jko(cells=2420, steps=1e7)
     assert e.parts["stored densities"] == pytest.approx(8 * 2420 * (1e7 + 1))  # 194 GB
-    assert 190e9 < e.memory - est.BASELINE_BYTES["jko"] < 200e9
+    assert 190e9 < e.memory - jko_est.BASELINE_BYTES < 200e9
 
 
 def test_mesh_cells_from_names_and_headers():
@@ -162,8 +159,8 @@ def test_mesh_estimate_within_2x_of_the_measurements():
 
 def test_mesh_calibration_sees_a_model_without_cells(monkeypatch):
     """Negative control: a model without the per-cell cost misses the largest mesh."""
-    monkeypatch.setattr(est, "MESH_CELL_BYTES", 0.0)
-    monkeypatch.setattr(est, "MESH_CELL_SECONDS", 0.0)
+    monkeypatch.setattr(mesh_est, "MESH_CELL_BYTES", 0.0)
+    monkeypatch.setattr(mesh_est, "MESH_CELL_SECONDS", 0.0)
     assert any(not all(1 / FACTOR <= x <= FACTOR for x in r[1:]) for r in _mesh_ratios())
     assert math.isfinite(estimate_mesh(cells=10).seconds)
 

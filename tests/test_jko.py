@@ -15,13 +15,15 @@ from wflow.attention.schedules import Oscillating, Parametrisation
 from wflow.geometry.mesh import icosphere
 from wflow.geometry.sphere import pairwise_geodesic
 from wflow.jko import (
+    AutoSteps,
+    FixedTau,
     JKOOptions,
     JKOWarning,
     cost_matrix,
     energy_gradient,
     iterate_jko,
-    jko_options_from_dict,
     jko_step,
+    jko_table_from_dict,
     pair_mobility,
     solve_jko,
 )
@@ -328,19 +330,24 @@ def test_options_validation():
     with pytest.raises(ValueError, match="jko.ot"):
         JKOOptions(scheme="ot", ot="lp")
     with pytest.raises(ValueError, match="jko.tau"):
-        jko_options_from_dict({"tau": -1.0})
+        jko_table_from_dict({"tau": -1.0})
     with pytest.raises(ValueError, match="jko.bogus: unknown key"):
-        jko_options_from_dict({"bogus": 1})
+        jko_table_from_dict({"bogus": 1})
     # (ot = "sinkhorn" is an option of the OT scheme: refused under "auto" = "fv",
     # tests/test_cli_help.py)
-    mesh, opts, extras = jko_options_from_dict({"tau": 0.05, "scheme": "ot", "ot": "sinkhorn"},
-                                               T=0.5)
-    assert mesh == "default" and opts.T == 0.5 and opts.epsilon == pytest.approx(0.05 ** 2)
-    assert extras == {"compare_pde": False, "tau_auto": False, "eps_auto": False}
-    _, auto, extras = jko_options_from_dict({"scheme": "ot", "ot": "sinkhorn"}, T=0.5)
-    assert extras["tau_auto"] and extras["eps_auto"] and auto.tau == 0.5  # placeholder
+    table = jko_table_from_dict({"tau": 0.05, "scheme": "ot", "ot": "sinkhorn"}, T=0.5)
+    opts = table.options(table.step.tau)
+    assert table.mesh == "default" and opts.T == 0.5 and opts.epsilon == pytest.approx(0.05 ** 2)
+    assert table.step == FixedTau(0.05) and not table.compare_pde and not table.eps_auto
+    assert table.steps_bound(2420) == 10  # T/τ, whatever the mesh
+    auto = jko_table_from_dict({"scheme": "ot", "ot": "sinkhorn"}, T=0.5)
+    # the typed rule: no placeholder step, resolved on the mesh (the bound before it)
+    assert auto.step == AutoSteps() and auto.eps_auto and "tau" not in auto.settings
+    assert auto.steps_bound(2420) == 3  # ⌈0.5 / (3 √(4π/2420))⌉ = ⌈2.31⌉
+    with pytest.raises(ValueError, match="jko.T: must be a positive multiple"):
+        jko_table_from_dict({"tau": 0.3}, T=1.0)
     with pytest.raises(ValueError, match="jko.tau: expected a number > 0 or \"auto\""):
-        jko_options_from_dict({"tau": "fast"})
+        jko_table_from_dict({"tau": "fast"})
     x, areas = geometry(2)
     bad = Heads.bilinear(A2, V=np.stack([np.eye(3)] * 2), w=0.5)
     with pytest.raises(ValueError, match="value-aligned"):

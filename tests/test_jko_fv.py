@@ -16,8 +16,8 @@ import pytest
 from wflow.attention.heads import Attention, Heads
 from wflow.energy import evaluate
 from wflow.geometry.mesh import MESH_DIR, icosphere, read_surface, shipped_meshes
+from wflow.geometry.mesh.dual import NotWellCentredError, dual_geometry
 from wflow.jko import JKOOptions, JKOWarning, solve_jko
-from wflow.jko.dual import NotWellCentredError, dual_geometry
 from wflow.jko.fv import FVGraph, fv_step
 from wflow.jko.zonal import (
     ZonalProblem,

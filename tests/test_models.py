@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from wflow.infra.output_keys import contract_problems
+from wflow.apps.output_keys import contract_problems
 
 from .conftest import EPS
 

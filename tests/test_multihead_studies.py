@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from wflow import cli
+from wflow.apps.output_keys import contract_problems
 from wflow.attention.heads import Heads
 from wflow.geometry.sphere import orthonormal_tokens
-from wflow.infra.output_keys import contract_problems
 from wflow.multihead import beta_star
 from wflow.studies.registry import STUDIES
 

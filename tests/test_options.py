@@ -218,7 +218,7 @@ def test_schema_choices_derive_from_the_registries():
     assert PARTICLES_SCHEMA["integrator"][1].choices() == INTEGRATORS.names()
     assert dict(INTEGRATOR_ORDER) == {n: i.order() for n, i in INTEGRATORS.items()}
     assert LIMITERS.names() == ("barth_jespersen", "venkatakrishnan", "positivity")
-    assert INTEGRATOR_ORDER == {"euler": 1, "rk4": 4}
+    assert INTEGRATOR_ORDER == {"euler": 1, "rk4": 4, "em": 1, "strang": 2}
 
 
 class _FakeFV:
@@ -271,7 +271,10 @@ def test_pde_integrators_have_their_declared_order(name):
     rate = -np.polyfit(np.log(ns), np.log(err), 1)[0]
     assert abs(rate - integ.order()) < 0.15, f"{name}: observed order {rate:.2f}, " \
                                               f"declared {integ.order()}"
-    assert len(integ.nodes) == integ.stages
+    calls = []
+    integ.step(np.ones(1), lambda mm, c: calls.append(c) or mm)
+    # stages() is what the cost estimate charges: the stage calls of one step, counted
+    assert integ.stages() == len(calls) == len(integ.nodes), (name, calls)
 
 
 def test_a_stage_that_breaks_positivity_rejects_the_step():
@@ -329,3 +332,39 @@ def test_a_schedule_without_compiled_loop_warns_and_records_the_engine(rng, capl
     r = simulate(x0, heads, attn, T=0.02, dt=0.01, kernel_backend="numpy", engine="python")
     assert r.extra == {**r.extra, "engine": "python", "engine_reason": "engine = 'python' "
                                                                       "requested"}
+
+
+def test_particle_integrators_declare_the_stages_they_evaluate():
+    """``stages()`` (the particle estimate's work per step) equals the field evaluations of
+    one step, counted: 1 for Euler (``k1`` given), 4 for RK4 (``k1`` + 3 in ``step``).
+    Negative control: an RK4 that declared Euler's one stage is caught by the count."""
+    from wflow.attention.heads import Attention, Heads
+    from wflow.attention.schedules import Static
+    from wflow.particles import integrators as pint
+
+    x = np.eye(3)
+    heads = Heads.scalar([1.0], 3)
+    sched = Static.of(heads)
+    attn = Attention("softmax", 1.0)
+
+    def count(integ) -> int:
+        n = [1]  # k1, evaluated by the loop before the step
+
+        class Counting(pint._Kernel):
+            def evaluate(self, *a, **k):
+                n[0] += 1
+                return super().evaluate(*a, **k)
+
+        th = sched.initial_theta()
+        integ.step(x, 0.1, np.zeros_like(x), heads, th, th, th, sched, attn, "transformer",
+                   Counting())
+        return n[0]
+
+    for name, integ in pint.INTEGRATORS.items():
+        assert integ.stages() == count(integ), name
+
+    class WrongRK4(pint.RK4):
+        def stages(self) -> int:
+            return 1
+
+    assert WrongRK4().stages() != count(WrongRK4())

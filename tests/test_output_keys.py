@@ -1,5 +1,5 @@
 """Every key wflow writes into summary.json and every CSV column is explained by the one
-table of :mod:`wflow.infra.output_keys` (meaning, unit, sign); the documentation's output
+table of :mod:`wflow.apps.output_keys` (meaning, unit, sign); the documentation's output
 reference is generated from it."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from wflow.cli import main
-from wflow.infra.output_keys import (
+from wflow.apps.output_keys import (
     CSV_COLUMNS,
     SUMMARY_KEYS,
     contract_problems,
@@ -18,6 +17,7 @@ from wflow.infra.output_keys import (
     flatten,
     unexplained,
 )
+from wflow.cli import main
 from wflow.studies.base import VERDICT_STATUS
 
 SCENARIO = """

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from wflow.apps.output_keys import contract_problems
 from wflow.apps.reproduce import (
     EXPERIMENTS,
     ReproduceOptions,
@@ -19,7 +20,6 @@ from wflow.apps.reproduce import (
     run_experiments,
 )
 from wflow.cli import main
-from wflow.infra.output_keys import contract_problems
 
 #: The quick runs' published-fit slopes and verdicts, pinned (bitwise reproducible: the compiled
 #: loop's results do not depend on threads or load). Quick mode (n = 32, T = 4, 3 paths) is
@@ -41,7 +41,8 @@ def s2_quick(tmp_path_factory):
 
 def test_reproduce_s2_quick_writes_everything(s2_quick):
     rc, out, summary = s2_quick
-    assert rc == 0 and summary["study"] == "reproduce"
+    # the exit status follows the status, as for every command: inconclusive exits 1
+    assert rc == 1 and summary["study"] == "reproduce"
     assert not contract_problems(summary, "reproduce")  # status, message, checks; keys
     assert summary["status"] == "inconclusive"  # both quick verdicts: VERDICT_STATUS
     assert set(summary["checks"]) == {"s2_oscillating", "s2_ou"}

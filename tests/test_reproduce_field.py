@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wflow.apps.output_keys import contract_problems
 from wflow.cli import main
-from wflow.infra.output_keys import contract_problems
 from wflow.published import castin_ranks as cr
 from wflow.published import glpr_phase as gp
 from wflow.published import metastable_staircase as ms
@@ -369,11 +369,13 @@ def test_staircase_verdict_and_negative_control(stair_pub):
 
 
 # --------------------------------------------------------------------------- command line
-@pytest.mark.parametrize("name", ["glpr_phase", "castin_ranks", "metastable_staircase"])
+@pytest.mark.parametrize("name", ["glpr_phase", "castin_ranks", "metastable_staircase",
+                                  "lost_in_the_middle"])
 def test_cli_quick(name, tmp_path):
     out = tmp_path / name
-    assert main(["reproduce", name, "--quick", "--out", str(out)]) == 0
+    rc = main(["reproduce", name, "--quick", "--out", str(out)])
     s = json.loads((out / "summary.json").read_text())
+    assert rc == (0 if s["status"] == "success" else 1)  # the exit status follows it
     assert s["verdict"] in ("reproduced", "not reproduced", "inconclusive")
     assert not contract_problems(s, "reproduce")  # status, message, checks; keys
     assert s["claim"] and s["verdict_rule"] and s["paper"]
@@ -382,7 +384,8 @@ def test_cli_quick(name, tmp_path):
     assert (out / "report.md").read_text().startswith(f"# {name}")
     # every verdict here has a control that must fail
     ctl = {"glpr_phase": "control_reversed_beta", "castin_ranks": "control_bound_floor_d_over_2",
-           "metastable_staircase": "control_ramp"}[name]
+           "metastable_staircase": "control_ramp",
+           "lost_in_the_middle": "control_mirrored_mask"}[name]
     assert s[ctl] == "not reproduced"
     _assert_checks(s)
 

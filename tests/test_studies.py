@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from wflow.apps.output_keys import contract_problems
 from wflow.cli import main
-from wflow.infra.output_keys import contract_problems
 from wflow.studies import fit_loglog
 from wflow.studies.registry import STUDIES, all_studies
 

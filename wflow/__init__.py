@@ -60,18 +60,37 @@ from .energy import (
     slope_terms,
 )
 from .gaussian import GaussianParams, GaussianTrajectory, integrate_moments
+from .gaussian import spec as _gaussian_spec  # noqa: F401  (registers its SolverSpec)
 from .geometry.density import initial_density, sample_particles
 from .geometry.harmonics import cell_moments, token_cross_sums, token_moments
 from .geometry.moment_test import ControlVariates, MomentTest, control_variates, moment_test
 from .geometry.transport import W2Result, w2_sphere, w2_sphere_sparse
+from .infra.accuracy import StepController, Tolerance
 from .infra.registry import Registry
+from .infra.spec import SOLVERS, SolverSpec
 from .infra.version import __version__
 from .kernels import KernelInfo, KernelSums, kernel_sums
 from .multihead import beta_star, c_star, equiangular_rate, lambda_c, radial_dominance
 from .particles import INTEGRATORS, ParticleOptions, ParticleResult, simulate
+from .results import Outcome, SolverResult, status_summary
+from .status import Check, Claim, Reach, Status, Verdict, chain_check, worst_status
+
+# isort: split
 from .particles.integrators import ParticleIntegrator
-from .results import SolverResult, status_summary
-from .status import Check, Status, chain_check, worst_status
+from .phase import (
+    DichotomyCheck,
+    PhaseDiagram,
+    PhasePoint,
+    ZonalOptions,
+    check_dichotomy,
+    funk_hecke_eigenvalues,
+    k_sharp,
+    order_parameter_exponent,
+    phase_diagram,
+    phase_point,
+    tricritical_beta,
+    zonal_branch,
+)
 
 __all__ = [
     "__version__",
@@ -142,6 +161,27 @@ __all__ = [
     "worst_status",
     "SolverResult",
     "status_summary",
+    "Tolerance",
+    "StepController",
+    "Outcome",
+    "Verdict",
+    "Claim",
+    "Reach",
+    # the noisy model's phase transition (issue 40, wflow.phase)
+    "k_sharp",
+    "tricritical_beta",
+    "funk_hecke_eigenvalues",
+    "ZonalOptions",
+    "zonal_branch",
+    "phase_point",
+    "PhasePoint",
+    "phase_diagram",
+    "PhaseDiagram",
+    "order_parameter_exponent",
+    "check_dichotomy",
+    "DichotomyCheck",
+    "SolverSpec",
+    "SOLVERS",
     "Registry",
     "AttentionKind",
     "ParticleIntegrator",

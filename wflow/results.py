@@ -15,24 +15,109 @@ fields and works for all four::
 
 The solver-specific fields (``t``, ``rho``, ``x``, ``balance``, ...) are documented on
 each result.
+
+Every other public outcome shares the base :class:`Outcome` with the solvers' results:
+``status``, ``message``, ``checks`` and ``history``, whatever computed it. It is the base
+of :class:`SolverResult`, :class:`~wflow.studies.base.StudyResult` (``wflow verify``,
+``wflow reproduce``), :class:`~wflow.apps.main.MainJobResult` (``wflow run``),
+:class:`~wflow.gaussian.ReachResult` and the published verdicts
+(:class:`~wflow.published.glpr_phase.PhaseVerdict`,
+:class:`~wflow.published.metastable_staircase.StaircaseVerdict`,
+:class:`~wflow.published.castin_ranks.RankVerdict`), so one function reads them all::
+
+    def report(outcome: Outcome) -> str:
+        return outcome.explain()      # "failed: FAIL — 1 of 3 criteria ... (remedy: ...)"
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .status import Status
+from .status import Claim, Reach, Status, Verdict, as_status
 
-__all__ = ["SolverResult", "finish_history", "status_summary"]
+__all__ = ["Outcome", "SolverResult", "finish_history", "status_summary"]
+
+#: An empty, read-only mapping: the ``checks`` or ``history`` of an outcome that has none.
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Outcome:
+    """The base of every public outcome type: ``status``, ``message``, ``checks``, ``history``.
+
+    Not a dataclass itself: each subclass (a frozen dataclass) provides the four
+    attributes as fields or as properties computed from its own fields, so the
+    constructors, ``dataclasses.asdict`` and the files written are those of the subclass.
+    A subclass that lacks one of them is refused when it is defined (``TypeError``).
+
+    Attributes
+    ----------
+    status : Status, Verdict, Claim or Reach
+        Whether the outcome can be used. A :class:`~wflow.status.Status` for the solvers,
+        the studies and the main job; the word of its own output for a published verdict
+        (:class:`~wflow.status.Claim`, e.g. ``"reproduced"``) and a reachability target
+        (:class:`~wflow.status.Reach`, ``"reached"``), each of which maps to a
+        :class:`Status` (:attr:`run_status`). Every one is a string enum: it compares
+        equal to the string written in ``summary.json``.
+    message : str
+        Why not (empty when nothing is wrong).
+    checks : mapping
+        The checks behind ``status``: ``name → {value, tolerance, passed, rule}``
+        (:meth:`wflow.status.Check.as_dict`; empty where there are none).
+    history : mapping
+        Series recorded along the computation (time first; empty where there are none).
+    """
+
+    __slots__ = ()
+
+    #: The attributes every outcome provides (checked on each subclass).
+    FIELDS: ClassVar[tuple[str, ...]] = ("status", "message", "checks", "history")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass that provides neither a field nor an attribute per name."""
+        super().__init_subclass__(**kwargs)
+        ann: set[str] = set()
+        for k in cls.__mro__[:cls.__mro__.index(Outcome)]:
+            ann.update(k.__dict__.get("__annotations__", {}))
+        missing = [n for n in cls.FIELDS if n not in ann and not hasattr(cls, n)]
+        if missing:
+            raise TypeError(f"{cls.__name__}: an Outcome provides {', '.join(cls.FIELDS)}; "
+                            f"missing {', '.join(missing)}")
+
+    # provided by each subclass (fields or properties); annotations only, no class
+    # attributes (a dataclass subclass would read them as defaults)
+    status: Status | Verdict | Claim | Reach
+    message: str
+    checks: Mapping[str, Any]
+    history: Mapping[str, Any]
+
+    @property
+    def run_status(self) -> Status:
+        """``status`` as a :class:`~wflow.status.Status` (:func:`~wflow.status.as_status`)."""
+        return as_status(self.status)
+
+    @property
+    def usable(self) -> bool:
+        """Whether the outcome's numbers can be used (``run_status.usable``)."""
+        return self.run_status.usable
+
+    def failed_checks(self) -> list[str]:
+        """Names of the checks that did not pass, in order."""
+        return [name for name, c in self.checks.items()
+                if isinstance(c, Mapping) and c.get("passed") is False]
+
+    def explain(self) -> str:
+        """One line: the status, the message (or the status' own sentence), the remedy."""
+        return self.run_status.explain(self.message)
 
 
 @dataclass(frozen=True)
-class SolverResult:
-    """Fields every solver's result carries.
+class SolverResult(Outcome):
+    """Fields every solver's result carries (an :class:`Outcome`).
 
     ``status``, ``message`` and ``options`` are positional; the rest are keyword-only
     (each solver adds its own fields between them).
@@ -94,8 +179,8 @@ class SolverResult:
         return status_summary(self)
 
 
-def status_summary(res: SolverResult) -> dict[str, Any]:
-    """JSON-ready status block of any solver's result.
+def status_summary(res: Outcome) -> dict[str, Any]:
+    """JSON-ready status block of any solver's result (of any :class:`Outcome`).
 
     Returns
     -------
@@ -105,7 +190,7 @@ def status_summary(res: SolverResult) -> dict[str, Any]:
         none and the status is not a success), what to do about it
         (:attr:`Status.remedy`, empty on success) and the accuracy checks.
     """
-    status = Status(res.status)
+    status = as_status(res.status)
     message = res.message or ("" if status.usable else status.message)
     return {"status": status.value, "message": message, "remedy": status.remedy,
             "checks": dict(res.checks)}

@@ -76,7 +76,21 @@ __all__ = [
     "relative_check",
     "worst_status",
     "edi_kind",
+    "Verdict",
+    "VERDICTS",
+    "Claim",
+    "Reach",
+    "as_status",
 ]
+
+def _member(cls: type, value: str, **attrs: Any) -> Any:
+    """A string-enum member ``value`` carrying ``attrs`` (the ``__new__`` of the enums below)."""
+    obj = str.__new__(cls, value)
+    obj._value_ = value
+    for name, attr in attrs.items():
+        setattr(obj, name, attr)
+    return obj
+
 
 class Status(StrEnum):
     """The status of a run: one type for every solver, least to most severe.
@@ -103,12 +117,7 @@ class Status(StrEnum):
 
     def __new__(cls, value: str, message: str, remedy: str, usable: bool) -> Status:
         """A member from ``(value, message, remedy, usable)``."""
-        obj = str.__new__(cls, value)
-        obj._value_ = value
-        obj.message = message
-        obj.remedy = remedy
-        obj.usable = usable
-        return obj
+        return _member(cls, value, message=message, remedy=remedy, usable=usable)
 
     SUCCESS = ("success",
                "every number is finite and every accuracy check is within its tolerance",
@@ -163,6 +172,140 @@ class Status(StrEnum):
 #: Every status, least to most severe (:func:`worst_status` combines them).
 STATUSES = tuple(Status)
 _SEVERITY = {s: i for i, s in enumerate(STATUSES)}
+
+
+class Verdict(StrEnum):
+    """The judgement of a criterion or a study: the one verdict vocabulary of wflow.
+
+    A :class:`~enum.StrEnum` beside :class:`Status`: a member *is* the word written in
+    ``summary.json`` and the reports (``Verdict.PASS == "PASS"``), so outputs read the
+    same as before the enum; code compares members, never strings. Each member carries
+    :attr:`status` (the :class:`Status` of an outcome judged so: a study's
+    ``summary.json``, :data:`wflow.studies.base.VERDICT_STATUS`), :attr:`passed` (the
+    criterion holds or is not judged) and :attr:`meaning` (one line, for reports).
+
+    ``PASS``, ``WARN``, ``INCONCLUSIVE``, ``FAIL`` are judgements; ``REPORTED``,
+    ``NOT_APPLICABLE`` and ``EXPECTED_DEFECT`` mark rows of the main job's verdict table
+    that are shown but not judged. The spellings of other outputs are enums whose members
+    name their verdict: :class:`Claim` (a published claim: ``"reproduced"``) and
+    :class:`Reach` (a Gaussian reachability target: ``"reached"``).
+
+    Examples
+    --------
+    >>> Verdict("FAIL") is Verdict.FAIL
+    True
+    >>> Verdict.INCONCLUSIVE.status
+    <Status.INCONCLUSIVE: 'inconclusive'>
+    >>> Verdict.of(False)
+    <Verdict.FAIL: 'FAIL'>
+    """
+
+    status: Status
+    passed: bool
+    meaning: str
+
+    def __new__(cls, value: str, status: Status, passed: bool, meaning: str) -> Verdict:
+        """A member from ``(value, status, passed, meaning)``."""
+        return _member(cls, value, status=status, passed=passed, meaning=meaning)
+
+    PASS = ("PASS", Status.SUCCESS, True, "the criterion holds")
+    WARN = ("WARN", Status.SUCCESS, True,
+            "a criterion missed on too little evidence to judge (the main job: a fitted "
+            "order through fewer than three levels; some locked JKO steps)")
+    INCONCLUSIVE = ("INCONCLUSIVE", Status.INCONCLUSIVE, False,
+                    "the evidence cannot decide: an interval straddles the tolerance, or a "
+                    "negative control did not fail")
+    FAIL = ("FAIL", Status.FAILED, False, "the criterion does not hold")
+    REPORTED = ("reported", Status.SUCCESS, True, "a number shown, not judged")
+    NOT_APPLICABLE = ("n/a", Status.SUCCESS, True,
+                      "the criterion does not apply to this run (e.g. an undefined EDI)")
+    EXPECTED_DEFECT = ("defect (expected)", Status.SUCCESS, True,
+                       "a property of the model, not an error of the solver (the EDI defect "
+                       "of a flow that is not a gradient flow)")
+
+    @classmethod
+    def of(cls, passed: bool, *, judged: bool = True) -> Verdict:
+        """``PASS`` if ``passed``, else ``FAIL`` (``WARN`` when not ``judged``)."""
+        if passed:
+            return cls.PASS
+        return cls.FAIL if judged else cls.WARN
+
+
+#: The judgements (not the unjudged markers) of :class:`Verdict`, best to worst.
+VERDICTS = (Verdict.PASS, Verdict.WARN, Verdict.INCONCLUSIVE, Verdict.FAIL)
+
+
+class Claim(StrEnum):
+    """The verdict on a published claim (``wflow reproduce``, :mod:`wflow.published`).
+
+    The words written in ``summary.json`` (``Claim.REPRODUCED == "reproduced"``); each
+    member names its :class:`Verdict` (:attr:`verdict`), hence its :attr:`status`.
+
+    Examples
+    --------
+    >>> Claim("not reproduced").verdict
+    <Verdict.FAIL: 'FAIL'>
+    """
+
+    verdict: Verdict
+
+    def __new__(cls, value: str, verdict: Verdict) -> Claim:
+        """A member from ``(value, verdict)``."""
+        return _member(cls, value, verdict=verdict)
+
+    REPRODUCED = ("reproduced", Verdict.PASS)
+    INCONCLUSIVE = ("inconclusive", Verdict.INCONCLUSIVE)
+    NOT_REPRODUCED = ("not reproduced", Verdict.FAIL)
+
+    @property
+    def status(self) -> Status:
+        """The :class:`Status` of a study with this verdict (``verdict.status``)."""
+        return self.verdict.status
+
+    @property
+    def passed(self) -> bool:
+        """``True`` for :attr:`REPRODUCED` only."""
+        return self.verdict.passed
+
+
+class Reach(StrEnum):
+    """Whether controls reached a Gaussian target (:func:`wflow.gaussian.reach`).
+
+    ``Reach.REACHED == "reached"``; :attr:`status` is the :class:`Status` the ``wflow
+    gaussian`` job writes for it (a missed target: ``INACCURATE``), :attr:`verdict` its
+    :class:`Verdict`.
+    """
+
+    status: Status
+    verdict: Verdict
+
+    def __new__(cls, value: str, status: Status, verdict: Verdict) -> Reach:
+        """A member from ``(value, status, verdict)``."""
+        return _member(cls, value, status=status, verdict=verdict)
+
+    REACHED = ("reached", Status.SUCCESS, Verdict.PASS)
+    MISSED = ("missed", Status.INACCURATE, Verdict.FAIL)
+
+    @property
+    def passed(self) -> bool:
+        """``True`` for :attr:`REACHED`."""
+        return self.verdict.passed
+
+
+def as_status(value: Status | Verdict | Claim | Reach | str) -> Status:
+    """The :class:`Status` of an outcome's ``status``: itself, or what a word maps to.
+
+    A :class:`Status` (or its string) is returned as a :class:`Status`; a
+    :class:`Verdict`, :class:`Claim` or :class:`Reach` member gives its ``status``.
+
+    Raises
+    ------
+    ValueError
+        For a string that names no status.
+    """
+    if isinstance(value, (Verdict, Claim, Reach)):
+        return value.status
+    return Status(value)
 
 #: Resolved-step parameter of the chain-rule tolerance ``CHAIN_THETA ** q``.
 CHAIN_THETA = 0.1

@@ -5,7 +5,7 @@
   from the options dataclass's numpydoc ``Parameters`` (or the section's documented text);
 * ``reference/studies.rst``: every study of the registry with its claim (module docstring),
   its thresholds (the ``#:``-documented constants) and its negative controls (``FAULTS``);
-* ``reference/output_keys.rst``: the table of :mod:`wflow.infra.output_keys`.
+* ``reference/output_keys.rst``: the table of :mod:`wflow.apps.output_keys`.
 
 Everything is looked up by name and skipped when absent, so a schema that moves or changes
 shape shows up as a missing section, not as a broken build.
@@ -45,7 +45,7 @@ SECTIONS = {
     "pde": ("wflow.pde.options:PDE_SCHEMA", ["wflow.pde.options:PDEOptions",
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
-                                             "wflow.jko.options:jko_options_from_dict"]),
+                                             "wflow.jko.options:jko_table_from_dict"]),
     "run": ("wflow.apps.main.options:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main.options:RunOptions"]),
 }
 
@@ -301,11 +301,11 @@ def studies() -> list[str]:
 
 def output_keys() -> list[str]:
     """The lines of ``reference/output_keys.rst``."""
-    ok = importlib.import_module("wflow.infra.output_keys")
+    ok = importlib.import_module("wflow.apps.output_keys")
     lines = ["Output keys", "===========", "",
              "Every key of every ``summary.json`` and every CSV column, with its meaning, unit",
              "and sign convention, generated from the one table of",
-             ":mod:`wflow.infra.output_keys` (a test fails when a writer adds a key the table",
+             ":mod:`wflow.apps.output_keys` (a test fails when a writer adds a key the table",
              "does not explain). Keys are flattened with ``.``; ``[]`` marks a list of",
              "records; ``*`` stands for one level, ``**`` for any number of levels.", "",
              "Names say what is absolute and what is relative: a residual named",

@@ -28,7 +28,7 @@ import numpy as np
 
 import wflow
 from wflow.geometry.mesh import gmsh_sphere, load_mesh, mesh_stats, write_surface
-from wflow.pde import write_xdmf
+from wflow.apps.jobs.pde import write_xdmf
 
 work = Path(tempfile.mkdtemp(prefix="wflow-tutorial-"))
 tri = gmsh_sphere(1000)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..infra.io import atomic_write_text
-from ..status import Status
+from ..status import Status, Verdict
 
 __all__ = ["write_report"]
 
@@ -285,7 +285,7 @@ def _refinement_lines(tab: dict) -> list[str]:
 
 def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     status = s["status"]
-    warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == "WARN"]
+    warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == Verdict.WARN]
     logged = s.get("warnings") or []
     head = (f" — {s['message']}" if s["message"] else
             f" — with warnings: {'; '.join(warns)} (see the verdicts below)." if warns else
@@ -317,7 +317,8 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     lines += ["## Key numbers: meaning, tolerance, verdict", "",
               "| quantity | value | tolerance | verdict |", "|---|---|---|---|"]
     for v in s["verdicts"]:
-        verdict = f"**{v['verdict']}**" if v["verdict"] in ("FAIL", "WARN") else v["verdict"]
+        verdict = (f"**{v['verdict']}**" if v["verdict"] in (Verdict.FAIL, Verdict.WARN)
+                   else v["verdict"])
         lines.append(f"| {_cell(v['quantity'])} | {_num(v['value'])} | "
                      f"{_cell(v['tolerance'])} | {verdict} |")
     lines += ["", "What each number means:", ""]

@@ -64,8 +64,9 @@ from ..attention.schedules import Schedule
 from ..infra.io import prepare_output
 from ..infra.parallel import parallel_map
 from ..particles import ParticleResult, simulate
-from ..status import Status
-from ..studies.base import StudyResult, fit_loglog, write_study
+from ..published import FIELD
+from ..status import Claim, Status
+from ..studies.base import StudyOutcome, StudyResult, fit_loglog, write_study
 
 __all__ = [
     "EXPERIMENTS",
@@ -115,16 +116,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "s2": ("s2_oscillating", "s2_ou"),
     "hd": ("hd_oscillating", "hd_ou"),
     "all": tuple(EXPERIMENTS),
-}
-#: Published experiments of other papers of the field, run by their own
-#: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
-FIELD: dict[str, tuple[str, str]] = {
-    "glpr_phase": ("wflow.published.glpr_phase",
-                   "GLPR (β, t) phase diagram of the probability of clustering"),
-    "castin_ranks": ("wflow.published.castin_ranks",
-                     "Castin et al. ranks of the limit covariance of the softmax moment ODE"),
-    "metastable_staircase": ("wflow.published.metastable_staircase",
-                             "GKPR energy staircase of 5 tokens on the circle"),
 }
 
 
@@ -308,20 +299,20 @@ def published_slope(H: np.ndarray, mean: np.ndarray) -> tuple[float, float]:
     return float(popt[0]), float(popt[1])
 
 
-def judge_claim(b: float, u: float, claim: float, tol: float) -> str:
-    """Verdict on a claimed slope given a measured ``b`` with uncertainty ``u``.
+def judge_claim(b: float, u: float, claim: float, tol: float) -> Claim:
+    """Verdict on a claimed slope given a measured ``b`` with uncertainty ``u`` (a :class:`Claim`).
 
     ``"reproduced"`` if ``|b − claim| + 2u ≤ tol``, ``"not reproduced"`` if
     ``|b − claim| − 2u > tol``, else ``"inconclusive"`` (also for a non-finite ``b``).
     """
     if not (np.isfinite(b) and np.isfinite(u)):
-        return "inconclusive"
+        return Claim.INCONCLUSIVE
     err = abs(b - claim)
     if err + 2 * u <= tol:
-        return "reproduced"
+        return Claim.REPRODUCED
     if err - 2 * u > tol:
-        return "not reproduced"
-    return "inconclusive"
+        return Claim.NOT_REPRODUCED
+    return Claim.INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -336,8 +327,8 @@ class SlopeFit:
     u_window: float
     b_windows: tuple[float, float]
     bootstrap_ci: tuple[float, float] | None  # None: one path, nothing to resample
-    verdict: str
-    control: str  # the same slope judged against the other regime's claim
+    verdict: Claim
+    control: Claim  # the same slope judged against the other regime's claim
 
 
 def fit_experiment(exp: Experiment, Hs: np.ndarray, late: list[np.ndarray],
@@ -372,8 +363,12 @@ def fit_experiment(exp: Experiment, Hs: np.ndarray, late: list[np.ndarray],
 
 # ----------------------------------------------------------------------------- driver
 @dataclass(frozen=True)
-class ReproduceResult:
-    """Outcome of :func:`reproduce`: per experiment the runs, fits and verdicts."""
+class ReproduceResult(StudyOutcome):
+    """Outcome of :func:`reproduce`: per experiment the runs, fits and verdicts.
+
+    A :class:`~wflow.studies.base.StudyOutcome`: ``status``, ``message``, ``checks`` are
+    its :attr:`study`'s (``SUCCESS`` when every claim is reproduced).
+    """
 
     study: StudyResult
     runs: dict[str, list[dict[str, Any]]] = field(repr=False)
@@ -407,7 +402,7 @@ def _sentence(exp: Experiment, fit: SlopeFit, tol: float, runs: list[dict[str, A
     if bad:
         s += "; runs not judged accurate: " + ", ".join(
             f"H = {r['H']} {r['status']} ({r['message']})" for r in bad)
-    if fit.control != "not reproduced":
+    if fit.control != Claim.NOT_REPRODUCED:
         s += (f"; negative control FAILED — the slope is also '{fit.control}' against the "
               "other regime's claim, so this run cannot tell the two claims apart")
     return s + "."
@@ -482,7 +477,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
                                   n_boot=opts.n_boot)
         if any(r.get("status", Status.SUCCESS) != Status.SUCCESS for r in rs):
             # a run whose accuracy check failed (e.g. "inaccurate") cannot carry a verdict
-            fits[nm] = replace(fits[nm], verdict="inconclusive")
+            fits[nm] = replace(fits[nm], verdict=Claim.INCONCLUSIVE)
         table[nm] = {
             "d": exp.d, "regime": exp.regime, "claim": exp.claim_text,
             "claim_slope": exp.claim, "paths": rs[0]["paths"],
@@ -491,7 +486,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
         }
     verdict = " ".join(_sentence(EXPERIMENTS[nm], fits[nm], opts.tol, runs[nm])
                        for nm in names)
-    passed = all(f.verdict == "reproduced" for f in fits.values())
+    passed = all(f.verdict == Claim.REPRODUCED for f in fits.values())
     summary = {
         "settings": {**asdict(replace(opts, progress=None)), "experiments": list(names),
                      "integrator": "euler (tokens and weights)", "attention": "softmax, β = 1",
@@ -500,7 +495,7 @@ def reproduce(experiments: list[str] | tuple[str, ...] | str, *, out: str | Path
                                      "|b − claim| − 2u > tol; else inconclusive"},
         "fits": {nm: {"a": f.a, "b": f.b, "loglog": f.loglog, "u": f.u} for nm, f in fits.items()},
         "checks": {nm: {"value": f.b, "tolerance": opts.tol,
-                        "passed": f.verdict == "reproduced",
+                        "passed": f.verdict == Claim.REPRODUCED,
                         "rule": f"the fitted slope b (u = {f.u:.3g}) against the published "
                                 f"claim b ≈ {EXPERIMENTS[nm].claim:g}: reproduced when "
                                 "|b − claim| + 2u ≤ tolerance"}

@@ -39,8 +39,13 @@ Schema (defaults in brackets)::
     [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
                  clusters; cluster_cos; kernel_backend; kernel_tol   (see ParticleOptions)
 
-Other solvers add their own sections (``mesh``, ``density``, ``pde``, ``jko``, ``run``)
-through :func:`register_section`.
+Every solver's section (``[particles]``, ``[pde]``, ``[jko]``: the sections of the
+registered :data:`~wflow.infra.spec.SOLVERS`) is parsed and validated **once, when the
+scenario loads**, by its solver's parser, whatever the command: a typo in ``[jko]`` stops
+``wflow particles`` too (exit status 2, one line naming the key). The typed results are
+:meth:`Scenario.table` (``ParticleOptions``, ``PDETable``, ``JKOTable``). Other sections
+(``mesh``, ``density``, ``run``, ``verify``) are validated by their users; a module may
+declare its own through :func:`register_section`.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +78,11 @@ from ..geometry.sphere import (
 from ..infra.callables import load_module, resolve_callable
 from ..infra.schema import ScenarioError, Spec, boolean, choice, choice_in, number, string, take
 from ..infra.schema import array as _array
-from ..particles.options import PARTICLES_SCHEMA, ParticleOptions
+from ..infra.spec import SOLVERS
+from ..jko import spec as _jko_spec  # noqa: F401  (registers [jko])
+from ..particles.options import PARTICLES_SPEC, ParticleOptions
+from ..particles.spec import SPEC as PARTICLES
+from ..pde import spec as _pde_spec  # noqa: F401  (registers [pde])
 
 __all__ = [
     "Scenario",
@@ -235,9 +244,9 @@ SCHEDULE_DOCS: dict[str, str] = {
                 "module beside the scenario is found there first).",
 }
 CORE_SECTIONS = {"attention": ATTENTION_SCHEMA, "tokens": TOKENS_SCHEMA, "heads": HEADS_SCHEMA,
-                 "schedule": SCHEDULE_SCHEMA, "particles": PARTICLES_SCHEMA}
-#: Sections owned by other solvers, validated there (registered at import of those modules).
-KNOWN_SOLVER_SECTIONS = ("mesh", "density", "pde", "jko", "run", "verify")
+                 "schedule": SCHEDULE_SCHEMA}
+#: Sections validated by their users (the main job, the densities, the studies).
+KNOWN_SOLVER_SECTIONS = ("mesh", "density", "run", "verify")
 
 
 @dataclass(frozen=True)
@@ -254,7 +263,11 @@ class Scenario:
     attention, tokens, heads, schedule, particles : dict
         Validated sections (defaults filled in).
     sections : dict
-        Raw solver-specific sections (``mesh``, ``pde``, …) for their own validators.
+        Raw sections other than the core ones (``pde``, ``jko``, ``mesh``, …), as read.
+    tables : dict
+        Every registered solver's section, parsed and validated once when the scenario is
+        built (:meth:`table`); a scenario built with other ``sections``
+        (``dataclasses.replace``) parses them again.
     """
 
     raw: dict
@@ -266,6 +279,32 @@ class Scenario:
     schedule: dict
     particles: dict
     sections: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Parse every registered solver section (the one parse of each per scenario)."""
+        tables: dict[str, Any] = {}
+        for name, spec in SOLVERS.sections().items():
+            if spec is PARTICLES:  # a core table, validated by parse_scenario
+                tables[name] = ParticleOptions(**self.particles, seed=self.seed)
+                continue
+            sec = self.sections.get(name)
+            if sec is not None and not isinstance(sec, Mapping):
+                raise ScenarioError(f"{name}: expected a table [{name}]")
+            tables[name] = spec.parse(sec, self.sections, self.seed)
+        object.__setattr__(self, "tables", tables)
+
+    def table(self, section: str) -> Any:
+        """The typed, validated ``[section]`` of a registered solver.
+
+        ``ParticleOptions``, ``PDETable``, ``JKOTable``: the defaults where the scenario
+        has no such table.
+        """
+        try:
+            return self.tables[section]
+        except KeyError:
+            raise KeyError(f"{section}: not a solver section (known: "
+                           f"{sorted(self.tables)})") from None
 
     # ------------------------------------------------------------------ builders
     def attention_obj(self) -> Attention:
@@ -453,7 +492,9 @@ class Scenario:
 
     def particle_options(self, **overrides: Any) -> ParticleOptions:
         """:class:`~wflow.particles.ParticleOptions` from ``[particles]`` (+ overrides)."""
-        return ParticleOptions(**{**self.particles, "seed": self.seed, **overrides})
+        opts = self.tables["particles"]
+        return ParticleOptions(**{**{f.name: getattr(opts, f.name) for f in fields(opts)},
+                                  **overrides}) if overrides else opts
 
 
 def _import_modules(mods: Any, base_dir: str | Path) -> None:
@@ -476,7 +517,9 @@ def _import_modules(mods: Any, base_dir: str | Path) -> None:
 def parse_scenario(raw: Mapping[str, Any], *, base_dir: str | Path = ".") -> Scenario:
     """Validate a scenario mapping (as read from TOML)."""
     raw = dict(raw)
-    allowed = {"seed", "modules", *CORE_SECTIONS, *KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS}
+    solver_sections = tuple(SOLVERS.sections())
+    allowed = {"seed", "modules", *CORE_SECTIONS, *solver_sections, *KNOWN_SOLVER_SECTIONS,
+               *_EXTRA_SECTIONS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ScenarioError(f"{unknown[0]}: unknown top-level key (known: {sorted(allowed)})")
@@ -488,8 +531,15 @@ def parse_scenario(raw: Mapping[str, Any], *, base_dir: str | Path = ".") -> Sce
         if not isinstance(sec, Mapping):
             raise ScenarioError(f"{name}: expected a table [{name}], got {type(sec).__name__}")
         parts[name] = take(sec, spec, name)
+    sec = raw.get("particles", {})
+    if not isinstance(sec, Mapping):
+        raise ScenarioError(f"particles: expected a table [particles], got {type(sec).__name__}")
+    popts = PARTICLES.parse(sec, raw, seed)
+    parts["particles"] = {k: getattr(popts, k) for k in PARTICLES_SPEC}
     sections = {}
-    for name in (*KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS):
+    for name in (*solver_sections, *KNOWN_SOLVER_SECTIONS, *_EXTRA_SECTIONS):
+        if name == PARTICLES.section:
+            continue
         if name in raw:
             if not isinstance(raw[name], Mapping):
                 raise ScenarioError(f"{name}: expected a table [{name}]")

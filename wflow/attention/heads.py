@@ -5,8 +5,15 @@ Conventions (docs/theory.md §1): head ``h`` has ``Q_h, K_h ∈ R^{k×d}``,
 ``s_h(x, y) = β <Q_h x, K_h y> = β xᵀ A_h y`` with ``A_h = Q_hᵀ K_h``.
 ``w_h = 1/H`` is the mean-field average of [TD], ``w_h = 1`` the sum of [MH].
 
+Values of rank ``r`` (a trained transformer's ``r = k = d/H``): ``V_h = W_{O,h} W_{V,h}``
+with ``W_{V,h} ∈ R^{r×d}``, ``W_{O,h} ∈ R^{d×r}`` (``Heads(Q, K, None, w, WV=..., WO=...)``).
+The kernel sums then accumulate the ``r``-vectors ``W_{V,h} y_j`` and apply ``W_{O,h}`` once
+per target (:meth:`Heads.value_factors`, ``values=`` of :func:`wflow.kernels.kernel_sums`):
+``O(n² r)`` per head instead of ``O(n² d)``. ``V`` is still the full product (every
+consumer of ``heads.V`` sees the same map); heads given by ``V`` are today's, bit for bit.
+
 Builders: scalar heads ``λ_h I``, random symmetric (``D = Z + Zᵀ``) heads,
-bilinear heads from matrices
+random heads of rank ``k`` (:meth:`Heads.random_rank`), bilinear heads from matrices
 ``A_h`` (``Q = I, K = A``), and ``.npz`` files.
 """
 
@@ -70,19 +77,28 @@ class Heads:
     Q, K : (H, k, d) arrays
         Query and key matrices; only ``A_h = Q_hᵀ K_h`` enters the scores.
     V : (H, d, d) array
-        Value matrices.
+        Value matrices (``None`` when given by ``WV, WO``: then ``V_h = W_{O,h} W_{V,h}``).
     w : (H,) array
         Mixing weights ``w_h >= 0`` (not necessarily summing to one).
+    WV : (H, r, d) array, optional
+        Value factors ``W_{V,h}`` of a value of rank ``r`` (keyword; with ``WO``, and
+        ``V=None``).
+    WO : (H, d, r) array, optional
+        Output factors ``W_{O,h}``.
     """
 
     Q: np.ndarray
     K: np.ndarray
-    V: np.ndarray
+    V: np.ndarray | None
     w: np.ndarray
+    WV: np.ndarray | None = field(default=None, kw_only=True, repr=False)
+    WO: np.ndarray | None = field(default=None, kw_only=True, repr=False)
     _A: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        Q, K, V = _as3(self.Q, "Q"), _as3(self.K, "K"), _as3(self.V, "V")
+        Q, K = _as3(self.Q, "Q"), _as3(self.K, "K")
+        WV, WO = self._factors(Q.shape)
+        V = _as3(self.V, "V") if WV is None else np.matmul(WO, WV)
         H = Q.shape[0]
         w = np.asarray(self.w, dtype=np.float64).reshape(-1)
         if w.size == 1 and H > 1:
@@ -98,12 +114,37 @@ class Heads:
             raise ValueError("heads.w: mixing weights must be finite and >= 0")
         if not np.any(w > 0):
             raise ValueError("heads.w: at least one mixing weight must be > 0")
-        for name, arr in (("Q", Q), ("K", K), ("V", V), ("w", w)):
-            arr.setflags(write=False)
+        for name, arr in (("Q", Q), ("K", K), ("V", V), ("w", w), ("WV", WV), ("WO", WO)):
+            if arr is not None:
+                arr.setflags(write=False)
             object.__setattr__(self, name, arr)
         A = np.einsum("hki,hkj->hij", Q, K)
         A.setflags(write=False)
         object.__setattr__(self, "_A", A)
+
+    def _factors(self, qshape: tuple[int, ...]) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Validated ``(WV, WO)`` (``(None, None)``: a full value ``V``)."""
+        if self.WV is None and self.WO is None:
+            if self.V is None:
+                raise ValueError("heads.V: give V, or the factors WV and WO of a value of "
+                                 "rank r")
+            return None, None
+        if self.WV is None or self.WO is None:
+            missing = "WO" if self.WO is None else "WV"
+            raise ValueError(f"heads.{missing}: a value of rank r needs both WV (H, r, d) and "
+                             "WO (H, d, r)")
+        if self.V is not None:
+            raise ValueError("heads.V: give either V or its factors WV, WO, not both")
+        H, _, d = qshape
+        WV, WO = _as3(self.WV, "WV"), _as3(self.WO, "WO")
+        r = WV.shape[1]
+        if WV.shape != (H, r, d) or r < 1:
+            raise ValueError(f"heads.WV: expected shape (H={H}, r, d={d}) with r >= 1, got "
+                             f"{WV.shape}")
+        if WO.shape != (H, d, r):
+            raise ValueError(f"heads.WO: expected shape {(H, d, r)} (rank r = {r} of WV), "
+                             f"got {WO.shape}")
+        return WV, WO
 
     # ------------------------------------------------------------------ shape
     @property
@@ -120,6 +161,28 @@ class Heads:
     def k(self) -> int:
         """Query/key dimension."""
         return self.Q.shape[1]
+
+    @property
+    def value_rank(self) -> int:
+        """Rank ``r`` of the value factors (``d`` for heads given by a full ``V``)."""
+        return self.d if self.WV is None else int(self.WV.shape[1])
+
+    def value_factors(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(WV, WO)`` of shapes ``(H, r, d)``, ``(H, d, r)``, or ``None`` for a full ``V``.
+
+        With the factors, ``Y^V_h(i) = Σ_j m_j k(s_ij) W_{V,h} y_j`` (``values=WV`` of
+        :func:`wflow.kernels.kernel_sums`) and the head output is ``W_{O,h} Y^V_h(i)``
+        (:meth:`apply_outputs`), equal to ``V_h Y_h(i)``.
+        """
+        return None if self.WV is None else (self.WV, self.WO)
+
+    def apply_outputs(self, YV: np.ndarray) -> np.ndarray:
+        """``W_{O,h} Y^V_h(i)`` for value sums ``YV`` of shape ``(H, M, r)``; shape ``(H, M, d)``.
+
+        For heads given by a full ``V`` (``r = d``) this is ``V_h Y_h(i)``.
+        """
+        W = self.V if self.WO is None else self.WO
+        return np.matmul(YV, np.swapaxes(W, 1, 2))
 
     @property
     def A(self) -> np.ndarray:
@@ -152,10 +215,23 @@ class Heads:
     def select(self, idx: int | slice | np.ndarray) -> Heads:
         """Sub-collection of heads (keeps the mixing weights)."""
         idx = np.atleast_1d(np.arange(self.H)[idx])
+        if self.WV is not None:
+            return Heads(self.Q[idx], self.K[idx], None, self.w[idx], WV=self.WV[idx],
+                         WO=self.WO[idx])
         return Heads(self.Q[idx], self.K[idx], self.V[idx], self.w[idx])
 
     def with_(self, **changes: np.ndarray) -> Heads:
-        """Copy with some of ``Q, K, V, w`` replaced."""
+        """Copy with some of ``Q, K, V, w, WV, WO`` replaced.
+
+        A new ``V`` drops the factors (a full value); new factors drop ``V``.
+        """
+        if changes.get("V") is not None:
+            changes.setdefault("WV", None)
+            changes.setdefault("WO", None)
+        elif "WV" in changes or "WO" in changes:
+            changes["V"] = None
+        elif self.WV is not None:
+            changes["V"] = None
         return replace(self, **changes)
 
     # --------------------------------------------------------------- builders
@@ -196,8 +272,30 @@ class Heads:
         return cls.bilinear(A, w=1.0 / H if w is None else w, value_sign=value_sign)
 
     @classmethod
+    def random_rank(cls, H: int, d: int, k: int, rng: np.random.Generator, *,
+                    scale: float = 1.0, w: float | np.ndarray = 1.0) -> Heads:
+        """Random heads of rank ``k`` (a trained transformer's shapes, ``k = d/H`` there).
+
+        ``Q_h, K_h, W_{V,h} ∈ R^{k×d}`` and ``W_{O,h} ∈ R^{d×k}`` with entries
+        ``N(0, scale²/d)`` resp. ``N(0, scale²/k)`` (so ``‖A_h‖ ≈ scale²``-ish for
+        unit tokens); ``V_h = W_{O,h} W_{V,h}``. ``w`` defaults to 1 per head (the [MH] sum).
+        """
+        H, d, k = int(H), int(d), int(k)
+        if not (H >= 1 and d >= 1 and 1 <= k):
+            raise ValueError(f"heads: need H >= 1, d >= 1, k >= 1, got H={H}, d={d}, k={k}")
+        sd, sk = scale / np.sqrt(d), scale / np.sqrt(k)
+        Q = sd * rng.standard_normal((H, k, d))
+        K = sd * rng.standard_normal((H, k, d))
+        WV = sd * rng.standard_normal((H, k, d))
+        WO = sk * rng.standard_normal((H, d, k))
+        return cls(Q, K, None, np.broadcast_to(np.asarray(w, float), (H,)), WV=WV, WO=WO)
+
+    @classmethod
     def from_npz(cls, path: str | Path, *, value_sign: float = 1.0) -> Heads:
         """Load heads from an ``.npz`` archive with arrays ``Q, K, V`` (and optional ``w``).
+
+        With arrays ``WV, WO`` as well (:meth:`save_npz` of heads of rank ``r``), the heads
+        keep their rank (``V`` is recomputed as ``W_O W_V``).
 
         Alternatively the archive may hold ``A`` (and optional ``V``, ``w``) for bilinear
         heads; without ``V``, ``V = value_sign · A`` (``+1`` ascent, ``−1`` descent).
@@ -230,6 +328,10 @@ class Heads:
         with z:
             keys = set(z.files)
             w = z["w"] if "w" in keys else None
+            if {"Q", "K", "WV", "WO"} <= keys:
+                Q = z["Q"]
+                return cls(Q, z["K"], None, np.full(_as3(Q, "Q").shape[0], 1.0) if w is None
+                           else w, WV=z["WV"], WO=z["WO"])
             if {"Q", "K", "V"} <= keys:
                 Q = z["Q"]
                 return cls(Q, z["K"], z["V"], np.full(_as3(Q, "Q").shape[0], 1.0) if w is None
@@ -241,5 +343,11 @@ class Heads:
                          f"expected {fmt}")
 
     def save_npz(self, path: str | Path) -> None:
-        """Write ``Q, K, V, w`` to an ``.npz`` file (readable by :meth:`from_npz`)."""
-        np.savez(path, Q=self.Q, K=self.K, V=self.V, w=self.w)
+        """Write ``Q, K, V, w`` (and ``WV, WO`` for a value of rank r) to an ``.npz`` file.
+
+        Readable by :meth:`from_npz`, which keeps the rank.
+        """
+        if self.WV is not None:
+            np.savez(path, Q=self.Q, K=self.K, V=self.V, w=self.w, WV=self.WV, WO=self.WO)
+        else:
+            np.savez(path, Q=self.Q, K=self.K, V=self.V, w=self.w)

@@ -33,7 +33,8 @@ def add_output(p: argparse.ArgumentParser, *, required: bool = True,
 
 def add_yes(p: argparse.ArgumentParser, *, mesh: bool = False) -> None:
     """Add ``--yes``: run even if the cost estimate is above an hour (``mesh``: its size)."""
-    from ..infra.estimate import CONFIRM_SECONDS, MAX_MESH_CELLS
+    from ..apps.jobs.mesh import MAX_MESH_CELLS
+    from ..infra.estimate import CONFIRM_SECONDS
 
     what = (f"generate a mesh of more than {MAX_MESH_CELLS:.0e} cells (no solver runs on it "
             "within hours) or one estimated above "

@@ -4,7 +4,7 @@ A command's ``--help`` lists its scenario tables and their keys from the schemas
 validate them (the options dataclasses' field metadata, :func:`wflow.infra.options.docs_of`;
 the plain schemas of :mod:`wflow.apps.scenario` and :mod:`wflow.geometry.density`), and
 the keys of the ``summary.json`` it writes from the output-key table
-(:data:`wflow.infra.output_keys.SUMMARY_KEYS`, column ``where``). Nothing is written twice,
+(:data:`wflow.apps.output_keys.SUMMARY_KEYS`, column ``where``). Nothing is written twice,
 so a key added to an options class or to the table is in the help at once
 (``tests/test_cli_help.py`` checks both directions).
 
@@ -125,7 +125,7 @@ def scenario_tables(sections: Iterable[str], *, detailed: Iterable[str] = ()) ->
 
 def summary_keys(command: str) -> list[str]:
     """The patterns of the output-key table that ``wflow COMMAND`` writes (column where)."""
-    from ..infra.output_keys import SUMMARY_KEYS, commands_of
+    from ..apps.output_keys import SUMMARY_KEYS, commands_of
 
     return [k.pattern for k in SUMMARY_KEYS
             if {"*", command} & commands_of(k.where)]
@@ -136,7 +136,7 @@ def written_keys(command: str, files: str) -> str:
     keys = summary_keys(command)
     return "\n".join([_fill(f"writes: {files}", "  ", ""),
                       _fill("summary.json keys (meaning, unit and sign of each: the output-key "
-                            "reference, `wflow.infra.output_keys`): " + ", ".join(keys),
+                            "reference, `wflow.apps.output_keys`): " + ", ".join(keys),
                             "  ", "")])
 
 

@@ -117,27 +117,17 @@ def handler(args: argparse.Namespace) -> int:
                              "`wflow gaussian SCENARIO.toml`, `wflow gaussian reach SCENARIO.toml`"
                              " and `wflow gaussian pretrained`")
         path, form = form, "run"
-    from ..apps.jobs.gaussian import (
-        reach_scenario,
-        run_gaussian_scenario,
-        write_gaussian_run,
-        write_reach,
-    )
+    from ..apps.jobs.gaussian import run_gaussian_job
     from ..gaussian.options import load_gaussian_scenario
-    from ..infra.io import run_directory
 
     out = prepare(args)
     scn = load_gaussian_scenario(path)
     if form == "reach":
-        res = reach_scenario(scn)
-        with run_directory(out) as stage:
-            write_reach(res, scn, stage)
+        res = run_gaussian_job(scn, out, reach=True)
         print(f"gaussian reach: {res.status} (|Δm| = {res.m_error:.3g}, relative ‖ΔΣ‖ = "
               f"{res.Sigma_error:.3g}, W2 = {res.w2_error:.3g}); wrote {args.out}")
         return 0 if res.status == "reached" else 1
-    run = run_gaussian_scenario(scn)
-    with run_directory(out) as stage:
-        write_gaussian_run(run, stage)
+    run = run_gaussian_job(scn, out)
     tr = run.trajectory
     line = f"gaussian: {tr.status} at t = {tr.t[-1]:.6g}"
     if tr.blowup_time is not None:

@@ -63,11 +63,9 @@ def _main(args: argparse.Namespace) -> int:
 
     out = prepare(args)
     sc = load_scenario(args.scenario)
-    if args.mesh is not None:
-        sc.sections["jko"] = dict(sc.sections.get("jko", {}), mesh=args.mesh)
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot,
-                             "scheme": args.scheme}, confirm=args.yes)
+                             "scheme": args.scheme, "mesh": args.mesh}, confirm=args.yes)
     st = res.stats
     rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "

@@ -91,7 +91,7 @@ def handler(args: argparse.Namespace) -> int:
     else:
         if args.out is None:
             raise ValueError("--out: required when generating a mesh (--cells)")
-        from ..infra.estimate import check_mesh_estimate
+        from ..apps.jobs.mesh import check_mesh_estimate
 
         check_mesh_estimate(cells=args.cells, method=args.method, confirm=args.yes)
         tri = generate_sphere(args.cells, method=args.method)

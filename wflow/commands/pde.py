@@ -56,11 +56,9 @@ def _main(args: argparse.Namespace) -> int:
 
     out = prepare(args)  # collective: rank 0 decides
     sc = load_scenario(args.scenario)
-    if args.mesh is not None:
-        sec = dict(sc.sections.get("pde", {}), mesh=args.mesh)
-        sc.sections["pde"] = sec
     res = run_pde(sc, out, render=args.render, progress=args.progress,
-                  overrides={"order": args.order, "T": args.T, "dt": args.dt}, gif=args.gif,
+                  overrides={"order": args.order, "T": args.T, "dt": args.dt,
+                             "mesh": args.mesh}, gif=args.gif,
                   confirm=args.yes)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import add_output, prepare
+from ..status import Status
+from . import add_output, finish, prepare
 from ._help import Formatter, describe
 
 
@@ -32,14 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "DIR/report.md, per-experiment series (.npz), figures (.png) and with --gif "
         f"animations of the tokens on S². Experiments: {', '.join(EXPERIMENTS)}; groups: "
         + ", ".join(f"{g} = {' + '.join(v)}" for g, v in GROUPS.items()) + ". Independent "
-        "runs are spread over MPI ranks under `mpirun -n P wflow reproduce ...`. Exit status 0 "
-        "when every run succeeded, whatever the verdict (a claim not reproduced is a measured "
-        "outcome, not an error); 2 for bad input. Other papers of the field (one per call, "
+        "runs are spread over MPI ranks under `mpirun -n P wflow reproduce ...`. Exit status "
+        "as every command: 0 only for the status success (every claim judged as the paper "
+        "says and every negative control caught), 1 for any other status (inconclusive, "
+        "failed) with one line naming it, 2 for bad input. Other papers of the field (one per "
+        "call, "
         "docs/reproduce_field.md): " + "; ".join(f"{k}: {v[1]}" for k, v in FIELD.items())
         + "; with --quick a version in seconds, --seed the glpr_phase token stream, --n its "
         "tokens, --published NPZ the published code's glpr_phase counts to compare. "
         "summary.json's status follows the verdict (PASS: success, INCONCLUSIVE: "
-        "inconclusive, FAIL: failed), the exit status does not.",
+        "inconclusive, FAIL: failed), and so does the exit status.",
         command="reproduce", files="DIR/summary.json, DIR/report.md, per-experiment series "
         "(.npz), figures (.png); with --gif animations."),
     )
@@ -96,7 +99,8 @@ def _main(args: argparse.Namespace) -> int:
         print(res.study.verdict)
         print(f"wrote {args.out}/summary.json, report.md and {len(res.study.figures) - 1} "
               f"other files in {res.wall_s:.1f} s")
-    return 0
+        return finish("reproduce", res.status, res.message)
+    return 0 if res.status == Status.SUCCESS else 1
 
 
 def _field(args: argparse.Namespace) -> int:
@@ -113,7 +117,8 @@ def _field(args: argparse.Namespace) -> int:
     name = args.experiments[0]
     mod = importlib.import_module(FIELD[name][0])
     opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
-                "metastable_staircase": "StaircaseOptions"}[name]
+                "metastable_staircase": "StaircaseOptions",
+                "lost_in_the_middle": "LostInTheMiddleOptions"}[name]
     cls = getattr(mod, opts_cls)
     changes = {}
     if name == "glpr_phase":
@@ -126,4 +131,5 @@ def _field(args: argparse.Namespace) -> int:
     if comm_rank_size()[1] == 0:
         print(res.verdict)
         print(f"wrote {args.out}/summary.json, report.md and {len(res.figures) - 1} other files")
-    return 0
+        return finish("reproduce", res.status, res.message)
+    return 0 if res.status == Status.SUCCESS else 1

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.linalg
 
-from ..status import Status
+from ..results import EMPTY, Outcome
+from ..status import Reach, Status
 from .bures import bures_map, bures_wasserstein_distance
 from .moments import psd_factor
 from .params import CallableParams, GaussianParams
@@ -285,8 +287,8 @@ def plan_controls(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np
 
 
 @dataclass(frozen=True)
-class ReachResult:
-    """Controls and their verification by integration.
+class ReachResult(Outcome):
+    """Controls and their verification by integration (an :class:`~wflow.results.Outcome`).
 
     Attributes
     ----------
@@ -299,12 +301,20 @@ class ReachResult:
         ``‖Σ(T) − Σ₁‖_F / max(‖Σ₁‖_F, 1)``.
     w2_error : float
         ``W2(N(m(T), Σ(T)), N(m₁, Σ₁))``.
-    status : {"reached", "missed"}
+    status : Reach
+        ``Reach.REACHED`` (``"reached"``) or ``Reach.MISSED`` (``"missed"``); a string
+        naming one is accepted. ``run_status`` is the :class:`~wflow.status.Status` the
+        ``wflow gaussian`` job writes (``SUCCESS`` / ``INACCURATE``).
     tol : float
     message : str
         Why the target was missed (empty when reached).
     target_m : (d,) array
     target_Sigma : (d, d) array
+    checks : dict
+        The three errors against ``tol`` (relative to ``scale = max(|m₁|, ‖Σ₁‖_F, 1)``
+        for ``m`` and ``W2``), and the integration's status (computed).
+    history : dict
+        The integration's history (``trajectory.history``; computed).
     """
 
     plan: ReachPlan
@@ -314,9 +324,38 @@ class ReachResult:
     m_error: float
     Sigma_error: float
     w2_error: float
-    status: str
+    status: Reach
     tol: float
     message: str = ""
+
+    def __post_init__(self) -> None:
+        """Read ``status`` as a :class:`~wflow.status.Reach` member."""
+        if not isinstance(self.status, Reach):
+            object.__setattr__(self, "status", Reach(self.status))
+
+    @property
+    def checks(self) -> dict[str, dict[str, Any]]:
+        """``{m_error, Sigma_error, w2_error, integration}``: value, tolerance, passed, rule."""
+        scale = max(float(np.linalg.norm(self.target_m)),
+                    float(np.linalg.norm(self.target_Sigma)), 1.0)
+        rel = "relative to max(|m₁|, ‖Σ₁‖_F, 1)"
+        out = {name: {"value": v / sc, "tolerance": self.tol, "passed": bool(v / sc <= self.tol),
+                      "rule": rule}
+               for name, v, sc, rule in (
+                   ("m_error", self.m_error, scale, f"|m(T) − m₁| {rel}"),
+                   ("Sigma_error", self.Sigma_error, 1.0,
+                    "‖Σ(T) − Σ₁‖_F / max(‖Σ₁‖_F, 1)"),
+                   ("w2_error", self.w2_error, scale, f"W2 of the Gaussians {rel}"))}
+        ok = self.trajectory.status == Status.COMPLETED
+        out["integration"] = {"value": str(self.trajectory.status),
+                              "tolerance": str(Status.COMPLETED), "passed": ok,
+                              "rule": "the moment ODE reached T (no blow-up, no failure)"}
+        return out
+
+    @property
+    def history(self) -> Mapping[str, Any]:
+        """The history of the integration with the controls."""
+        return getattr(self.trajectory, "history", EMPTY)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary (controls at phase starts, errors, final moments)."""
@@ -341,9 +380,9 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
           method: str = "DOP853", n_out: int = 201, tol: float = 1e-6) -> ReachResult:
     """Plan the controls (:func:`plan_controls`) and verify them by integrating the moment ODE.
 
-    ``status="reached"`` when ``m_error``, ``Sigma_error`` and ``w2_error`` are
-    all ``<= tol`` (relative to ``max(|m₁|, ‖Σ₁‖_F, 1)``); otherwise
-    ``"missed"`` with the reason in ``message`` (also logged as a warning).
+    ``status = Reach.REACHED`` (``"reached"``) when ``m_error``, ``Sigma_error`` and
+    ``w2_error`` are all ``<= tol`` (relative to ``max(|m₁|, ‖Σ₁‖_F, 1)``); otherwise
+    ``Reach.MISSED`` with the reason in ``message`` (also logged as a warning).
     ``w2_error`` is computed without cancellation
     (:func:`~wflow.gaussian.bures.bures_wasserstein_distance`), so it resolves
     ``|Δm|`` far below ``√ε``. A non-symmetric ``Sigma1`` raises ``ValueError``.
@@ -362,7 +401,7 @@ def reach(m0: np.ndarray, Sigma0: np.ndarray, m1: np.ndarray, Sigma1: np.ndarray
     w2 = bures_wasserstein_distance(mT, ST, m1, S1)
     scale = max(float(np.linalg.norm(m1)), float(np.linalg.norm(S1)), 1.0)
     ok = traj.status == Status.COMPLETED and max(m_err / scale, s_err, w2 / scale) <= tol
-    status = "reached" if ok else "missed"
+    status = Reach.REACHED if ok else Reach.MISSED
     message = "" if ok else (f"target missed (integration {traj.status}, |Δm| = {m_err:.3g}, "
                              f"relative ‖ΔΣ‖ = {s_err:.3g}, W2 = {w2:.3g}, tol = {tol:g})")
     if not ok:

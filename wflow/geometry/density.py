@@ -74,14 +74,18 @@ def density_values(points: np.ndarray, spec: Any, base_dir: Path | None,
             means = np.atleast_2d(np.asarray(spec["means"], dtype=float))
             if means.shape[1] != 3:
                 raise ValueError(f"density.means: rows must have length 3, got {means.shape}")
-            kap = spec.get("kappas")
-            kap = np.broadcast_to(np.asarray(10.0 if kap is None else kap, dtype=float),
-                                  (means.shape[0],))
+            C = means.shape[0]
+            kap = np.asarray(10.0 if spec.get("kappas") is None else spec["kappas"], dtype=float)
+            if kap.ndim > 1 or kap.size not in (1, C) or not np.all(np.isfinite(kap)) \
+                    or np.any(kap < 0):
+                raise ValueError(f"density.kappas: one finite non-negative number, or one per "
+                                 f"mean ({C}), got {spec.get('kappas')!r}")
+            kap = np.broadcast_to(kap.reshape(-1), (C,))
             w = spec.get("weights")
-            w = np.full(means.shape[0], 1.0 / means.shape[0]) if w is None else np.asarray(
-                w, dtype=float)
-            if w.shape != (means.shape[0],) or np.any(w < 0) or np.any(kap < 0):
-                raise ValueError("density.weights/kappas: one non-negative value per mean")
+            w = np.full(C, 1.0 / C) if w is None else np.asarray(w, dtype=float)
+            if w.shape != (C,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+                raise ValueError(f"density.weights: one finite non-negative weight per mean "
+                                 f"({C}), not all zero, got {spec.get('weights')!r}")
             vals = vmf_density(points, means, kap, w / w.sum())
         elif typ == "cap":
             c = np.asarray(spec.get("center", [0.0, 0.0, 1.0]), dtype=float)

@@ -15,8 +15,8 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.jko.pot` — POT values, potentials and cross-checks;
 * :mod:`~wflow.jko.inner` — the inner solvers (conditional gradient, mirror descent);
 * :mod:`~wflow.jko.step` — one OT step (:func:`jko_step`);
-* :mod:`~wflow.jko.dual` — circumcentric dual geometry, well-centredness check;
-* :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``);
+* :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``), on the
+  circumcentric dual geometry of :mod:`wflow.geometry.mesh.dual`;
 * :mod:`~wflow.jko.zonal` — the exact JKO step of zonal problems (a test reference);
 * :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
   :class:`JKOResult`;
@@ -31,10 +31,13 @@ from .options import (
     MOBILITY_MEANS,
     OT_METHODS,
     SCHEMES,
+    AutoSteps,
+    FixedTau,
     JKOOptions,
+    JKOTable,
     JKOWarning,
     check_applicable,
-    jko_options_from_dict,
+    jko_table_from_dict,
 )
 from .solver import JKOResult, JKOState, auto_step, iterate_jko, solve_jko
 from .step import JKOStepInfo, jko_step
@@ -57,7 +60,10 @@ __all__ = [
     "auto_step",
     "iterate_jko",
     "solve_jko",
-    "jko_options_from_dict",
+    "jko_table_from_dict",
+    "JKOTable",
+    "FixedTau",
+    "AutoSteps",
     "check_applicable",
     "JKO_SPEC",
 ]

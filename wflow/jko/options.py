@@ -2,7 +2,8 @@
 
 :class:`JKOOptions` are the keyword-only options of :func:`wflow.jko.solve_jko`;
 :data:`JKO_SCHEMA` is the TOML schema of ``[jko]`` (the same keys and defaults plus
-``mesh`` and ``compare_pde``), validated by :func:`jko_options_from_dict` with errors
+``mesh`` and ``compare_pde``), validated once by :func:`jko_table_from_dict` into a typed
+:class:`JKOTable` (its step rule :class:`FixedTau` or :class:`AutoSteps`), with errors
 ``jko.<key>: ...``.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
@@ -34,7 +35,11 @@ __all__ = [
     "JKOOptions",
     "JKO_SCHEMA",
     "JKO_SPEC",
-    "jko_options_from_dict",
+    "FixedTau",
+    "AutoSteps",
+    "StepRule",
+    "JKOTable",
+    "jko_table_from_dict",
     "check_applicable",
 ]
 
@@ -267,12 +272,12 @@ class JKOOptions:
 #: The ``[jko]`` table: ``key -> (default, checker)`` (derived from :class:`JKOOptions`).
 JKO_SCHEMA: Spec = schema_of(JKOOptions)
 
-#: Keys of the ``[jko]`` scenario table (see :func:`jko_options_from_dict`).
+#: Keys of the ``[jko]`` scenario table (see :func:`jko_table_from_dict`).
 JKO_SPEC = keys_of(JKOOptions)
 
 
 def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool = False,
-                     label: str = "jko.{}") -> None:
+                     label: str = "jko.{}", warn: bool = True) -> None:
     """Refuse (or warn about) options given where they have no effect.
 
     Which options act in which scheme is declared once, in the fields' metadata
@@ -285,7 +290,8 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
     :class:`~wflow.infra.schema.ScenarioError` (exit status 2, one line naming the key)
     when its value differs from the default, and is logged as a WARNING when it equals
     it (nothing would change). ``label`` formats the key in the message (``"--{}"`` for
-    a command-line flag).
+    a command-line flag). ``warn=False``: refuse only (the scenario's load, whose command
+    may not run the table; the job that runs it warns).
     """
     scheme = "fv" if opts.scheme == "auto" else opts.scheme
     vals = {f.name: getattr(opts, f.name) for f in fields(opts)}
@@ -301,45 +307,159 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
         if vals[key] != defaults.get(key):
             raise ScenarioError(f"{line}: it would be ignored; remove it or set the scheme "
                                 f"(jko.scheme, --scheme)")
-        logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
+        if warn:
+            logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
 
 
-def jko_options_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None,
-                          mesh: str | None = None, scheme: str | None = None,
-                          crosscheck: bool = False) -> tuple[str, JKOOptions, dict]:
-    """Validate a ``[jko]`` table; returns ``(mesh_spec, JKOOptions, extras)``.
+@dataclass(frozen=True)
+class FixedTau:
+    """The step rule ``τ`` given: ``T/τ`` steps (``T`` a multiple of ``τ``)."""
+
+    tau: float
+
+    def steps_bound(self, T: float, cells: int) -> int:
+        """The steps of the run: ``T/τ`` (whatever the mesh)."""
+        return int(round(T / self.tau))
+
+    def describe(self) -> str:
+        """The rule in words."""
+        return f"tau = {self.tau:g} (given)"
+
+
+@dataclass(frozen=True)
+class AutoSteps:
+    """The step rule ``tau = "auto"``: ``τ|v|_max/h ≈ cells_per_step``, resolved on the mesh.
+
+    ``τ = T/N``, ``N = max(1, round(T |v|_max / (cells_per_step · h)))`` (:func:`auto_tau`),
+    once the mesh (``h``) and the initial speed (``|v|_max``) are known; before that, the
+    cost estimates use :func:`auto_steps_bound`.
+    """
+
+    cells_per_step: float = TAU_CELLS
+
+    def steps_bound(self, T: float, cells: int) -> int:
+        """The most steps the rule takes on ``cells`` cells (:func:`auto_steps_bound`)."""
+        return auto_steps_bound(T, cells, per_step=self.cells_per_step)
+
+    def describe(self) -> str:
+        """The rule in words."""
+        return f"tau = T/N, N = round(T |v|max / ({self.cells_per_step:g} h)) (auto)"
+
+
+#: How ``τ`` is chosen: given (:class:`FixedTau`) or from the mesh (:class:`AutoSteps`).
+StepRule = FixedTau | AutoSteps
+
+
+@dataclass(frozen=True, kw_only=True)
+class JKOTable:
+    """The ``[jko]`` table of a scenario, validated once (:func:`jko_table_from_dict`).
+
+    Attributes
+    ----------
+    mesh : str
+        The mesh spec (``[jko] mesh``, else ``[pde] mesh``, else ``"default"``).
+    T : float
+        Final time (``[jko] T``, else ``[pde] T``, else 1).
+    step : StepRule
+        ``τ`` given (:class:`FixedTau`) or chosen on the mesh (:class:`AutoSteps`).
+    settings : dict
+        Every other option of :class:`JKOOptions` (validated values, defaults filled in).
+    given : frozenset of str
+        The keys the table sets (their applicability is checked against the scheme run).
+    compare_pde : bool
+        Also solve the PDE with the surrogate velocity and record ``W₂`` JKO vs PDE.
+    eps_auto : bool
+        ``ε`` chosen on the mesh with ``ot = "sinkhorn"`` (the table's ``tau = "auto"``
+        without ``eps``; kept when a caller then gives ``τ``).
+    """
+
+    mesh: str = "default"
+    T: float = 1.0
+    step: StepRule = AutoSteps()
+    settings: dict = field(default_factory=dict)
+    given: frozenset = frozenset()
+    compare_pde: bool = False
+    eps_auto: bool = False
+
+    def options(self, tau: float, **changes: Any) -> JKOOptions:
+        """:class:`JKOOptions` with the step ``tau`` (the rule resolved) and ``changes``."""
+        return JKOOptions(**{**self.settings, "T": self.T, "tau": float(tau), **changes})
+
+    def steps_bound(self, cells: int) -> int:
+        """The steps of the run on ``cells`` cells (the most, for ``tau = "auto"``)."""
+        return self.step.steps_bound(self.T, cells)
+
+    def unresolved_options(self, **changes: Any) -> JKOOptions:
+        """The options the checks run on before the mesh resolves the step rule.
+
+        ``τ`` given, else one step ``τ = T`` (only the checks of the options and of the
+        scheme's input read them; a run takes :func:`~wflow.jko.spec.resolve_step`'s).
+        """
+        tau = self.step.tau if isinstance(self.step, FixedTau) else self.T
+        return self.options(tau, **changes)
+
+    def check(self, *, crosscheck: bool = False, warn: bool = True) -> JKOTable:
+        """Check the options together (``T`` a multiple of ``τ``, the keys' applicability).
+
+        The options' own checks run on :meth:`JKOTable.unresolved_options`. Returns ``self``.
+        """
+        check_applicable(self.unresolved_options(), self.given, crosscheck=crosscheck,
+                         warn=warn)
+        return self
+
+    def with_(self, *, T: float | None = None, tau: float | None = None,
+              mesh: str | None = None, label: str = "--{}", **changes: Any) -> JKOTable:
+        """The table with a command line's overrides (``None``: kept), checked again.
+
+        ``tau`` makes the rule :class:`FixedTau`; ``changes`` are options (``scheme``,
+        ``ot``, …): one that has no effect in the scheme run is refused
+        (:func:`check_applicable`, keys named by ``label``, ``"--{}"``: a flag).
+        """
+        changes = {k: v for k, v in changes.items() if v is not None}
+        new = replace(self, T=self.T if T is None else float(T),
+                      step=self.step if tau is None else FixedTau(float(tau)),
+                      mesh=self.mesh if mesh is None else str(mesh),
+                      settings={**self.settings, **changes})
+        new.check()
+        flags = set(changes) | {k for k, v in (("T", T), ("tau", tau)) if v is not None}
+        if flags:
+            check_applicable(new.unresolved_options(), flags, label=label)
+        return new
+
+
+def jko_table_from_dict(d: Mapping[str, Any] | None, *, T: float | None = None,
+                        mesh: str | None = None, scheme: str | None = None,
+                        crosscheck: bool = False, warn: bool = True) -> JKOTable:
+    """Validate a ``[jko]`` table: the one parser of it, returning a :class:`JKOTable`.
 
     Keys (defaults): ``mesh`` (default: ``[pde] mesh`` or the shipped default),
     ``T`` (default: ``[pde] T`` or 1), ``scheme = "auto" | "fv" | "ot"``, ``substeps = 1``
     (or ``"auto"``), ``energy = "implicit" | "lagged"``,
     ``hamiltonian = "pointwise" | "discrete"``, ``ccp_tol = 1e-8``, ``ccp_max = 100``,
-    ``lock_fraction = 0.5``, ``tau = "auto"`` (chosen from the mesh by the
-    scenario jobs, :func:`auto_tau`; ``extras["tau_auto"]``, the returned options hold
-    ``tau = T`` until then) or a number, ``ot = "emd" | "sinkhorn"``,
-    ``inner = "gcg" | "mirror"``, ``eps`` (default ``eps_scale · tau^eps_power``; with
-    ``tau = "auto"`` and ``ot = "sinkhorn"``: ``h²/min b̂``, the Gibbs kernel of width
-    ``√(ε b̂)`` spans a cell),
-    ``eps_scale = 1``, ``eps_power = 2``, ``mobility_mean = "conformal"``,
-    ``gap_rtol = 1e-6``, ``max_inner = 500``, ``warm_start = true``, ``verify``
-    (default: when the mesh has <= ``verify_max_cells = 2500`` cells),
-    ``neighbourhood = true``, ``compare_pde = false`` (also solve the PDE with the
-    surrogate velocity and record ``W_2`` JKO vs PDE at every ``t_k``; ``extras``).
-    Errors name the key (``jko.<key>: ...``). ``scheme``: the scheme the caller runs
-    instead of the table's (a command line's ``--scheme``); a key of the table that has no
-    effect in it is refused or warned about (:func:`check_applicable`, with
-    ``crosscheck``).
+    ``lock_fraction = 0.5``, ``tau = "auto"`` (:class:`AutoSteps`: chosen from the mesh by
+    the scenario jobs, :func:`auto_tau`) or a number (:class:`FixedTau`),
+    ``ot = "emd" | "sinkhorn"``, ``inner = "gcg" | "mirror"``, ``eps`` (default
+    ``eps_scale · tau^eps_power``; with ``tau = "auto"`` and ``ot = "sinkhorn"``:
+    ``h²/min b̂``, the Gibbs kernel of width ``√(ε b̂)`` spans a cell), ``eps_scale = 1``,
+    ``eps_power = 2``, ``mobility_mean = "conformal"``, ``gap_rtol = 1e-6``,
+    ``max_inner = 500``, ``warm_start = true``, ``verify`` (default: when the mesh has <=
+    ``verify_max_cells = 2500`` cells), ``neighbourhood = true``, ``compare_pde = false``
+    (also solve the PDE with the surrogate velocity and record ``W_2`` JKO vs PDE at every
+    ``t_k``). Errors name the key (``jko.<key>: ...``). ``scheme``: the scheme the caller
+    runs instead of the table's (a command line's ``--scheme``); a key of the table that
+    has no effect in it is refused or warned about (:func:`check_applicable`, with
+    ``crosscheck`` and ``warn``).
     """
     vals = take(d or {}, JKO_SCHEMA, "jko")
     mesh_spec = vals.pop("mesh") or mesh or "default"
     Tv = vals.pop("T")
-    vals["T"] = float(Tv if Tv is not None else (T if T is not None else 1.0))
-    auto = vals["tau"] == "auto"
-    if auto:
-        vals["tau"] = vals["T"]  # placeholder: one step, until the job knows the mesh
-    extras = {"compare_pde": vals.pop("compare_pde"), "tau_auto": auto,
-              "eps_auto": auto and vals["eps"] is None}
+    tau = vals.pop("tau")
+    compare = vals.pop("compare_pde")
     if scheme is not None:
         vals["scheme"] = scheme
-    opts = JKOOptions(**vals)
-    check_applicable(opts, set(d or {}), crosscheck=crosscheck)
-    return mesh_spec, opts, extras
+    table = JKOTable(mesh=mesh_spec,
+                     T=float(Tv if Tv is not None else (T if T is not None else 1.0)),
+                     step=AutoSteps() if tau == "auto" else FixedTau(float(tau)),
+                     settings=vals, given=frozenset(d or {}), compare_pde=bool(compare),
+                     eps_auto=tau == "auto" and vals["eps"] is None)
+    return table.check(crosscheck=crosscheck, warn=warn)

@@ -66,7 +66,7 @@ class JKOScheme(Method):
 
         ``x (M, 3)``: unit cell points (the dual's circumcentres when ``on_dual``),
         ``a (M,)``: areas, ``m (M,)``: masses (summing to one), ``dual``: the
-        :class:`~wflow.jko.dual.DualGeometry` or ``None``.
+        :class:`~wflow.geometry.mesh.dual.DualGeometry` or ``None``.
         """
         raise NotImplementedError
 

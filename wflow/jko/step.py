@@ -12,8 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
 from ..attention.heads import Attention, Heads
 from ..energy import evaluate, head_energies, slope_terms
+from ..infra.schema import ScenarioError
 from .cost import _Geometry
 from .energy import _check_heads, energy_gradient
 from .inner import _gcg, _mirror
@@ -83,8 +85,8 @@ class JKOStepInfo(NamedTuple):
 def jko_step(points: np.ndarray, areas: np.ndarray, mu: np.ndarray, heads: Heads,
              attn: Attention, *, options: JKOOptions, bhat: np.ndarray | None = None,
              slope2: float | None = None, energy: float | None = None,
-             _geo: _Geometry | None = None, _warm: dict | None = None
-             ) -> tuple[np.ndarray, JKOStepInfo]:
+             _geo: _Geometry | None = None, _warm: dict | None = None,
+             diffusion: float = 0.0) -> tuple[np.ndarray, JKOStepInfo]:
     """One JKO step ``μ_k -> μ_{k+1}`` with the heads of time ``t_{k+1}``.
 
     Parameters
@@ -102,12 +104,21 @@ def jko_step(points: np.ndarray, areas: np.ndarray, mu: np.ndarray, heads: Heads
         Lagged mobility ``b̂[μ_k]`` (computed with the given heads if omitted).
     slope2, energy : float, optional
         ``|∂E|²(μ_k)`` and ``E(μ_k)`` for the stopping scale (computed if omitted).
+    diffusion : float
+        Token diffusion ``D``: the OT scheme has no entropy term, so ``D > 0`` is refused
+        (:class:`~wflow.infra.schema.ScenarioError` naming ``attention.diffusion``; the
+        finite-volume scheme carries it, :func:`wflow.jko.fv.fv_step`).
 
     Returns
     -------
     (ν, JKOStepInfo)
         ``ν = μ_{k+1}`` (masses, sum 1) and the step record.
     """
+    if check_diffusion(diffusion) > 0:
+        raise ScenarioError(
+            f"{DIFFUSION_KEY}: the OT JKO scheme (jko.scheme = \"ot\") has no entropy term, "
+            f"so token diffusion D = {diffusion:g} would have no effect; use jko.scheme = "
+            "\"fv\" (the Jordan–Kinderlehrer–Otto step with D Σ m log(m/σ))")
     t0 = time.perf_counter()
     opts = options
     s = _check_heads(heads)

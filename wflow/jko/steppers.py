@@ -15,8 +15,8 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..energy import evaluate
+from ..geometry.mesh.dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .cost import _Geometry
-from .dual import DualGeometry, dual_from_cell_vertices, dual_geometry
 from .fv import FVGraph, auto_substeps, fv_step
 from .options import TAU_CELLS, TAU_CELLS_FV, JKOOptions
 from .schemes import SCHEMES, JKOScheme

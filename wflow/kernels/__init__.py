@@ -5,6 +5,8 @@ heads ``(Q_h, K_h)``, with scores ``s^h_ij = β <Q_h x_i, K_h y_j>``::
 
     Z_h(i)   = Σ_j m_j k(s^h_ij)              normaliser
     Y_h(i)   = Σ_j m_j k(s^h_ij) y_j          (d-vector; f_h = V_h Y_h [/ Z_h])
+             = Σ_j m_j k(s^h_ij) W_{V,h} y_j  (r-vector, ``values=W_V``: a value of rank r,
+                                               f_h = W_{O,h} Y_h [/ Z_h])
     Φ_h(i)   = Σ_j m_j Φ(s^h_ij)              potential (energy density), optional
     S_h(i)   = Σ_j m_j k(s^h_ij) s^h_ij       score moment (attention entropy), optional
 
@@ -27,10 +29,13 @@ Back-ends (``backend=``):
     (head, target block) (serial for small problems, see :data:`SERIAL_TRIPLES`
     and :data:`BUSY_SERIAL_TRIPLES`), ``O(1)`` extra
     memory per target. ``d ≤ 3`` uses a kernel specialised to three components;
-    wide heads (``k + d ≥ 24``) build score blocks with BLAS (one BLAS thread per
-    worker thread when ``threadpoolctl`` is installed) and fuse the rest.
+    wide heads (score width + value width ``min(k, d) + r ≥ 24``) run by tiles of
+    targets × sources, scores and values as BLAS GEMMs per tile and the compiled
+    exponential between (:mod:`wflow.kernels._tiled`; one BLAS thread per worker thread
+    when ``threadpoolctl`` is installed, memory ``O(tile)``).
     Agrees with ``"numpy"`` to ~1e-15 relative (exponential accurate to
-    4e-15, summation order differs).
+    4e-15, summation order differs). ``dtype="float32"`` runs the tiles in float32
+    (shifted exponential, float64 sums; error in ``KernelInfo.err_est``).
 ``"fastsum"``
     Spherical-harmonic expansion on S² (``d = 3``, exponential kernels, targets
     on the unit sphere), ``O((M + N) L²)`` with the degree ``L`` chosen from
@@ -69,7 +74,7 @@ from .reference import BLOCK_ELEMS
 from .results import KernelInfo, KernelLog, KernelPlan, KernelSums
 from .sums import kernel_sums
 from .terms import ParticleTerms, particle_heads3, particle_terms
-from .validation import BACKENDS, DEFAULT_TOL, EXP_OVERFLOW, raise_bound
+from .validation import BACKENDS, DEFAULT_TOL, DTYPES, EXP_OVERFLOW, raise_bound
 
 __all__ = [
     "KernelSums",
@@ -88,6 +93,7 @@ __all__ = [
     "aligned",
     "aligned_empty",
     "BACKENDS",
+    "DTYPES",
     "DEFAULT_TOL",
     "BLOCK_ELEMS",
     "EXP_OVERFLOW",

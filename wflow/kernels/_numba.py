@@ -51,14 +51,21 @@ ROWS = 8
 CHUNK = 256
 
 
-@intrinsic
-def _i64_as_f64(typingctx, x):  # noqa: D103 - LLVM bitcast int64 -> float64
-    sig = types.float64(types.int64)
+def bitcast(src, dst):
+    """A numba intrinsic reinterpreting the bits of a ``src`` scalar as a ``dst`` scalar."""
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    def impl(typingctx, x):
+        sig = dst(src)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+
+        return sig, codegen
+
+    return intrinsic(impl)
+
+
+_i64_as_f64 = bitcast(types.int64, types.float64)
 
 
 # Degree-10 polynomial for e^r on |r| <= ln2/2 (Chebyshev interpolant, rel. error 1.6e-15).

@@ -13,10 +13,15 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..attention.kinds import AttentionKind
-from .validation import _apply, _scores_A
+from .validation import _apply, _scores_A, max_rownorm
 
-#: Heads with ``k + d`` at least this use BLAS score blocks in the direct back-end.
-WIDE = 24
+#: Heads with score width + value width ``min(k, d) + r`` at least this run by tiles of
+#: BLAS GEMMs (:mod:`wflow.kernels._tiled`) in the direct back-end. Measured crossover
+#: (``bench/bench_width.py``, ``results/bench_width_cpu.json``, one core, CPU time,
+#: ``k = d = r``, n = 3000): tiles/fused = 1.61 at d = 3 (the fused kernel stays), 0.93 at
+#: d = 4 (within the noise of a loaded machine), 0.85 at d = 8, 0.58 at d = 16; so from
+#: width 16 (d = 8).
+WIDE = 16
 #: Below this many triples the direct back-end runs on the calling thread only.
 SERIAL_TRIPLES = 1 << 18
 #: ... and below this many when the machine is oversubscribed (1-min load average ≥ cores):
@@ -125,16 +130,41 @@ def _score_factors(x, y, Q, K, beta):
     return qx, ky
 
 
-def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores):
+def _wide_factors(x, y, Q, K, beta):
+    """``((qx, ky), bound)``: the score factors of :func:`_score_factors` and ``β|Qx||Ky|``.
+
+    The overflow guard's bound ``β max_{h,i} |Q_h x_i| max_{h,j} |K_h y_j|`` from the
+    factors themselves when they are ``β Q x``, ``K y`` (``k < d``: no second projection),
+    else by :func:`~wflow.kernels.validation.max_rownorm`.
+    """
+    qx, ky = _score_factors(x, y, Q, K, beta)
+    if Q.shape[1] < Q.shape[2]:
+        bound = math.sqrt(float(np.max(np.einsum("hmw,hmw->hm", qx, qx)))
+                          * float(np.max(np.einsum("hnw,hnw->hn", ky, ky))))
+    else:
+        bound = beta * max_rownorm(Q, x) * max_rownorm(K, y)
+    return (qx, ky), bound
+
+
+def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, values=None,
+                 dtype="float64", *, factors=None):
+    """Direct sums on the compiled paths; ``Y`` of width ``r`` (``values``: ``(H, r, d)``).
+
+    Heads of width ``w + r ≥`` :data:`WIDE` (``w = min(k, d)`` the score width, ``r`` the
+    value width) and every float32 request run by tiles (:mod:`wflow.kernels._tiled`);
+    narrower heads in the fused kernels (``d ≤ 3``: :func:`~wflow.kernels._numba.direct3`).
+    ``factors``: the ``(qx, ky)`` of :func:`_score_factors` when the caller has them.
+    """
     from . import _numba as kn
 
     H, k, d = Q.shape
+    r = d if values is None else values.shape[1]
     M = x.shape[0]
     N = y.shape[0]
     expo = spec.exponential
     kcode = spec.require_compiled("backend='direct'")
     Z = np.empty((H, M))
-    Y = np.empty((H, M, d))
+    Y = np.empty((H, M, r))
     P = np.empty((H, M))
     S = np.empty((H, M))
     if M == 0 or N == 0 or H == 0:
@@ -142,6 +172,15 @@ def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores):
         Y[:] = 0.0
         P[:] = 0.0
         S[:] = 0.0
+    elif tiled(k, d, r, dtype):
+        from ._tiled import tiled_sums
+
+        qx, ky = _score_factors(x, y, Q, K, beta) if factors is None else factors
+        vy = y if values is None else list(_apply(values, y))
+        w = qx.shape[2]
+        tiled_sums(qx, ky, vy, m, kcode, dtype, Z, Y, P, S if (scores or not expo) else None,
+                   threads=threads(),
+                   serial=_serial(M * N * H * (w + r)))
     elif d <= 3:
         qx, ky = _score_factors(x, y, Q, K, beta)
         w = qx.shape[2]
@@ -153,71 +192,34 @@ def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores):
         my = aligned_empty((3, N))
         my[:] = 0.0
         my[:d] = (m[:, None] * y).T
-        Y3 = Y if d == 3 else np.empty((H, M, 3))
+        Y3 = Y if (d == 3 and values is None) else np.empty((H, M, 3))
         with team(M * N * H):
             kn.direct3(qx3, ky3, my, aligned(m), kcode, scores, Z, Y3, P, S)
-        if d < 3:
+        if values is not None:  # Σ k W y = W Σ k y: at d ≤ 3 the full sums cost the same
+            Y[:] = np.matmul(Y3[:, :, :d], np.swapaxes(values, 1, 2))
+        elif d < 3:
             Y[:] = Y3[:, :, :d]
     else:
         qx, ky = _score_factors(x, y, Q, K, beta)
         w = qx.shape[2]
         qx = np.ascontiguousarray(qx)
-        if w + d < WIDE:
-            kyT = aligned(np.swapaxes(ky, 1, 2))
-            with team(M * N * H * (w + d) / 4):
+        kyT = aligned(np.swapaxes(ky, 1, 2))
+        with team(M * N * H * (w + r) / 4):
+            if values is None:
                 kn.direct_generic(qx, kyT, aligned(y.T), aligned(m), kcode, scores, Z, Y, P, S)
-        else:
-            _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S)
+            else:
+                for h in range(H):  # per head: its own values W_{V,h} y_j
+                    hs = slice(h, h + 1)
+                    kn.direct_generic(qx[hs], kyT[hs], aligned(values[h] @ y.T), aligned(m),
+                                      kcode, scores, Z[hs], Y[hs], P[hs], S[hs])
     Phi = (Z if expo else P) if potential else None
     return Z, Y, Phi, (S if scores else None)
 
 
-def _blas_sums(qx, ky, y, m, kcode, scores, Z, Y, P, S):
-    """Wide heads: score blocks ``(b, N)`` by BLAS, exponential + sums fused (numba), ``Y`` by BLAS.
+def tiled(k: int, d: int, r: int, dtype: str = "float64") -> bool:
+    """Whether :func:`_direct_sums` runs heads of these widths by tiles (BLAS GEMMs).
 
-    Blocks of about ``2^21`` doubles (16 MiB) stay in the last-level cache. With
-    ``threadpoolctl`` available, ``numba.get_num_threads()`` Python threads each
-    run whole blocks (BLAS limited to one thread, the GIL-free numba pass), so
-    one team of threads does everything; otherwise the blocks run in sequence
-    with BLAS's own threads and a serial element-wise pass (two thread teams
-    alternating on the same cores spin against each other).
+    Every float32 request; float64 heads of score width ``w = min(k, d)`` and value width
+    ``r`` with ``w + r ≥`` :data:`WIDE` (and ``d > 3``: the fused ``d ≤ 3`` kernel is faster).
     """
-    from . import _numba as kn
-
-    H, M, _ = qx.shape
-    N = y.shape[0]
-    B = max(1, min(M, (1 << 21) // N))
-    kyT = [np.ascontiguousarray(ky[h].T) for h in range(H)]
-    m = aligned(m)
-
-    def block(job: tuple[int, int], buf: np.ndarray) -> None:
-        h, i0 = job
-        i1 = min(M, i0 + B)
-        sc = buf[: i1 - i0]
-        np.matmul(qx[h, i0:i1], kyT[h], out=sc)
-        kn.exp_block(sc, m, kcode, scores, Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
-        np.matmul(sc, y, out=Y[h, i0:i1])
-
-    jobs = [(h, i0) for h in range(H) for i0 in range(0, M, B)]
-    nt = min(threads(), len(jobs))
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional
-        threadpool_limits = None
-    if nt <= 1 or threadpool_limits is None or _serial(M * N * H * qx.shape[2]):
-        buf = aligned_empty((B, N))
-        for job in jobs:
-            block(job, buf)
-        return
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
-    local = threading.local()
-
-    def run(job: tuple[int, int]) -> None:  # dynamic: a paused thread does not hold the rest
-        if not hasattr(local, "buf"):
-            local.buf = aligned_empty((B, N))
-        block(job, local.buf)
-
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nt) as ex:
-        list(ex.map(run, jobs))
+    return dtype == "float32" or (d > 3 and min(k, d) + r >= WIDE)

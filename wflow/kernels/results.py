@@ -37,6 +37,9 @@ class KernelInfo:
         Threads used.
     triples : int
         ``M · N · H``.
+    dtype : str
+        Precision of the scores and kernel values (``"float64"`` or ``"float32"``; the
+        sums are float64 in both).
     """
 
     backend: str
@@ -47,6 +50,7 @@ class KernelInfo:
     degree: tuple[int, ...] = ()
     threads: int = 1
     triples: int = 0
+    dtype: str = "float64"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain ``dict`` (JSON-ready with :func:`wflow.infra.io.to_jsonable`)."""
@@ -98,6 +102,7 @@ class KernelSums(_KernelSumsFields):
     ----------
     Z : (H, M) array
     Y : (H, M, d) array
+        ``(H, M, r)`` with value factors of rank ``r`` (``values=``).
     Phi : (H, M) array or None
         Only when ``potential=True``; for exponential kernels it is ``Z``.
     S : (H, M) array or None

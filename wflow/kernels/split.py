@@ -227,8 +227,14 @@ def _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, dev):
 
 
 # ------------------------------------------------------------------ evaluation
-def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores):
-    """Direct sums over all ranks' sources, the source blocks passed around a ring."""
+def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores, values=None,
+               dtype="float64"):
+    """Direct sums over all ranks' sources, the source blocks passed around a ring.
+
+    Each visiting block is summed by :func:`wflow.kernels.kernel_sums` (by tiles at a
+    model's width, in ``dtype``, values of rank ``r`` with ``values``); its float64 sums
+    (unshifted) are added to this rank's.
+    """
     from . import kernel_sums
 
     P, rank = comm.Get_size(), comm.Get_rank()
@@ -242,7 +248,7 @@ def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores):
     bm[:M] = m
     spec = get_kind(kind)
     Z = np.zeros((H, M))
-    Y = np.zeros((H, M, d))
+    Y = np.zeros((H, M, d if values is None else values.shape[1]))
     Phi = np.zeros((H, M)) if (potential and not spec.exponential) else None
     S = np.zeros((H, M)) if scores else None
     src = rank
@@ -250,7 +256,8 @@ def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores):
         cnt = counts[src]
         if cnt and M:
             s = kernel_sums(x, bx[:cnt], bm[:cnt], Q, K, beta=beta, kind=kind,
-                            potential=Phi is not None, scores=scores, backend=backend)
+                            potential=Phi is not None, scores=scores, backend=backend,
+                            values=values, dtype=dtype)
             Z += s.Z
             Y += s.Y
             if Phi is not None:
@@ -268,7 +275,8 @@ def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores):
 
 def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, comm: Any,
                beta: float, kind: str, potential: bool = False, scores: bool = False,
-               backend: str = "auto", tol: float | None = None):
+               backend: str = "auto", tol: float | None = None,
+               values: np.ndarray | None = None, dtype: str = "float64"):
     """:func:`wflow.kernels.kernel_sums` with targets = sources split over the ranks of ``comm``.
 
     Parameters
@@ -281,8 +289,9 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     Q, K : (H, k, d) arrays
         Heads (the same on every rank).
     comm : mpi4py communicator
-    beta, kind, potential, scores, backend, tol
-        As in :func:`wflow.kernels.kernel_sums`.
+    beta, kind, potential, scores, backend, tol, values, dtype
+        As in :func:`wflow.kernels.kernel_sums` (``dtype="float32"``: the ring of direct
+        sums, each block by tiles in float32).
 
     Returns
     -------
@@ -292,13 +301,22 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     """
     from . import DEFAULT_TOL, KernelInfo, KernelSums, raise_bound, threads
     from . import _fastsum as fs
-    from .validation import _scores_A, _validate
+    from .sums import err_float32
+    from .validation import (
+        _scores_A,
+        _validate,
+        _validate_dtype,
+        _validate_values,
+        max_rownorm,
+    )
 
     tol = DEFAULT_TOL if tol is None else tol
     x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
     P = comm.Get_size()
     M, d = x.shape
     H = Q.shape[0]
+    values = _validate_values(values, H, d)
+    dtype = _validate_dtype(dtype)
     counts = comm.allgather(M)
     n = int(sum(counts))
     offset = int(sum(counts[: comm.Get_rank()]))
@@ -307,19 +325,29 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     # the score bound and the distance of the targets from the sphere: one reduction
     bq = bk = 0.0
     if expo and n and H and spec.compiled and M:
-        from . import _numba as kn
-
-        bq, bk = kn.max_rownorm(Q, x), kn.max_rownorm(K, x)
+        bq, bk = max_rownorm(Q, x), max_rownorm(K, x)
     bq, bk, dev = _gmax_vec(comm, [bq, bk, float(np.max(np.abs(nx - 1.0))) if M else 0.0])
     if expo and n and H and spec.compiled:
         raise_bound(beta * bq * bk)
     triples = n * n * H
     err_direct = max(n, 1) * _EPS
     where = f"; split over {P} ranks"
+    if dtype == "float32":
+        if backend not in ("auto", "direct"):
+            raise ValueError(f"dtype: 'float32' runs the direct back-end by tiles; backend="
+                             f"{backend!r} is float64 only (use backend='auto' or 'direct')")
+        spec.require_compiled("dtype='float32'")
+        Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, "direct", potential, scores,
+                                  values, dtype)
+        return KernelSums(Z, Y, Phi, S, KernelInfo(
+            "direct", backend, "float32 requested: by tiles in float32" + where
+            + " (sources passed around a ring)", err_float32(beta * bq * bk, n), tol, (),
+            threads(), triples, "float32"))
     A = _scores_A(Q, K)
     plan, centres = _plan(comm, x, m, A, spec, H, beta, backend, tol, n, offset, float(dev))
     if plan.backend in ("numpy", "direct"):
-        Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, plan.backend, potential, scores)
+        Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, plan.backend, potential, scores,
+                                  values)
         return KernelSums(Z, Y, Phi, S, KernelInfo(
             plan.backend, backend, plan.reason + where + " (sources passed around a ring)",
             err_direct, tol, (), threads() if plan.backend == "direct" else 1, triples))
@@ -412,6 +440,8 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
         name = "fastsum+direct" if np.any(ok) else "direct"
     ests = [float(e) for e in err[ok]] + ([err_direct] if np.any(redo) else [])
     degs = tuple(int(L) if o else -1 for L, o in zip(degree, ok, strict=True))
+    if values is not None:  # Σ k W y = W Σ k y (d = 3: the full sums cost the same)
+        Y = np.matmul(Y, np.swapaxes(values, 1, 2))
     return KernelSums(Z, Y, Z if potential else None, S,
                       KernelInfo(name, backend, reason, float(max(ests)), tol, degs, threads(),
                                  triples))

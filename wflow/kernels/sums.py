@@ -6,19 +6,46 @@ Part of :mod:`wflow.kernels` (the face re-exports the public names).
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
-from .direct import _direct_sums, team, threads
+from .direct import WIDE, _direct_sums, _wide_factors, team, threads, tiled
 from .plan import plan_kernel
 from .reference import _numpy_sums
 from .results import KernelInfo, KernelSums
-from .validation import DEFAULT_TOL, _scores_A, _validate, raise_bound
+from .validation import (
+    DEFAULT_TOL,
+    _scores_A,
+    _validate,
+    _validate_dtype,
+    _validate_values,
+    max_rownorm,
+    raise_bound,
+)
 
 logger = logging.getLogger(__name__)
 
 
 _EPS = float(np.finfo(np.float64).eps)
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def err_float32(bound: float, n: int) -> float:
+    """A-priori relative error of float32 sums (``dtype="float32"``), per target.
+
+    Each weight ``m_j e^{s_ij - c_i}`` carries a relative error of about ``(|s| + 2) ε₃₂``
+    (the score rounded in float32: absolute ``|s| ε₃₂`` per rounding, ``√w`` of them
+    adding like a random walk, bounded here by ``|s| ≤ bound``; the exponential and the mass
+    ``2 ε₃₂``), and each value sum over a tile of :data:`~wflow.kernels._tiled.TN` sources
+    one of ``√TN ε₃₂``; with the float64 accumulation over tiles (``n ε₆₄``) the estimate is
+    ``(2 bound + 4 + √TN) ε₃₂ + n ε₆₄`` relative to ``Z_i`` (and to ``Z_i max|y|`` for ``Y``).
+    """
+    from ._tiled import TN
+
+    return (2.0 * bound + 4.0 + math.sqrt(TN)) * _EPS32 + max(n, 1) * _EPS
+
+
 def kernel_sums(
     x: np.ndarray,
     y: np.ndarray,
@@ -33,6 +60,8 @@ def kernel_sums(
     block: int | None = None,
     backend: str = "auto",
     tol: float = DEFAULT_TOL,
+    values: np.ndarray | None = None,
+    dtype: str = "float64",
 ) -> KernelSums:
     """Evaluate the nonlocal attention sums (module docstring) with the chosen back-end.
 
@@ -62,6 +91,18 @@ def kernel_sums(
     tol : float
         Relative tolerance of the fast summation (per target, relative to
         ``Z_i``); ignored by the direct back-ends (exact to round-off).
+    values : (H, r, d) array, optional
+        Value factors ``W_{V,h}`` of heads whose value has rank ``r``
+        (:meth:`wflow.attention.heads.Heads.value_factors`): then
+        ``Y_h(i) = Σ_j m_j k(s^h_ij) W_{V,h} y_j``, shape ``(H, M, r)``, accumulated at width
+        ``r`` (cost ``O(M N (w + r))`` per head). ``None``: ``W_{V,h} = I`` (today's sums).
+    dtype : {"float64", "float32"}
+        Precision of the scores, the kernel values and the GEMMs of each tile.
+        ``"float32"`` (the direct back-end by tiles, kinds with compiled kernels): scores
+        and exponentials in float32 with a stable log-sum-exp shift per target, the sums
+        accumulated in float64 (returned in float64); relative error about
+        :func:`err_float32` (``.info.err_est``). ``"numpy"`` and ``"fastsum"`` are float64
+        only.
 
     Returns
     -------
@@ -69,26 +110,40 @@ def kernel_sums(
         With ``.info`` (:class:`KernelInfo`).
     """
     x, y, m, Q, K, spec = _validate(x, y, m, Q, K, beta, kind, backend, tol)
-    H = Q.shape[0]
+    H, k, d = Q.shape
+    values = _validate_values(values, H, d)
+    dtype = _validate_dtype(dtype)
+    r = d if values is None else values.shape[1]
     M, N = x.shape[0], y.shape[0]
     expo = spec.exponential
     triples = M * N * H
     err_direct = max(N, 1) * _EPS
+    if dtype == "float32":
+        return _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol,
+                             values)
     if backend == "numpy" or not spec.compiled:
         why = "requested"
         if backend != "numpy":  # a kind without compiled kernels: NumPy under "auto" only
             why = plan_kernel(x, y, Q, K, beta=beta, kind=spec, backend=backend).reason
-        Z, Y, Phi, S = _numpy_sums(x, y, m, Q, K, beta, spec, potential, scores, block)
+        Z, Y, Phi, S = _numpy_sums(x, y, m, Q, K, beta, spec, potential, scores, block,
+                                   values)
         return KernelSums(Z, Y, Phi, S, KernelInfo("numpy", backend, why, err_direct,
                                                    tol, (), 1, triples))
-    if expo and M and N and H:
-        from . import _numba as kn
-
-        raise_bound(beta * kn.max_rownorm(Q, x) * kn.max_rownorm(K, y))
+    factors = None
+    if M and N and H and d > 3 and tiled(k, d, r):  # the guard from the tiles' own factors
+        factors, bound = _wide_factors(x, y, Q, K, beta)
+        if expo:
+            raise_bound(bound)
+    elif expo and M and N and H:
+        raise_bound(beta * max_rownorm(Q, x) * max_rownorm(K, y))
     plan = plan_kernel(x, y, Q, K, beta=beta, kind=kind, backend=backend, tol=tol, m=m)
     if plan.backend == "direct":
-        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores)
-        return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, plan.reason, err_direct,
+        Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores, values,
+                                    factors=factors)
+        reason = plan.reason
+        if tiled(k, d, r):
+            reason += f"; by tiles of BLAS GEMMs (score width + value width ≥ {WIDE})"
+        return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, reason, err_direct,
                                                    tol, (), threads(), triples))
     from . import _fastsum as fs
 
@@ -118,5 +173,30 @@ def kernel_sums(
     ests = [float(e) for e in res.err_est[res.ok]] + ([err_direct] if np.any(redo) else [])
     err = float(max(ests))
     Phi = Z if potential else None
+    if values is not None:  # Σ k W y = W Σ k y (d = 3: the full sums cost the same)
+        Y = np.matmul(Y, np.swapaxes(values, 1, 2))
     return KernelSums(Z, Y, Phi, S, KernelInfo(name, backend, reason, err, tol, degree,
                                                threads(), triples))
+
+
+def _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol, values):
+    """``dtype="float32"``: the direct sums by tiles (module :mod:`wflow.kernels._tiled`)."""
+    if backend not in ("auto", "direct"):
+        raise ValueError(f"dtype: 'float32' runs the direct back-end by tiles; backend="
+                         f"{backend!r} is float64 only (use backend='auto' or 'direct')")
+    spec.require_compiled("dtype='float32'")
+    H = Q.shape[0]
+    M, N = x.shape[0], y.shape[0]
+    bound = 0.0
+    factors = None
+    if M and N and H:
+        factors, bound = _wide_factors(x, y, Q, K, beta)
+        if spec.exponential:
+            raise_bound(bound)  # e^{c_i} of the final rescaling is float64
+    Z, Y, Phi, S = _direct_sums(x, y, m, Q, K, beta, spec, potential, scores, values,
+                                "float32", factors=factors)
+    reason = ("float32 requested: by tiles of SGEMMs, shifted exponential in float32, sums "
+              "in float64")
+    return KernelSums(Z, Y, Phi, S, KernelInfo("direct", backend, reason,
+                                               err_float32(bound, N), tol, (), threads(),
+                                               M * N * H, "float32"))

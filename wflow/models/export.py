@@ -4,6 +4,9 @@ Layer ``ℓ`` of a BERT encoder has, for every head ``h`` (rows ``h k … (h+1)k
 
     Q_h = W_Q[h] ∈ R^{k×d},   K_h = W_K[h] ∈ R^{k×d},   V_h = W_O[:, h] W_V[h] ∈ R^{d×d}
 
+and the heads keep the value at its rank ``k`` (``Heads(..., WV=W_V[h], WO=W_O[:, h])``, see
+:class:`~wflow.attention.heads.Heads`), so the kernel sums accumulate ``k``-vectors.
+
 and its score is ``<Q_h x, K_h y>/√k``. :func:`export_heads` returns these as
 :class:`~wflow.attention.heads.Heads` per layer and a
 :class:`~wflow.attention.schedules.Layers` schedule
@@ -24,7 +27,9 @@ Conventions
   norm of the layer inputs used for the basis) reproduces the model's score scale for
   tokens ``x = r x̂``.
 * **PCA projection** (``pca_dim = p``): with an orthonormal basis ``U ∈ R^{d×p}`` of the
-  layer inputs, ``Q' = Q U``, ``K' = K U``, ``V' = Uᵀ V U``, so for tokens in the span,
+  layer inputs, ``Q' = Q U``, ``K' = K U``, ``V' = Uᵀ V U`` (factors ``W_V U``, ``Uᵀ W_O``
+  while ``k < p``; a full ``V'`` when ``k ≥ p``, where the rank saves nothing), so for
+  tokens in the span,
   ``x = U x'``, the scores are exact: ``<Q' x', K' y'> = <Q x, K y>``, and ``V'`` is the
   value map followed by the orthogonal projection onto the span. ``U`` spans the top
   ``p`` eigenvectors of the *uncentred* second moment ``E[x xᵀ]`` of the inputs of the
@@ -57,7 +62,8 @@ class ExportedHeads:
     schedule : Layers
         ``qkv``-parametrised, one layer per exported encoder layer, length ``delta`` each.
     heads : tuple of Heads
-        The heads of each exported layer (``Q, K`` of shape ``(H, k, p)``, ``V`` ``(H, p, p)``).
+        The heads of each exported layer (``Q, K`` of shape ``(H, k, p)``, ``V`` ``(H, p, p)``;
+        values of rank ``k`` kept as factors when ``k < p``).
     layers : tuple of int
         Encoder layers exported, in order.
     beta : float
@@ -107,12 +113,16 @@ def layer_heads(encoder: BertEncoder, ell: int, *, fold: Literal["query", "beta"
     sl = lay.head_slices(cfg)
     Q = np.stack([scale * lay.Wq[s] for s in sl])
     K = np.stack([lay.Wk[s] for s in sl])
-    V = np.stack([lay.Wo[:, s] @ lay.Wv[s] for s in sl])
+    WV = np.stack([lay.Wv[s] for s in sl])  # (H, k, d)
+    WO = np.stack([lay.Wo[:, s] for s in sl])  # (H, d, k)
     if basis is not None:
         U = basis
-        Q, K = Q @ U, K @ U
-        V = np.einsum("dp,hde,eq->hpq", U, V, U)
-    return Heads(Q, K, V, np.full(len(sl), float(w)))
+        Q, K, WV = Q @ U, K @ U, WV @ U
+        WO = np.matmul(U.T, WO)
+    wts = np.full(len(sl), float(w))
+    if WV.shape[1] >= WV.shape[2]:  # rank k ≥ width p: the full value is cheaper
+        return Heads(Q, K, np.matmul(WO, WV), wts)
+    return Heads(Q, K, None, wts, WV=WV, WO=WO)
 
 
 def pca_basis(tokens: np.ndarray, p: int, *, center: bool = False) -> tuple[np.ndarray, float]:

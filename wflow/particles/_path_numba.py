@@ -47,8 +47,8 @@ __all__ = ["path_block", "published_frames_into"]
  I_SYMN) = range(12)
 N_IPAR = 12
 # float parameters (fpar)
-F_BETA, F_SIGN, F_VSIGN, F_KAPPA, F_OMEGA, F_ITOF = range(6)
-N_FPAR = 6
+F_BETA, F_SIGN, F_VSIGN, F_KAPPA, F_OMEGA, F_ITOF, F_2D = range(7)
+N_FPAR = 7
 # weight schedules
 W_STATIC, W_OU, W_OSC, W_RELAX_PUB, W_RELAX_TAB, W_LAYERS = range(6)
 # per-step integrands (the ``steps`` of simulate), in this order
@@ -889,12 +889,15 @@ def _mean_inner(xT, m):
 # --------------------------------------------------------------------------- the loop
 @njit(cache=True, error_model="numpy", nogil=True)
 def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, wbar, m,
-               A0, V0, Q0, K0, Vfix, wa, wb, wc, tab, thetas, noise,
+               A0, V0, Q0, K0, Vfix, wa, wb, wc, tab, thetas, noise, tnoise,
                X, TH, VEL, GM, CUR, ACC, STAT, STEPS, REC, REH, SX, STH):
     """Advance path ``p`` over the steps ``k0 → k1`` (state ``k0`` evaluated unless ``k0 = 0``).
 
     ``par``: parallel evaluations (one path); ``noise[p]``: this block's normals, one
-    ``(H, rows, d)`` draw per step with ``sig[k] ≠ 0`` in step order; ``tab``: relaxation
+    ``(H, rows, d)`` draw per step with ``sig[k] ≠ 0`` in step order; ``tnoise[p, k − k0]``:
+    the token normals ``ξ`` (``(D, npad)``) of step ``k`` when ``fpar[F_2D] = 2D > 0``
+    (token diffusion, projected Euler–Maruyama: ``x + h v + √(2Dh) P_x ξ``, normalised, as
+    :class:`wflow.particles.integrators.EulerMaruyama`); ``tab``: relaxation
     targets of this block's steps (row ``k − k0``; 5 stages). Writes ``STEPS[p, :, k]``,
     records ``REC/REH[p, recpos[k]]``, snapshots ``SX/STH[p, snappos[k]]``; on failure sets
     ``STAT[p]`` and stops.
@@ -917,6 +920,7 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
     kappa = fpar[F_KAPPA]
     omega = fpar[F_OMEGA]
     itof = fpar[F_ITOF]
+    two_d = fpar[F_2D]
     static = wkind == W_STATIC
     gsq = 1.0 if symn else 0.0
     # flags and indices as run-time values: a literal constant in a call would compile the
@@ -998,6 +1002,15 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
             for c in range(D):
                 for i in range(n):
                     ys[c, i] = x[c, i] + h * vel[c, i]
+            if two_d != 0.0:  # token diffusion: + √(2Dh) P_x ξ
+                xi_t = tnoise[p, kk]
+                sh = np.sqrt(two_d * h)
+                for i in range(n):
+                    dot = 0.0
+                    for c in range(d):
+                        dot += xi_t[c, i] * x[c, i]
+                    for c in range(d):
+                        ys[c, i] += sh * (xi_t[c, i] - dot * x[c, i])
             _normalize(ys, n, xn)
         else:
             if not static:

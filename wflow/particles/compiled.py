@@ -63,6 +63,7 @@ from ..kernels import (
 )
 from ..status import Status
 from .integrators import (
+    CODE_EM,
     CODE_EULER,
     CODE_RK4,
     INTEGRATORS,
@@ -71,6 +72,8 @@ from .integrators import (
     compiled_code,
     time_grid,
 )
+from .loop import unjudged_chain
+from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -162,10 +165,13 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     the fast summation at ``t = 0`` (large ``n`` on S²), and attention kinds without a
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`).
     """
+    integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) != CODE_EM:
+        return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
+                "(only 'em' has a compiled noisy step)")
     spec = get_kind(attn.kind)
     if not spec.compiled:
         return spec.not_compiled()
-    integ = INTEGRATORS.resolve(opts.integrator)
     if compiled_code(integ) is None:
         return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
                 "code (ParticleIntegrator.compiled_code)")
@@ -186,7 +192,7 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
 def _integrator_code(opts: ParticleOptions) -> int:
     """The compiled code of the run's integrator (checked by :func:`compiled_support`)."""
     code = compiled_code(INTEGRATORS.resolve(opts.integrator))
-    if code not in (CODE_EULER, CODE_RK4):
+    if code not in (CODE_EULER, CODE_RK4, CODE_EM):
         raise ValueError(f"particles.integrator: {opts.integrator!r} has no compiled code "
                          f"(got {code!r})")
     return code
@@ -281,6 +287,7 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     fpar[pn.F_KAPPA] = kappa
     fpar[pn.F_OMEGA] = omega
     fpar[pn.F_ITOF] = 0.125 if schedule.symmetric_noise else 0.25
+    fpar[pn.F_2D] = 2.0 * float(getattr(opts, "diffusion", 0.0))
     return _Program(ipar, fpar, wkind, A0, V0, Q0, K0, Vfix, wa, wb, wc, thetas, sig, jump)
 
 
@@ -396,6 +403,11 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     REH = np.full((P, K, H), np.nan)
     per_step = P * H * R * d * (1 + (5 if rk4 else 1) * (prog.wkind == pn.W_RELAX_TAB))
     block = int(min(_BLOCK_MAX, max(1, _BLOCK_BUDGET // max(per_step, 1))))
+    diffusion = float(getattr(opts, "diffusion", 0.0))
+    tokens = ([TokenNoise(opts.seed, n, d, path=p) for p in range(P)] if diffusion > 0
+              else None)
+    if tokens is not None:  # the token normals of a block of steps, within the budget
+        block = int(max(1, min(block, _BLOCK_BUDGET // (P * D * npad))))
     if snap:
         block = max(block, int(opts.record_every))
     nsnap = -(-block // int(opts.record_every)) + 1 if snap else 1
@@ -429,13 +441,19 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
                 draws = int(np.count_nonzero(prog.sig[k0:k1] != 0.0))
                 if draws:
                     noise = np.stack([rng.standard_normal((draws, H, R, d)) for rng in rngs])
+            tnoise = np.zeros((P, 1, 1, 1))
+            if tokens is not None:  # the keyed streams of simulate, rows padded (D, npad)
+                tnoise = np.zeros((P, k1 - k0, D, npad))
+                for p in range(P):
+                    for k in range(k0, k1):
+                        tnoise[p, k - k0, :d, :n] = tokens[p].at(k).normals(0).T
             tab = np.zeros((1, 5, H, R, d))
             if prog.wkind == pn.W_RELAX_TAB:
                 tab = _target_table(schedule, grid, k0, k1, rk4, (H, R, d))
             args = (k0, k1, prog.ipar, prog.fpar, grid, recpos, snappos, prog.sig, prog.jump, w,
                     wbar, m, prog.A0, prog.V0, prog.Q0, prog.K0, prog.Vfix, prog.wa, prog.wb,
-                    prog.wc, tab, prog.thetas, noise, X, TH, VEL, GM, CUR, ACC, STAT, STEPS, REC,
-                    REH, SX, STH)
+                    prog.wc, tab, prog.thetas, noise, tnoise, X, TH, VEL, GM, CUR, ACC, STAT,
+                    STEPS, REC, REH, SX, STH)
             if P == 1:
                 t_block = time.perf_counter()
                 if STAT[0, 0] == pn.FAIL_NONE:
@@ -510,6 +528,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
         add_simpson(balance, grid, steps, p, sign=sign, schedule=schedule)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
+    status, message, checks = unjudged_chain(status, message, checks, opts)
     klog = KernelLog()
     klog.add(KernelInfo("direct", opts.kernel_backend,
                         "compiled particle path: fused direct sums, pairs once for symmetric "

@@ -7,7 +7,13 @@ declares its ``order()`` and how the weights are advanced alongside):
   (the literature's scheme, order 1);
 * ``"rk4"`` — classical RK4 for the radially extended field ``F(x) = v(x/|x|)``
   (tangent, so ``|x|`` is a first integral) with normalised stages and a final
-  projection, order 4.
+  projection, order 4;
+* ``"em"`` — projected Euler–Maruyama for token diffusion ``D > 0`` (THEORY §8), weak
+  order 1 (:class:`EulerMaruyama`; ``D = 0``: ``"euler"``);
+* ``"strang"`` — Strang splitting ``B_{h/2} ∘ Φ^{RK4}_h ∘ B_{h/2}`` with exact Brownian
+  increments on ``S^{d−1}`` from the heat kernel, weak order 2 (:class:`StrangHeat`;
+  ``D = 0``: ``"rk4"``'s step). Their noise comes from keyed streams
+  (:mod:`wflow.particles.noise`).
 
 A user's integrator is a :class:`ParticleIntegrator` subclass with ``name``, ``order()``
 and ``step``: its object runs as it is (``ParticleOptions(integrator=Midpoint())``), and
@@ -47,10 +53,14 @@ __all__ = [
     "INTEGRATORS",
     "CODE_EULER",
     "CODE_RK4",
+    "CODE_EM",
     "ParticleIntegrator",
     "compiled_code",
     "Euler",
     "RK4",
+    "StochasticIntegrator",
+    "EulerMaruyama",
+    "StrangHeat",
     "time_grid",
 ]
 
@@ -149,6 +159,10 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
 CODE_EULER = 0
 #: Compiled code of RK4 with normalised stages (``I_RK4 = 1``; weights by RK4 half steps).
 CODE_RK4 = 1
+#: Compiled code of projected Euler–Maruyama (the Euler step plus the token noise).
+CODE_EM = 2
+
+
 class ParticleIntegrator(Method):
     """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
 
@@ -174,6 +188,13 @@ class ParticleIntegrator(Method):
     def order(self) -> int:
         """Order of accuracy in time (checked by a fitted-order test)."""
         raise NotImplementedError
+
+    def stages(self) -> int:
+        """Evaluations of the field per step (the cost estimate's work per step).
+
+        The default, 1, is a one-stage method's; a multi-stage integrator overrides it.
+        """
+        return 1
 
     def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
@@ -225,8 +246,101 @@ class RK4(ParticleIntegrator):
     def order(self) -> int:  # noqa: D102
         return 4
 
+    def stages(self) -> int:  # noqa: D102
+        return 4
+
     def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
              theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
              schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
         return _rk4_step(x, h, k1, heads, theta, theta_mid, theta_new, schedule, attn, flow,
                          kernel)
+
+
+# ------------------------------------------------------------------ stochastic integrators
+class StochasticIntegrator(ParticleIntegrator):
+    r"""A token integrator of the noisy model ``dx = v dt + √(2D) P_x ∘ dW`` (THEORY §8).
+
+    ``order()`` is the **weak** order (``|E g(x_T) − E g(x^h_T)| = O(h^q)`` for smooth
+    ``g``). :meth:`noisy_step` takes the step's keyed noise
+    (:class:`wflow.particles.noise.StepNoise`) and the diffusivity ``D``; :meth:`step`
+    (the noiseless step) is the ``D = 0`` scheme. ``draws`` is the number of independent
+    keyed draws per step.
+    """
+
+    stochastic = True
+    draws: int = 1
+
+    def noisy_step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,
+                   theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
+                   schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel, *,
+                   diffusion: float, noise) -> np.ndarray:
+        """Tokens after one step with token diffusion ``diffusion`` and the step's ``noise``."""
+        raise NotImplementedError
+
+
+@INTEGRATORS.register
+class EulerMaruyama(StochasticIntegrator):
+    r"""Projected Euler–Maruyama, weak order 1 (THEORY §8).
+
+    ``x ← (x + h v + √(2Dh) P_x ξ) / |…|``, ``ξ ~ N(0, I_d)``: the normalisation carries
+    the Itô drift ``−D(d−1) x``. ``D = 0`` is :class:`Euler` bit for bit; the weights take
+    the same Euler step.
+    """
+
+    name = "em"
+    weights = "euler"
+    draws = 1
+    compiled_code = CODE_EM
+
+    #: the noiseless step (``D = 0``) is explicit Euler's, the same function
+    step = Euler.step
+
+    def order(self) -> int:  # noqa: D102
+        return 1
+
+    def noisy_step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
+                   theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
+                   schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel, *,
+                   diffusion: float, noise) -> np.ndarray:
+        xi = noise.normals(0)
+        xi -= np.sum(xi * x, axis=1)[:, None] * x  # P_x ξ
+        return normalize(x + h * k1 + np.sqrt(2.0 * diffusion * h) * xi)
+
+
+@INTEGRATORS.register
+class StrangHeat(StochasticIntegrator):
+    r"""Strang splitting ``B_{h/2} ∘ Φ_h ∘ B_{h/2}``, weak order 2 (THEORY §8).
+
+    ``Φ_h`` is the deterministic RK4 step (:class:`RK4`, normalised stages); ``B_{h/2}`` is
+    an **exact** Brownian increment on ``S^{d−1}`` over ``h/2`` with generator ``D Δ_S``,
+    sampled from the heat kernel (:class:`wflow.particles.noise.HeatAngle`: rejection
+    with a squeeze from a rigorous envelope, any ``d``). The two half increments are
+    independent keyed draws. Cost: one more field evaluation per step than RK4 (the
+    first stage at ``B_{h/2}(x)``). ``D = 0`` is :class:`RK4`'s step (with the first
+    stage evaluated again).
+    """
+
+    name = "strang"
+    weights = "rk4"
+    draws = 2
+
+    #: the noiseless step (``D = 0``) is RK4's, the same function
+    step = RK4.step
+
+    def order(self) -> int:  # noqa: D102
+        return 2
+
+    def stages(self) -> int:
+        """Field evaluations per step: RK4's four from ``B_{h/2}(x)`` and the state's."""
+        return 5
+
+    def noisy_step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
+                   theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
+                   schedule: Schedule, attn: Attention, flow: str, kernel: _Kernel, *,
+                   diffusion: float, noise) -> np.ndarray:
+        s = 0.5 * diffusion * h
+        y = noise.heat(x, s, 0)
+        k1y = _velocity(kernel.evaluate(y, heads, attn), flow)
+        y = _rk4_step(y, h, k1y, heads, theta, theta_mid, theta_new, schedule, attn, flow,
+                      kernel)
+        return noise.heat(y, s, 1)

@@ -14,24 +14,62 @@ import numpy as np
 
 from ..attention.heads import Attention
 from ..attention.schedules import Schedule
-from .integrators import INTEGRATORS, time_grid
+from ..infra.schema import ScenarioError
+from ..status import Status
+from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, time_grid
+from .noise import TokenNoise
 from .result import ParticleState
 
-__all__ = ["time_loop"]
+__all__ = ["time_loop", "check_noisy", "unjudged_chain"]
+
+
+def unjudged_chain(status: Status, message: str, checks: dict,
+                   opts) -> tuple[Status, str, dict]:
+    """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
+
+    ``dE/dt = power`` is not the energy balance of noisy tokens (that one has the tokens'
+    Itô terms and a martingale, issue 40 item 5); with ``opts.diffusion = 0`` the verdict is
+    returned unchanged.
+    """
+    if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
+        return status, message, checks
+    checks = {**checks, "chain": {**checks["chain"], "judged": False,
+                                  "reason": "token diffusion D > 0: the noiseless chain "
+                                            "rule does not apply"}}
+    if status == Status.INACCURATE:
+        status, message = Status.SUCCESS, ""
+    return status, message, checks
+
+
+def check_noisy(integ: ParticleIntegrator) -> None:
+    """Refuse token diffusion ``D > 0`` with a deterministic integrator."""
+    if not isinstance(integ, StochasticIntegrator):
+        stoch = [k for k, v in INTEGRATORS.items() if isinstance(v, StochasticIntegrator)]
+        raise ScenarioError(f"particles.integrator: {integ.name!r} is deterministic; token "
+                         f"diffusion D > 0 needs a stochastic integrator ({stoch})")
 
 
 def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
               integrator: str, flow: str, rng: np.random.Generator | None, kernel,
-              terms: Callable, finite: Callable[[np.ndarray], bool]) -> Iterator[ParticleState]:
+              terms: Callable, finite: Callable[[np.ndarray], bool], diffusion: float = 0.0,
+              noise: TokenNoise | None = None) -> Iterator[ParticleState]:
     """The time loop of :func:`~wflow.particles.iterate` and of the split loop.
 
     ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
     state; ``kernel`` evaluates the integrators' stages; ``finite(x)``: every token finite.
+    ``diffusion > 0``: token diffusion (THEORY §8) by a stochastic integrator's
+    ``noisy_step`` with the keyed noise ``noise.at(k)`` of step ``k`` (the tokens ``x`` are
+    the rows ``noise`` was made for); ``0``: the noiseless loop, bit for bit.
     """
     grid = time_grid(T, dt, schedule.jump_times)
     # weights take the tokens' explicit Euler step under the Euler integrator (the
     # published scheme), RK4 half steps under RK4 (4th-order midpoint)
     integ = INTEGRATORS.resolve(integrator)
+    noisy = diffusion > 0.0
+    if noisy:
+        check_noisy(integ)
+        if noise is None:
+            raise ScenarioError("particles.diffusion: D > 0 needs the token noise streams")
     weights = integ.weights
     theta = schedule.initial_theta()
     heads, fe, vel, tm = terms(x, 0.0, theta, None)
@@ -48,8 +86,13 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
         if schedule.stochastic:
             dnoise = theta_new - theta - h * schedule.drift(theta, t)
         yield ParticleState(t, x, theta, heads, fe, vel, tm, dnoise, pre_jump)
-        x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
-                           flow, kernel)
+        if noisy:
+            x_new = integ.noisy_step(x, h, vel, heads, theta, theta_mid, theta_new, schedule,
+                                     attn, flow, kernel, diffusion=diffusion,
+                                     noise=noise.at(k))
+        else:
+            x_new = integ.step(x, h, vel, heads, theta, theta_mid, theta_new, schedule, attn,
+                               flow, kernel)
         x, theta = x_new, theta_new
         t_new = float(grid[k + 1])
         heads, fe, vel, tm = terms(x, t_new, theta, heads if schedule.static else None)

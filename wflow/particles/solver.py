@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..attention.diffusion import check_diffusion
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule, as_schedule
 from ..diagnostics import (
@@ -50,7 +51,8 @@ from ..kernels import KernelLog
 from ..status import Status
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
-from .loop import time_loop
+from .loop import check_noisy, time_loop, unjudged_chain
+from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
@@ -65,13 +67,16 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             integrator: str = "rk4", flow: str = "transformer",
             rng: np.random.Generator | None = None, kernel_backend: str = "auto",
             kernel_tol: float = 1e-10,
-            kernel_log: KernelLog | None = None) -> Iterator[ParticleState]:
+            kernel_log: KernelLog | None = None, diffusion: float = 0.0, seed: int = 0,
+            path: int = 0) -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
     the balance integrands; at a jump time of the weights the state is the one after the
     jump and ``pre_jump`` holds the integrands at ``θ⁻``. ``kernel_*`` select the
     attention-sum back-end (:func:`wflow.kernels.kernel_sums`) and log its choices.
+    ``diffusion``: token diffusion ``D`` (THEORY §8; a stochastic integrator), its noise
+    keyed by ``(seed, path, token block, step)`` (:class:`wflow.particles.noise.TokenNoise`).
     """
     kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
     x = check_on_sphere(x0, name="tokens")
@@ -81,9 +86,12 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
         return _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
 
+    diffusion = check_diffusion(diffusion, "particles.diffusion")
+    noise = TokenNoise(seed, n, x.shape[1], path=path) if diffusion > 0 else None
     return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
                      rng=rng, kernel=kernel, terms=terms,
-                     finite=lambda x: bool(np.all(np.isfinite(x))))
+                     finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
+                     noise=noise)
 
 
 class _PathRun(NamedTuple):
@@ -193,6 +201,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
+    if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
+        check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
     if comm is not None and comm.Get_size() > 1:
         return _simulate_split(x0, schedule, attn, opts, comm)
     if opts.engine != "python":  # the compiled time loop (wflow.particles.compiled)
@@ -229,7 +239,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     try:
         for p in range(P):
             runs.append(_serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
-                                     grid, rec_idx, bar))
+                                     grid, rec_idx, bar, path=p))
     except FloatingPointError as exc:
         status, message = Status.FAILED, str(exc)
         logger.error("particle run failed: %s", exc)
@@ -256,7 +266,7 @@ def _setup(schedule: Schedule, opts: ParticleOptions):
 
 def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
                  rng: np.random.Generator, klog: KernelLog, m: np.ndarray, S: int, sign: int,
-                 grid: np.ndarray, rec_idx: np.ndarray, bar) -> _PathRun:
+                 grid: np.ndarray, rec_idx: np.ndarray, bar, path: int = 0) -> _PathRun:
     """One path of the whole system in this process (the step-by-step Python loop)."""
 
     def mart(prev: ParticleState) -> float:
@@ -267,7 +277,8 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
     idx = _kept_tokens(x0.shape[0], opts)
     states = iterate(x0, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
                      flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
-                     kernel_tol=opts.kernel_tol, kernel_log=klog)
+                     kernel_tol=opts.kernel_tol, kernel_log=klog,
+                     diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path)
     return _run_path(
         states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
         record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
@@ -301,6 +312,7 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
+    status, message, checks = unjudged_chain(status, message, checks, opts)
     save = opts.save_trajectory
     res = ParticleResult(
         status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
@@ -338,7 +350,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
         try:
             for p in range(rank, P, size):
                 mine[p] = _serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
-                                       grid, rec_idx, bar)
+                                       grid, rec_idx, bar, path=p)
         except FloatingPointError as exc:
             err = str(exc)
         finally:
@@ -382,8 +394,13 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
                 return x[sel]
         bar = progress_bar(S, opts.progress, desc="particles", rank=rank)
         try:
-            states = sp.iterate_split(x_loc, schedule, attn, kernel=kernel, T=opts.T, dt=opts.dt,
-                                      integrator=opts.integrator, flow=opts.flow, rng=rngs[0])
+            if opts.diffusion > 0:  # token noise keyed by global token block, not by rank
+                states = _iterate_split_noisy(x_loc, first, n, schedule, attn, kernel, opts,
+                                              rngs[0], comm)
+            else:
+                states = sp.iterate_split(x_loc, schedule, attn, kernel=kernel, T=opts.T,
+                                          dt=opts.dt, integrator=opts.integrator,
+                                          flow=opts.flow, rng=rngs[0])
             run = _run_path(
                 states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule,
                 opts=opts,
@@ -407,3 +424,29 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
              "mpi": {"ranks": size, "mode": mode}}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
                      extra)
+
+
+def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedule,
+                         attn: Attention, kernel: Any, opts: ParticleOptions,
+                         rng: np.random.Generator, comm: Any) -> Iterator[ParticleState]:
+    """:func:`wflow.particles.split.iterate_split` with token diffusion (collective).
+
+    This rank's tokens ``[first, first + len(x_loc))`` draw the rows of the keyed streams
+    of the global token blocks (:class:`~wflow.particles.noise.TokenNoise`), so every
+    token gets the serial run's noise whatever the number of ranks.
+    """
+    from . import split as sp
+
+    x = check_on_sphere(x_loc, name="tokens") if x_loc.shape[0] else \
+        np.asarray(x_loc, dtype=np.float64)
+    m = np.full(x.shape[0], 1.0 / n)
+    noise = TokenNoise(opts.seed, n, x_loc.shape[1], first=first, count=x.shape[0])
+
+    def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        return sp._state_terms_split(x, m, t, theta, schedule, attn, opts.flow, kernel, heads)
+
+    return time_loop(x, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
+                     flow=opts.flow, rng=rng, kernel=kernel, terms=terms,
+                     finite=lambda x: bool(sp._gmin(comm, float(bool(np.all(np.isfinite(x)))))),
+                     diffusion=opts.diffusion, noise=noise)
+

@@ -11,14 +11,17 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.pde.integrators` — the registered SSP time integrators
   (:data:`TIME_INTEGRATORS`, each declaring ``order()``);
 * :mod:`~wflow.pde.velocity` — nonlocal (transformer / surrogate) or prescribed velocity;
-* :mod:`~wflow.pde.solver` — :func:`iterate_pde` (generator), :func:`solve_pde` and
-  :class:`PDEResult`;
+* :mod:`~wflow.pde.diffusion` — token diffusion ``D Δ_S ρ`` (two-point fluxes,
+  Crank–Nicolson through PETSc, Strang splitting with the drift; :class:`TokenDiffusion`);
+* :mod:`~wflow.pde.solver` — :func:`iterate_pde` (generator) and :func:`solve_pde`;
+* :mod:`~wflow.pde.result` — :class:`PDEResult`;
 
 Initial densities live in :mod:`wflow.geometry.density` (shared with the JKO scheme and the main
 job); :func:`initial_density` and :func:`density_spec_from_scenario` are re-exported here.
 """
 
 from ..geometry.density import DENSITY_SPEC, density_spec_from_scenario, initial_density
+from .diffusion import TokenDiffusion
 from .options import (
     LIMITERS,
     PDE_SCHEMA,
@@ -45,4 +48,5 @@ __all__ = [
     "PDE_SCHEMA",
     "PDE_SPEC",
     "DENSITY_SPEC",
+    "TokenDiffusion",
 ]

@@ -2,7 +2,8 @@
 
 Every integrator is a convex combination of positivity-checked forward-Euler stages
 (Shu–Osher form, docs/theory.md §2), so a step keeps ``m_K >= 0`` whenever each of its
-Euler stages does. An integrator declares its ``order()`` and ``stages`` and combines
+Euler stages does. An integrator declares its ``order()`` and ``nodes`` (``stages()`` of
+them) and combines
 the stages in :meth:`TimeIntegrator.step`; :data:`TIME_INTEGRATORS` is the only list of
 them (the ``[pde] time_integrator`` choices derive from it), and an unregistered
 :class:`TimeIntegrator` object is accepted wherever a name is.
@@ -30,19 +31,20 @@ class TimeIntegrator(Method):
     ----------
     name : str
         The name in ``PDEOptions.time_integrator`` / ``[pde] time_integrator``.
-    stages : int
-        Right-hand-side evaluations per step.
     nodes : tuple of float
         The stage times ``c`` (fractions of ``Δt``) the method evaluates at, in order.
     """
 
     name: str = ""
-    stages: int = 0
     nodes: tuple[float, ...] = ()
 
     def order(self) -> int:
         """Order of accuracy in time."""
         raise NotImplementedError
+
+    def stages(self) -> int:
+        """Right-hand-side evaluations per step: one per node (the cost estimate's work)."""
+        return len(self.nodes)
 
     def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:
         """One step from ``m0`` (``None`` if a stage broke the positivity bound)."""
@@ -60,7 +62,6 @@ class Euler(TimeIntegrator):
     """Forward Euler (order 1)."""
 
     name = "euler"
-    stages = 1
     nodes = (0.0,)
 
     def order(self) -> int:  # noqa: D102
@@ -75,7 +76,6 @@ class SSPRK2(TimeIntegrator):
     """Heun's SSP-RK2: ``m¹ = E(m⁰)``, ``m⁺ = ½m⁰ + ½E(m¹)`` (order 2)."""
 
     name = "ssprk2"
-    stages = 2
     nodes = (0.0, 1.0)
 
     def order(self) -> int:  # noqa: D102
@@ -96,7 +96,6 @@ class SSPRK3(TimeIntegrator):
     """Shu–Osher SSP-RK3: ``m² = ¾m⁰ + ¼E(m¹)``, ``m⁺ = ⅓m⁰ + ⅔E(m²)`` (order 3)."""
 
     name = "ssprk3"
-    stages = 3
     nodes = (0.0, 1.0, 0.5)
 
     def order(self) -> int:  # noqa: D102

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..attention.diffusion import check_diffusion
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -27,6 +28,8 @@ __all__ = [
     "PDE_SCHEMA",
     "PDE_SPEC",
     "pde_options_from_dict",
+    "PDETable",
+    "pde_table_from_dict",
 ]
 
 
@@ -105,6 +108,11 @@ class PDEOptions:
         check=choice(*BACKENDS)))
     kernel_tol: float = field(default=1e-10, metadata=opt(
         "Relative tolerance of the fast summation.", check=number(0, strict_lo=True)))
+    diffusion: float = field(default=0.0, metadata=opt(
+        "Token diffusion ``D >= 0`` (:mod:`wflow.attention.diffusion`): the term ``D Δ_S ρ`` "
+        "by two-point fluxes, Crank–Nicolson half-steps around the drift step (Strang, "
+        ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.",
+        check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
 
     def __post_init__(self) -> None:
         validate(self)
@@ -134,3 +142,16 @@ def pde_options_from_dict(d: Mapping[str, Any] | None, *, seed: int = 0
     vals = take(d or {}, PDE_SCHEMA, "pde")
     mesh = vals.pop("mesh")
     return mesh, PDEOptions(**vals, seed=seed)
+
+
+@dataclass(frozen=True)
+class PDETable:
+    """The ``[pde]`` table of a scenario, validated once: the mesh spec and the options."""
+
+    mesh: str
+    options: PDEOptions
+
+
+def pde_table_from_dict(d: Mapping[str, Any] | None, *, seed: int = 0) -> PDETable:
+    """Validate a ``[pde]`` table into a :class:`PDETable` (:func:`pde_options_from_dict`)."""
+    return PDETable(*pde_options_from_dict(d, seed=seed))

@@ -25,6 +25,10 @@ mean inner product and a cluster count (connected components of the cell graph
 restricted to ``{ρ >= cluster_level · max ρ}`` holding at least
 ``cluster_min_mass`` of the mass).
 
+Token diffusion (``options.diffusion = D > 0``): ``∂_t ρ + div_S(ρ v) = D Δ_S ρ`` by the
+Strang step and the free-energy balance of :class:`wflow.pde.diffusion.StrangSplitting`;
+``D = 0`` runs the noiseless code path, bit for bit.
+
 Parallel: run the same code under ``mpirun -n P``. DOLFINx distributes the mesh
 (``GhostMode.shared_facet``); each rank computes the fluxes of its facets; the
 nonlocal sums need every cell mass, so masses (and order-2 slopes) are
@@ -41,7 +45,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -62,12 +66,14 @@ from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
-from ..results import SolverResult, finish_history
+from ..results import finish_history
 from ..status import Check, Status, balance_order, judge_steps
+from .diffusion import StrangSplitting
 from .fv import _FV, _allmin, _allsum
 from .integrators import TIME_INTEGRATORS
 from .limiters import check_applicable
 from .options import PDEOptions
+from .result import PDEResult
 from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
 
 __all__ = [
@@ -148,6 +154,8 @@ class _Run:
         self.rhs_time = 0.0
         self.min_bound = math.inf
         self.umax = 0.0
+        # token diffusion (Strang splitting, wflow.pde.diffusion); None: today's solver
+        self.strang = StrangSplitting(self) if opts.diffusion > 0 else None
 
     # ------------------------------------------------------------------ cell-level terms
     def measure(self, m_glob: np.ndarray, t: float, theta: np.ndarray
@@ -178,6 +186,11 @@ class _Run:
         terms = {"E": float(tot[0]), "dEdt_w": float(tot[1]), "power": float(tot[2]),
                  "slope2": float(tot[3]), "speed2": float(tot[4]), "G2": float(tot[5]),
                  "ito": float(ito), "E_h": np.asarray(tot[6:])}
+        if self.strang is not None:
+            ft = self.strang.free_terms(m_glob, heads, fe, terms["E"])
+            ft["power_drift"] = terms["power"]
+            terms.update(ft)
+            terms["power"] = ft["power_drift"] + ft["power_diffusion"]
         self.measure_time += time.perf_counter() - t0
         return heads, fe, terms
 
@@ -316,10 +329,14 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             yield pending
             raise _MaxSteps(f"max_steps = {opts.max_steps} reached at t = {t:.6g} < T")
         t_stop = stops[istop]
-        bound = fv.bound(m_glob[fv.orig_owned], out)
-        dt = min(opts.dt, opts.cfl * bound, t_stop - t)
-        if t_stop - t - dt <= tol:
-            dt = t_stop - t
+        if run.strang is not None and run.strang.next_dt is not None \
+                and run.strang.next_dt[0] == t:
+            dt = run.strang.next_dt[1]  # Strang: predicted at the end of the last step
+        else:
+            bound = fv.bound(m_glob[fv.orig_owned], out)
+            dt = min(opts.dt, opts.cfl * bound, t_stop - t)
+            if t_stop - t - dt <= tol:
+                dt = t_stop - t
         while True:
             if dt < opts.min_dt:
                 raise FloatingPointError(
@@ -329,7 +346,10 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
                 th_mid, th_new = schedule.advance(theta, t, dt, rng)
             else:
                 th_mid = th_new = None
-            m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
+            if run.strang is None:
+                m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
+            else:
+                m_new, bmin = run.strang.step(m_glob, t, dt, (theta, th_mid, th_new))
             run.min_bound = min(run.min_bound, bmin)
             if m_new is not None:
                 break
@@ -359,75 +379,14 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
         if landed:
             istop += 1
         if istop < len(stops):
-            net, out = run.stage_rates(m_glob, t, theta)
+            if run.strang is None:
+                net, out = run.stage_rates(m_glob, t, theta)
+            else:
+                run.strang.predict(m_glob, t, theta, stops[istop], bmin, tol)
 
 
 class _MaxSteps(RuntimeError):
     pass
-
-
-# =============================================================================== result
-@dataclass(frozen=True)
-class PDEResult(SolverResult):
-    """Result of :func:`solve_pde` (the fields of :class:`~wflow.results.SolverResult`, and).
-
-    Attributes
-    ----------
-    status : Status
-        ``SUCCESS``; ``INACCURATE`` (finite, mass conserved, positive, but the
-        chain-rule residual exceeds its tolerance, see :mod:`wflow.status`);
-        ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, broken
-        conservation or positivity). ``message`` says why.
-    message : str
-    options : PDEOptions
-    order : int
-        Order in ``dt`` of the time integrator (the space order is ``options.order``).
-    t : (S,) array
-        Output times reached.
-    rho : (S, M) array
-        Cell densities at the output times (mesh's original cell order).
-    mass : (S,) array
-        ``Σ_K ρ_K |K|`` at the output times.
-    history : dict of arrays
-        Diagnostics at the output times (``(S,)`` scalars, ``(S, H)`` per head).
-    steps : dict of arrays
-        Per accepted step: ``t``, ``dt`` and (with ``balance``) the energy integrands.
-    balance : dict
-        Final balance terms and residuals (``chain``, ``edi``, ``g2``; see
-        :class:`~wflow.diagnostics.BalanceAccumulator`).
-    centroids, areas : arrays
-        Flat centroids ``(M, 3)`` and areas ``(M,)`` of the cells (original order).
-    stats : dict
-        Steps, rejected steps, velocity evaluations, timings, positivity and mass errors.
-    sign : int
-        ``+1`` ascent / ``−1`` descent for value-aligned symmetric heads, else 0.
-    checks : dict
-        Accuracy checks behind the status (``"chain"``, see
-        :func:`wflow.status.chain_check`); empty without the running balance.
-    """
-
-    t: np.ndarray
-    rho: np.ndarray
-    mass: np.ndarray
-    steps: dict[str, np.ndarray]
-    balance: dict[str, float]
-    centroids: np.ndarray
-    areas: np.ndarray
-    sign: int = 0
-
-    @property
-    def masses(self) -> np.ndarray:
-        """Cell masses ``ρ_K |K|`` at the output times, ``(S, M)``."""
-        return self.rho * self.areas[None, :]
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (final diagnostics, balance, stats)."""
-        final = {k: np.asarray(v[-1]).tolist() for k, v in self.history.items() if len(v)}
-        return {"status": self.status, "message": self.message,
-                "options": {k: getattr(self.options, k) for k in self.options.__dataclass_fields__},
-                "integrator": self.options.integrator, "t_final": float(self.t[-1]),
-                "final": final, "balance": self.balance, "checks": self.checks,
-                "stats": self.stats, "sign": self.sign}
 
 
 def _clusters(rho: np.ndarray, m: np.ndarray, nbr: np.ndarray, level: float,
@@ -500,8 +459,11 @@ def _record(rows: dict[str, list], run: _Run, st: PDEState, acc: BalanceAccumula
         res = acc.residuals()
         # the EDI forms need a gradient-flow direction: not applicable (not recorded, never
         # NaN) for heads that are not value-aligned and symmetric (sign 0)
-        for key in ("chain", "edi", "g2") if acc.sign else ("chain",):
+        # with token diffusion the free-energy EDI replaces the EDI forms of E
+        for key in ("chain", "edi", "g2") if acc.sign and run.strang is None else ("chain",):
             put(f"balance_{key}", res[key])
+    if run.strang is not None:
+        run.strang.record(put, terms, acc)
     if opts.head_rates:
         hr = head_rates(fv.chat_owned, mo, fe, heads)
         put("dEh_dt", np.asarray(_allsum(comm, hr.total)))
@@ -600,6 +562,9 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
             if st.integrands is not None and measure:
                 for key in ("E", "dEdt_w", "power", "slope2", "speed2", "G2", "ito"):
                     steps.setdefault(key, []).append(st.integrands[key])
+                if run.strang is not None:
+                    for key in ("free_energy", "free_dissipation", "power_diffusion"):
+                        steps.setdefault(key, []).append(st.integrands[key])
                 if acc is None:
                     acc = BalanceAccumulator(sign=sign, E0=st.integrands["E"])
                 else:
@@ -613,6 +578,9 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
                     acc.step(st.t - prev.t, prev.integrands, st.integrands,
                              pre_jump=st.pre_jump, martingale=mart,
                              stochastic=schedule is not None and schedule.stochastic)
+                    if run.strang is not None:
+                        run.strang.free_step(st.t - prev.t, prev.integrands,
+                                             st.pre_jump or st.integrands)
             if st.is_save and (not rows or st.t > rows["t"][-1]):
                 _record(rows, run, st, acc)
                 rhos.append(st.rho.copy())
@@ -652,9 +620,13 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
         "edge_quadrature_points": fv.q,
         "kernel": run.vel.log.summary() if isinstance(run.vel, _Nonlocal) else None,
     }
+    if run.strang is not None:  # token diffusion: the Strang / Crank–Nicolson counters
+        stats.update(run.strang.stats())
     bal = acc.residuals() if acc is not None else {}
-    if sign == 0:  # EDI not applicable: absent, not NaN
+    if sign == 0 or run.strang is not None:  # EDI of E not applicable: absent, not NaN
         bal = {k: v for k, v in bal.items() if k not in ("edi", "g2")}
+    if run.strang is not None and acc is not None:
+        bal.update(run.strang.free_residuals(acc))
     steps_arr = {k: np.asarray(v) for k, v in steps.items()}
     checks: dict[str, Any] = {}
     if acc is not None and "power" in steps_arr and nsteps:

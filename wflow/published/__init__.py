@@ -4,9 +4,27 @@
   (tokens, heads, weight schedules and frames, term by term; they live below the engine in
   :mod:`wflow.attention.published`, re-exported here).
 * :mod:`~wflow.published.glpr_phase`, :mod:`~wflow.published.castin_ranks`,
-  :mod:`~wflow.published.metastable_staircase` — three more papers' public experiments
-  (``wflow reproduce NAME``, docs/reproduce_field.md), imported on demand.
+  :mod:`~wflow.published.metastable_staircase`,
+  :mod:`~wflow.published.lost_in_the_middle` — more papers' public experiments
+  (``wflow reproduce NAME``, docs/reproduce_field.md; :data:`FIELD`), imported on demand.
 
 This package sits above the studies (its reproductions write a ``StudyResult``) and imports
 nothing eagerly.
 """
+
+from __future__ import annotations
+
+__all__ = ["FIELD"]
+
+#: Published experiments of other papers of the field, run by their own
+#: modules' ``reproduce(out=..., options=...)``: name -> (module, one line).
+FIELD: dict[str, tuple[str, str]] = {
+    "glpr_phase": ("wflow.published.glpr_phase",
+                   "GLPR (β, t) phase diagram of the probability of clustering"),
+    "castin_ranks": ("wflow.published.castin_ranks",
+                     "Castin et al. ranks of the limit covariance of the softmax moment ODE"),
+    "metastable_staircase": ("wflow.published.metastable_staircase",
+                             "GKPR energy staircase of 5 tokens on the circle"),
+    "lost_in_the_middle": ("wflow.published.lost_in_the_middle", "DGR U-shaped retrieval "
+                           "profile, t_crit(β), causal ALiBi particles on the circle"),
+}

@@ -59,6 +59,7 @@ import numpy as np
 
 from ..attention.published import torch_cpu_normal
 from ..infra.parallel import comm_rank_size, parallel_map
+from .claims import Claim, ClaimOutcome
 
 __all__ = [
     "PhaseOptions",
@@ -416,12 +417,12 @@ def run_phase(options: PhaseOptions | None = None, *, keep_final: bool = False
 
 
 @dataclass(frozen=True)
-class PhaseVerdict:
-    """Verdict on the claim, with the numbers it rests on.
+class PhaseVerdict(ClaimOutcome):
+    """Verdict on the claim, with the numbers it rests on (a :class:`ClaimOutcome`).
 
     Attributes
     ----------
-    verdict : {"reproduced", "not reproduced", "inconclusive"}
+    verdict : Claim
     t_half : (n_beta,) array
         First record time with ``P ≥ 1/2`` (``inf``: never).
     t_half_lo, t_half_hi : (n_beta,) arrays
@@ -437,7 +438,7 @@ class PhaseVerdict:
         tolerance, passed, rule}}``): reproduced exactly when all three pass.
     """
 
-    verdict: str
+    verdict: Claim
     t_half: np.ndarray
     t_half_lo: np.ndarray
     t_half_hi: np.ndarray
@@ -500,12 +501,8 @@ def judge_phase(betas: np.ndarray, times: np.ndarray, P: np.ndarray,
                    f"{th_hi[i0]:.3g}]; at beta = {betas[i1]:.3g}: {th[i1]:.3g} "
                    f"[{th_lo[i1]:.3g}, {th_hi[i1]:.3g}]")
     reasons.append(f"Kendall tau(beta, t_half) = {tau:.3f}")
-    if a_bad or b_bad or c_bad:
-        v = "not reproduced"
-    elif a_ok and b_ok and c_ok:
-        v = "reproduced"
-    else:
-        v = "inconclusive"
+    v = (Claim.NOT_REPRODUCED if a_bad or b_bad or c_bad
+         else Claim.REPRODUCED if a_ok and b_ok and c_ok else Claim.INCONCLUSIVE)
     with np.errstate(invalid="ignore"):  # inf - inf: neither band reaches 1/2
         gap = float(th_lo[i1] - th_hi[i0])
     checks = {
@@ -691,7 +688,7 @@ def reproduce(*, out: str | Path, options: PhaseOptions | None = None,
                 res.betas, res.times, ref["P"], res.stderr).verdict}
     sentence = (f"glpr_phase: published claim {v.verdict.upper()} ({'; '.join(v.reasons)}); "
                 f"control with β reversed: {ctl.verdict}.")
-    study = StudyResult("reproduce_glpr_phase", summary, sentence, v.verdict == "reproduced")
+    study = StudyResult("reproduce_glpr_phase", summary, sentence, v.verdict == Claim.REPRODUCED)
 
     def write(stage: Path) -> list[str]:
         atomic_write_text(stage / "report.md", _report(summary))

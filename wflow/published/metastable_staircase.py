@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 
 from ..infra.parallel import parallel_map
+from ..status import Claim
+from .claims import ClaimOutcome
 
 __all__ = [
     "StaircaseOptions",
@@ -198,8 +200,11 @@ RULE = ("over the records up to the first full merge (E = 1; or the last finite 
 
 
 @dataclass(frozen=True)
-class StaircaseVerdict:
-    """Per-β staircase measurements and the verdict.
+class StaircaseVerdict(ClaimOutcome):
+    """Per-β staircase measurements and the verdict (a :class:`ClaimOutcome`).
+
+    ``verdict``: a :class:`~wflow.status.Claim` (``"reproduced"``, ``"inconclusive"``,
+    ``"not reproduced"``).
 
     ``checks``: the three criteria of :data:`RULE` per β as ``summary.json`` checks
     ``{name: {value, tolerance, passed, rule}}`` (``beta_{β}_plateaus``,
@@ -207,7 +212,7 @@ class StaircaseVerdict:
     every check passes.
     """
 
-    verdict: str
+    verdict: Claim
     per_beta: dict[str, dict[str, Any]]
     rule: str
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -247,7 +252,7 @@ def judge_staircase(series: dict[float, np.ndarray], *, lr: float) -> StaircaseV
     ok = all(len(p["plateaus"]) >= 2 and p["plateau_fraction"] >= 0.25
              and p["max_fall_over_rise"] <= 1e-6 for p in per.values())
     bad = any(not p["plateaus"] or p["max_fall_over_rise"] > 1e-6 for p in per.values())
-    v = "not reproduced" if bad else ("reproduced" if ok else "inconclusive")
+    v = Claim.NOT_REPRODUCED if bad else (Claim.REPRODUCED if ok else Claim.INCONCLUSIVE)
     checks: dict[str, dict[str, Any]] = {}
     for b, p in per.items():
         key = "beta_" + b.replace(".", "_")  # a dot would read as a nested check
@@ -388,7 +393,7 @@ def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
     sentence = (f"metastable_staircase: published claim {v.verdict.upper()} ({per}); "
                 f"control with straight ramps: {ctl.verdict}.")
     study = StudyResult("reproduce_metastable_staircase", summary, sentence,
-                        v.verdict == "reproduced")
+                        v.verdict == Claim.REPRODUCED)
     report = "\n".join([
         f"# metastable_staircase — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
         f"Claim: {CLAIM}.", "", f"Rule: {RULE}", "", f"Measured: {per}.", "",

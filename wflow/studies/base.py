@@ -58,12 +58,13 @@ import numpy as np
 
 from ..infra.io import check_finite, run_directory, write_json
 from ..infra.parallel import comm_rank_size
-from ..status import Status
+from ..results import EMPTY, Outcome
+from ..status import Claim, Status, Verdict
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
            "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
-           "VERDICT_STATUS", "study_status"]
+           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs
 
 
 @dataclass(frozen=True)
-class StudyResult:
-    """Outcome of one study.
+class StudyResult(Outcome):
+    """Outcome of one study (an :class:`~wflow.results.Outcome`).
 
     Attributes
     ----------
@@ -88,6 +89,16 @@ class StudyResult:
         Whether the fit agrees with the theory within the stated tolerance.
     figures : tuple of str
         Paths of the plots written.
+    decision : Verdict
+        ``PASS``, ``INCONCLUSIVE`` or ``FAIL`` (:func:`decide`; computed).
+    status : Status
+        ``decision.status`` (:data:`VERDICT_STATUS`; computed).
+    message : str
+        ``""`` when passed, else the verdict (computed).
+    checks : dict
+        The checks of ``summary.json`` (:func:`study_status`; computed).
+    history : mapping
+        Empty: a study's series are in ``summary``.
     """
 
     name: str
@@ -95,6 +106,64 @@ class StudyResult:
     verdict: str
     passed: bool
     figures: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def decision(self) -> Verdict:
+        """The verdict word: :func:`decide` of ``passed`` and the verdict's sentence."""
+        return decide(self.passed, self.verdict)
+
+    @property
+    def status(self) -> Status:
+        """``decision.status``: ``SUCCESS``, ``INCONCLUSIVE`` or ``FAILED``."""
+        return self.decision.status
+
+    @property
+    def message(self) -> str:
+        """``""`` when the study passed, else its verdict."""
+        return "" if self.passed else self.verdict
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        """The checks written to ``summary.json`` (:func:`study_status`)."""
+        return study_status(self)[2]
+
+    @property
+    def history(self) -> Mapping[str, Any]:
+        """Empty (the series of a study are in :attr:`summary`)."""
+        return EMPTY
+
+
+class StudyOutcome(Outcome):
+    """An :class:`~wflow.results.Outcome` that is its ``study``'s (a :class:`StudyResult`).
+
+    The base of a result that carries a study beside its own data
+    (:class:`~wflow.apps.reproduce.ReproduceResult`): ``status``, ``message`` and
+    ``checks`` are the study's, ``history`` is empty.
+    """
+
+    __slots__ = ()
+
+    study: StudyResult
+
+    @property
+    def status(self) -> Status:
+        """The study's status."""
+        return self.study.status
+
+    @property
+    def message(self) -> str:
+        """The study's message (``""`` when it passed)."""
+        return self.study.message
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        """The study's checks."""
+        return self.study.checks
+
+    @property
+    def history(self) -> Mapping[str, Any]:
+        """Empty (a study's series are in its summary)."""
+        return EMPTY
 
 
 @dataclass(frozen=True)
@@ -162,7 +231,7 @@ def judge(criteria: Sequence[Criterion]) -> tuple[bool, str]:
                           + ", ".join(c.name for c in criteria) + "; values in summary.json).")
         return True, (f"All {len(criteria)} criteria hold: "
                       + "; ".join(c.text() for c in criteria) + ".")
-    return False, (f"FAIL — {len(bad)} of {len(criteria)} criteria not met: "
+    return False, (f"{Verdict.FAIL} — {len(bad)} of {len(criteria)} criteria not met: "
                    + "; ".join(c.text() for c in bad) + ".")
 
 
@@ -289,13 +358,27 @@ def fit_loglog(x: np.ndarray, y: np.ndarray) -> LogLogFit:
 #: that says ``INCONCLUSIVE`` (the study could not decide: a negative control that did not
 #: fail, an interval that straddles the tolerance) and refutes nothing (no ``FAIL …`` head,
 #: no ``NOT REPRODUCED``) is ``"inconclusive"``; every other failing verdict is ``"failed"``.
-#: ``wflow verify`` exits 0 only for ``"success"``; ``wflow reproduce`` exits 0 whenever its
-#: runs completed (a claim not reproduced is a measured outcome, not an error).
-VERDICT_STATUS = {"PASS": Status.SUCCESS, "INCONCLUSIVE": Status.INCONCLUSIVE,
-                  "FAIL": Status.FAILED}
+#: ``wflow verify`` and ``wflow reproduce`` exit 0 only for ``"success"`` and 1 for every
+#: other status (``"inconclusive"`` included: one code everywhere), as every command.
+#: (:attr:`Verdict.status <wflow.status.Verdict>` of each word, :func:`decide`.)
+VERDICT_STATUS = {v: v.status for v in (Verdict.PASS, Verdict.INCONCLUSIVE, Verdict.FAIL)}
 
 
-def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:
+def decide(passed: bool, text: str) -> Verdict:
+    """The :class:`~wflow.status.Verdict` of a study from ``passed`` and its sentence.
+
+    ``PASS`` when passed; else ``INCONCLUSIVE`` when the sentence says so and refutes
+    nothing (it neither starts with ``FAIL`` nor says ``NOT REPRODUCED``); else ``FAIL``.
+    """
+    if passed:
+        return Verdict.PASS
+    text = text.lstrip()
+    refuted = text.startswith(Verdict.FAIL) or Claim.NOT_REPRODUCED.upper() in text
+    return (Verdict.INCONCLUSIVE if Verdict.INCONCLUSIVE in text and not refuted
+            else Verdict.FAIL)
+
+
+def study_status(result: StudyResult) -> tuple[Status, str, dict[str, Any]]:
     """``(status, message, checks)`` of a study's summary (:data:`VERDICT_STATUS`).
 
     ``message`` is ``""`` on success, else the verdict; ``checks`` are the summary's own
@@ -303,16 +386,12 @@ def study_status(result: StudyResult) -> tuple[str, str, dict[str, Any]]:
     criteria as ``{name: {value, tolerance, passed, rule}}`` (``tolerance``: the accepted
     range in words, ``rule``: why that range), the ``checks`` every command writes.
     """
-    text = result.verdict.lstrip()
-    refuted = text.startswith("FAIL") or "NOT REPRODUCED" in text
-    word = "PASS" if result.passed else (
-        "INCONCLUSIVE" if "INCONCLUSIVE" in text and not refuted else "FAIL")
     checks = result.summary.get("checks")  # a study that states its checks itself
     if not isinstance(checks, Mapping):
         checks = {c["name"]: {"value": c["value"], "tolerance": c["accepted"],
                               "passed": c["ok"], "rule": c["why"]}
                   for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
-    return VERDICT_STATUS[word], "" if result.passed else result.verdict, checks
+    return VERDICT_STATUS[result.decision], "" if result.passed else result.verdict, checks
 
 
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:

@@ -237,13 +237,13 @@ def particle_clustering_time(x0: np.ndarray, heads: Heads, attn: Attention, *,
         ts.append(st.t)
         qs.append(mean_inner_product(st.x))
         if qs[-1] >= threshold:
-            status = "success"
+            status = Status.SUCCESS
             break
         if float(np.max(np.linalg.norm(st.velocity, axis=1))) < v_tol:
             status = "stalled"
             break
     t, q = np.asarray(ts), np.asarray(qs)
-    if status != "success":
+    if status != Status.SUCCESS:
         warnings.warn(f"particle_clustering_time: {status}: mean inner product {q[-1]:.3f} "
                       f"below {threshold} at t = {t[-1]:.4g}", stacklevel=2)
         return ClusteringRun(status, float("nan"), t, q)

@@ -25,9 +25,11 @@ from ...gaussian.plots import plot_phase_diagram, plot_reach, plot_trajectory
 from ...gaussian.reach import ReachResult, reach
 from ...gaussian.riccati import blowup_time_closed_form, scalar_value
 from ...gaussian.solver import GaussianTrajectory, integrate_moments
+from ...gaussian.spec import SPEC
 from ...gaussian.verdict import json_safe
-from ...infra.io import write_csv, write_json
+from ...infra.io import run_directory, write_csv, write_json
 from ...status import Status
+from .runner import Job, run_job
 
 __all__ = [
     "GaussianRun",
@@ -37,6 +39,9 @@ __all__ = [
     "reach_scenario",
     "write_reach",
     "trajectory_columns",
+    "JOB",
+    "REACH_JOB",
+    "run_gaussian_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -265,3 +270,40 @@ def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path)
     write_csv(out / "trajectory.csv", cols)
     png = plot_reach(result, out / "reach.png", title=scn.title)
     return [out / "summary.json", out / "trajectory.csv", png]
+
+
+def _write_run(scn: GaussianScenario, table: Any, problem: Any, run: GaussianRun,
+               out: str | Path, comm: Any) -> None:
+    with run_directory(out) as stage:
+        write_gaussian_run(run, stage)
+
+
+def _write_reach(scn: GaussianScenario, table: Any, problem: Any, res: ReachResult,
+                 out: str | Path, comm: Any) -> None:
+    with run_directory(out) as stage:
+        write_reach(res, scn, stage)
+
+
+def _same(scn: GaussianScenario, *a: Any) -> GaussianScenario:
+    return scn
+
+
+def _no_size(*a: Any) -> dict:
+    return {}
+
+
+#: ``wflow gaussian SCENARIO``: the moment ODE and its checks (a blow-up, or a failed
+#: integration, is a result: written with its status).
+JOB = Job(spec=SPEC, table=_same, size=_no_size, build=_same, size_of=_no_size,
+          solve=lambda scn, table, comm: run_gaussian_scenario(scn), write=_write_run,
+          failure_is_a_result=True)
+#: ``wflow gaussian reach SCENARIO``: steering to the ``[target]``.
+REACH_JOB = Job(spec=SPEC, table=_same, size=_no_size, build=_same, size_of=_no_size,
+                solve=lambda scn, table, comm: reach_scenario(scn), write=_write_reach,
+                failure_is_a_result=True)
+
+
+def run_gaussian_job(scn: GaussianScenario, out: str | Path, *, reach: bool = False,
+                     confirm: bool = False) -> GaussianRun | ReachResult:
+    """``wflow gaussian [reach]``: estimate, solve and write ``out/`` (the job runner)."""
+    return run_job(REACH_JOB if reach else JOB, scn, out, confirm=confirm)

@@ -17,11 +17,15 @@ from typing import Any
 import numpy as np
 
 from ...attention.heads import Attention
-from ...jko.options import auto_steps_bound, check_applicable, jko_options_from_dict
-from ...jko.solver import JKOResult, auto_step, solve_jko
+from ...jko.options import FixedTau, JKOTable
+from ...jko.solver import JKOResult, solve_jko
+from ...jko.spec import SPEC, resolve_step
 from ...status import Status
+from .mesh import mesh_file, mesh_size, mesh_size_of
+from .runner import Job, heads_of, run_job
 
 __all__ = [
+    "JOB",
     "run_jko_scenario",
     "run_jko",
 ]
@@ -34,80 +38,70 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
                      tau: float | None = None, scheme: str | None = None) -> JKOResult:
     """JKO on a loaded :class:`~wflow.geometry.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
-    ``rho0`` are cell densities in the mesh's original order; ``T`` defaults to the
-    ``[jko]`` value (then ``[pde] T``, then 1); ``tau`` overrides ``[jko] tau``, whose
-    default ``"auto"`` is resolved on this mesh (:func:`~wflow.jko.auto_step`; the
-    choice is in ``stats["tau_rule"]``); ``scheme`` overrides ``[jko] scheme`` (the main
-    job's OT cross-check). Used by the main job (``wflow run``).
+    ``rho0`` are cell densities in the mesh's original order; ``T`` replaces the table's
+    default (``[pde] T``, then 1) where the table sets none; ``tau`` overrides the table's
+    step rule, whose default ``"auto"`` is resolved on this mesh
+    (:func:`~wflow.jko.spec.resolve_step`; the choice is in ``stats["tau_rule"]``);
+    ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check). Used by the main
+    job (``wflow run``).
     """
-    pde_sec = sc.sections.get("pde", {}) or {}
-    _, opts, extras = jko_options_from_dict(sc.sections.get("jko"),
-                                            T=T if T is not None else pde_sec.get("T"),
-                                            crosscheck=True)
-    if T is not None and "T" not in (sc.sections.get("jko") or {}):
-        opts = replace(opts, T=float(T))
-    if progress is not None:
-        opts = replace(opts, progress=progress)
-    if scheme is not None:
-        opts = replace(opts, scheme=scheme)
+    table = sc.table("jko")
+    if T is not None and "T" not in table.given:
+        table = replace(table, T=float(T))
+    if tau is not None:
+        table = replace(table, step=FixedTau(float(tau)))
+    changes = {k: v for k, v in (("progress", progress), ("scheme", scheme)) if v is not None}
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
-    return _solve(cen, areas, np.asarray(rho0) * areas, schedule, attn, opts, extras, tau,
-                  mesh=mesh)
+    return _solve_on(table, cen, areas, np.asarray(rho0) * areas, schedule, attn, mesh,
+                     **changes)
 
 
-def _solve(cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray, schedule: Any,
-           attn: Attention, opts: Any, extras: dict, tau: float | None, *,
-           mesh: Any = None) -> JKOResult:
-    """Resolve ``tau = "auto"`` (or apply ``tau``) on this mesh, then solve.
+def _solve_on(table: JKOTable, cen: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
+              schedule: Any, attn: Attention, mesh: Any, **changes: Any) -> JKOResult:
+    """The table's step resolved on this mesh, then solved.
 
-    ``stats["tau_rule"]`` records the step against the mesh (``h``, ``|v|_max``,
-    ``τ|v|_max/h``) whether it was chosen (:func:`~wflow.jko.auto_step`) or given.
+    :func:`~wflow.jko.spec.resolve_step`; ``stats["tau_rule"]`` records the step against
+    the mesh.
     """
-    if tau is not None:
-        opts = replace(opts, tau=float(tau))
-    auto, info = auto_step(cen, areas, mass0, schedule, attn, options=opts,
-                           eps=extras["eps_auto"])
-    if tau is None and extras["tau_auto"]:
-        opts = auto
-    else:  # the given step, and where it sits against the mesh
-        info = {**info, "rule": "given", "tau": opts.tau, "steps": opts.steps,
-                "cells_per_step": opts.tau * info["vmax"] / info["h"]}
-    if opts.ot == "sinkhorn" and extras["eps_auto"]:
-        opts = replace(opts, eps=auto.eps)
-    info["eps"] = opts.epsilon
+    opts, info = resolve_step(table, cen, areas, mass0, schedule, attn, **changes)
     res = solve_jko(mass0, schedule, attn, points=cen, areas=areas, options=opts, mesh=mesh)
     return replace(res, stats={**res.stats, "tau_rule": info})
 
 
-def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
-            overrides: Mapping[str, Any] | None = None, confirm: bool = False) -> JKOResult:
-    """Run the JKO scheme of a scenario and write ``out/`` (what ``wflow jko`` calls).
+def _table(sc: Any, overrides: dict[str, Any]) -> JKOTable:
+    """``[jko]`` as parsed when the scenario loaded, with the command line's overrides.
 
-    Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
-    per-step table summary, stats), ``diagnostics.csv`` (one row per ``t_k``: ``E``,
-    ``E_h*``, ``dEdt_w``, ``slope2``, ``W2sq``, ``inner_iters``, ``gap``, ``edi_step``,
-    …; with ``compare_pde`` also ``w2_vs_pde``) and ``density.npz`` (``t`` ``(K+1,)``,
-    ``rho`` ``(K+1, M)``, ``centroids``, ``areas``; cells in the mesh file's order).
-
-    ``summary.json`` carries the status and its reason (``"locked"``, ``"inaccurate"``,
-    ``"not_converged"`` runs are written, so that they can be inspected) and the checks
-    (summed EDI residual against its tolerance, locked steps).
-
-    Before solving, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
-    refused if it cannot fit in memory; above an hour ``confirm``, ``--yes``, is needed
-    on a terminal).
-
-    Raises
-    ------
-    FloatingPointError
-        If the run failed (non-finite values; nothing is written).
-    EstimateError
-        The run cannot fit in memory, or was not confirmed (nothing computed).
+    Checked against the scheme run: a key or flag of no effect is refused or warned.
     """
+    return sc.table("jko").with_(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _build(scenario: Any, table: JKOTable, comm: Any) -> dict:
     from ...geometry.density import density_spec_from_scenario, initial_density
-    from ...geometry.mesh import MESH_DIR, load_mesh
-    from ...infra.estimate import check_estimate, estimate_jko
+    from ...geometry.mesh import load_mesh
+
+    mesh_spec = mesh_file(scenario, table.mesh)
+    if scenario.d != 3:
+        raise ValueError(f"attention.d: the JKO scheme works on S² meshes (d = 3), got "
+                         f"{scenario.d}")
+    attn = scenario.attention_obj()
+    schedule = scenario.build_schedule()
+    sm = load_mesh(mesh_spec)
+    rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
+    return {"mesh_spec": mesh_spec, "attn": attn, "schedule": schedule, "mesh": sm,
+            "rho0": rho0, "H": heads_of(schedule)}
+
+
+def _solve(p: dict, table: JKOTable, comm: Any) -> JKOResult:
+    sm = p["mesh"]
+    cen = sm.gather_owned(sm.centroids)
+    areas = sm.gather_owned(sm.areas)
+    return _solve_on(table, cen, areas, p["rho0"] * areas, p["schedule"], p["attn"], sm)
+
+
+def _write(scenario: Any, table: JKOTable, p: dict, res: JKOResult, out: str | Path,
+           comm: Any) -> None:
     from ...infra.io import (
         check_finite,
         history_columns,
@@ -117,56 +111,12 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         write_csv,
         write_json,
     )
-    from .precheck import precheck_jko  # before generating or reading the mesh
 
-    precheck_jko(scenario, mesh=None,
-                 overrides={k: v for k, v in (overrides or {}).items() if v is not None},
-                 confirm=confirm)
-    pde_sec = scenario.sections.get("pde", {}) or {}
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    mesh_spec, opts, extras = jko_options_from_dict(
-        scenario.sections.get("jko"), T=pde_sec.get("T"), mesh=pde_sec.get("mesh"),
-        scheme=overrides.get("scheme"))
-    tau = overrides.get("tau")
-    if tau is None and extras["tau_auto"] and "T" in overrides:
-        overrides["tau"] = overrides["T"]  # the placeholder step, resolved on the mesh
-    if overrides:
-        opts = replace(opts, **overrides)
-        check_applicable(opts, set(overrides), label="--{}")  # a flag of no effect: refused
-    if progress is not None:
-        opts = replace(opts, progress=progress)
-    if tau is None and not extras["tau_auto"]:
-        tau = opts.tau
-    if mesh_spec != "default" and ":" not in mesh_spec:
-        p = scenario.path(mesh_spec)
-        if p.is_file() or not (MESH_DIR / mesh_spec).is_file():
-            mesh_spec = str(p)
-    if scenario.d != 3:
-        raise ValueError(f"attention.d: the JKO scheme works on S² meshes (d = 3), got "
-                         f"{scenario.d}")
-    attn = scenario.attention_obj()
-    schedule = scenario.build_schedule()
-    sm = load_mesh(mesh_spec)
-    M = int(sm.num_global)
-    k = opts.steps if not extras["tau_auto"] or tau is not None else \
-        auto_steps_bound(opts.T, M)
-    check_estimate(estimate_jko(cells=M, H=int(schedule.heads_at(schedule.initial_theta()).H),
-                                steps=k, max_pairs=opts.max_pairs,
-                                dense_ot_max_cells=opts.dense_ot_max_cells,
-                                scheme="ot" if opts.scheme == "ot" else "fv",
-                                verify_max_cells=(0 if opts.verify is False else
-                                                  M if opts.verify else opts.verify_max_cells)),
-                   confirm=confirm)
-    rho0 = initial_density(sm, density_spec_from_scenario(scenario), base_dir=scenario.base_dir)
-    cen = sm.gather_owned(sm.centroids)
-    areas = sm.gather_owned(sm.areas)
-    res = _solve(cen, areas, rho0 * areas, schedule, attn, opts, extras, tau, mesh=sm)
-    opts = res.options
-    if res.status == Status.FAILED:
-        raise FloatingPointError(f"jko run failed: {res.message}")
+    opts, sm, rho0, schedule, attn = res.options, p["mesh"], p["rho0"], p["schedule"], p["attn"]
+    mesh_spec = p["mesh_spec"]
     cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
     w2_pde = None
-    if extras["compare_pde"]:
+    if table.compare_pde:
         from ...geometry.transport import w2_sphere
         from ...pde import PDEOptions, solve_pde
 
@@ -183,7 +133,7 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         "status": res.status, "solver": "jko", "scenario": scenario.raw,
         "provenance": provenance(), "seed": scenario.seed,
         "mesh": {"spec": str(mesh_spec), "cells": int(res.areas.size)},
-        "n_heads": int(schedule.heads_at(schedule.initial_theta()).H),
+        "n_heads": heads_of(schedule),
         **res.summary(),
         "steps": {"W2sq": res.history["W2sq"][1:].tolist(),
                   "inner_iters": res.history["inner_iters"][1:].tolist(),
@@ -213,4 +163,37 @@ def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
         save_npz(stage / "density.npz", t=res.t, rho=res.rho, centroids=res.centroids,
                  areas=res.areas)
     logger.info("jko: wrote %s", out)
-    return res
+
+
+#: ``wflow jko``: the spec and what its job does beyond the runner.
+JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
+          solve=_solve, write=_write)
+
+
+def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,
+            overrides: Mapping[str, Any] | None = None, confirm: bool = False) -> JKOResult:
+    """Run the JKO scheme of a scenario and write ``out/`` (what ``wflow jko`` calls).
+
+    Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
+    per-step table summary, stats), ``diagnostics.csv`` (one row per ``t_k``: ``E``,
+    ``E_h*``, ``dEdt_w``, ``slope2``, ``W2sq``, ``inner_iters``, ``gap``, ``edi_step``,
+    …; with ``compare_pde`` also ``w2_vs_pde``) and ``density.npz`` (``t`` ``(K+1,)``,
+    ``rho`` ``(K+1, M)``, ``centroids``, ``areas``; cells in the mesh file's order).
+
+    ``summary.json`` carries the status and its reason (``"locked"``, ``"inaccurate"``,
+    ``"not_converged"`` runs are written, so that they can be inspected) and the checks
+    (summed EDI residual against its tolerance, locked steps).
+
+    Before solving, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
+    refused if it cannot fit in memory; above an hour ``confirm``, ``--yes``, is needed
+    on a terminal).
+
+    Raises
+    ------
+    FloatingPointError
+        If the run failed (non-finite values; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
+    """
+    return run_job(JOB, scenario, out, overrides={**(overrides or {}), "progress": progress},
+                   confirm=confirm)

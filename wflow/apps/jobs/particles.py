@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...infra.estimate import EstimateError, check_estimate, dt_record, estimate_particles
+from ...infra.estimate import dt_record
 from ...infra.io import (
     check_finite,
     history_columns,
@@ -26,15 +26,116 @@ from ...infra.io import (
 )
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
-from ...status import Status
-from .precheck import fastsum_eligible
+from ...particles.spec import SPEC
+from .runner import Job, heads_of, run_job
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
 
-__all__ = ["run_particles"]
+__all__ = ["run_particles", "JOB"]
 
 logger = logging.getLogger(__name__)
+
+
+def _table(sc: Scenario, overrides: dict[str, Any]) -> Any:
+    return sc.particle_options(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _size(sc: Scenario, opts: Any) -> dict | None:
+    """The sizes before sampling the tokens (unknown for tokens read from a file)."""
+    if sc.tokens.get("sampler") == "file":
+        return None
+    return {"n": int(sc.tokens["n"]), "d": sc.d, "H": heads_of(sc.build_schedule()),
+            "kind": sc.attention["kind"]}
+
+
+def _build(sc: Scenario, opts: Any, comm: Any) -> dict:
+    attn = sc.attention_obj()
+    schedule = sc.build_schedule()
+    x0 = sc.build_tokens()
+    # a dt that does not divide T: logged before the run, recorded in summary.json
+    return {"attn": attn, "schedule": schedule, "x0": x0, "H": heads_of(schedule),
+            "dt": dt_record(opts.T, opts.dt, what="particles")}
+
+
+def _size_of(p: dict) -> dict:
+    return {"n": int(p["x0"].shape[0]), "d": int(p["x0"].shape[1]), "H": p["H"],
+            "kind": p["attn"].kind}
+
+
+def _solve(p: dict, opts: Any, comm: Any) -> ParticleResult:
+    # the module's name, looked up at the call (SPEC.solve; tests wrap it)
+    return simulate(p["x0"], p["schedule"], p["attn"], options=opts, comm=comm)
+
+
+def _write(scenario: Scenario, opts: Any, p: dict, res: ParticleResult, out: str | Path,
+           comm: Any, *, save_trajectory: bool = False, gif: bool = False) -> None:
+    x0, schedule = p["x0"], p["schedule"]
+    rank = 0 if comm is None else comm.Get_rank()
+    dt = p["dt"]
+    summary = {
+        "status": res.status,
+        "message": res.message,
+        "checks": res.checks,
+        "solver": "particles",
+        "scenario": scenario.raw,
+        "provenance": provenance(),
+        "seed": scenario.seed,
+        "n_tokens": int(x0.shape[0]),
+        "d": int(x0.shape[1]),
+        "n_heads": heads_of(schedule),
+        "n_paths": res.n_paths,
+        "integrator": opts.integrator,
+        "integrator_order": res.order,
+        "flow": opts.flow,
+        "steps": int(len(res.steps["t"]) - 1),
+        "dt": dt,
+        "wall_time_s": res.wall_time,
+        "gradient_flow_sign": res.sign,
+        "kernel": res.extra.get("kernel"),
+        "engine": res.extra.get("engine"),
+        **({"engine_reason": res.extra["engine_reason"]} if "engine_reason" in res.extra else {}),
+        "conventions": {
+            "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
+            "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",
+            "G2": "∫ |v|² HM_h(Z_h) dμ (published reference engine)",
+            "balance_chain": "ΔE − ∫∂_tE − ∫power − Itô − M",
+            "balance_edi": "ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2)",
+            "balance_g2": "ΔE − ∫∂_tE − Itô − M − sign·∫G2",
+        },
+        "final": res.final(),
+        "balance": res.balance_summary(),
+    }
+    check_finite("summary.final", {k: v["mean"] for k, v in summary["final"].items()})
+    if res.extra.get("mpi"):
+        summary["mpi"] = res.extra["mpi"]
+    cols = history_columns(res.t, res.history)
+    if rank != 0:  # one process writes (the result is the same on every rank)
+        comm.barrier()
+        return
+    with run_directory(out) as stage:
+        write_json(stage / "summary.json", summary)
+        write_csv(stage / "diagnostics.csv", cols)
+        if gif:
+            from ..animate import particle_pictures
+
+            particle_pictures(res, stage, stochastic=schedule.stochastic,
+                              title=f"particles, H = {summary['n_heads']}")
+        if save_trajectory:
+            assert res.trajectory is not None
+            arrays = {"t": res.t, "x": res.trajectory[0] if res.n_paths == 1 else res.trajectory}
+            if res.theta_trajectory is not None:
+                arrays["theta"] = (res.theta_trajectory[0] if res.n_paths == 1
+                                   else res.theta_trajectory)
+            save_npz(stage / "trajectory.npz", **arrays)
+    if comm is not None and comm.Get_size() > 1:
+        comm.barrier()
+    logger.info("particles: wrote %s", out)
+
+
+#: ``wflow particles``: the spec and what its job does beyond the runner.
+JOB = Job(spec=SPEC, table=_table, size=_size, build=_build, size_of=_size_of, solve=_solve,
+          write=_write, label="particle")
 
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,
@@ -69,90 +170,6 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     if gif and scenario.d != 3:
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
                          f"{scenario.d}")
-    from .precheck import precheck_particles
-
-    precheck_particles(scenario, save_trajectory=save_trajectory or gif, confirm=confirm)
-    attn = scenario.attention_obj()  # (estimated before sampling the tokens)
-    schedule = scenario.build_schedule()
-    x0 = scenario.build_tokens()
-    opts = scenario.particle_options(save_trajectory=save_trajectory or gif, progress=progress)
-    H = int(schedule.heads_at(schedule.initial_theta()).H)
-    rank = 0 if comm is None else comm.Get_rank()
-    err = None
-    if rank == 0:  # rank 0 decides (it alone may ask on a terminal); every rank raises
-        try:
-            check_estimate(estimate_particles(
-                n=int(x0.shape[0]), d=int(x0.shape[1]), H=H, T=opts.T, dt=opts.dt,
-                paths=opts.n_paths, record_every=opts.record_every,
-                integrator=opts.integrator, save_trajectory=opts.save_trajectory,
-                fastsum=fastsum_eligible(attn.kind, int(x0.shape[1]), opts.kernel_backend)),
-                confirm=confirm)
-        except EstimateError as exc:
-            err = str(exc)
-    if comm is not None and comm.Get_size() > 1:
-        err = comm.bcast(err, root=0)
-    if err is not None:
-        raise EstimateError(err)
-    dt = dt_record(opts.T, opts.dt)
-    res = simulate(x0, schedule, attn, options=opts, comm=comm)
-    if res.status == Status.FAILED:
-        raise FloatingPointError(f"particle run failed: {res.message}")
-    summary = {
-        "status": res.status,
-        "message": res.message,
-        "checks": res.checks,
-        "solver": "particles",
-        "scenario": scenario.raw,
-        "provenance": provenance(),
-        "seed": scenario.seed,
-        "n_tokens": int(x0.shape[0]),
-        "d": int(x0.shape[1]),
-        "n_heads": int(schedule.heads_at(schedule.initial_theta()).H),
-        "n_paths": res.n_paths,
-        "integrator": opts.integrator,
-        "integrator_order": res.order,
-        "flow": opts.flow,
-        "steps": int(len(res.steps["t"]) - 1),
-        "dt": dt,
-        "wall_time_s": res.wall_time,
-        "gradient_flow_sign": res.sign,
-        "kernel": res.extra.get("kernel"),
-        "engine": res.extra.get("engine"),
-        **({"engine_reason": res.extra["engine_reason"]} if "engine_reason" in res.extra else {}),
-        "conventions": {
-            "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
-            "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",
-            "G2": "∫ |v|² HM_h(Z_h) dμ (published reference engine)",
-            "balance_chain": "ΔE − ∫∂_tE − ∫power − Itô − M",
-            "balance_edi": "ΔE − ∫∂_tE − Itô − M − sign·∫(½speed2 + ½slope2)",
-            "balance_g2": "ΔE − ∫∂_tE − Itô − M − sign·∫G2",
-        },
-        "final": res.final(),
-        "balance": res.balance_summary(),
-    }
-    check_finite("summary.final", {k: v["mean"] for k, v in summary["final"].items()})
-    if res.extra.get("mpi"):
-        summary["mpi"] = res.extra["mpi"]
-    cols = history_columns(res.t, res.history)
-    if rank != 0:  # one process writes (the result is the same on every rank)
-        comm.barrier()
-        return res
-    with run_directory(out) as stage:
-        write_json(stage / "summary.json", summary)
-        write_csv(stage / "diagnostics.csv", cols)
-        if gif:
-            from ..animate import particle_pictures
-
-            particle_pictures(res, stage, stochastic=schedule.stochastic,
-                              title=f"particles, H = {summary['n_heads']}")
-        if save_trajectory:
-            assert res.trajectory is not None
-            arrays = {"t": res.t, "x": res.trajectory[0] if res.n_paths == 1 else res.trajectory}
-            if res.theta_trajectory is not None:
-                arrays["theta"] = (res.theta_trajectory[0] if res.n_paths == 1
-                                   else res.theta_trajectory)
-            save_npz(stage / "trajectory.npz", **arrays)
-    if comm is not None and comm.Get_size() > 1:
-        comm.barrier()
-    logger.info("particles: wrote %s", out)
-    return res
+    return run_job(JOB, scenario, out, overrides={"save_trajectory": save_trajectory or gif,
+                                                  "progress": progress},
+                   confirm=confirm, comm=comm, save_trajectory=save_trajectory, gif=gif)

@@ -18,11 +18,14 @@ import numpy as np
 
 from ...geometry.density import density_spec_from_scenario
 from ...geometry.mesh import SphereMesh
-from ...pde.options import pde_options_from_dict
+from ...pde.options import PDETable
 from ...pde.solver import PDEResult, solve_pde
-from ...status import Status
+from ...pde.spec import SPEC
+from .mesh import mesh_file, mesh_size, mesh_size_of
+from .runner import Job, heads_of, run_job
 
 __all__ = [
+    "JOB",
     "run_pde",
     "write_xdmf",
     "render_snapshots",
@@ -142,61 +145,38 @@ def write_xdmf(mesh: SphereMesh, t: np.ndarray, rho: np.ndarray, path: str | Pat
                     encoding="utf-8")
 
 
-def _check_cost(sm: SphereMesh, schedule: Any, opts: Any, comm: Any, *, confirm: bool) -> None:
-    """The cost estimate of the solve (rank 0 decides, every rank raises the same error)."""
-    from ...infra.estimate import EstimateError, check_estimate, estimate_pde
-
-    err = None
-    if comm.rank == 0:
-        est = estimate_pde(cells=int(sm.num_global),
-                           H=int(schedule.heads_at(schedule.initial_theta()).H), T=opts.T,
-                           dt=opts.dt, n_saves=int(opts.n_saves), cfl=opts.cfl,
-                           order=int(opts.order), max_steps=int(opts.max_steps))
-        try:
-            check_estimate(est, confirm=confirm)
-        except EstimateError as exc:
-            err = str(exc)
-    err = comm.bcast(err, root=0) if comm.size > 1 else err
-    if err is not None:
-        raise EstimateError(err)
+def _table(sc: Any, overrides: dict[str, Any]) -> PDETable:
+    """``[pde]`` as parsed when the scenario loaded, with the command line's overrides."""
+    table = sc.table("pde")
+    mesh = overrides.pop("mesh", None)
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return PDETable(table.mesh if mesh is None else mesh,
+                    replace(table.options, **changes) if changes else table.options)
 
 
-def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
-            progress: bool | None = None, overrides: Mapping[str, Any] | None = None,
-            comm: Any = None, gif: bool = False, confirm: bool = False) -> PDEResult:
-    """Run the PDE of a scenario and write ``out/`` (collective under MPI).
+def _build(scenario: Any, table: PDETable, comm: Any) -> dict:
+    from ...geometry.mesh import load_mesh
 
-    Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
-    stats), ``diagnostics.csv`` (one row per output time), ``density.npz`` (``t``
-    ``(S,)``, ``rho`` ``(S, M)``, ``centroids`` ``(M, 3)``, ``areas`` ``(M,)``, cells in the
-    mesh file's order), ``density.xdmf`` + ``density.h5`` (ParaView: DG0 cell data
-    ``rho`` per output time, cells in the same mesh-file order as ``density.npz``) and,
-    with ``render``, ``render/rho_XXXX.png``; with ``gif``, ``density.gif`` (one frame per
-    output time, up to 60) and ``run.png`` (``E``, ``G²``, the energy balance;
-    :mod:`wflow.apps.animate`).
+    mesh_spec = mesh_file(scenario, table.mesh)
+    if scenario.d != 3:
+        raise ValueError(f"attention.d: the PDE solver works on S² (d = 3), got {scenario.d}")
+    density = density_spec_from_scenario(scenario)
+    attn = scenario.attention_obj()
+    schedule = scenario.build_schedule()
+    sm = load_mesh(mesh_spec, comm=comm)
+    return {"mesh_spec": mesh_spec, "density": density, "attn": attn, "schedule": schedule,
+            "mesh": sm, "H": heads_of(schedule)}
 
-    ``summary.json`` carries the status, its reason and the accuracy checks; a run that is
-    ``"inaccurate"`` (finite, conservative, positive, but the chain-rule residual exceeds
-    its tolerance, :mod:`wflow.status`) or stopped at ``max_steps`` is written all the
-    same, so that it can be inspected; the returned result carries the status.
 
-    Before solving, the cost is estimated on the loaded mesh
-    (:func:`wflow.infra.estimate.check_estimate`; collective: every rank gets the same
-    answer): a run that cannot fit in memory is refused, one above an hour needs
-    ``confirm`` (``--yes``) on a terminal.
+def _solve(p: dict, table: PDETable, comm: Any) -> PDEResult:
+    return solve_pde(p["density"], p["schedule"], p["attn"], mesh=p["mesh"],
+                     options=table.options)
 
-    Raises
-    ------
-    FloatingPointError
-        If the run failed (non-finite values, collapsed step; nothing is written).
-    EstimateError
-        The run cannot fit in memory, or was not confirmed (nothing computed).
-    """
+
+def _write(scenario: Any, table: PDETable, p: dict, res: PDEResult, out: str | Path,
+           comm: Any, *, render: bool = False, gif: bool = False) -> None:
     import contextlib
 
-    from mpi4py import MPI
-
-    from ...geometry.mesh import MESH_DIR, load_mesh
     from ...infra.io import (
         check_finite,
         history_columns,
@@ -207,36 +187,13 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
         write_json,
     )
 
-    comm = MPI.COMM_WORLD if comm is None else comm
-    from .precheck import precheck_pde  # before generating or reading the mesh
-
-    precheck_pde(scenario, mesh=None, overrides=dict(overrides or {}), confirm=confirm,
-                 comm=comm)
-    mesh_spec, opts = pde_options_from_dict(scenario.sections.get("pde"), seed=scenario.seed)
-    if overrides:
-        opts = replace(opts, **{k: v for k, v in overrides.items() if v is not None})
-    if progress is not None:
-        opts = replace(opts, progress=progress)
-    if mesh_spec not in ("default",) and ":" not in mesh_spec:
-        p = scenario.path(mesh_spec)
-        if p.is_file() or not (MESH_DIR / mesh_spec).is_file():
-            mesh_spec = str(p)
-    if scenario.d != 3:
-        raise ValueError(f"attention.d: the PDE solver works on S² (d = 3), got {scenario.d}")
-    density = density_spec_from_scenario(scenario)
-    attn = scenario.attention_obj()
-    schedule = scenario.build_schedule()
-    sm = load_mesh(mesh_spec, comm=comm)
-    _check_cost(sm, schedule, opts, comm, confirm=confirm)
-    res = solve_pde(density, schedule, attn, mesh=sm, options=opts)
-    if res.status == Status.FAILED:
-        raise FloatingPointError(f"pde run failed: {res.message}")
+    mesh_spec, sm, density, schedule = p["mesh_spec"], p["mesh"], p["density"], p["schedule"]
     summary = {
         "status": res.status, "solver": "pde", "scenario": scenario.raw,
         "provenance": provenance(), "seed": scenario.seed,
         "mesh": {"spec": mesh_spec, "cells": sm.num_global,
                  "min_area": float(res.areas.min()), "max_area": float(res.areas.max())},
-        "n_heads": int(schedule.heads_at(schedule.initial_theta()).H),
+        "n_heads": heads_of(schedule),
         "density": {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
                     for k, v in density.items()},
         **res.summary(),
@@ -273,4 +230,46 @@ def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
                      areas=res.areas)
         comm.barrier()
     logger.info("pde: wrote %s", out)
-    return res
+
+
+#: ``wflow pde``: the spec and what its job does beyond the runner.
+JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
+          solve=_solve, write=_write)
+
+
+def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
+            progress: bool | None = None, overrides: Mapping[str, Any] | None = None,
+            comm: Any = None, gif: bool = False, confirm: bool = False) -> PDEResult:
+    """Run the PDE of a scenario and write ``out/`` (collective under MPI).
+
+    Writes ``summary.json`` (scenario echo, mesh, options, final diagnostics, balance,
+    stats), ``diagnostics.csv`` (one row per output time), ``density.npz`` (``t``
+    ``(S,)``, ``rho`` ``(S, M)``, ``centroids`` ``(M, 3)``, ``areas`` ``(M,)``, cells in the
+    mesh file's order), ``density.xdmf`` + ``density.h5`` (ParaView: DG0 cell data
+    ``rho`` per output time, cells in the same mesh-file order as ``density.npz``) and,
+    with ``render``, ``render/rho_XXXX.png``; with ``gif``, ``density.gif`` (one frame per
+    output time, up to 60) and ``run.png`` (``E``, ``G²``, the energy balance;
+    :mod:`wflow.apps.animate`).
+
+    ``summary.json`` carries the status, its reason and the accuracy checks; a run that is
+    ``"inaccurate"`` (finite, conservative, positive, but the chain-rule residual exceeds
+    its tolerance, :mod:`wflow.status`) or stopped at ``max_steps`` is written all the
+    same, so that it can be inspected; the returned result carries the status.
+
+    Before solving, the cost is estimated on the loaded mesh
+    (:func:`wflow.infra.estimate.check_estimate`; collective: every rank gets the same
+    answer): a run that cannot fit in memory is refused, one above an hour needs
+    ``confirm`` (``--yes``) on a terminal.
+
+    Raises
+    ------
+    FloatingPointError
+        If the run failed (non-finite values, collapsed step; nothing is written).
+    EstimateError
+        The run cannot fit in memory, or was not confirmed (nothing computed).
+    """
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    return run_job(JOB, scenario, out, overrides={**(overrides or {}), "progress": progress},
+                   confirm=confirm, comm=comm, render=render, gif=gif)

@@ -5,6 +5,7 @@ Part of the main job (:mod:`wflow.apps.main`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 from ...infra.options import documented, keys_of, opt, schema_of, validate
 from ...infra.schema import Spec
 from ...particles.integrators import INTEGRATORS
+from ...results import EMPTY, Outcome
+from ...status import Status
 from ..scenario import Scenario, boolean, load_scenario, number
 
 #: Marker file of a checkpoint folder ``DIR.ckpt`` (written first, removed last).
@@ -62,12 +65,57 @@ RUN_SPEC: tuple[str, ...] = keys_of(RunOptions)
 
 
 @dataclass(frozen=True)
-class MainJobResult:
-    """Outcome of :func:`run_main_job`: the summary written and the phase results."""
+class MainJobResult(Outcome):
+    """Outcome of :func:`run_main_job` (an :class:`~wflow.results.Outcome`).
 
-    status: str
+    Attributes
+    ----------
+    status : Status
+        The worst status of the phases, ``INACCURATE`` at least when a verdict of the
+        summary is ``FAIL`` (a string naming a status is read as one).
+    summary : dict
+        What ``summary.json`` holds.
+    out : Path
+        The output folder.
+    message : str
+        The summary's message: the phases not successful and the failed verdicts (computed).
+    checks : dict
+        The accuracy checks of the phases, ``phase → {name → check}`` (computed).
+    history : mapping
+        Empty: the series are in the output files (``diagnostics_*.csv``).
+    verdicts : list of dict
+        The summary's verdict table (``quantity``, ``value``, ``tolerance``, ``verdict``:
+        a :class:`~wflow.status.Verdict`, ``meaning``; computed).
+    """
+
+    status: Status
     summary: dict[str, Any]
     out: Path
+
+    def __post_init__(self) -> None:
+        """Read ``status`` as a :class:`Status` (a string naming one is accepted)."""
+        if not isinstance(self.status, Status):
+            object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def message(self) -> str:
+        """The summary's ``message`` (empty on success)."""
+        return str(self.summary.get("message", ""))
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        """The summary's ``checks`` (per phase)."""
+        return dict(self.summary.get("checks", {}))
+
+    @property
+    def history(self) -> Mapping[str, Any]:
+        """Empty (the series are in the output files)."""
+        return EMPTY
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """The rows of the summary's verdict table."""
+        return list(self.summary.get("verdicts", []))
 
 
 def default_run_scenario():

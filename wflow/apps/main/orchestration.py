@@ -119,16 +119,15 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
 
     from ...geometry.density import density_spec_from_scenario, initial_density
     from ...geometry.mesh import load_mesh
-    from ...pde.options import pde_options_from_dict
-
-    mesh_spec, popts = pde_options_from_dict(sc.sections.get("pde"), seed=sc.seed)
+    pde = sc.table("pde")  # parsed when the scenario loaded
+    mesh_spec, popts = pde.mesh, pde.options
     popts = type(popts)(**{**popts.__dict__, "progress": progress})
     if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
         mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
     if sc.d != 3:
         raise ScenarioError("attention.d: the main job runs on S² meshes, d must be 3")
     from ...geometry.mesh import MESH_DIR
-    from ...infra.estimate import mesh_cells
+    from ...geometry.mesh.estimate import mesh_cells
 
     spec_file = next((p for p in (Path(str(mesh_spec)), MESH_DIR / str(mesh_spec))
                       if ":" not in str(mesh_spec) and p.is_file()), None)
@@ -141,7 +140,8 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     attn = sc.attention_obj()
     if ropts.jko:
         phases._check_jko(mesh, rho0, schedule, attn, sc, popts)
-    phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
+    if int(mesh.num_global) != cells:  # once: again only where the name did not give the size
+        phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
     if not resume:  # everything validated: start a fresh checkpoint
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}

@@ -16,25 +16,31 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
 
     Called before the mesh is generated or read when its spec names the cell count
-    (:func:`wflow.infra.estimate.mesh_cells`), and again on the loaded mesh.
+    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), else (or where the loaded mesh has
+    other cells) on the loaded mesh: once per run.
     """
-    from ...infra.estimate import check_estimate, estimate_main_job
-    from ...jko import jko_options_from_dict
-    from ...jko.options import auto_steps_bound
+    from ...infra.estimate import check_estimate
+    from .estimate import estimate_main_job
 
     H = int(sc.build_heads().H)
     jko_steps = None
     if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
-        _, jopts, extras = jko_options_from_dict(sc.sections.get("jko"), T=popts.T,
-                                                 crosscheck=bool(ropts.jko_refinement))
-        jko_steps = (auto_steps_bound(float(popts.T), int(cells))
-                     if extras["tau_auto"] else int(jopts.steps))
+        table = _jko_table(sc, popts).check(crosscheck=bool(ropts.jko_refinement))
+        jko_steps = table.steps_bound(int(cells))
     est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
                             refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
                             w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps)
     check_estimate(est, confirm=confirm)
+
+
+def _jko_table(sc: Scenario, popts):
+    """The ``[jko]`` table as the main job runs it: ``T`` of ``[pde]`` unless it sets one."""
+    from dataclasses import replace
+
+    table = sc.table("jko")
+    return table if "T" in table.given else replace(table, T=float(popts.T))
 
 
 def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
@@ -46,10 +52,9 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
     """
     from dataclasses import replace
 
-    from ...jko import jko_options_from_dict
     from ...jko.solver import iterate_jko
 
-    _, opts, _ = jko_options_from_dict(sc.sections.get("jko"), T=popts.T, crosscheck=True)
+    opts = _jko_table(sc, popts).unresolved_options()
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
                       options=replace(opts, progress=False), mesh=mesh)

@@ -16,7 +16,7 @@ from ...infra.io import (
     write_csv,
     write_json,
 )
-from ...status import Status
+from ...status import Status, Verdict
 from .refinement import _refinement_block
 from .verdicts import W2_GROWTH_TOL, _verdicts
 
@@ -104,7 +104,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
     overall = worst_status(*(v["status"] for v in statuses.values()))
     reasons = [f"{k}: {v['status']} ({v['message']})" for k, v in statuses.items()
                if v["status"] != Status.SUCCESS]
-    failed = [v["quantity"] for v in summary["verdicts"] if v["verdict"] == "FAIL"]
+    failed = [v["quantity"] for v in summary["verdicts"] if v["verdict"] == Verdict.FAIL]
     if failed:
         overall = worst_status(overall, Status.INACCURATE)
         reasons.append("failed checks: " + ", ".join(failed))

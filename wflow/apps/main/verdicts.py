@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...status import Verdict
+
 #: Particles vs PDE: ``W_2(T)`` may exceed the ``t = 0`` sampling level by the Grönwall
 #: factor ``e^{LT}`` (docs/theory.md §5: measured ≈ 1.15–2.5 at T = 1); above 3× the particles
 #: have left the PDE solution (or the flow is too unstable to compare at this ``n``).
@@ -52,15 +54,15 @@ MIN_JUDGED_LEVELS = 3
 TIME_TOL = 1e-9
 
 
-def _verdict(passed: bool) -> str:
-    return "PASS" if passed else "FAIL"
+def _verdict(passed: bool) -> Verdict:
+    return Verdict.of(bool(passed))
 
 
 def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
     """Every key number with its meaning, tolerance and verdict (for summary and report)."""
     rows: list[dict] = []
 
-    def add(quantity: str, value: Any, tolerance: str, verdict: str, meaning: str) -> None:
+    def add(quantity: str, value: Any, tolerance: str, verdict: Verdict, meaning: str) -> None:
         rows.append({"quantity": quantity, "value": value, "tolerance": tolerance,
                      "verdict": verdict, "meaning": meaning})
 
@@ -88,14 +90,14 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
                 "chain-rule residual.")
         elif e["meaning"] == "defect":
             add(f"{label}: EDI defect (relative)", e["relative"], "none (a property of the model)",
-                "defect (expected)",
+                Verdict.EXPECTED_DEFECT,
                 "|E(T) − E(0) − ∫∂_tE − s∫(½|μ'|² + ½|∂E|²)| / dissipation along the "
                 "transformer flow with several different softmax heads. This flow is NOT a "
                 "gradient flow of E (docs/theory.md §3): the number measures how far the model is "
                 "from one; it does not shrink under refinement and says nothing about the "
                 "solver's accuracy (that is the chain-rule residual above).")
         else:
-            add(f"{label}: EDI residual (relative)", None, "—", "n/a",
+            add(f"{label}: EDI residual (relative)", None, "—", Verdict.NOT_APPLICABLE,
                 "undefined: the heads are not symmetric and value-aligned (V = ±A), so "
                 "there is no gradient-flow direction.")
     add("PDE: relative mass error", s["mass_error"], "<= 1e-10",
@@ -143,7 +145,7 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
             "discretises the surrogate flow v̂, an exact gradient flow.")
         nl, ns = int(jko.stats.get("locked_steps", 0)), int(jko.stats["steps"])
         add("JKO: locked steps", f"{nl} of {ns}", "0",
-            "PASS" if nl == 0 else ("FAIL" if nl == ns else "WARN"),
+            Verdict.of(nl == 0, judged=nl == ns),
             f"steps that left μ unchanged although |∂E|² > 0: the exact JKO on a mesh locks "
             f"when τ|v| <~ h/2. Step: {s['jko_tau']['what']}.")
         ref = ("the PDE of the surrogate flow (solved for this comparison: the JKO scheme "
@@ -159,9 +161,9 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
             verdict = _table_verdict(ok, len(tab["rows"]))
             tol = f"order >= {ORDER_MIN_W2:g} under h ∝ τ (table below)"
         elif tab is not None:  # asked for, but one row: nothing shows convergence
-            verdict, tol = "WARN", "— (the refinement table has one row: not judged)"
+            verdict, tol = Verdict.WARN, "— (the refinement table has one row: not judged)"
         else:
-            verdict, tol = "n/a", "— (no refinement table)"
+            verdict, tol = Verdict.NOT_APPLICABLE, "— (no refinement table)"
         add(f"W₂ JKO vs {pde_name} (max over the JKO times)",
             w["jko_vs_pde"], tol, verdict,
             f"exact W₂ between the JKO measures and {ref}. The JKO scheme agrees with it at "
@@ -209,7 +211,7 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
     if ot is not None:
         add(f"OT cross-check: max_k W₂(JKO, {pde_name}) with scheme = \"ot\" "
             f"({ot.get('cells')} cells)", ot.get("w2_max"),
-            "— (reported, not judged)", "reported",
+            "— (reported, not judged)", Verdict.REPORTED,
             f"the coarsest level run once more with the discrete-OT step (status "
             f"{ot.get('status')}, {ot.get('locked_steps', '?')} locked steps"
             + (f", up to {ot['empty_cells']} of {ot.get('cells')} cells empty (the OT density "
@@ -220,11 +222,9 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
             "whole-cell jumps and locks when τ|v|max <~ h/2 (docs/jko.md).")
 
 
-def _table_verdict(ok: bool, levels: int) -> str:
+def _table_verdict(ok: bool, levels: int) -> Verdict:
     """PASS / FAIL of an order verdict; WARN instead of FAIL below ``MIN_JUDGED_LEVELS``."""
-    if ok:
-        return "PASS"
-    return "FAIL" if levels >= MIN_JUDGED_LEVELS else "WARN"
+    return Verdict.of(ok, judged=levels >= MIN_JUDGED_LEVELS)
 
 
 def _fmt(v: Any) -> str:

@@ -37,6 +37,7 @@ edge give the flux quadrature.
 from __future__ import annotations
 
 from .dolfinx import SphereMesh, load_mesh
+from .dual import DualGeometry, NotWellCentredError, dual_from_cell_vertices, dual_geometry
 from .generation import generate_sphere, gmsh_sphere, icosphere
 from .io import read_surface, write_surface
 from .shipped import DEFAULT_MESH, MESH_DIR, default_mesh_path, shipped_meshes
@@ -44,6 +45,10 @@ from .triangulation import PROJECT_TOL, RADIUS_TOL, MeshReport, MeshValidationEr
 from .validation import mesh_stats, project_to_sphere, validate_sphere
 
 __all__ = [
+    "DualGeometry",
+    "NotWellCentredError",
+    "dual_geometry",
+    "dual_from_cell_vertices",
     "MeshValidationError",
     "MeshReport",
     "Triangulation",

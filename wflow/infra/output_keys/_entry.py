@@ -1,4 +1,4 @@
-"""One entry of the output-key table (:mod:`wflow.infra.output_keys`)."""
+"""One entry of an output-key table (:mod:`wflow.infra.output_keys`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 __all__ = ["OutputKey"]
 
 _ALL = "all"
-_RUN = "wflow run"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from ...infra.parallel import parallel_map
+from ...status import Claim
+from ..claims import ClaimOutcome
 from .batched import run_case_dim
 from .options import CLAIM, PAPER, RankOptions
 
@@ -37,8 +39,11 @@ RULE = ("over the converged draws of the published solver, and over every attemp
 
 
 @dataclass(frozen=True)
-class RankVerdict:
-    """Verdict on the claim; ``reasons`` lists the counts it rests on.
+class RankVerdict(ClaimOutcome):
+    """Verdict on the claim; ``reasons`` lists the counts it rests on (a :class:`ClaimOutcome`).
+
+    ``verdict``: a :class:`~wflow.status.Claim` (``"reproduced"``, ``"inconclusive"``,
+    ``"not reproduced"``).
 
     ``checks``: the counts of :data:`RULE` per case and dimension as ``summary.json``
     checks ``{name: {value, tolerance, passed, rule}}`` (``{case}_d{d}_exact_rank``,
@@ -47,7 +52,7 @@ class RankVerdict:
     exactly when every check passes.
     """
 
-    verdict: str
+    verdict: Claim
     reasons: tuple[str, ...]
     rule: str
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -97,11 +102,11 @@ def judge_ranks(runs: dict[str, dict[int, dict[str, Any]]], n_per_dim: int,
                         "||R||_F < tol within max_iter steps) against the draws asked; "
                         "fewer: inconclusive"}
     if exc_exact:
-        v = "not reproduced"
+        v = Claim.NOT_REPRODUCED
     elif exc_pub or short or undetermined:
-        v = "inconclusive"
+        v = Claim.INCONCLUSIVE
     else:
-        v = "reproduced"
+        v = Claim.REPRODUCED
     return RankVerdict(v, tuple(reasons), RULE, checks)
 
 
@@ -227,7 +232,8 @@ def reproduce(*, out: str | Path, options: RankOptions | None = None,
     summary = summarize(opts, runs, v, ctl)
     sentence = (f"castin_ranks: published claim {v.verdict.upper()} ({'; '.join(v.reasons)}); "
                 f"control with the false bound floor(d/2): {ctl.verdict}.")
-    study = StudyResult("reproduce_castin_ranks", summary, sentence, v.verdict == "reproduced")
+    study = StudyResult("reproduce_castin_ranks", summary, sentence,
+                        v.verdict == Claim.REPRODUCED)
     report = "\n".join([
         f"# castin_ranks — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
         f"Claim: {CLAIM}.", "", f"Rule: {RULE}", "", "Measured:",

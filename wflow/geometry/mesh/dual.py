@@ -1,6 +1,7 @@
 """Dual (Voronoi-type) geometry of a sphere triangulation for two-point fluxes (docs/theory.md §4).
 
-The finite-volume JKO step (:mod:`wflow.jko.fv`) needs, for every cell ``K`` a centre
+The finite-volume JKO step (:mod:`wflow.jko.fv`) and the token diffusion of the PDE
+(:mod:`wflow.pde.diffusion`) need, for every cell ``K`` a centre
 ``x_K`` and for every edge ``σ = K|L`` its length ``|σ|`` and the distance ``d_σ``
 between the centres of ``K`` and ``L``, such that the arc ``x_K x_L`` is orthogonal to
 ``σ`` (two-point flux consistency). On the unit sphere this holds for the *spherical
@@ -49,6 +50,7 @@ __all__ = [
     "NotWellCentredError",
     "dual_geometry",
     "dual_from_cell_vertices",
+    "log_mean",
 ]
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,17 @@ class DualGeometry:
         k = int(np.argmin(self.margin))
         return k, float(self.margin[k])
 
+    def entropy(self, m: np.ndarray) -> float:
+        """``H(m) = Σ_K m_K log(m_K / σ(K))``, ``σ(K) = |K|/4π`` (``0 log 0 = 0``).
+
+        The relative entropy of the cell masses with respect to the normalised surface
+        measure (THEORY §8: ``∫ρ log ρ dσ`` with ``ρ = dμ/dσ``); token diffusion ``D``
+        enters the free energy as ``D·H``.
+        """
+        m = np.asarray(m, dtype=np.float64)
+        pos = m > 0
+        return float(np.sum(m[pos] * np.log(4.0 * np.pi * m[pos] / self.areas[pos])))
+
     def divergence(self, J: np.ndarray) -> np.ndarray:
         """``(div J)_K = Σ_σ J_{K,σ}`` for edge fluxes ``J`` oriented from ``K`` to ``L``."""
         K, L = self.edge_cells[:, 0], self.edge_cells[:, 1]
@@ -129,6 +142,25 @@ def _sph_area(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def _arc(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Geodesic distance of unit vectors (atan2 form: accurate for small angles)."""
     return np.arctan2(np.linalg.norm(np.cross(u, v), axis=1), np.einsum("ij,ij->i", u, v))
+
+
+def log_mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Logarithmic mean ``(a − b)/(log a − log b)`` (``a`` where ``a = b``, 0 if either is 0).
+
+    The edge density of two-point fluxes for which ``θ_σ (log ρ_K − log ρ_L) = ρ_K − ρ_L``
+    exactly (entropy dissipation of the heat flow, :mod:`wflow.pde.diffusion`).
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        la, lb = np.log(a), np.log(b)
+        out = (a - b) / (la - lb)
+    close = np.abs(a - b) <= 1e-8 * np.maximum(a, b)
+    # series of the log mean at a ≈ b: ½(a + b) − (a − b)²/(12 (a+b)/2) + …
+    mid = 0.5 * (a + b)
+    near = mid - (a - b) ** 2 / (12.0 * np.where(mid > 0, mid, 1.0))
+    out = np.where(close, near, out)
+    return np.where((a > 0) & (b > 0), out, 0.0)
 
 
 def dual_geometry(points: np.ndarray, cells: np.ndarray, *, strict: bool = True

@@ -1,0 +1,185 @@
+"""Cost of token diffusion in the particle step: noisy against noiseless (issue 40 item 2).
+
+``python bench/bench_particles_noise.py [--n N] [--noise-n M] [--out FILE]`` writes
+``bench/results/particles_noise.json`` with:
+
+* **steps**: ``simulate`` on ``n`` uniform tokens on S² (2 random symmetric softmax heads,
+  ``kernel_backend="auto"``: the fast summation at this size), the Python loop for every
+  integrator (the loop a noisy run takes), diagnostics other than the balance off, run
+  once to warm up, then with ``S = 1`` and ``S = 3`` steps: ``(t(3) − t(1))/2`` is one
+  step with its state evaluation. Pairs: ``euler`` / ``em`` and ``rk4`` / ``strang``;
+  wall and CPU time.
+* **noise**: the token-noise work alone at ``M/2`` tokens (``M = 10⁶`` by default, the
+  issue's size, on 2 ranks: each holds ``M/2``): the keyed normals with the projection
+  and the Euler–Maruyama update (``em``), and two exact heat-kernel increments
+  (``strang``), wall and CPU time per step.
+* **ratio at M**: ``1 + noise(M/2) / step(M/2 per rank)`` with the noiseless step of
+  ``bench/results/particles_mpi_idle.json`` (``n = 10⁶``, 2 ranks, RK4, CPU time per
+  rank; Euler's step: that times the Euler/RK4 CPU ratio measured at ``n``), plus, for
+  ``strang``, its extra field evaluation (measured at ``n`` in **steps**).
+
+``mpirun -n 2 python bench/bench_particles_noise.py --split --n 1000000 --out FILE``
+measures the Euler and EM steps themselves split over the ranks (``simulate(comm=...)``).
+
+The 1-min load is recorded before and after: on a shared machine compare CPU times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def _timed(fn):
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def bench_steps(n: int) -> dict:
+    from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.sphere import sample_uniform
+    from wflow.particles import ParticleOptions, simulate
+
+    rng = np.random.default_rng(0)
+    x = sample_uniform(n, 3, rng)
+    heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
+    attn = Attention("softmax", 1.0)
+    rows = {}
+    for integ, D in (("euler", 0.0), ("em", 0.1), ("rk4", 0.0), ("strang", 0.1)):
+        warm = ParticleOptions(T=0.01, dt=0.01, integrator=integ, diffusion=D,
+                               engine="python", head_rates=False, clusters=False)
+        simulate(x, heads, attn, options=warm)  # compile / load every kernel first
+        t = {}
+        for S in (1, 3):
+            opts = ParticleOptions(T=0.01 * S, dt=0.01, integrator=integ, diffusion=D,
+                                   engine="python", head_rates=False, clusters=False)
+            r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts))
+            assert r.status == "success", r.message
+            t[S] = (wall, cpu, r.extra["kernel"])
+        rows[integ] = {"diffusion": D, "step_wall_s": (t[3][0] - t[1][0]) / 2,
+                       "step_cpu_s": (t[3][1] - t[1][1]) / 2, "kernel": t[3][2]}
+    for noisy, clean in (("em", "euler"), ("strang", "rk4")):
+        rows[noisy]["cpu_ratio_vs_" + clean] = rows[noisy]["step_cpu_s"] / rows[clean]["step_cpu_s"]
+    return rows
+
+
+def bench_split(n: int, out: str, repeats: int = 2) -> None:
+    """Under ``mpirun -n P``: one Euler and one EM step at ``n`` tokens split over the ranks.
+
+    ``simulate(comm=COMM_WORLD)``, ``S = 1`` and ``S = 3`` after a warm-up, as
+    :func:`bench_steps`, the two integrators alternating ``repeats`` times and the
+    fastest of each kept (MPI waits spin, so a rank descheduled by the load inflates the
+    other's CPU time too); rank 0 writes the per-rank CPU and wall times (max over ranks).
+    """
+    from mpi4py import MPI
+
+    from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.sphere import sample_uniform
+    from wflow.particles import ParticleOptions, simulate
+
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(0)
+    x = sample_uniform(n, 3, rng)
+    heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
+    attn = Attention("softmax", 1.0)
+    rows: dict = {"n": n, "ranks": comm.Get_size(), "load1_start": os.getloadavg()[0],
+                  "repeats": repeats}
+    pairs = (("euler", 0.0), ("em", 0.1))
+    t: dict = {(i, S): [] for i, _ in pairs for S in (1, 3)}
+    for S in (0,) + (1, 3) * repeats:  # S = 0: the warm-up; then alternating, min kept
+        for integ, D in pairs:
+            opts = ParticleOptions(T=0.01 * max(S, 1), dt=0.01, integrator=integ,
+                                   diffusion=D, head_rates=False, clusters=False)
+            comm.Barrier()
+            r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts,
+                                                              comm=comm))
+            assert r.status == "success", r.message
+            if S:
+                t[integ, S].append((comm.allreduce(wall, op=MPI.MAX),
+                                    comm.allreduce(cpu, op=MPI.MAX)))
+    for integ, _ in pairs:
+        best = {S: np.min(np.array(t[integ, S]), axis=0) for S in (1, 3)}
+        rows[integ] = {"step_wall_s_max": float(best[3][0] - best[1][0]) / 2,
+                       "step_cpu_s_max": float(best[3][1] - best[1][1]) / 2}
+    rows["em"]["cpu_ratio_vs_euler"] = (rows["em"]["step_cpu_s_max"]
+                                        / rows["euler"]["step_cpu_s_max"])
+    rows["load1_end"] = os.getloadavg()[0]
+    if comm.Get_rank() == 0:
+        Path(out).write_text(json.dumps(rows, indent=1))
+        print(json.dumps(rows, indent=1))
+
+
+def bench_noise(M: int) -> dict:
+    from wflow.geometry.sphere import sample_uniform
+    from wflow.particles.integrators import INTEGRATORS
+    from wflow.particles.noise import TokenNoise
+
+    x = sample_uniform(M, 3, np.random.default_rng(1))
+    v = np.zeros_like(x)
+    noise = TokenNoise(0, M, 3)
+    em = INTEGRATORS["em"]
+    out = {}
+    theta = np.zeros(1)
+    _, wall, cpu = _timed(lambda: em.noisy_step(x, 0.01, v, None, theta, theta, theta, None,
+                                                None, "transformer", None, diffusion=0.1,
+                                                noise=noise.at(0)))
+    _, w0, c0 = _timed(lambda: em.step(x, 0.01, v, None, theta, theta, theta, None, None,
+                                       "transformer", None))
+    out["em"] = {"tokens": M, "noisy_step_wall_s": wall, "noisy_step_cpu_s": cpu,
+                 "plain_update_cpu_s": c0, "noise_cpu_s": cpu - c0}
+    step = noise.at(1)
+    _, wall, cpu = _timed(lambda: step.heat(step.heat(x, 0.0005, 0), 0.0005, 1))
+    out["strang"] = {"tokens": M, "two_heat_increments_wall_s": wall,
+                     "noise_cpu_s": cpu}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--noise-n", type=int, default=1_000_000)
+    ap.add_argument("--out", default=str(RESULTS / "particles_noise.json"))
+    ap.add_argument("--split", action="store_true",
+                    help="under mpirun: Euler and EM steps at --n split over the ranks "
+                         "(writes --out)")
+    args = ap.parse_args()
+    if args.split:
+        bench_split(args.n, args.out)
+        return
+    res = {"load1_start": os.getloadavg()[0], "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    res["steps"] = bench_steps(args.n)
+    res["steps_n"] = args.n
+    per_rank = args.noise_n // 2
+    res["noise"] = bench_noise(per_rank)
+    ref = RESULTS / "particles_mpi_idle.json"
+    if ref.exists():
+        step = json.loads(ref.read_text())["rows"]["n1e6_p2"]["step_cpu_s"]
+        s = res["steps"]
+        extra = (s["strang"]["step_cpu_s"] - s["rk4"]["step_cpu_s"]) / s["rk4"]["step_cpu_s"]
+        res["ratio_at_1e6_2ranks"] = {
+            "noiseless_rk4_step_cpu_s_per_rank": step,
+            "source": "bench/results/particles_mpi_idle.json n1e6_p2",
+            "em_vs_rk4": 1 + res["noise"]["em"]["noise_cpu_s"] / step,
+            # Euler's step: RK4's scaled by their CPU ratio measured at n
+            "em_vs_euler": 1 + res["noise"]["em"]["noise_cpu_s"] / (
+                step * s["euler"]["step_cpu_s"] / s["rk4"]["step_cpu_s"]),
+            "strang": 1 + extra + res["noise"]["strang"]["noise_cpu_s"] / step,
+            "strang_extra_evaluation_fraction": extra,
+        }
+    res["load1_end"] = os.getloadavg()[0]
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

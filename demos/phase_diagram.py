@@ -1,0 +1,131 @@
+"""Phase diagram of the noisy transformer on S² (Mun & Rosenzweig; docs/guide/phase.md).
+
+Maths (docs/theory.md §9, THEORY §8): one unnormalised head A = V = I with token
+diffusion D, in the published coupling K = 1/(2D). The uniform density is linearly
+unstable iff K > K_#(β) = β^{d/2} / (2^{d/2} Γ(d/2) I_{d/2}(β)). Below the tricritical
+β*(d) (root of I_{d/2+1}/I_{d/2} = 1/d; β*(3) = 1.8161545) the transition is continuous at
+K_#, the order parameter m = |∫x dμ| rising as (K − K_#)^{1/2} ((K − K_#)^{1/4} at β*);
+above it the branch of zonal stationary states bends back to a fold K_f, and the
+clustered state wins from K_c on (equal free energies), K_f < K_c < K_#.
+
+The script continues the zonal branch in m (wflow.phase), prints K_#, K_c, K_f against β
+for d = 3, the exponents, and the dichotomy at β* ± 2 % for d = 2, 3, 4, 8; with --out it
+writes phase_diagram.png (K against β, and the branches m against K/K_#) and
+phase_diagram.json (the raw numbers).
+
+Run: python demos/phase_diagram.py [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from wflow.phase import (
+    check_dichotomy,
+    order_parameter_exponent,
+    phase_diagram,
+    tricritical_beta,
+    zonal_branch,
+)
+
+
+def _nan_to_none(x):
+    """JSON has no NaN: a continuous transition's fold is written as null."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, list):
+        return [_nan_to_none(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _nan_to_none(v) for k, v in x.items()}
+    return x
+
+
+def main(quick: bool = False, out: Path | None = None) -> dict:
+    d = 3
+    bs = tricritical_beta(d)
+    betas = (np.array([1.0, 1.5, bs, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0]) if quick else
+             np.unique(np.concatenate([np.linspace(0.5, bs, 14), np.linspace(bs, 10.0, 40)[1:],
+                                       [3.0, 4.0, 5.0, 8.0]])))
+    diag = phase_diagram(d, betas)
+    print(f"d = {d}: beta* = {bs:.10f}")
+    print(f"{'beta':>8} {'K_#':>14} {'K_c':>14} {'K_f':>14}  transition")
+    for i, b in enumerate(diag.beta):
+        print(f"{b:8.4f} {diag.k_sharp[i]:14.10f} {diag.k_c[i]:14.10f} "
+              f"{diag.k_fold[i]:14.10f}  {diag.transition[i]}")
+    i3 = int(np.nonzero(diag.beta == 3.0)[0][0])
+    exps = {"below": order_parameter_exponent(0.5 * bs, d).exponent,
+            "at": order_parameter_exponent(bs, d).exponent}
+    print(f"order-parameter exponent: {exps['below']:.5f} at beta*/2, {exps['at']:.5f} at beta*")
+    dims = (3,) if quick else (2, 3, 4, 8)
+    dich = {}
+    for dd in dims:
+        c = check_dichotomy(dd)
+        dich[str(dd)] = {"beta_star": c.beta_star, "holds": c.holds, "message": c.message}
+        print(f"d = {dd}: beta* = {c.beta_star:.7f}, dichotomy at ±2 %: "
+              f"{'holds' if c.holds else 'FAILS'} ({c.message})")
+    result = {"d": d, "beta_star": bs, "k_sharp_beta3": float(diag.k_sharp[i3]),
+              "k_c_beta3": float(diag.k_c[i3]), "k_fold_beta3": float(diag.k_fold[i3]),
+              "exponent_below": exps["below"], "exponent_at": exps["at"],
+              "discontinuous": int(sum(t == "discontinuous" for t in diag.transition)),
+              "dichotomy": dich, "diagram": diag.as_dict()}
+    if out is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        out.mkdir(parents=True, exist_ok=True)
+        branches = {}
+        for label, b in (("0.6 β*", 0.6 * bs), ("β*", bs), ("β = 3", 3.0), ("β = 5", 5.0)):
+            br = zonal_branch(b, d, m=np.linspace(0.002, 0.95, 120 if quick else 400))
+            branches[label] = {"beta": b, "m": br.m.tolist(),
+                               "K_over_K_sharp": (br.K * 2 * br.model.lam[1] / b).tolist(),
+                               "free_energy_gap": br.free_energy_gap.tolist()}
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+        # from the tricritical point on (K_f = K_c = K_# at β*), the curves of the
+        # discontinuous side; K_c = K_# on the continuous side
+        up = diag.beta >= bs
+        kf = np.where(diag.beta == bs, diag.k_sharp, diag.k_fold)
+        ax[0].fill_between(diag.beta[up], kf[up], diag.k_sharp[up], color="C1", alpha=0.15,
+                           label="bistable: $K_f < K < K_\\#$ (hysteresis)")
+        ax[0].semilogy(diag.beta, diag.k_sharp, "k-", label="$K_\\#$ (linear threshold)")
+        ms = 3 if quick else 0
+        ax[0].semilogy(diag.beta, diag.k_c, "C3o-", ms=ms,
+                       label="$K_c$ (transition; $= K_\\#$ below β*)")
+        ax[0].semilogy(diag.beta[up], kf[up], "C0s--", ms=ms, label="$K_f$ (fold)")
+        ax[0].axvline(bs, color="gray", ls=":", label=f"β* = {bs:.4f}")
+        ax[0].set(xlabel="β", ylabel="K = 1/(2D)",
+                  title="noisy transformer on S²: phase diagram (d = 3)")
+        ax[0].text(0.04, 0.06, "uniform (disordered)", transform=ax[0].transAxes, fontsize=8)
+        ax[0].text(0.6, 0.9, "clustered", transform=ax[0].transAxes, fontsize=8)
+        ax[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.1))
+        for k, (label, br) in enumerate(branches.items()):
+            ax[1].plot(br["K_over_K_sharp"], br["m"], f"C{k}-", label=label)
+        for b, col in ((3.0, "C2"), (5.0, "C3")):
+            p = diag.points[int(np.argmin(np.abs(diag.beta - b)))] if b in diag.beta else None
+            if p is not None:
+                ax[1].plot([p.k_c / p.k_sharp] * 2, [0, p.m_c], color=col, ls="--", lw=0.8)
+                ax[1].plot(p.k_fold / p.k_sharp, p.m_fold, "o", color=col, ms=4)
+        ax[1].axvline(1.0, color="gray", lw=0.6)
+        ax[1].set(xlabel="K / K_#", ylabel="order parameter m = |∫x dμ|", xlim=(0.4, 1.6),
+                  ylim=(0, 1), title="zonal branches (dots: folds, dashed: K_c)")
+        ax[1].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "phase_diagram.png", dpi=120)
+        (out / "phase_diagram.json").write_text(
+            json.dumps(_nan_to_none({**result, "branches": branches}), indent=1))
+        print(f"figure: {out / 'phase_diagram.png'}; data: {out / 'phase_diagram.json'}")
+    return result
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small, runs in seconds")
+    ap.add_argument("--out", type=Path, default=None, help="directory for the figure and data")
+    a = ap.parse_args()
+    main(quick=a.quick, out=a.out)

@@ -1,0 +1,81 @@
+"""The JKO scheme's cost model: memory, steps and time of ``wflow jko``.
+
+Calibrated against measured peak RSS and CPU time (``tests/test_estimates.py`` pins it on
+the recorded measurements). The step count of ``tau = "auto"`` before the mesh is known
+is :func:`~wflow.jko.options.auto_steps_bound` (the one definition of that bound).
+"""
+
+from __future__ import annotations
+
+from ..infra.estimate import Estimate, estimate_w2
+from ..particles.estimate import PAIR_SECONDS
+from ..pde.estimate import PDE_PAIR_SECONDS
+from .options import JKOTable
+
+__all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko", "estimate_run"]
+
+#: Seconds per cell and step of the finite-volume JKO step (0.32 s per step at 40 500
+#: cells, ``docs/jko.md``).
+FV_CELL_SECONDS = 8e-6
+
+#: Resident size (bytes) of the interpreter and the libraries ``wflow jko`` loads (NumPy,
+#: numba, DOLFINx, PETSc, POT), measured on the smallest runs of the calibration grid.
+BASELINE_BYTES = 300 * 2**20
+
+#: Start-up seconds of ``wflow jko``: the CPU seconds of the smallest runs of the grid.
+STARTUP_SECONDS = 1.8
+
+
+def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
+                 max_pairs: int = 50_000_000, dense_ot_max_cells: int = 6000,
+                 scheme: str = "fv", verify_max_cells: int = 2500, what: str = "jko",
+                 startup: bool = True) -> Estimate:
+    """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
+
+    Every scheme keeps the density of every step: ``8 M (steps + 1)`` bytes (at ``T/τ =
+    10⁷`` steps on 2 420 cells, 194 GB). ``scheme="fv"`` (the default scheme): memory, the
+    libraries and the finite-volume
+    graph (~2 kB a cell); time per step ``FV_CELL M`` plus ``inner / 3`` potential
+    evaluations of ``M² H`` cell pairs; up to ``verify_max_cells`` cells the POT referee
+    (a ``W²`` between consecutive steps, :func:`estimate_w2`: dense up to
+    ``dense_ot_max_cells``, certified sparse beyond). ``scheme="ot"``:
+    memory, the candidate pairs ``24 min(M², max_pairs)`` and a dense transport problem
+    ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per step
+    ``inner`` oracle calls of ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
+    """
+    M = float(cells)
+    parts = {"libraries": float(BASELINE_BYTES)} if startup else {}
+    # the density of every step is kept (history, density.npz): 8 M bytes a step
+    parts["stored densities"] = 8.0 * M * (float(steps) + 1.0)
+    if scheme == "ot":
+        pairs = min(M * M, float(max_pairs))
+        parts["candidate pairs"] = 24.0 * pairs
+        if M <= dense_ot_max_cells:
+            parts["dense transport problem"] = 24.0 * M * M
+        secs = steps * inner * (pairs * 10 * PAIR_SECONDS + M * M * H * PAIR_SECONDS)
+    else:
+        parts["finite-volume graph"] = 2000.0 * M
+        secs = steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
+        if M <= verify_max_cells:
+            ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2",
+                              dense_max_points=dense_ot_max_cells)
+            parts.update(ref.parts)
+            secs += ref.seconds
+    secs += STARTUP_SECONDS if startup else 0.0
+    return Estimate(what, sum(parts.values()), steps, secs, parts)
+
+
+def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
+    """:func:`estimate_jko` of a run of the ``[jko]`` table on ``cells`` cells, ``H`` heads.
+
+    Steps: the table's step rule on this mesh (``T/τ``, or the bound of ``tau = "auto"``,
+    :func:`~wflow.jko.options.auto_steps_bound`); the POT referee as ``verify`` says
+    (``None``: up to ``verify_max_cells``).
+    """
+    s = table.settings
+    verify = s["verify"]
+    return estimate_jko(cells=int(cells), H=int(H), steps=float(table.steps_bound(cells)),
+                        max_pairs=s["max_pairs"], dense_ot_max_cells=s["dense_ot_max_cells"],
+                        scheme="ot" if s["scheme"] == "ot" else "fv",
+                        verify_max_cells=(0 if verify is False else
+                                          int(cells) if verify else s["verify_max_cells"]))

@@ -1,0 +1,115 @@
+"""The particle solver's cost model: memory, steps and time of ``wflow particles``.
+
+Calibrated against measured peak RSS and CPU time (``tests/test_estimates.py`` pins it on
+the recorded measurements, ``docs/guide/cli.md`` "Cost estimates"). The work of a step is
+``stages()`` evaluations of the field, read from the integrator object
+(:class:`~wflow.particles.integrators.ParticleIntegrator`), never from its name.
+"""
+
+from __future__ import annotations
+
+from ..attention.kinds import get_kind
+from ..infra.estimate import Estimate, step_count
+from .integrators import INTEGRATORS, ParticleIntegrator
+from .options import ParticleOptions
+
+__all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SECONDS",
+           "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
+           "fastsum_eligible", "integrator_of", "estimate_run"]
+
+#: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
+#: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
+PAIR_SECONDS = 5e-10
+
+#: CPU seconds per token, head and stage of the spherical-harmonic fast summation (one
+#: evaluation of the field): 15.5 s per RK4 step at n = 10⁶, H = 4 and 1.39 s at n = 10⁵
+#: (9.7e-7 and 8.7e-7; ``bench/results/particles_mpi.json``, one rank).
+FASTSUM_SECONDS = 1.0e-6
+
+#: Working doubles per token coordinate and per (1 + H) — positions, the RK4 stages, the
+#: per-head outputs, normalisers and scores: peak RSS above the libraries 1.07 kB per token
+#: at n = 10⁶ and 1.26 kB at n = 10⁵ (d = 3, H = 4), 18 kB at d = 64, n = 10⁴
+#: (``bench/results/particles_mpi.json``); ``8 · 8 max(d, 3)(1 + H)`` gives 0.96, 0.96 and
+#: 20 kB.
+TOKEN_BYTES_PER_DOUBLE = 8.0
+
+#: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
+#: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
+STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
+
+#: Resident size (bytes) of the interpreter and the libraries ``wflow particles`` loads
+#: (NumPy, numba and the compiled loops), measured on the smallest runs of the grid.
+BASELINE_BYTES = 220 * 2**20
+
+#: Start-up seconds of ``wflow particles`` (interpreter, imports, loading the compiled
+#: loops): the CPU seconds of the smallest runs of the calibration grid.
+STARTUP_SECONDS = 1.7
+
+
+def integrator_of(integrator: ParticleIntegrator | str) -> ParticleIntegrator:
+    """The integrator object: ``integrator`` itself, or the one registered under that name."""
+    if isinstance(integrator, ParticleIntegrator):
+        return integrator
+    return INTEGRATORS.lookup(integrator, "particles.integrator")
+
+
+def fastsum_eligible(kind: str, d: int, backend: str) -> bool:
+    """Whether the kernel plan may choose the fast summation (the particle estimate's cost).
+
+    ``d = 3``, a kind whose kernel has compiled code and the fast-summation expansion, and
+    a back-end (``kernel_backend``) that may choose it (``"auto"`` or ``"fastsum"``).
+    """
+    spec = get_kind(kind)
+    return d == 3 and spec.compiled and spec.fastsum and backend in ("auto", "fastsum")
+
+
+def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
+                       paths: int = 1, record_every: int = 1,
+                       integrator: ParticleIntegrator | str = "rk4",
+                       save_trajectory: bool = False, fastsum: bool = False,
+                       what: str = "particles") -> Estimate:
+    """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
+
+    Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
+    libraries, the time grid ``8 S``, the per-step integrands ``160 S`` and the recorded
+    rows ``8 R (24 + 8 H)`` per path, the working arrays of the tokens
+    ``TOKEN_BYTES_PER_DOUBLE · 8 max(d, 3) (1 + H) n`` per path (positions, stages, the
+    per-head outputs and scores), the trajectory ``8 R n d`` per path (if saved); time:
+    ``STARTUP + P (S (STEP + stages · c) + R RECORD)`` with ``stages`` the integrator's
+    evaluations of the field per step (``integrator.stages()``: 4 for RK4, 1 for Euler;
+    an object or a registered name) and ``c`` the cost of one evaluation: the direct
+    sums, ``n² H PAIR_SECONDS max(d, 3)/3``, or — where the spherical-harmonic fast
+    summation applies (``fastsum``: ``d = 3``, an exponential kernel with compiled code, a
+    back-end that may choose it) — the cheaper of that and ``n H FASTSUM_SECONDS``, as
+    the kernel plan chooses the cheaper one.
+    """
+    S = step_count(T, dt)
+    R = S / max(1, record_every) + 1
+    stages = integrator_of(integrator).stages()
+    width = max(int(d), 3)
+    direct = float(n) * n * H * PAIR_SECONDS * width / 3.0
+    fast = float(n) * H * FASTSUM_SECONDS
+    per_eval = min(direct, fast) if fastsum and d == 3 else direct
+    parts = {"libraries": float(BASELINE_BYTES)}
+    parts.update({"time grid": 8.0 * S, "per-step integrands": 160.0 * S * paths,
+                  "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
+                  "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * n * width * (1 + H) * paths})
+    if save_trajectory:
+        parts["trajectory"] = 8.0 * R * n * d * paths
+    secs = STARTUP_SECONDS + paths * (
+        S * (STEP_SECONDS + stages * per_eval) + R * RECORD_SECONDS)
+    return Estimate(what, sum(parts.values()), S * paths, secs, parts)
+
+
+def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
+                 kind: str) -> Estimate:
+    """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
+
+    ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
+    summation may be chosen: :func:`fastsum_eligible`).
+    """
+    return estimate_particles(
+        n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
+        record_every=options.record_every, integrator=options.integrator,
+        save_trajectory=options.save_trajectory,
+        fastsum=fastsum_eligible(kind, int(d), options.kernel_backend))
