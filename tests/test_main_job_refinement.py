@@ -4,7 +4,7 @@ Four FV levels (320, 500, 720, 980 cells; h ∝ τ), W₂ and L¹ of the JKO aga
 surrogate PDE on the same mesh at the JKO times, the JKO's EDI residual, each with a fitted
 order and a verdict (thresholds: wflow/apps/main/verdicts.py, ``ORDER_MIN_*``). Negative
 controls are injected through the public API the main job calls
-(``wflow.apps.jobs.jko.run_jko_scenario``; the FV step ``wflow.jko.solver.fv_step``), perturbing
+(``wflow.apps.jobs.jko.run_jko_scenario``; the FV step ``wflow.jko.steppers.fv_step``), perturbing
 only the JKO: β × 1.03, a JKO that steps 1.1τ while it says τ, recorded times
 ``t_k = 1.1kτ``, and the softmax mobility replaced by ``b̂ = 1``. Each makes the run
 not ``success`` with the named verdict FAIL; the correct scheme passes on the same
@@ -28,7 +28,7 @@ import pytest
 
 import wflow.apps.jobs.jko as jko_run
 import wflow.apps.main as mj
-import wflow.jko.solver as jko_solver
+import wflow.jko.steppers as jko_steppers
 from wflow.apps.main import refinement as mj_refinement
 from wflow.apps.main import verdicts as mj_verdicts
 from wflow.attention.heads import Attention
@@ -180,14 +180,14 @@ def test_mislabelled_recorded_times_are_caught(tmp_path, monkeypatch):
 
 def test_wrong_mobility_is_caught(tmp_path, monkeypatch):
     """The softmax mobility b̂ = 1/Z replaced by 1 in every FV step (the JKO only)."""
-    real_step = jko_solver.fv_step
+    real_step = jko_steppers.fv_step
 
     def step(*a, bhat, **k):
         return real_step(*a, bhat=np.ones_like(bhat), **k)
 
     def fault(real, *a, **k):
         with monkeypatch.context() as m:
-            m.setattr(jko_solver, "fv_step", step)
+            m.setattr(jko_steppers, "fv_step", step)
             return real(*a, **k)
 
     _wrap(monkeypatch, fault)

@@ -156,6 +156,21 @@ def test_an_unregistered_kind_object_runs_as_its_registered_twin(rng):
         Attention(RELU_KERNEL, 1.0)
 
 
+def test_an_admitted_kind_is_checked_again_when_the_registry_changes():
+    """The admission of an unregistered kind is cached for the hot loops, never stale."""
+    from wflow.attention.kinds import get_kind
+
+    def kernel():  # a NumPy-only kernel named "shared" (two definitions: two objects)
+        return type(RELU_KERNEL)("shared", None, exponential=False, fastsum=False)
+
+    a = AttentionKind("a_user", "A", kernel())
+    assert get_kind(a) is a and get_kind(a) is a  # admitted (then from the cache)
+    with registered_kind(AttentionKind("b_user", "B", kernel())):
+        with pytest.raises(ValueError, match="kernel name 'shared' is taken"):
+            get_kind(a)
+    assert get_kind(a) is a  # the other kernel gone, admitted again
+
+
 # -------------------------------------------------------------------------------- PDE
 @pytest.fixture(scope="module")
 def pde_case():

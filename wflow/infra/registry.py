@@ -152,6 +152,9 @@ class Registry[T]:
         self._admit = admit
         self._items: dict[str, T] = {}
         self._builtin: set[str] = set()
+        # unregistered objects admitted since the registry last changed (id -> object,
+        # held so that the id stays theirs): a look-up in a hot loop stays a dict look-up
+        self._admitted: dict[int, T] = {}
 
     # registration -----------------------------------------------------------------
     def add(self, obj: T, *, builtin: bool = False) -> T:
@@ -185,6 +188,7 @@ class Registry[T]:
         if self._admit is not None:
             self._admit(obj)
         self._items[name] = obj
+        self._admitted.clear()
         if builtin:
             self._builtin.add(name)
         return obj
@@ -204,6 +208,7 @@ class Registry[T]:
         if name in self._builtin:
             raise ValueError(f"{name!r} is a built-in {self.concept}: it is never removed")
         del self._items[name]
+        self._admitted.clear()
         return obj
 
     def is_builtin(self, name: str) -> bool:
@@ -239,9 +244,12 @@ class Registry[T]:
         if isinstance(value, str):
             return self.get(value, key)
         if self.base is not None and isinstance(value, self.base):
-            if self._admit is not None and \
+            if self._admit is not None and self._admitted.get(id(value)) is not value and \
                     self._items.get(getattr(value, "name", None)) is not value:
                 self._admit(value)
+                if len(self._admitted) >= 64:
+                    self._admitted.clear()
+                self._admitted[id(value)] = value
             return value
         what = f" or an object of type {self.base.__name__}" if self.base is not None else ""
         raise WrongMethod(f"{self._where(key)}expected the name of a registered "
