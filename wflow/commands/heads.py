@@ -93,7 +93,8 @@ def _beta_star(args: argparse.Namespace) -> int:
     for i in range(H.size):
         note = ("no cross-head term: dominance at every beta" if H.flat[i] == 1
                 else "dominance fails at every beta > 0" if bs.flat[i] <= 0
-                else "dominance iff beta <= beta_star")
+                else "radial dominance (RD) iff beta <= beta_star; the sharp radial term "
+                     "alone (own >= |cross radial|) iff beta <= beta_star_exact")
         recs.append({"H": int(H.flat[i]), "n": int(n.flat[i]), "alpha": float(a.flat[i]),
                      "c_star": float(cs.flat[i]), "beta_star": float(bs.flat[i]),
                      "beta_star_exact": float(be.flat[i]), "note": note})
