@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..status import Status
+from ..status import Reach, Status
 from . import add_output, finish, prepare
 from ._help import Formatter, scenario_tables, written_keys
 
@@ -126,7 +126,7 @@ def handler(args: argparse.Namespace) -> int:
         res = run_gaussian_job(scn, out, reach=True)
         print(f"gaussian reach: {res.status} (|Δm| = {res.m_error:.3g}, relative ‖ΔΣ‖ = "
               f"{res.Sigma_error:.3g}, W2 = {res.w2_error:.3g}); wrote {args.out}")
-        return 0 if res.status == "reached" else 1
+        return 0 if res.status is Reach.REACHED else 1
     run = run_gaussian_job(scn, out)
     tr = run.trajectory
     line = f"gaussian: {tr.status} at t = {tr.t[-1]:.6g}"

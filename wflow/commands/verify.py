@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..status import Verdict
 from . import add_output, prepare
 from ._help import Formatter, describe
 
@@ -56,7 +57,8 @@ def _main(args: argparse.Namespace) -> int:
     res = verify(args.study, out=out, quick=args.quick, seed=args.seed, fault=args.fault)
     if comm_rank_size()[1] == 0:
         # a failing verdict starts with "FAIL — k of N criteria not met": not repeated
-        head = "" if res.verdict.startswith("FAIL") else ("PASS — " if res.passed else "FAIL — ")
+        head = ("" if res.verdict.startswith(Verdict.FAIL)
+                else f"{Verdict.PASS} — " if res.passed else f"{Verdict.FAIL} — ")
         print(f"verify {res.name}: {head}{res.verdict}")
         print(f"wrote {args.out}/summary.json" + "".join(f", {f}" for f in res.figures))
     return 0 if res.passed else 1

@@ -28,7 +28,7 @@ from ...gaussian.solver import GaussianTrajectory, integrate_moments
 from ...gaussian.spec import SPEC
 from ...gaussian.verdict import json_safe
 from ...infra.io import run_directory, write_csv, write_json
-from ...status import Status
+from ...status import Reach, Status
 from .runner import Job, run_job
 
 __all__ = [
@@ -250,8 +250,8 @@ def write_reach(result: ReachResult, scn: GaussianScenario, out_dir: str | Path)
                              f"(s = max(|m₁|, ‖Σ₁‖_F, 1) = {scale:.6g}); reached when all "
                              "three are within the tolerance"}
               for name, (v, what) in rel.items()}
-    summary = {"status": Status.SUCCESS if result.status == "reached" else Status.INACCURATE,
-               "message": "" if result.status == "reached" else result.message,
+    summary = {"status": Status.SUCCESS if result.status is Reach.REACHED else Status.INACCURATE,
+               "message": "" if result.status is Reach.REACHED else result.message,
                "checks": checks,
                "title": scn.title, "source": scn.source, "d": scn.d,
                "initial": {"m": scn.m0.tolist(), "Sigma": scn.Sigma0.tolist()},
