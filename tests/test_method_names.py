@@ -31,14 +31,12 @@ WFLOW = Path(__file__).resolve().parents[1] / "wflow"
 SLOTS = frozenset({"kind", "integrator", "time_integrator", "limiter", "scheme",
                    "schedule_type"})
 
-#: Sites left in files being rewritten by another branch of issue 39 (refactor-spec:
-#: the per-solver estimate and the job runner; the JKO options' applicability check).
-#: ``file -> count``; the scan fails on any other site and on a count that grew.
+#: Sites left in files of another branch of issue 39 (refactor-spec: the JKO's cost model
+#: and its options' applicability check). ``file -> count``; the scan fails on any other
+#: site and on a count that grew.
 PENDING: dict[str, int] = {
-    "infra/estimate.py": 2,       # integrator == "rk4", scheme == "ot"
-    "apps/jobs/jko.py": 1,        # opts.scheme == "ot"
-    "apps/jobs/precheck.py": 1,   # opts.scheme == "ot"
-    "jko/options.py": 1,          # check_applicable: scheme != "ot"
+    "jko/estimate.py": 1,         # scheme == "ot" (the OT step's cost)
+    "jko/options.py": 1,          # check_applicable: scheme != "ot" (the OT cross-check)
 }
 
 

@@ -123,7 +123,7 @@ def test_a_wrong_integrator_object_is_refused_naming_the_key(rng):
     from wflow.pde.integrators import SSPRK2
 
     with pytest.raises(ScenarioError, match=r"particles\.integrator: must be one of "
-                                            r"\['euler', 'rk4'\] or an object of type "
+                                            r"\[.*\] or an object of type "
                                             r"ParticleIntegrator"):
         ParticleOptions(integrator=SSPRK2())  # a PDE integrator is not a particle one
     with pytest.raises(ScenarioError, match=r"particles\.integrator"):

@@ -193,10 +193,17 @@ class Registry[T]:
             self._builtin.add(name)
         return obj
 
-    def register(self, cls: type) -> type:
-        """Class decorator: :meth:`add` one instance of ``cls`` (built without arguments)."""
-        self.add(cls())
-        return cls
+    def register(self, obj: Any) -> Any:
+        """:meth:`add` an object; as a class decorator, one instance of the class.
+
+        A class (built without arguments) is returned unchanged, so that
+        ``@REGISTRY.register`` leaves the class in its module; an object is returned as
+        :meth:`add` returns it (the registered one).
+        """
+        if isinstance(obj, type):
+            self.add(obj())
+            return obj
+        return self.add(obj)
 
     def unregister(self, name: str) -> T:
         """Remove and return the object registered as ``name`` (a user's method).

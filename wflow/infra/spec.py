@@ -19,11 +19,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .output_keys import OutputKey
+from .registry import Registry
 
 __all__ = ["SolverSpec", "SpecRegistry", "SOLVERS"]
 
@@ -69,51 +70,26 @@ class SolverSpec:
     columns: tuple[OutputKey, ...] = ()
 
 
-class SpecRegistry(Mapping[str, SolverSpec]):
-    """Name -> :class:`SolverSpec`, in registration order (a live view: read at each use)."""
+class SpecRegistry(Registry[SolverSpec]):
+    """Name -> :class:`SolverSpec`, in registration order (a :class:`.registry.Registry`).
+
+    Registering another spec under a taken name, or a second spec reading a taken
+    section (two solvers cannot own one table), raises ``ValueError``.
+    """
 
     def __init__(self) -> None:
-        self._items: dict[str, SolverSpec] = {}
+        super().__init__("solver", SolverSpec, admit=self._one_reader)
 
-    def register(self, spec: SolverSpec) -> SolverSpec:
-        """Register ``spec`` under ``spec.name`` and return it.
-
-        Raises ``ValueError`` when another spec has that name, or another spec reads that
-        section (two solvers cannot own one table).
-        """
-        old = self._items.get(spec.name)
-        if old is not None and old != spec:
-            raise ValueError(f"solver {spec.name!r} is already registered")
-        for other in self._items.values():
+    def _one_reader(self, spec: SolverSpec) -> None:
+        for other in self.values():
             if other.name != spec.name and spec.section is not None \
                     and other.section == spec.section:
                 raise ValueError(f"section [{spec.section}] is already read by solver "
                                  f"{other.name!r}")
-        self._items[spec.name] = spec
-        return spec
-
-    def lookup(self, name: str) -> SolverSpec:
-        """The spec registered as ``name`` (``KeyError`` naming the known ones)."""
-        try:
-            return self._items[name]
-        except KeyError:
-            raise KeyError(f"unknown solver {name!r} (known: {list(self._items)})") from None
 
     def sections(self) -> dict[str, SolverSpec]:
         """Section name -> the spec that reads it (specs with a section only)."""
-        return {s.section: s for s in self._items.values() if s.section is not None}
-
-    def __getitem__(self, name: str) -> SolverSpec:
-        return self.lookup(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __repr__(self) -> str:
-        return f"SpecRegistry({list(self._items)})"
+        return {s.section: s for s in self.values() if s.section is not None}
 
 
 #: The registered solvers (each solver package registers its spec on import).
