@@ -31,6 +31,8 @@ RANKS = {
     "wflow.jko": 8,
     "wflow.gaussian": 7,
     "wflow.models": 8,
+    # the noisy model's phase transition: closed forms and continuation (attention, SciPy)
+    "wflow.phase": 9,
     # the field's reproductions run, judge and write like studies (their StudyResult)
     "wflow.published": 10.5,
     "wflow.studies": 10,

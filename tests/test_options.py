@@ -336,7 +336,8 @@ def test_a_schedule_without_compiled_loop_warns_and_records_the_engine(rng, capl
 
 def test_particle_integrators_declare_the_stages_they_evaluate():
     """``stages()`` (the particle estimate's work per step) equals the field evaluations of
-    one step, counted: 1 for Euler (``k1`` given), 4 for RK4 (``k1`` + 3 in ``step``).
+    one step, counted: 1 for Euler (``k1`` given), 4 for RK4 (``k1`` + 3 in ``step``), and
+    for the stochastic ones their noisy step's (EM 1; Strang 5: RK4 from the moved state).
     Negative control: an RK4 that declared Euler's one stage is caught by the count."""
     from wflow.attention.heads import Attention, Heads
     from wflow.attention.schedules import Static
@@ -355,9 +356,20 @@ def test_particle_integrators_declare_the_stages_they_evaluate():
                 n[0] += 1
                 return super().evaluate(*a, **k)
 
+        class StillNoise:  # the noise's draws, without moving: only evaluations counted
+            def heat(self, y, s, draw=0):
+                return y
+
+            def normals(self, draw=0):
+                return np.zeros_like(x)
+
         th = sched.initial_theta()
-        integ.step(x, 0.1, np.zeros_like(x), heads, th, th, th, sched, attn, "transformer",
-                   Counting())
+        args = (x, 0.1, np.zeros_like(x), heads, th, th, th, sched, attn, "transformer",
+                Counting())
+        if hasattr(integ, "noisy_step"):  # a stochastic integrator: its step with noise
+            integ.noisy_step(*args, diffusion=0.1, noise=StillNoise())
+        else:
+            integ.step(*args)
         return n[0]
 
     for name, integ in pint.INTEGRATORS.items():

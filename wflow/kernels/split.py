@@ -235,7 +235,7 @@ def _ring_sums(comm, x, m, Q, K, beta, kind, backend, potential, scores, values=
     model's width, in ``dtype``, values of rank ``r`` with ``values``); its float64 sums
     (unshifted) are added to this rank's.
     """
-    from . import kernel_sums
+    from .sums import kernel_sums
 
     P, rank = comm.Get_size(), comm.Get_rank()
     M, d = x.shape
@@ -299,15 +299,18 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
         Sums at this rank's tokens over all sources, ``.info`` naming the back-end (with
         ``"split over P ranks"`` in the reason). Collective: every rank must call it.
     """
-    from . import DEFAULT_TOL, KernelInfo, KernelSums, raise_bound, threads
     from . import _fastsum as fs
+    from .direct import threads
+    from .results import KernelInfo, KernelSums
     from .sums import err_float32
     from .validation import (
+        DEFAULT_TOL,
         _scores_A,
         _validate,
         _validate_dtype,
         _validate_values,
         max_rownorm,
+        raise_bound,
     )
 
     tol = DEFAULT_TOL if tol is None else tol
