@@ -25,6 +25,7 @@ def _parse(d: Mapping[str, Any] | None, sections: Mapping[str, Any],
     return parse_gaussian_scenario(d or {})
 
 
+#: The Gaussian moment solver's :class:`~wflow.infra.spec.SolverSpec` (registered in ``SOLVERS``).
 SPEC = SOLVERS.register(SolverSpec(
     name="gaussian", section=None, options=GaussianScenario, parse=_parse,
     estimate=estimate_gaussian, solve=integrate_moments, keys=SUMMARY_KEYS,

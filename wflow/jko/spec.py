@@ -58,6 +58,7 @@ def resolve_step(table: JKOTable, points: np.ndarray, areas: np.ndarray, mass0: 
     return opts, info
 
 
+#: The JKO solver's :class:`~wflow.infra.spec.SolverSpec` (registered in ``SOLVERS``).
 SPEC = SOLVERS.register(SolverSpec(
     name="jko", section="jko", options=JKOOptions, parse=_parse, estimate=estimate_run,
     solve=solve_jko, keys=SUMMARY_KEYS, columns=CSV_COLUMNS))

@@ -103,7 +103,8 @@ def zonal_ratio(l_max: int, z: np.ndarray, d: int) -> np.ndarray:
 
     Returns
     -------
-    (l_max + 1, *S) array
+    numpy.ndarray
+        Shape ``(l_max + 1, *S)``.
     """
     z = np.asarray(z, dtype=np.float64)
     lam = 0.5 * (d - 2)

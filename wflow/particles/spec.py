@@ -26,6 +26,7 @@ def particle_options_from_dict(d: Mapping[str, Any] | None, sections: Mapping[st
     return ParticleOptions(**take(d or {}, PARTICLES_SCHEMA, "particles"), seed=seed)
 
 
+#: The particle solver's :class:`~wflow.infra.spec.SolverSpec` (registered in ``SOLVERS``).
 SPEC = SOLVERS.register(SolverSpec(
     name="particles", section="particles", options=ParticleOptions,
     parse=particle_options_from_dict, estimate=estimate_run, solve=simulate,

@@ -23,6 +23,7 @@ def _parse(d: Mapping[str, Any] | None, sections: Mapping[str, Any], seed: int) 
     return pde_table_from_dict(d, seed=seed)
 
 
+#: The PDE solver's :class:`~wflow.infra.spec.SolverSpec` (registered in ``SOLVERS``).
 SPEC = SOLVERS.register(SolverSpec(
     name="pde", section="pde", options=PDEOptions, parse=_parse, estimate=estimate_run,
     solve=solve_pde, keys=SUMMARY_KEYS, columns=CSV_COLUMNS))
