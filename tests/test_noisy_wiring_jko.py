@@ -46,7 +46,7 @@ def test_zero_diffusion_is_todays_jko_bit_for_bit():
     assert not np.array_equal(a.masses, c.masses)
 
 
-def test_free_energy_edi_recorded_per_step_and_judged():
+def test_free_energy_edi_recorded_per_step():
     r = run(diffusion=0.1)
     assert r.status == "success", r.message
     edi = r.history["free_edi_step"]
@@ -56,16 +56,17 @@ def test_free_energy_edi_recorded_per_step_and_judged():
     bal = r.balance
     assert bal["free_edi"] == pytest.approx(float(np.sum(edi)), abs=1e-14)
     assert abs(bal["free_dF"] + bal["free_dissipation_int"] - bal["free_edi"]) <= 1e-12
-    chk = r.checks["free_edi"]
-    assert chk["judged"] and chk["passed"] and chk["value"] < chk["tolerance"]
+    chk = r.checks["free_edi"]  # measured and recorded (a spatial error at fixed h)
+    assert not chk["judged"] and chk["passed"] and chk["value"] < chk["tolerance"]
     assert r.checks["edi"]["judged"] is False  # the EDI of E alone: recorded only
     # the mass stays exact and every cell positive with the entropy sub-step
     assert np.max(np.abs(r.masses.sum(axis=1) - 1.0)) <= 1e-13
     assert r.masses.min() > 0
     # negative control: a step metric with twice the mobility (a wrong transport cost)
-    # breaks the free-energy identity and the run is judged inaccurate
+    # breaks the free-energy identity: the measured residual is 10x past the tolerance
     bad = run(diffusion=0.1, step_mobility=lambda b: 2.0 * b)
-    assert not bad.checks["free_edi"]["passed"] and bad.status == "inaccurate"
+    assert not bad.checks["free_edi"]["passed"]
+    assert bad.checks["free_edi"]["value"] > 5 * bad.checks["free_edi"]["tolerance"]
 
 
 def test_ot_scheme_refuses_diffusion_naming_the_key(monkeypatch):

@@ -124,6 +124,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("n_heads", "number of heads H", "count", where=_SOLVERS),
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
       "text", where=_P + ", " + _D),
+    K("diffusion", "token diffusion D of the run ([attention] diffusion or --diffusion; "
+      "THEORY §8; 0: the noiseless model)", "radius²/time", "≥ 0", _P + ", " + _RUN),
     K("balance.dE", "E(T) − E(0)", "energy", "positive: the energy grew", _SOLVERS),
     K("balance.work", "∫ ∂_tE dt, the work of the time-dependent weights", "energy",
       where=_SOLVERS),

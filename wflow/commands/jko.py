@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(discrete optimal transport), auto (fv on a mesh)")
     p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
                    help="override [jko] ot (the OT scheme only: refused with scheme fv)")
+    p.add_argument("--diffusion", type=float, default=None, metavar="D",
+                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
+                   ": the entropy D Σ m log(m/σ) in the FV step; refused with scheme ot")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -65,7 +68,8 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot,
-                             "scheme": args.scheme, "mesh": args.mesh}, confirm=args.yes)
+                             "scheme": args.scheme, "mesh": args.mesh,
+                             "diffusion": args.diffusion}, confirm=args.yes)
     st = res.stats
     rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "

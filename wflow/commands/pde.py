@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override [pde] order")
     p.add_argument("--T", type=float, default=None, help="override [pde] T")
     p.add_argument("--dt", type=float, default=None, help="override [pde] dt")
+    p.add_argument("--diffusion", type=float, default=None, metavar="D",
+                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
+                   ": the Fokker–Planck term D Δ_S ρ")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -58,7 +61,7 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     res = run_pde(sc, out, render=args.render, progress=args.progress,
                   overrides={"order": args.order, "T": args.T, "dt": args.dt,
-                             "mesh": args.mesh}, gif=args.gif,
+                             "mesh": args.mesh, "diffusion": args.diffusion}, gif=args.gif,
                   confirm=args.yes)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]

@@ -319,20 +319,22 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
             logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
 
 
-def check_diffusion_scheme(opts: JKOOptions, *, mesh_given: bool = True) -> None:
+def check_diffusion_scheme(opts: JKOOptions, *, mesh_given: bool = True,
+                           key: str = DIFFUSION_KEY) -> None:
     """Refuse token diffusion ``D > 0`` in a scheme without an entropy step (``"ot"``).
 
     The scheme runs ``D`` when it declares ``entropy = True`` (the FV step,
     :class:`wflow.jko.steppers.FVScheme`); ``scheme = "auto"`` resolves as the solver does
     (``"fv"`` with a mesh). Raises :class:`~wflow.infra.schema.ScenarioError` naming
-    ``attention.diffusion`` (exit status 2), before anything is computed.
+    ``key`` (``attention.diffusion``; a command's ``--diffusion``; exit status 2), before
+    anything is computed.
     """
     if not opts.diffusion > 0:
         return
     scheme = SCHEMES.resolve(opts.scheme).resolve(mesh_given=mesh_given)
     if not getattr(scheme, "entropy", False):
         raise ScenarioError(
-            f"{DIFFUSION_KEY}: token diffusion D = {opts.diffusion:g} has no effect in the "
+            f"{key}: token diffusion D = {opts.diffusion:g} has no effect in the "
             f"JKO scheme {scheme.name!r} (no entropy step); use jko.scheme = 'fv' (--scheme "
             f"fv, with the mesh) or D = 0")
 

@@ -628,8 +628,12 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
     checks["edi"] = check.as_dict()
     checks["locked_steps"] = n_locked
     if opts.diffusion > 0:
-        # the EDI of E alone is not the noisy scheme's balance: recorded, not judged; the
-        # free-energy EDI of F_D is (USA; softmax: a defect of the model, not judged)
+        # the EDI of E alone is not the noisy scheme's balance: recorded, not judged. The
+        # free-energy EDI of F_D is measured and recorded, not judged either (as the PDE's
+        # balance.free_edi): on a fixed mesh it carries a spatial error that does not vanish
+        # with τ (measured, 720 cells, D = 0.05: 0.152 at τ = 0.05, 0.142 at τ = 0.025), so
+        # a fixed tolerance would judge the mesh, not the step; it vanishes under joint
+        # refinement (tests/test_jko_entropy.py). softmax: a defect of the model.
         checks["edi"] = {**checks["edi"], "judged": False,
                          "reason": "token diffusion D > 0: the free-energy EDI applies"}
         check = relative_check(
@@ -641,10 +645,10 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                  f"{JKO_EDI_RTOL:g} for the first-order split step (τ = {opts.tau:g}, "
                  f"D = {opts.diffusion:g})")
         normalised = attn is not None and get_kind(attn.kind).normalised
-        checks["free_edi"] = {**check.as_dict(), "judged": not normalised}
-        if normalised:
-            checks["free_edi"]["reason"] = ("softmax heads: the plain Laplacian is not the "
-                                            "gradient flow of F_D (a defect of the model)")
+        checks["free_edi"] = {**check.as_dict(), "judged": False, "reason": (
+            "softmax heads: the plain Laplacian is not the gradient flow of F_D (a defect "
+            "of the model)" if normalised else "a discretisation error in h and τ "
+            "(first order under joint refinement), reported, not judged at a fixed mesh")}
     if not check.passed and checks.get("free_edi", {}).get("judged", True):
         status = worst_status(status, Status.INACCURATE)
         reasons.append(check.failure())
