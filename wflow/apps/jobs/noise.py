@@ -34,7 +34,8 @@ def job_diffusion(scenario: Any, overrides: dict[str, Any]) -> tuple[float, str]
     return float(getattr(scenario, "diffusion", 0.0)), DIFFUSION_KEY
 
 
-def check_particles_diffusion(opts: Any, key: str = DIFFUSION_KEY) -> None:
+def check_particles_diffusion(opts: Any, key: str = DIFFUSION_KEY, *,
+                              integrator_key: str = "particles.integrator") -> None:
     """Refuse ``D > 0`` with a deterministic particle integrator (the noise would be lost).
 
     ``particles.integrator`` names a registered integrator; only a
@@ -45,10 +46,10 @@ def check_particles_diffusion(opts: Any, key: str = DIFFUSION_KEY) -> None:
         return
     from ...particles.integrators import INTEGRATORS, StochasticIntegrator
 
-    integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
+    integ = INTEGRATORS.resolve(opts.integrator, integrator_key)
     if not isinstance(integ, StochasticIntegrator):
         stoch = sorted(k for k, v in INTEGRATORS.items() if isinstance(v, StochasticIntegrator))
         raise ScenarioError(
             f"{key}: token diffusion D = {opts.diffusion:g} has no effect with the "
-            f"deterministic particle integrator {integ.name!r}; set particles.integrator to "
+            f"deterministic particle integrator {integ.name!r}; set {integrator_key} to "
             f"a stochastic one ({', '.join(stoch)}) or D = 0")
