@@ -253,7 +253,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.rows[].status", "its JKO status", "text", where=_RUN),
     K("jko_refinement.rows[].locked_steps", "its locked steps", "count", where=_RUN),
     K("jko_refinement.rows[].edi_abs_relative", "its JKO Σ_k|edi_k| relative (the check's "
-      "value: sum of absolute step residuals over the discrete dissipation)", "1", "≥ 0",
+      "value: sum of absolute step residuals over the discrete dissipation; token diffusion "
+      "D > 0: of the free-energy EDI, checks.jko.free_edi.value)", "1", "≥ 0",
       _RUN),
     K("jko_refinement.rows[].edi_relative", "its JKO EDI residual relative: |Σ_k edi_k| over "
       "the dissipation (signed errors may cancel)", "1", "≥ 0", _RUN),
