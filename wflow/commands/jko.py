@@ -60,6 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_main)
 
 
+def _free(res) -> str:
+    """With token diffusion D > 0: the free-energy EDI of the run (``balance.free_edi``)."""
+    D = getattr(res.options, "diffusion", 0.0)
+    f = res.checks.get("free_edi") if D > 0 else None
+    return "" if f is None else (f"; D = {D:g}: free-energy EDI Σ|edi^F_k| (relative) "
+                                 f"{f['value']:.2e} (reported)")
+
+
 def _main(args: argparse.Namespace) -> int:
     from ..apps.jobs.jko import run_jko
     from ..apps.scenario import load_scenario
@@ -77,5 +85,5 @@ def _main(args: argparse.Namespace) -> int:
           f"{st['gap_rel_max']:.1e}) in {st['wall_time']:.2f} s; E {res.history['E'][0]:.6g} -> "
           f"{res.history['E'][-1]:.6g}, EDI residual (absolute, summed over the steps) "
           f"{float(res.history['edi_step'].sum()):.3e}, Σ|EDI_k| (relative) "
-          f"{rel:.2e}; wrote {args.out}")
+          f"{rel:.2e}{_free(res)}; wrote {args.out}")
     return finish("jko", res.status, res.message)

@@ -68,8 +68,12 @@ def _main(args: argparse.Namespace) -> int:
         edi = res.balance.get("edi", math.nan)
         diss = res.balance.get("dissipation", math.nan)
         rel = abs(edi) / diss if math.isfinite(edi) and diss > 0 else math.nan
+        fe, fd = res.balance.get("free_edi"), res.balance.get("free_dissipation_int")
         edi_s = (f"EDI residual (absolute) {edi:.3e}, (relative) {rel:.2e}"
                  if math.isfinite(edi) else
+                 f"D = {res.options.diffusion:g}: free-energy EDI residual (absolute) "
+                 f"{fe:.3e}, (relative) {abs(fe) / fd if fd else math.nan:.2e}"
+                 if fe is not None and fd is not None else
                  "EDI not applicable (heads not value-aligned)" if res.sign == 0 else
                  "EDI not recorded")
         print(f"pde: {res.status}, {res.stats['cells']} cells, {res.stats['steps']} steps "
