@@ -124,6 +124,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("n_heads", "number of heads H", "count", where=_SOLVERS),
     K("integrator", "time integrator (particles: euler or rk4; pde: euler, ssprk2, ssprk3)",
       "text", where=_P + ", " + _D),
+    K("diffusion", "token diffusion D of the run ([attention] diffusion or --diffusion; "
+      "THEORY §8; 0: the noiseless model)", "radius²/time", "≥ 0", _P + ", " + _RUN),
     K("balance.dE", "E(T) − E(0)", "energy", "positive: the energy grew", _SOLVERS),
     K("balance.work", "∫ ∂_tE dt, the work of the time-dependent weights", "energy",
       where=_SOLVERS),
@@ -153,6 +155,24 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("*stats.time_per_step", "wall time per step", "s", where=_SOLVERS + ", run"),
     K("*stats.mass_error_max", "max over time of |Σ m_K − 1|", "1", "≥ 0", _SOLVERS + ", run"),
     K("*stats.cells", "number of cells", "count", where=_SOLVERS + ", run"),
+    # token diffusion D > 0 (THEORY §8): the PDE's Strang splitting and its counters
+    K("*stats.diffusion", "token diffusion D of the PDE run", "radius²/time", "≥ 0",
+      _D + ", " + _RUN),
+    K("*stats.diffusion_solves", "Crank–Nicolson diffusion solves (Strang half-steps)",
+      "count", where=_D + ", " + _RUN),
+    K("*stats.diffusion_cg_iterations", "conjugate-gradient iterations of the diffusion "
+      "solves", "count", where=_D + ", " + _RUN),
+    K("*stats.diffusion_positive_step", "the largest Δt whose diffusion half-steps keep every "
+      "mass >= 0 (2 h_+)", "time", "> 0", _D + ", " + _RUN),
+    K("*stats.strang_extra_evals", "drift evaluations the Strang splitting adds", "count",
+      where=_D + ", " + _RUN),
+    K("checks.*.*.judged", "false: the phase's check is recorded, not judged (token "
+      "diffusion: the noiseless chain rule or EDI; the free-energy EDI at a fixed mesh)",
+      "bool", where=_RUN),
+    K("checks.*.*.reason", "why the phase's check is not judged", "text", where=_RUN),
+    K("jko_refinement.ot_crosscheck", "null: no OT cross-check (token diffusion D > 0: the "
+      "OT scheme has no entropy step)", "as named", where=_RUN),
+    K("warnings", "[] when no phase logged a warning", "list", where=_RUN),
     K("statuses.*.status", "status of a phase (pde, particles, jko, pde_surrogate)", "text",
       where=_RUN),
     K("statuses.*.message", "why the phase's status is what it is", "text", where=_RUN),
@@ -161,6 +181,16 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       where=_RUN),
     K("heads", "number of heads H", "count", where=_RUN),
     K("attention", "attention kind: softmax, usa, relu", "text", where=_RUN),
+    K("free_edi.*.residual", "token diffusion D > 0: the free-energy EDI residual of the "
+      "phase (F_D = D H − sE; balance.free_edi, softmax: free_edi_defect), absolute; null: "
+      "not recorded (particles)", "energy", "signed", _RUN),
+    K("free_edi.*.relative", "|free_edi.*.residual| / free_edi.*.dissipation", "1", "≥ 0",
+      _RUN),
+    K("free_edi.*.dissipation", "∫ I dt, the relative Fisher information integrated",
+      "energy", "≥ 0", _RUN),
+    K("free_edi.*.dF", "F_D(T) − F_D(0) of the phase", "energy", "signed", _RUN),
+    K("free_edi.*.meaning", "identity (USA: a discretisation error), defect (softmax: a "
+      "property of the model) or not recorded", "text", where=_RUN),
     K("edi.*.residual", "EDI residual of the phase, absolute", "energy", _EDI_SIGN, _RUN),
     K("edi.*.relative", "EDI residual of the phase, relative: |edi.*.residual| / "
       "edi.*.dissipation (JKO: of the signed sum over the steps; the JKO's check is the sum "
@@ -223,7 +253,8 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("jko_refinement.rows[].status", "its JKO status", "text", where=_RUN),
     K("jko_refinement.rows[].locked_steps", "its locked steps", "count", where=_RUN),
     K("jko_refinement.rows[].edi_abs_relative", "its JKO Σ_k|edi_k| relative (the check's "
-      "value: sum of absolute step residuals over the discrete dissipation)", "1", "≥ 0",
+      "value: sum of absolute step residuals over the discrete dissipation; token diffusion "
+      "D > 0: of the free-energy EDI, checks.jko.free_edi.value)", "1", "≥ 0",
       _RUN),
     K("jko_refinement.rows[].edi_relative", "its JKO EDI residual relative: |Σ_k edi_k| over "
       "the dissipation (signed errors may cancel)", "1", "≥ 0", _RUN),

@@ -10,7 +10,8 @@ Schema (defaults in brackets)::
     seed = 0                                 # master seed [0]
     modules = ["mykinds.py", "pkg.mod"]      # imported first (relative to the scenario):
                                              # they register kinds, integrators, schedules
-    [attention]  kind = "softmax"|"usa"|"relu" ["softmax"]; beta = 1.0; d = 3
+    [attention]  kind = "softmax"|"usa"|"relu" ["softmax"]; beta = 1.0; d = 3;
+                 diffusion = 0.0 (token diffusion D >= 0, THEORY §8)
     [tokens]     n = 200; sampler = "uniform"|"vmf"|"polytope"|"published"|"equiangular"|
                  "orthonormal"|"file" ["uniform"];
                  means = [[...]], kappas = [...], weights = [...]     (vmf)
@@ -59,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from ..attention.diffusion import check_diffusion
 from ..attention.heads import KINDS, Attention, Heads
 from ..attention.published import (
     HEAD_GENERATORS,
@@ -109,6 +111,7 @@ ATTENTION_SCHEMA: Spec = {
     "kind": ("softmax", choice_in(KINDS)),  # live: kinds registered by `modules` count
     "beta": (1.0, number(0, strict_lo=True)),
     "d": (3, number(2, integer=True)),
+    "diffusion": (0.0, check_diffusion),  # token diffusion D (THEORY §8), read once here
 }
 TOKENS_SCHEMA: Spec = {
     "n": (200, number(1, integer=True)),
@@ -172,6 +175,11 @@ ATTENTION_DOCS: dict[str, str] = {
             "attention and faster clustering.",
     "d": "Ambient dimension: tokens live on the sphere S^{d-1} ⊂ R^d (the PDE and JKO "
          "solvers need d = 3).",
+    "diffusion": "Token diffusion D ≥ 0 (THEORY §8): each token also moves by a Brownian "
+                 "motion on the sphere with generator D Δ_S; the PDE gains D Δ_S ρ, the JKO "
+                 "the entropy D Σ m log(m/σ). Not the weights' OU noise ([schedule]). Needs a "
+                 "stochastic particle integrator (em, strang) and the FV JKO scheme; "
+                 "Mun & Rosenzweig's K = 1/(2D). 0: the noiseless model.",
 }
 TOKENS_DOCS: dict[str, str] = {
     "n": "Number of tokens (particles).",
@@ -315,6 +323,11 @@ class Scenario:
     def d(self) -> int:
         """Ambient dimension."""
         return int(self.attention["d"])
+
+    @property
+    def diffusion(self) -> float:
+        """Token diffusion ``D`` (``[attention] diffusion``, validated at load; 0: noiseless)."""
+        return float(self.attention.get("diffusion", 0.0))
 
     def path(self, p: str) -> Path:
         """Resolve a scenario-relative path."""

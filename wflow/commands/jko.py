@@ -51,10 +51,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(discrete optimal transport), auto (fv on a mesh)")
     p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
                    help="override [jko] ot (the OT scheme only: refused with scheme fv)")
+    p.add_argument("--diffusion", type=float, default=None, metavar="D",
+                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
+                   ": the entropy D Σ m log(m/σ) in the FV step; refused with scheme ot")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
     p.set_defaults(func=_main)
+
+
+def _free(res) -> str:
+    """With token diffusion D > 0: the free-energy EDI of the run (``balance.free_edi``)."""
+    D = getattr(res.options, "diffusion", 0.0)
+    f = res.checks.get("free_edi") if D > 0 else None
+    return "" if f is None else (f"; D = {D:g}: free-energy EDI Σ|edi^F_k| (relative) "
+                                 f"{f['value']:.2e} (reported)")
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -65,7 +76,8 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot,
-                             "scheme": args.scheme, "mesh": args.mesh}, confirm=args.yes)
+                             "scheme": args.scheme, "mesh": args.mesh,
+                             "diffusion": args.diffusion}, confirm=args.yes)
     st = res.stats
     rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
     print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "
@@ -73,5 +85,5 @@ def _main(args: argparse.Namespace) -> int:
           f"{st['gap_rel_max']:.1e}) in {st['wall_time']:.2f} s; E {res.history['E'][0]:.6g} -> "
           f"{res.history['E'][-1]:.6g}, EDI residual (absolute, summed over the steps) "
           f"{float(res.history['edi_step'].sum()):.3e}, Σ|EDI_k| (relative) "
-          f"{rel:.2e}; wrote {args.out}")
+          f"{rel:.2e}{_free(res)}; wrote {args.out}")
     return finish("jko", res.status, res.message)

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gif", action="store_true",
                    help="also write tokens.gif (tokens on S², 60 frames) and run.png (E, G², "
                         "energy balance)")
+    p.add_argument("--diffusion", type=float, default=None, metavar="D",
+                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
+                   ": Brownian tokens; needs a stochastic integrator (em, strang)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -54,7 +57,7 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif, confirm=args.yes,
-                        comm=comm if size > 1 else None)
+                        comm=comm if size > 1 else None, diffusion=args.diffusion)
     if rank != 0:
         return 0 if res.status == Status.SUCCESS else 1
     fin = res.final()

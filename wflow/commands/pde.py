@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override [pde] order")
     p.add_argument("--T", type=float, default=None, help="override [pde] T")
     p.add_argument("--dt", type=float, default=None, help="override [pde] dt")
+    p.add_argument("--diffusion", type=float, default=None, metavar="D",
+                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
+                   ": the Fokker–Planck term D Δ_S ρ")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: only on a terminal)")
     add_yes(p)
@@ -58,15 +61,19 @@ def _main(args: argparse.Namespace) -> int:
     sc = load_scenario(args.scenario)
     res = run_pde(sc, out, render=args.render, progress=args.progress,
                   overrides={"order": args.order, "T": args.T, "dt": args.dt,
-                             "mesh": args.mesh}, gif=args.gif,
+                             "mesh": args.mesh, "diffusion": args.diffusion}, gif=args.gif,
                   confirm=args.yes)
     if MPI.COMM_WORLD.rank == 0:
         fin = res.summary()["final"]
         edi = res.balance.get("edi", math.nan)
         diss = res.balance.get("dissipation", math.nan)
         rel = abs(edi) / diss if math.isfinite(edi) and diss > 0 else math.nan
+        fe, fd = res.balance.get("free_edi"), res.balance.get("free_dissipation_int")
         edi_s = (f"EDI residual (absolute) {edi:.3e}, (relative) {rel:.2e}"
                  if math.isfinite(edi) else
+                 f"D = {res.options.diffusion:g}: free-energy EDI residual (absolute) "
+                 f"{fe:.3e}, (relative) {abs(fe) / fd if fd else math.nan:.2e}"
+                 if fe is not None and fd is not None else
                  "EDI not applicable (heads not value-aligned)" if res.sign == 0 else
                  "EDI not recorded")
         print(f"pde: {res.status}, {res.stats['cells']} cells, {res.stats['steps']} steps "

@@ -68,7 +68,13 @@ def _main(args: argparse.Namespace) -> int:
                 if rs.get("restored_phases") else "")
     msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s{restored} — EDI residual "
            f"(relative) pde {rel(e['pde'])}, particles {rel(e['particles'])}")
-    if "jko" in e:
+    if s.get("diffusion", 0.0) > 0:  # token diffusion: the free-energy EDI of each solver
+        f = s["free_edi"]
+        msg = (f"run: {res.status} in {s['wall_time_s']['total']:.1f} s{restored} — token "
+               f"diffusion D = {s['diffusion']:g}; free-energy EDI residual (relative) pde "
+               f"{rel(f['pde'])}, particles {rel(f['particles'])} ({f['particles']['meaning']})"
+               + (f", jko {rel(f['jko'])}" if "jko" in f else ""))
+    elif "jko" in e:
         msg += f", jko {rel(e['jko'])}"
         ch = s.get("checks", {}).get("jko", {}).get("edi")
         if ch is not None:

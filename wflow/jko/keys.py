@@ -28,6 +28,24 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "as the column", where=_J),
     K("edi_sum", "Σ_k edi_k, the JKO's summed EDI residual, absolute and signed (the "
       "check uses Σ_k |edi_k|, relative: checks.edi.value)", "energy", "signed", _J),
+    # token diffusion D > 0 (THEORY §8): the free-energy EDI of F_D = D H − sE
+    K("balance.free_edi", "token diffusion D > 0: the free-energy EDI residual of "
+      "F_D = D H − sE, absolute (JKO: Σ_k of the steps' F_{k+1} − F_k + (τ/2)(I_k + "
+      "I_{k+1}); PDE: F(T) − F(0) + s∫∂_tE + ∫I dt); a discretisation error for USA",
+      "energy", "signed", _J + ", wflow pde"),
+    K("balance.free_edi_defect", "token diffusion D > 0 with softmax heads: the same "
+      "residual, a defect of the model (not judged)", "energy", "signed",
+      _J + ", wflow pde"),
+    K("balance.free_dF", "token diffusion D > 0: F_D(T) − F_D(0)", "energy",
+      "negative: the free energy fell", _J + ", wflow pde"),
+    K("balance.free_dissipation_int", "token diffusion D > 0: ∫ I dt, the relative Fisher "
+      "information integrated (JKO: trapezoid of I_h over the steps)", "energy", "≥ 0",
+      _J + ", wflow pde"),
+    K("checks.*.judged", "false: the check is recorded, not judged (token diffusion: the "
+      "noiseless EDI or chain rule; softmax heads: the free-energy defect)", "bool",
+      where=_J + ", wflow pde, wflow particles"),
+    K("checks.*.reason", "why a check is not judged", "text",
+      where=_J + ", wflow pde, wflow particles"),
 )
 
 #: The CSV columns only ``wflow jko`` writes.
@@ -60,6 +78,16 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
       "− W²/2τ − (τ/4)(|∂E|²_k + |∂E|²_{k+1})", "energy", "signed"),
     K("jko_ineq", "E_{k+1} − E_k − W²/2τ (≥ 0: the minimising-movement inequality)",
       "energy", "≥ 0 expected"),
+    K("free_energy", "token diffusion D > 0: F_D = D Σ_K m_K log(m_K/σ(K)) − sE at t_k",
+      "energy"),
+    K("free_fisher_h", "token diffusion D > 0: I_h = Σ_σ w_σ θ_σ (g_K − g_L)², g = D log ρ "
+      "− sψ, the relative Fisher information at t_k", "energy/time", "≥ 0"),
+    K("free_edi_step", "token diffusion D > 0: the step's free-energy EDI F_{k+1} − F_k + "
+      "(τ/2)(I_h(m^k) + I_h(m^{k+1})) (0 at t_0)", "energy", "signed"),
+    K("W2sq_entropy", "token diffusion D > 0: W²_h of the step's entropy sub-step "
+      "(included in W2sq)", "rad²", "≥ 0"),
+    K("entropy_newton", "token diffusion D > 0: Newton iterations of the entropy sub-step",
+      "count"),
     K("support", "cells with positive mass", "count"),
     K("step_time", "wall time of the step", "s"),
 )

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
+from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -41,6 +42,7 @@ __all__ = [
     "JKOTable",
     "jko_table_from_dict",
     "check_applicable",
+    "check_diffusion_scheme",
 ]
 
 logger = logging.getLogger(__name__)
@@ -241,6 +243,12 @@ class JKOOptions:
         "OT, entropic: Sinkhorn stopping threshold (POT ``stopThr``).", applies=_SINKHORN))
     emd_max_iter: int = field(default=10_000_000, metadata=_int1(
         "OT, exact: network-simplex iteration limit."))
+    diffusion: float = field(default=0.0, metadata=opt(
+        "Token diffusion ``D >= 0`` (:mod:`wflow.attention.diffusion`): the entropy "
+        "``D Σ_K m_K log(m_K/σ(K))`` in the FV step (Jordan–Kinderlehrer–Otto's scheme, "
+        ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
+        "refuses ``D > 0``. ``0``: today's scheme, bit for bit.",
+        check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
     progress: bool | None = field(default=None, metadata=opt(
         "tqdm progress bar (``None``: only on a terminal).", toml=False,
         reason="the command line's ``--progress``"))
@@ -309,6 +317,26 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
                                 f"(jko.scheme, --scheme)")
         if warn:
             logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
+
+
+def check_diffusion_scheme(opts: JKOOptions, *, mesh_given: bool = True,
+                           key: str = DIFFUSION_KEY) -> None:
+    """Refuse token diffusion ``D > 0`` in a scheme without an entropy step (``"ot"``).
+
+    The scheme runs ``D`` when it declares ``entropy = True`` (the FV step,
+    :class:`wflow.jko.steppers.FVScheme`); ``scheme = "auto"`` resolves as the solver does
+    (``"fv"`` with a mesh). Raises :class:`~wflow.infra.schema.ScenarioError` naming
+    ``key`` (``attention.diffusion``; a command's ``--diffusion``; exit status 2), before
+    anything is computed.
+    """
+    if not opts.diffusion > 0:
+        return
+    scheme = SCHEMES.resolve(opts.scheme).resolve(mesh_given=mesh_given)
+    if not getattr(scheme, "entropy", False):
+        raise ScenarioError(
+            f"{key}: token diffusion D = {opts.diffusion:g} has no effect in the "
+            f"JKO scheme {scheme.name!r} (no entropy step); use jko.scheme = 'fv' (--scheme "
+            f"fv, with the mesh) or D = 0")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ class JKOStepInfo(NamedTuple):
         FV: the step objective never increased along the CCP iterations.
     min_ratio : float
         FV: ``min_K m^{k+1}_K / m^k_K`` over the cells holding mass (NaN for OT).
+    free : dict or None
+        FV with token diffusion ``D > 0``: the step's ``free_edi_step``, ``W2sq_entropy``,
+        ``entropy_newton`` (:class:`wflow.jko.fv.FVStepResult`); else None.
     """
 
     W2sq: float
@@ -80,6 +83,7 @@ class JKOStepInfo(NamedTuple):
     newton_iters: int = 0
     monotone: bool = True
     min_ratio: float = float("nan")
+    free: dict | None = None
 
 
 def jko_step(points: np.ndarray, areas: np.ndarray, mu: np.ndarray, heads: Heads,

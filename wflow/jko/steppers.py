@@ -57,6 +57,7 @@ class FVScheme(JKOScheme):
     name = "fv"
     tau_cells = TAU_CELLS_FV
     on_dual = True
+    entropy = True  # runs the token diffusion's entropy step (JKOOptions.diffusion)
     gradient_backend = "auto"
     empty_cells_fail = True  # proven impossible for the FV step
     lock_advice = ("the FV step moves mass continuously and cannot stay put, so its "
@@ -149,7 +150,7 @@ def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts:
                                      np.einsum("h,hmd->md", heads.w, fe.grad_psi))
     r = fv_step(graph, m, heads, attn, tau=opts.tau, sign=sign, bhat=bhat, substeps=nsub,
                 energy=opts.energy, hamiltonian=opts.hamiltonian, fields0=fields0,
-                ccp_tol=opts.ccp_tol, ccp_max=opts.ccp_max)
+                ccp_tol=opts.ccp_tol, ccp_max=opts.ccp_max, diffusion=opts.diffusion)
     verify = opts.verify if opts.verify is not None else graph.geo.M <= opts.verify_max_cells
     W2_pot = float("nan")
     if verify and graph.geo.M <= opts.dense_ot_max_cells:
@@ -178,4 +179,8 @@ def _fv_step(graph: FVGraph, m: np.ndarray, heads: Heads, attn: Attention, opts:
         pairs=int(graph.geo.edge_cells.shape[0]), time=float(r.time), scheme="fv",
         substeps=int(r.substeps), newton_iters=int(r.newton_iters), monotone=bool(r.monotone),
         min_ratio=float(r.min_ratio))
+    if opts.diffusion > 0:  # the step's free-energy EDI (fv_step, "Token diffusion")
+        info = info._replace(free={"free_edi_step": float(r.free_edi),
+                                   "W2sq_entropy": float(r.W2sq_entropy),
+                                   "entropy_newton": float(r.entropy_newton)})
     return r.m, info

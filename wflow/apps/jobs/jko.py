@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from ...attention.heads import Attention
-from ...jko.options import FixedTau, JKOTable
+from ...jko.options import FixedTau, JKOTable, check_diffusion_scheme
 from ...jko.solver import JKOResult, solve_jko
 from ...jko.spec import SPEC, resolve_step
 from ...status import Status
 from .mesh import mesh_file, mesh_size, mesh_size_of
+from .noise import job_diffusion
 from .runner import Job, heads_of, run_job
 
 __all__ = [
@@ -35,22 +36,26 @@ logger = logging.getLogger(__name__)
 
 def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention,
                      sc: Any, *, T: float | None = None, progress: bool | None = None,
-                     tau: float | None = None, scheme: str | None = None) -> JKOResult:
+                     tau: float | None = None, scheme: str | None = None,
+                     diffusion: float | None = None) -> JKOResult:
     """JKO on a loaded :class:`~wflow.geometry.mesh.SphereMesh` with the ``[jko]`` table of ``sc``.
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` replaces the table's
     default (``[pde] T``, then 1) where the table sets none; ``tau`` overrides the table's
     step rule, whose default ``"auto"`` is resolved on this mesh
     (:func:`~wflow.jko.spec.resolve_step`; the choice is in ``stats["tau_rule"]``);
-    ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check). Used by the main
-    job (``wflow run``).
+    ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check); ``diffusion``: the
+    token diffusion ``D`` (``None``: the scenario's ``[attention] diffusion``). Used by the
+    main job (``wflow run``).
     """
     table = sc.table("jko")
     if T is not None and "T" not in table.given:
         table = replace(table, T=float(T))
     if tau is not None:
         table = replace(table, step=FixedTau(float(tau)))
-    changes = {k: v for k, v in (("progress", progress), ("scheme", scheme)) if v is not None}
+    D = sc.diffusion if diffusion is None else diffusion
+    changes = {k: v for k, v in (("progress", progress), ("scheme", scheme),
+                                 ("diffusion", D if D > 0 else None)) if v is not None}
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
     return _solve_on(table, cen, areas, np.asarray(rho0) * areas, schedule, attn, mesh,
@@ -72,9 +77,15 @@ def _solve_on(table: JKOTable, cen: np.ndarray, areas: np.ndarray, mass0: np.nda
 def _table(sc: Any, overrides: dict[str, Any]) -> JKOTable:
     """``[jko]`` as parsed when the scenario loaded, with the command line's overrides.
 
-    Checked against the scheme run: a key or flag of no effect is refused or warned.
+    Checked against the scheme run: a key or flag of no effect is refused or warned; so is
+    a token diffusion ``D > 0`` with the OT scheme (naming ``attention.diffusion`` or
+    ``--diffusion``).
     """
-    return sc.table("jko").with_(**{k: v for k, v in overrides.items() if v is not None})
+    D, key = job_diffusion(sc, overrides)  # [attention] diffusion or --diffusion
+    table = sc.table("jko").with_(**{k: v for k, v in overrides.items() if v is not None},
+                                  diffusion=D if D > 0 else None)
+    check_diffusion_scheme(table.unresolved_options(), key=key)  # 'ot' refuses D > 0
+    return table
 
 
 def _build(scenario: Any, table: JKOTable, comm: Any) -> dict:

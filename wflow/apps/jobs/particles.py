@@ -27,6 +27,7 @@ from ...infra.io import (
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...particles.spec import SPEC
+from .noise import check_particles_diffusion, job_diffusion
 from .runner import Job, heads_of, run_job
 
 if TYPE_CHECKING:
@@ -38,7 +39,11 @@ logger = logging.getLogger(__name__)
 
 
 def _table(sc: Scenario, overrides: dict[str, Any]) -> Any:
-    return sc.particle_options(**{k: v for k, v in overrides.items() if v is not None})
+    D, key = job_diffusion(sc, overrides)  # [attention] diffusion or --diffusion
+    opts = sc.particle_options(**{k: v for k, v in overrides.items() if v is not None},
+                               **({"diffusion": D} if D > 0 else {}))
+    check_particles_diffusion(opts, key)
+    return opts
 
 
 def _size(sc: Scenario, opts: Any) -> dict | None:
@@ -87,6 +92,7 @@ def _write(scenario: Scenario, opts: Any, p: dict, res: ParticleResult, out: str
         "n_paths": res.n_paths,
         "integrator": opts.integrator,
         "integrator_order": res.order,
+        "diffusion": float(opts.diffusion),
         "flow": opts.flow,
         "steps": int(len(res.steps["t"]) - 1),
         "dt": dt,
@@ -140,7 +146,8 @@ JOB = Job(spec=SPEC, table=_table, size=_size, build=_build, size_of=_size_of, s
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,
                   progress: bool | None = None, gif: bool = False,
-                  confirm: bool = False, comm: Any = None) -> ParticleResult:
+                  confirm: bool = False, comm: Any = None,
+                  diffusion: float | None = None) -> ParticleResult:
     """Run the particle system of ``scenario`` and write ``out/``.
 
     Writes ``summary.json`` (status and its reason, the accuracy checks, scenario echo,
@@ -158,7 +165,9 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     a run that cannot fit in memory is refused; one above an hour needs ``confirm``,
     ``--yes``, on a terminal). A ``dt`` that does not divide ``T`` is replaced by
     ``T / ceil(T/dt)``: logged and recorded in ``summary.json["dt"]`` (requested, used,
-    steps, adjusted).
+    steps, adjusted). ``diffusion``: the token diffusion ``D`` (``--diffusion``; ``None``:
+    the scenario's ``[attention] diffusion``); ``D > 0`` with a deterministic integrator
+    is refused naming the key (:func:`~wflow.apps.jobs.noise.check_particles_diffusion`).
 
     Raises
     ------
@@ -171,5 +180,6 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
                          f"{scenario.d}")
     return run_job(JOB, scenario, out, overrides={"save_trajectory": save_trajectory or gif,
-                                                  "progress": progress},
+                                                  "progress": progress,
+                                                  "diffusion": diffusion},
                    confirm=confirm, comm=comm, save_trajectory=save_trajectory, gif=gif)

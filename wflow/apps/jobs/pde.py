@@ -22,6 +22,7 @@ from ...pde.options import PDETable
 from ...pde.solver import PDEResult, solve_pde
 from ...pde.spec import SPEC
 from .mesh import mesh_file, mesh_size, mesh_size_of
+from .noise import job_diffusion
 from .runner import Job, heads_of, run_job
 
 __all__ = [
@@ -149,7 +150,10 @@ def _table(sc: Any, overrides: dict[str, Any]) -> PDETable:
     """``[pde]`` as parsed when the scenario loaded, with the command line's overrides."""
     table = sc.table("pde")
     mesh = overrides.pop("mesh", None)
+    D, _ = job_diffusion(sc, overrides)  # [attention] diffusion or --diffusion
     changes = {k: v for k, v in overrides.items() if v is not None}
+    if D != table.options.diffusion:
+        changes["diffusion"] = D
     return PDETable(table.mesh if mesh is None else mesh,
                     replace(table.options, **changes) if changes else table.options)
 
@@ -210,7 +214,8 @@ def _write(scenario: Any, table: PDETable, p: dict, res: PDEResult, out: str | P
     }
     if comm.rank == 0:
         check_finite("summary.final", summary["final"])
-    cols = history_columns(res.t, {k: np.asarray(v)[None] for k, v in res.history.items()})
+    cols = history_columns(res.t, {k: np.asarray(v)[None]
+                                   for k, v in _balance_from_t0(res).items()})
     with contextlib.ExitStack() as stack:
         stage = stack.enter_context(run_directory(out)) if comm.rank == 0 else None
         stage = Path(comm.bcast(None if stage is None else str(stage), root=0))
@@ -230,6 +235,19 @@ def _write(scenario: Any, table: PDETable, p: dict, res: PDEResult, out: str | P
                      areas=res.areas)
         comm.barrier()
     logger.info("pde: wrote %s", out)
+
+
+def _balance_from_t0(res: PDEResult) -> dict[str, np.ndarray]:
+    """The history with every ``balance_*`` column from ``t_0`` on (0 there, nothing run).
+
+    With token diffusion the solver records the free-energy balance columns
+    (``balance_free_edi``, ...) from the first step on only (one row short of ``t``);
+    a balance residual over ``[0, t_0]`` is 0, so the row at ``t_0`` is 0.
+    """
+    n = len(res.t)
+    return {k: (np.concatenate([np.zeros((1, *np.shape(v)[1:])), np.asarray(v)])
+                if k.startswith("balance_") and len(v) == n - 1 else v)
+            for k, v in res.history.items()}
 
 
 #: ``wflow pde``: the spec and what its job does beyond the runner.

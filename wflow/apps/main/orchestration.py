@@ -121,7 +121,10 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     from ...geometry.mesh import load_mesh
     pde = sc.table("pde")  # parsed when the scenario loaded
     mesh_spec, popts = pde.mesh, pde.options
-    popts = type(popts)(**{**popts.__dict__, "progress": progress})
+    # token diffusion D ([attention] diffusion, read once by the scenario) in every phase
+    popts = type(popts)(**{**popts.__dict__, "progress": progress,
+                           "diffusion": sc.diffusion})
+    phases._check_noise(sc, ropts)  # a D without effect in a phase: refused, nothing run
     if mesh_spec != "default" and ":" not in str(mesh_spec) and sc.path(mesh_spec).is_file():
         mesh_spec = sc.path(mesh_spec)  # scenario-relative file; else shipped name / generator
     if sc.d != 3:

@@ -35,6 +35,22 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     check_estimate(est, confirm=confirm)
 
 
+def _check_noise(sc: Scenario, ropts: RunOptions) -> None:
+    """Refuse a token diffusion ``D > 0`` that a phase would drop, before any phase runs.
+
+    The particle phase needs a stochastic integrator (``run.particle_integrator``: ``em``
+    or ``strang``); the JKO phase the FV scheme (checked by :func:`_check_jko`). Errors
+    name ``attention.diffusion`` (exit status 2).
+    """
+    from types import SimpleNamespace
+
+    from ..jobs.noise import check_particles_diffusion
+
+    check_particles_diffusion(SimpleNamespace(diffusion=sc.diffusion,
+                                              integrator=ropts.particle_integrator),
+                              integrator_key="run.particle_integrator")
+
+
 def _jko_table(sc: Scenario, popts):
     """The ``[jko]`` table as the main job runs it: ``T`` of ``[pde]`` unless it sets one."""
     from dataclasses import replace
@@ -54,7 +70,8 @@ def _check_jko(mesh, rho0, schedule, attn, sc: Scenario, popts) -> None:
 
     from ...jko.solver import iterate_jko
 
-    opts = _jko_table(sc, popts).unresolved_options()
+    opts = _jko_table(sc, popts).unresolved_options(
+        **({"diffusion": sc.diffusion} if sc.diffusion > 0 else {}))
     gen = iterate_jko(mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas),
                       np.asarray(rho0) * mesh.gather_owned(mesh.areas), schedule, attn,
                       options=replace(opts, progress=False), mesh=mesh)
@@ -98,7 +115,8 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
     res = simulate(x0, schedule, attn, T=popts.T, dt=popts.T / steps,
                    integrator=ropts.particle_integrator, flow=popts.flow,
                    record_every=ropts.particle_steps_per_save, save_trajectory=True,
-                   head_rates=False, seed=sc.seed, progress=progress)
+                   head_rates=False, seed=sc.seed, progress=progress,
+                   **({"diffusion": sc.diffusion} if sc.diffusion > 0 else {}))
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle phase failed: {res.message}")
     return {"res": res, "x0": x0}

@@ -109,7 +109,9 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
         l1 = _at_jko_times(jko, jref)[2]
         out["main_l1"] = {"l1_max": float(np.max(l1)) if l1.size else float("nan"),
                           "l1_final": float(l1[-1]) if l1.size else float("nan")}
-    if last is not None and SCHEMES.resolve(jko.options.scheme).on_dual:  # the FV scheme
+    # token diffusion D > 0: the OT scheme has no entropy step, so no OT cross-check
+    if last is not None and not jko.options.diffusion > 0 and \
+            SCHEMES.resolve(jko.options.scheme).on_dual:  # the FV scheme
         mk, rho_k, tau_k, pres, jres = last
         t0 = time.perf_counter()
         with warnings.catch_warnings():

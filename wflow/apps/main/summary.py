@@ -38,6 +38,27 @@ def _edi_block(bal: dict, kind: str) -> dict:
             "meaning": kind if defined else "undefined"}
 
 
+def _free_block(bal: dict | None, normalised: bool) -> dict:
+    """The free-energy EDI of ``F_D = D H − sE`` of one solver (token diffusion ``D > 0``).
+
+    ``residual`` (``balance.free_edi``, or ``free_edi_defect`` for softmax heads), ``dF``,
+    ``dissipation`` (``∫ I dt``), ``relative = |residual| / dissipation``; ``meaning``:
+    ``"identity"`` (a discretisation error, USA), ``"defect"`` (softmax: the plain
+    Laplacian is not the gradient flow of ``F_D``) or ``"not recorded"`` (the solver keeps
+    no free-energy balance: the particles' Itô balance of noisy tokens is not there yet).
+    """
+    bal = bal or {}
+    resid = bal.get("free_edi_defect" if normalised else "free_edi")
+    if resid is None:
+        return {"residual": None, "relative": None, "dissipation": None, "dF": None,
+                "meaning": "not recorded"}
+    diss = float(bal.get("free_dissipation_int", float("nan")))
+    return {"residual": float(resid), "dF": float(bal.get("free_dF", float("nan"))),
+            "dissipation": diss,
+            "relative": abs(float(resid)) / diss if diss and np.isfinite(diss) else None,
+            "meaning": "defect" if normalised else "identity"}
+
+
 def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref=None,
              table=None) -> dict:
     from ...infra.io import provenance
@@ -77,7 +98,16 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
         "wall_time_s": {**{k: float(v) for k, v in timings.items()}, "total": float(wall)},
         "pde_stats": pde.stats,
         "kernel": {"pde": pde.stats.get("kernel"), "particles": pres.extra.get("kernel")},
+        "diffusion": float(sc.diffusion),
     }
+    if sc.diffusion > 0:  # token diffusion: the free-energy EDI of each solver
+        from ...attention.kinds import get_kind
+
+        norm = get_kind(sc.attention_obj().kind).normalised
+        summary["free_edi"] = {"pde": _free_block(pde.balance, norm),
+                               "particles": _free_block(None, norm)}
+        if jko is not None:
+            summary["free_edi"]["jko"] = _free_block(jko.balance, norm)
     if jko is not None:
         summary["edi"]["jko"] = _edi_block(jko.balance, "identity")
         summary["checks"]["jko"] = jko.checks
@@ -119,7 +149,9 @@ def _write_outputs(stage: Path, pde, parts, jko, cmp_, summary, ropts, mesh) -> 
     from ..report import write_report
 
     pres = parts["res"]
-    hist = {k: np.asarray(v)[None] for k, v in pde.history.items()}
+    from ..jobs.pde import _balance_from_t0
+
+    hist = {k: np.asarray(v)[None] for k, v in _balance_from_t0(pde).items()}
     write_csv(stage / "diagnostics_pde.csv", history_columns(pde.t, hist))
     write_csv(stage / "diagnostics_particles.csv", history_columns(pres.t, pres.history))
     write_csv(stage / "w2.csv", {"t": cmp_["t"],

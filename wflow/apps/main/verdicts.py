@@ -58,6 +58,25 @@ def _verdict(passed: bool) -> Verdict:
     return Verdict.of(bool(passed))
 
 
+def _free_row(add, label: str, f: dict, D: float) -> None:
+    """The verdict row of one solver's free-energy EDI (token diffusion ``D > 0``): reported."""
+    if f["meaning"] == "not recorded":
+        add(f"{label}: free-energy EDI residual (relative)", None, "—", Verdict.NOT_APPLICABLE,
+            f"not recorded: with D = {D:g} the {label} solver keeps no balance of "
+            "F_D = D H − sE (the Itô energy balance of noisy tokens, issue 40 item 5, is not "
+            "implemented in the particle solver).")
+        return
+    what = ("a discretisation error (→ 0 at the scheme's order under refinement)"
+            if f["meaning"] == "identity" else
+            "a defect of the model (softmax heads: the plain Laplacian is not the gradient "
+            "flow of F_D), never a discretisation error")
+    add(f"{label}: free-energy EDI residual (relative)", f["relative"],
+        "none (reported)", Verdict.REPORTED if f["meaning"] == "identity" else
+        Verdict.EXPECTED_DEFECT,
+        f"|F_D(T) − F_D(0) + s∫∂_tE + ∫I dt| / ∫I dt with F_D = D H − sE, D = {D:g}, I the "
+        f"relative Fisher information (THEORY §8): {what}. Not judged at a fixed mesh.")
+
+
 def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
     """Every key number with its meaning, tolerance and verdict (for summary and report)."""
     rows: list[dict] = []
@@ -73,14 +92,16 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         if ch is not None:
             add(f"{label}: chain-rule residual (relative)", ch["value"],
                 f"<= {ch['tolerance']:.3g}",
-                _verdict(ch["passed"]),
+                Verdict.REPORTED if ch.get("judged") is False else _verdict(ch["passed"]),
                 f"|ΔE − ∫∂_tE − ∫<∇ψ, v>dμ dt| relative to the energy budget "
                 f"∫(|power| + |∂_tE|) dt, along {flow_what}. The chain rule dE/dt = ∂_tE + "
                 "∫<∇ψ, v>dμ holds along every exact solution of any flow, so this is the "
                 f"discretisation error of the {label} run — its accuracy check. Tolerance "
                 f"0.1^q, q = {ch['order']} the scheme's balance order ({ch['scheme']}).")
         e = s["edi"][name]
-        if e["meaning"] == "identity":
+        if s.get("diffusion", 0.0) > 0:  # token diffusion: the free-energy EDI instead
+            _free_row(add, label, s["free_edi"][name], s["diffusion"])
+        elif e["meaning"] == "identity":
             tol = ch["tolerance"] if ch is not None else float("nan")
             add(f"{label}: EDI residual (relative)", e["relative"], f"<= {tol:.3g}",
                 _verdict(e["relative"] <= tol),
@@ -135,10 +156,17 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
             f"moment error {m['detectable_at_n']:.2e}; it shrinks with n as {rate} (fitted over "
             f"n = {', '.join(map(str, lv))}; theory n^-0.5). W₂ above only sees the sampling "
             f"floor (log n / n)^1/2.")
+    if s.get("diffusion", 0.0) > 0:
+        add("Token diffusion D", s["diffusion"], "—", Verdict.REPORTED,
+            "every phase runs the noisy model (THEORY §8): Brownian tokens with generator "
+            "D Δ_S in the particles, D Δ_S ρ in the PDE, the entropy D Σ m log(m/σ) in the "
+            "JKO ([attention] diffusion; Mun & Rosenzweig's K = 1/(2D)).")
+    if jko is not None and s.get("diffusion", 0.0) > 0:
+        _free_row(add, "JKO", s["free_edi"]["jko"], s["diffusion"])
     if jko is not None:
         ch = jko.checks["edi"]
         add("JKO: Σ|EDI_k| (relative)", ch["value"], f"<= {ch['tolerance']:.3g}",
-            _verdict(ch["passed"]),
+            Verdict.REPORTED if ch.get("judged") is False else _verdict(ch["passed"]),
             "Σ_k |s(E_k+1 − E_k) − sτ∂_tE − W²/2τ − τ/4(|∂E|²_k + |∂E|²_k+1)| / dissipation: "
             "the discrete EDI of the JKO steps (first order in τ; on a mesh it also carries "
             "the error of snapping the transported mass to the cells). The JKO scheme "
