@@ -113,6 +113,25 @@ def test_step_too_large_ends_inaccurate_with_a_remedy_that_meets_it():
     assert measured(good, rtol) <= 2.0
 
 
+def test_error_control_with_heads_and_where_it_is_refused():
+    """The nonlocal velocity (a deterministic weight schedule) runs under error control."""
+    from wflow.attention.heads import Attention, Heads
+    from wflow.attention.schedules import Oscillating, Parametrisation
+
+    heads = Heads.bilinear(np.stack([np.diag([1.0, 0.3, -0.2]), np.diag([0.8, 0.0, 0.4])]),
+                           w=0.5, value_sign=1.0)
+    param, theta0 = Parametrisation.from_heads(heads, kind="bilinear")
+    sch = Oscillating(param, theta0, amplitude=0.4, omega=2.0)
+    sm = load_mesh("sphere_720.msh")
+    rho0 = {"type": "vmf", "means": [[1, 0, 0], [0, 1, 0.3]], "kappas": [3, 2]}
+    res = solve_pde(rho0, sch, Attention("softmax", 1.5), mesh=sm, T=0.2, dt=0.05, order=2,
+                    n_saves=2, rtol=1e-3)
+    assert res.status == "success", res.message
+    assert res.checks["tolerance"]["estimate"] <= 1.0
+    with pytest.raises(ValueError, match=r"^pde\.rtol: .*token diffusion"):
+        run(rtol=1e-3, diffusion=0.1)
+
+
 def case() -> dict[str, np.ndarray]:
     """The MPI case: an error-controlled run (rank 0 writes it)."""
     res = adaptive(1e-4)
