@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..attention.diffusion import check_diffusion
+from ..infra.accuracy import MIN_RTOL, Tolerance
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -114,8 +115,32 @@ class PDEOptions:
         ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.",
         check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
 
+    rtol: float | None = field(default=None, metadata=opt(
+        "Relative tolerance of the cell densities (error control, step doubling; "
+        "docs/theory.md §2): each step's local-error estimate, in the scaled RMS norm "
+        "over the cells, is kept within ``rtol`` per unit time so that the error at ``T`` "
+        "meets it; the step is the controller's, within ``dt`` and the positivity bound. "
+        "``None`` (with ``atol`` unset): today's steps, bit for bit.",
+        check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
+    atol: float | None = field(default=None, metadata=opt(
+        "Absolute tolerance of the cell densities (units of ``ρ``); ``None``: ``1e-6`` when "
+        "``rtol`` is set.", check=number(0), type="float or None"))
+    adaptive: bool = field(default=True, metadata=opt(
+        "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
+        "today's steps and judges the run by the same estimate (status ``inaccurate`` with "
+        "the ``dt`` that would meet the tolerance).", check=boolean))
+
     def __post_init__(self) -> None:
         validate(self)
+
+    @property
+    def tolerance(self) -> Tolerance | None:
+        """The requested accuracy (``None``: no error control, today's steps)."""
+        if self.rtol is None and self.atol is None:
+            return None
+        base = Tolerance(key="pde")
+        return base.replace(rtol=base.rtol if self.rtol is None else float(self.rtol),
+                            atol=base.atol if self.atol is None else float(self.atol))
 
     @property
     def integrator(self) -> str:

@@ -20,7 +20,8 @@ class PDEResult(SolverResult):
     ----------
     status : Status
         ``SUCCESS``; ``INACCURATE`` (finite, mass conserved, positive, but the
-        chain-rule residual exceeds its tolerance, see :mod:`wflow.status`);
+        chain-rule residual exceeds its tolerance, or the error estimate exceeds the requested
+        ``rtol``/``atol``, see :mod:`wflow.status`);
         ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, broken
         conservation or positivity). ``message`` says why.
     message : str
@@ -36,7 +37,8 @@ class PDEResult(SolverResult):
     history : dict of arrays
         Diagnostics at the output times (``(S,)`` scalars, ``(S, H)`` per head).
     steps : dict of arrays
-        Per accepted step: ``t``, ``dt`` and (with ``balance``) the energy integrands.
+        Per accepted step: ``t``, ``dt``, (with ``balance``) the energy integrands and (with
+        ``rtol``/``atol``) ``error_norm``, the step's local-error norm (``1`` = the tolerance).
     balance : dict
         Final balance terms and residuals (``chain``, ``edi``, ``g2``; see
         :class:`~wflow.diagnostics.BalanceAccumulator`). With token diffusion ``edi`` and
@@ -45,12 +47,17 @@ class PDEResult(SolverResult):
     centroids, areas : arrays
         Flat centroids ``(M, 3)`` and areas ``(M,)`` of the cells (original order).
     stats : dict
-        Steps, rejected steps, velocity evaluations, timings, positivity and mass errors.
+        Steps, rejected steps, velocity evaluations, timings, positivity and mass errors;
+        with ``rtol``/``atol``: ``accepted_steps``, ``error_rejected_steps`` (by the error
+        controller), ``error_estimate`` (``Σ_n`` local-error norms: the global error at
+        ``T`` in units of the tolerance, ``≤ 1`` to meet it), ``rtol``, ``atol``.
     sign : int
         ``+1`` ascent / ``−1`` descent for value-aligned symmetric heads, else 0.
     checks : dict
         Accuracy checks behind the status (``"chain"``, see
-        :func:`wflow.status.chain_check`); empty without the running balance.
+        :func:`wflow.status.chain_check`; with ``rtol``/``atol`` ``"tolerance"``: the error
+        estimate against the tolerance, ``passed``, and ``dt_meeting``, the step the remedy
+        names); empty without the running balance or a tolerance.
     """
 
     t: np.ndarray

@@ -64,6 +64,7 @@ from ..energy import (
 )
 from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
+from ..infra.accuracy import StepController, error_norm, richardson_error
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
 from ..results import finish_history
@@ -127,6 +128,7 @@ class PDEState(NamedTuple):
     dtheta_noise: np.ndarray | None
     is_save: bool
     pre_jump: dict | None = None
+    err: float | None = None
 
 
 class _Run:
@@ -154,6 +156,19 @@ class _Run:
         self.rhs_time = 0.0
         self.min_bound = math.inf
         self.umax = 0.0
+        # error control (options.rtol/atol): step doubling judged by a PI controller
+        self.tol = opts.tolerance
+        self.ctrl: StepController | None = None
+        self.err_sum = 0.0  # Σ of the accepted steps' local-error norms (global estimate)
+        if self.tol is not None:
+            if opts.diffusion > 0:
+                raise ValueError("pde.rtol: error control is not available with token "
+                                 "diffusion (the Strang step); leave rtol/atol unset")
+            if schedule is not None and schedule.stochastic:
+                raise ValueError("pde.rtol: error control of noisy weights (weak error) is not "
+                                 "available; leave rtol/atol unset")
+            self.ctrl = StepController(order=self.integrator.order(), span=opts.T,
+                                       dt_min=opts.min_dt)
         # token diffusion (Strang splitting, wflow.pde.diffusion); None: today's solver
         self.strang = StrangSplitting(self) if opts.diffusion > 0 else None
 
@@ -239,6 +254,43 @@ class _Run:
         m_new = self.integrator.step(m0, stage)
         return m_new, bmin
 
+    def doubled_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
+                     dt: float, theta: Any, rng: np.random.Generator
+                     ) -> tuple[np.ndarray | None, float, float, Any]:
+        r"""One step of size ``dt`` and two of ``dt/2``, with the step-doubling estimate.
+
+        Returns ``(owned masses of the two half steps or None, smallest stage bound,
+        error norm, θ(t + dt))``. The estimate of the kept solution's error is
+        :func:`~wflow.infra.accuracy.richardson_error` at the integrator's order ``q``,
+        ``e = (ρ_h − ρ_{h/2,h/2})/(2^q − 1)`` on the cell densities, measured by
+        :func:`~wflow.infra.accuracy.error_norm` over all ranks' owned cells (an exact sum:
+        the same number for any rank count); ``inf`` when a step broke positivity.
+        """
+        fv, sch = self.fv, self.schedule
+        assert self.tol is not None
+        th_mid = th_new = th_q = th_h = th_3q = th_2 = None
+        if sch is not None:
+            th_mid, th_new = sch.advance(theta, t, dt, rng)
+            th_q, th_h = sch.advance(theta, t, 0.5 * dt, rng)
+            th_3q, th_2 = sch.advance(th_h, t + 0.5 * dt, 0.5 * dt, rng)
+        full, b0 = self.try_step(m_glob, net0, out0, t, dt, (theta, th_mid, th_new))
+        if full is None:
+            return None, b0, math.inf, th_new
+        half, b1 = self.try_step(m_glob, net0, out0, t, 0.5 * dt, (theta, th_q, th_h))
+        if half is None:
+            return None, min(b0, b1), math.inf, th_new
+        g = fv.gather(half)
+        net1, out1 = self.stage_rates(g, t + 0.5 * dt, th_h)
+        two, b2 = self.try_step(g, net1, out1, t + 0.5 * dt, 0.5 * dt, (th_h, th_3q, th_2))
+        bmin = min(b0, b1, b2)
+        if two is None:
+            return None, bmin, math.inf, th_2
+        area = fv.areas_glob[fv.orig_owned]
+        err = richardson_error(full / area, two / area, self.integrator.order())
+        norm = error_norm(err, m_glob[fv.orig_owned] / area, two / area, self.tol,
+                          comm=fv.comm)
+        return two, bmin, norm, th_2
+
 
 def _check_inputs(schedule: Schedule | None, attn: Attention | None,
                   velocity: VelocityField | None) -> None:
@@ -278,6 +330,8 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
     ------
     PDEState
         The initial state, then one state per accepted step; the last has ``t = T``.
+        With ``options.rtol``/``atol``, ``err`` is the step's local-error norm
+        (:func:`~wflow.infra.accuracy.error_norm`, ``1`` = the tolerance).
         Raises ``FloatingPointError`` if the positivity bound collapses below
         ``options.min_dt`` or values become non-finite.
     """
@@ -317,6 +371,9 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             heads = schedule.heads_at(th)
         return PDEState(t, k, dt, m, m / fv.areas_glob, th, heads, fe, terms, dnoise, is_save)
 
+    ctrl = run.ctrl
+    h_ctrl = opts.dt  # the controller's proposal (error control only)
+    err: float | None = None
     t, k, istop = 0.0, 0, 1
     cur = state(0.0, 0, 0.0, m_glob, theta, True)
     net, out = run.stage_rates(m_glob, t, theta)
@@ -335,6 +392,8 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
         else:
             bound = fv.bound(m_glob[fv.orig_owned], out)
             dt = min(opts.dt, opts.cfl * bound, t_stop - t)
+            if ctrl is not None and opts.adaptive:
+                dt = min(dt, h_ctrl)
             if t_stop - t - dt <= tol:
                 dt = t_stop - t
         while True:
@@ -342,11 +401,27 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
                 raise FloatingPointError(
                     f"time step {dt:.3e} below min_dt = {opts.min_dt:.1e} at t = {t:.6g}: the "
                     "positivity (CFL) bound collapsed (velocity too large for the mesh?)")
-            if schedule is not None:
+            if schedule is not None and ctrl is None:
                 th_mid, th_new = schedule.advance(theta, t, dt, rng)
             else:
                 th_mid = th_new = None
-            if run.strang is None:
+            if ctrl is not None:
+                m_new, bmin, err, th_new = run.doubled_step(m_glob, net, out, t, dt, theta, rng)
+                if m_new is not None and opts.adaptive:
+                    limited = dt >= h_ctrl * (1 - 1e-12)
+                    ok, h_next = ctrl.propose(dt, err)
+                    if not ok:
+                        logger.debug("t = %.6g: step %.3e rejected (error %.3g of the "
+                                     "tolerance per unit time), retrying with %.3e", t, dt,
+                                     err * opts.T / dt, h_next)
+                        h_ctrl = h_next
+                        dt = h_next
+                        continue
+                    # a step cut short by an output time does not shrink the proposal
+                    h_ctrl = h_next if limited else max(h_ctrl, h_next)
+                if m_new is not None:
+                    run.err_sum += err
+            elif run.strang is None:
                 m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
             else:
                 m_new, bmin = run.strang.step(m_glob, t, dt, (theta, th_mid, th_new))
@@ -376,6 +451,8 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             before = pending.integrands
             theta = schedule.after_jump(theta, t)
             pending = state(t, k, dt, m_glob, theta, is_save)._replace(pre_jump=before)
+        if ctrl is not None:
+            pending = pending._replace(err=err)
         if landed:
             istop += 1
         if istop < len(stops):
@@ -557,6 +634,8 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
                               measure=measure, _run=run):
             steps.setdefault("t", []).append(st.t)
             steps.setdefault("dt", []).append(st.dt)
+            if run.tol is not None:  # the step's local-error norm (1 = the tolerance)
+                steps.setdefault("error_norm", []).append(0.0 if st.err is None else st.err)
             max_mass_err = max(max_mass_err, abs(float(st.m.sum()) - mass0) / mass0)
             min_rho = min(min_rho, float(st.rho.min()))
             if st.integrands is not None and measure:
@@ -622,6 +701,12 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
     }
     if run.strang is not None:  # token diffusion: the Strang / Crank–Nicolson counters
         stats.update(run.strang.stats())
+    if run.tol is not None:  # error control: the controller's counts and the estimate
+        assert run.ctrl is not None
+        stats.update({"rtol": run.tol.rtol, "atol": run.tol.atol, "adaptive": opts.adaptive,
+                      "accepted_steps": nsteps,
+                      "error_rejected_steps": run.ctrl.rejected,
+                      "error_estimate": run.err_sum})
     bal = acc.residuals() if acc is not None else {}
     if sign == 0 or run.strang is not None:  # EDI of E not applicable: absent, not NaN
         bal = {k: v for k, v in bal.items() if k not in ("edi", "g2")}
@@ -635,6 +720,12 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
         checks["chain"] = check.as_dict()
         if status == Status.SUCCESS and not check.passed:
             status, message = Status.INACCURATE, check.failure()
+            logger.warning("pde run inaccurate: %s", message)
+    if run.tol is not None and nsteps:
+        checks["tolerance"] = _tolerance_check(run, steps_arr)
+        if status in (Status.SUCCESS, Status.INACCURATE) \
+                and not checks["tolerance"]["passed"]:
+            status, message = Status.INACCURATE, checks["tolerance"]["message"]
             logger.warning("pde run inaccurate: %s", message)
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob, steps_arr, bal,
                     mesh.gather_owned(mesh.centroids), fv.areas_glob, sign, history=history,
@@ -656,6 +747,40 @@ def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
     scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
               + (", Euler–Maruyama weights" if stochastic else ""))
     return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)
+
+
+def _tolerance_check(run: _Run, steps: dict[str, np.ndarray]) -> dict[str, Any]:
+    r"""The run judged by its error estimate against the requested tolerance.
+
+    The global-error estimate is the sum of the accepted steps' local-error norms,
+    ``Ê = Σ_n ‖e_n‖`` (each in units of the tolerance, :func:`error_norm`): the error at
+    ``T`` of a contractive flow is at most ``Ê`` tolerances. Error control keeps
+    ``‖e_n‖ ≤ Δt_n/T``, so ``Ê ≤ 1``; fixed steps (``adaptive = False``) may not. As
+    ``‖e_n‖ T/Δt_n ∝ Δt_n^q`` (order ``q``), the step that would meet the tolerance is
+    the controller's, ``0.9·min_n Δt_n (‖e_n‖ T/Δt_n)^{−1/q}`` over the steps that miss
+    it: the remedy named.
+    """
+    assert run.tol is not None
+    q = run.integrator.order()
+    est = float(run.err_sum)
+    dts, errs = steps["dt"][1:], steps["error_norm"][1:]
+    dt_max = float(np.max(dts))
+    passed = est <= 1.0
+    per_unit = errs * run.opts.T / dts
+    miss = per_unit > 1.0
+    dt_meet = (0.9 * float(np.min(dts[miss] * per_unit[miss] ** (-1.0 / q)))
+               if np.any(miss) else dt_max)
+    if est > 1.0:  # the sum too: never propose more than the aggregate's own Δt^q rule
+        dt_meet = min(dt_meet, 0.9 * dt_max * est ** (-1.0 / q))
+    msg = ""
+    if not passed:
+        msg = (f"the estimated time-discretisation error is {est:.3g} times the tolerance "
+               f"(rtol = {run.tol.rtol:g}, atol = {run.tol.atol:g}) with steps up to "
+               f"{dt_max:.3g}; remedy: pde.dt = {dt_meet:.3g} would meet it (or leave "
+               "pde.adaptive = true)")
+    return {"name": "tolerance", "estimate": est, "passed": passed, "order": q,
+            "rtol": run.tol.rtol, "atol": run.tol.atol, "dt_max": dt_max,
+            "dt_meeting": dt_meet, "message": msg}
 
 
 def _time_order(opts: PDEOptions) -> int:
