@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wflow.attention.heads import Attention, Heads
-from wflow.attention.schedules import as_schedule
+from wflow.attention.schedules import Layers, as_schedule
 from wflow.geometry.sphere import sample_uniform
 from wflow.infra.accuracy import Tolerance, error_norm
 from wflow.infra.schema import ScenarioError
@@ -141,3 +141,19 @@ def test_unreachable_tolerance_fails(system):
     res = simulate(x, heads, attn, T=T, dt=0.5, integrator="euler", rtol=1e-13, atol=0.0,
                    adaptive=True)
     assert res.status == Status.FAILED and "tolerance" in res.message
+
+
+def test_adaptive_steps_end_on_the_jumps_of_layers(system):
+    """Weights jumping at t = 0.35: the adaptive grid holds the jump, rtol is met."""
+    x, heads, attn = system
+    rng = np.random.default_rng(5)
+    sch = Layers.of([heads, Heads.random_symmetric(3, 3, rng, scale=0.5)], delta=0.35)
+    rtol = 1e-6
+    res = simulate(x, sch, attn, T=1.0, dt=0.5, integrator="rk4", rtol=rtol, atol=rtol,
+                   adaptive=True)
+    assert res.status == Status.SUCCESS, res.message
+    assert sch.jump_times == (0.35,) and 0.35 in set(res.steps["t"])
+    ref = simulate(x, sch, attn, T=1.0, dt=0.01 * res.extra["adaptive"]["dt_max"],
+                   integrator="rk4", record_every=10**9, head_rates=False, clusters=False)
+    tol = Tolerance(rtol=rtol, atol=rtol)
+    assert error_norm(res.x[0] - ref.x[0], ref.x[0], res.x[0], tol) <= 2.0

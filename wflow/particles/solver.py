@@ -300,7 +300,8 @@ def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
     tol = opts.tolerance()
     check = {"passed": True, "rtol": tol.rtol, "atol": tol.atol,
              "estimate": "step doubling per step, error per unit step <= 1 (PI controller)",
-             "accepted": info["accepted"], "rejected": info["rejected"]}
+             "accepted": info["accepted"], "rejected": info["rejected"],
+             "dt_min": info["dt_min"], "dt_max": info["dt_max"]}
     return replace(res, status=Status.SUCCESS, message="", wall_time=wall,
                    checks={**res.checks, "accuracy": check})
 
