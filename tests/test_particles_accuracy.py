@@ -14,11 +14,11 @@ import pytest
 
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.schedules import Layers, as_schedule
-from wflow.geometry.sphere import sample_uniform
+from wflow.geometry.sphere import normalize, sample_uniform
 from wflow.infra.accuracy import Tolerance, error_norm
 from wflow.infra.schema import ScenarioError
 from wflow.particles import ParticleOptions, iterate, simulate
-from wflow.particles.integrators import time_grid
+from wflow.particles.integrators import RK4, time_grid
 from wflow.particles.options import PARTICLES_SPEC
 from wflow.status import Status
 
@@ -157,3 +157,23 @@ def test_adaptive_steps_end_on_the_jumps_of_layers(system):
                    integrator="rk4", record_every=10**9, head_rates=False, clusters=False)
     tol = Tolerance(rtol=rtol, atol=rtol)
     assert error_norm(res.x[0] - ref.x[0], ref.x[0], res.x[0], tol) <= 2.0
+
+
+class _Drifting(RK4):
+    """Fault: RK4 of a perturbed field ``v + 1e-4 e_z`` (consistent, so step doubling is blind)."""
+
+    name = "rk4-drifting"
+
+    def step(self, x, h, *args, **kwargs):  # noqa: D102
+        y = super().step(x, h, *args, **kwargs)
+        return normalize(y + h * 1e-4 * np.array([0.0, 0.0, 1.0]))
+
+
+def test_the_reference_comparison_catches_a_wrong_field(system):
+    """Negative control of the measurement: a solver of the wrong ODE is caught (error > 2)."""
+    x, heads, attn = system
+    rtol = 1e-6
+    res = simulate(x, heads, attn, T=T, dt=0.5, integrator=_Drifting(), rtol=rtol, atol=rtol,
+                   adaptive=True, engine="python")
+    assert res.status == Status.SUCCESS  # its own estimate sees only the step-size error
+    assert measured(res, system, rtol, 0.01 * res.extra["adaptive"]["dt_max"]) > 2.0
