@@ -8,6 +8,8 @@ the recorded measurements, ``docs/guide/cli.md`` "Cost estimates"). The work of 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, step_count
 from .integrators import INTEGRATORS, ParticleIntegrator
@@ -106,8 +108,27 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
 
     ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
-    summation may be chosen: :func:`fastsum_eligible`).
+    summation may be chosen: :func:`fastsum_eligible`). Accuracy asked for
+    (:mod:`wflow.particles.adaptive`): with ``adaptive`` each step costs about four
+    (three for step doubling, one in the recorded run) and the steps are counted at the
+    largest step ``dt`` — a lower bound, as the controller may take smaller ones (noted);
+    with ``rtol`` on fixed steps the run is repeated at ``dt/2``: three times the steps.
     """
+    est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind)
+    if getattr(options, "adaptive", False):
+        extra = 3.0 * (est.seconds - STARTUP_SECONDS)
+        return replace(est, steps=4 * est.steps, seconds=est.seconds + extra,
+                       notes=est.notes + ("adaptive steps: counted at the largest step dt "
+                                          "(a lower bound), 4 integrator steps each",))
+    if getattr(options, "rtol", None) is not None:
+        extra = 2.0 * (est.seconds - STARTUP_SECONDS)
+        return replace(est, steps=3 * est.steps, seconds=est.seconds + extra,
+                       notes=est.notes + ("rtol on fixed steps: the run repeated at dt/2",))
+    return est
+
+
+def _estimate_fixed(options: ParticleOptions, *, n: int, d: int, H: int,
+                    kind: str) -> Estimate:
     return estimate_particles(
         n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
         record_every=options.record_every, integrator=options.integrator,

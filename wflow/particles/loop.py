@@ -52,7 +52,8 @@ def check_noisy(integ: ParticleIntegrator) -> None:
 def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
               integrator: str, flow: str, rng: np.random.Generator | None, kernel,
               terms: Callable, finite: Callable[[np.ndarray], bool], diffusion: float = 0.0,
-              noise: TokenNoise | None = None) -> Iterator[ParticleState]:
+              noise: TokenNoise | None = None,
+              grid: np.ndarray | None = None) -> Iterator[ParticleState]:
     """The time loop of :func:`~wflow.particles.iterate` and of the split loop.
 
     ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
@@ -60,8 +61,11 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
     ``diffusion > 0``: token diffusion (THEORY §8) by a stochastic integrator's
     ``noisy_step`` with the keyed noise ``noise.at(k)`` of step ``k`` (the tokens ``x`` are
     the rows ``noise`` was made for); ``0``: the noiseless loop, bit for bit.
+    ``grid``: the step times (an adaptive run's accepted grid, every jump time among
+    them); ``None``: ``time_grid(T, dt, jumps)``.
     """
-    grid = time_grid(T, dt, schedule.jump_times)
+    if grid is None:
+        grid = time_grid(T, dt, schedule.jump_times)
     # weights take the tokens' explicit Euler step under the Euler integrator (the
     # published scheme), RK4 half steps under RK4 (4th-order midpoint)
     integ = INTEGRATORS.resolve(integrator)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..attention.diffusion import check_diffusion
+from ..infra.accuracy import Tolerance
 from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
@@ -121,9 +122,33 @@ class ParticleOptions:
         check=check_diffusion, toml=False,
         reason="the scenario's ``[attention] diffusion`` (:data:`~wflow.attention.diffusion."
         "DIFFUSION_KEY`)"))
+    rtol: float | None = field(default=None, kw_only=True, metadata=opt(
+        "Requested relative accuracy of the final tokens (:class:`wflow.infra.accuracy."
+        "Tolerance`; the scaled RMS norm of the error of ``x(T)``, per component "
+        "``atol + rtol·|x|``). With ``adaptive``: the step controller's target (default "
+        "``1e-3``); with fixed steps: the run is judged by a step-doubling estimate of its "
+        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses. "
+        "``None``: no accuracy requested (today's run).",
+        check=number(0, 1, strict_lo=True, strict_hi=True)))
+    atol: float | None = field(default=None, kw_only=True, metadata=opt(
+        "Requested absolute accuracy of the final tokens (radius units; default ``1e-6`` "
+        "when ``rtol`` or ``adaptive`` is set).", check=number(0)))
+    adaptive: bool = field(default=False, kw_only=True, metadata=opt(
+        "Adaptive steps: a PI controller (error per unit step over ``[0, T]``) on the "
+        "step-doubling estimate of the deterministic integrators (``euler``, ``rk4``), "
+        "``dt`` the first and largest step; accepted / rejected counts and the steps in "
+        "``ParticleResult.extra[\"adaptive\"]``. Not with token diffusion ``D > 0`` nor "
+        "noisy weights. ``False``: fixed steps ``dt``.", check=boolean))
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.rtol is not None or self.atol is not None or self.adaptive:
+            self.tolerance()  # refuse a tolerance no computation can meet, naming the key
+
+    def tolerance(self) -> Tolerance:
+        """The requested :class:`~wflow.infra.accuracy.Tolerance` (defaults ``1e-3``/``1e-6``)."""
+        kw = {k: v for k, v in (("rtol", self.rtol), ("atol", self.atol)) if v is not None}
+        return Tolerance(key=self.SECTION, **kw)
 
 
 #: The ``[particles]`` table: ``key -> (default, checker)`` (derived from :class:`ParticleOptions`).

@@ -47,8 +47,10 @@ from ..diagnostics import (
 from ..energy import energy_gradient_A
 from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
+from ..infra.schema import ScenarioError
 from ..kernels import KernelLog
 from ..status import Status
+from .adaptive import adaptive_grid, check_accuracy_applies, fixed_step_error
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
 from .loop import check_noisy, time_loop, unjudged_chain
@@ -68,7 +70,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             rng: np.random.Generator | None = None, kernel_backend: str = "auto",
             kernel_tol: float = 1e-10,
             kernel_log: KernelLog | None = None, diffusion: float = 0.0, seed: int = 0,
-            path: int = 0) -> Iterator[ParticleState]:
+            path: int = 0, grid: np.ndarray | None = None) -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
@@ -77,6 +79,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     attention-sum back-end (:func:`wflow.kernels.kernel_sums`) and log its choices.
     ``diffusion``: token diffusion ``D`` (THEORY §8; a stochastic integrator), its noise
     keyed by ``(seed, path, token block, step)`` (:class:`wflow.particles.noise.TokenNoise`).
+    ``grid``: the step times (an adaptive run's grid); ``None``: uniform ``dt`` and jumps.
     """
     kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
     x = check_on_sphere(x0, name="tokens")
@@ -91,7 +94,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
                      rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
-                     noise=noise)
+                     noise=noise, grid=grid)
 
 
 class _PathRun(NamedTuple):
@@ -203,6 +206,15 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
+    if opts.adaptive or opts.rtol is not None:  # accuracy asked for (wflow.particles.adaptive)
+        check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
+                               else "particles.rtol")
+        if not opts.adaptive:
+            return _judged_fixed(x0, schedule, attn, opts, comm)
+        if comm is not None and comm.Get_size() > 1:
+            raise ScenarioError("particles.adaptive: adaptive steps are not split over MPI "
+                                "ranks yet; run in one process")
+        return _simulate_adaptive(x0, schedule, attn, opts)
     if comm is not None and comm.Get_size() > 1:
         return _simulate_split(x0, schedule, attn, opts, comm)
     if opts.engine != "python":  # the compiled time loop (wflow.particles.compiled)
@@ -226,18 +238,25 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             "engine = 'python' to choose it explicitly", why)
     else:
         why = "engine = 'python' requested"
+    return _simulate_python(x0, schedule, attn, opts, why)
+
+
+def _simulate_python(x0: np.ndarray, schedule: Schedule, attn: Attention,
+                     opts: ParticleOptions, why: str, grid: np.ndarray | None = None,
+                     failed: str = "", extra_in: dict | None = None) -> ParticleResult:
+    """The step-by-step Python loop of :func:`simulate` (on ``grid`` if given)."""
     if opts.n_paths > 1 and not schedule.stochastic:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
-    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts)
+    P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts, grid)
     n = x0.shape[0]
     m = np.full(n, 1.0 / n)
     klog = KernelLog()
     bar = progress_bar(P * S, opts.progress, desc="particles")
     t_start = time.perf_counter()
-    status, message = Status.SUCCESS, ""
+    status, message = (Status.FAILED, failed) if failed else (Status.SUCCESS, "")
     runs: list[_PathRun] = []
     try:
-        for p in range(P):
+        for p in range(P if not failed else 0):
             runs.append(_serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
                                      grid, rec_idx, bar, path=p))
     except FloatingPointError as exc:
@@ -247,16 +266,84 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - t_start
-    extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why}
+    extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why,
+             **(extra_in or {})}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
                      extra)
 
 
-def _setup(schedule: Schedule, opts: ParticleOptions):
+def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
+                       opts: ParticleOptions) -> ParticleResult:
+    """Adaptive steps (:func:`~wflow.particles.adaptive.adaptive_grid`), then the Python loop.
+
+    ``extra["adaptive"]``: accepted / rejected counts and the accepted steps;
+    ``checks["accuracy"]``: the controller's verdict (the status when it is met: the
+    requested tolerance decides, the chain-rule check is kept in ``checks["chain"]``).
+    """
+    if opts.engine == "compiled":
+        raise ValueError("particles.engine: 'compiled' does not apply: adaptive steps run "
+                         "on the Python loop")
+    kernel = _Kernel(opts.kernel_backend, opts.kernel_tol, None)
+    grid, info, failed = None, None, ""
+    t0 = time.perf_counter()
+    try:
+        grid, info = adaptive_grid(x0, schedule, attn, opts, kernel)
+    except FloatingPointError as exc:
+        failed = f"adaptive steps: {exc}"
+        logger.error("particle run failed: %s", failed)
+    res = _simulate_python(x0, schedule, attn, opts, "adaptive steps run on the Python loop",
+                           grid=grid, failed=failed,
+                           extra_in={"adaptive": info} if info is not None else None)
+    wall = time.perf_counter() - t0
+    if failed or res.status == Status.FAILED:
+        return replace(res, wall_time=wall)
+    tol = opts.tolerance()
+    check = {"passed": True, "rtol": tol.rtol, "atol": tol.atol,
+             "estimate": "step doubling per step, error per unit step <= 1 (PI controller)",
+             "accepted": info["accepted"], "rejected": info["rejected"],
+             "dt_min": info["dt_min"], "dt_max": info["dt_max"]}
+    return replace(res, status=Status.SUCCESS, message="", wall_time=wall,
+                   checks={**res.checks, "accuracy": check})
+
+
+def _judged_fixed(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
+                  comm: Any) -> ParticleResult:
+    """A fixed-step run judged by the requested tolerance (``rtol`` set, not adaptive).
+
+    The run, then the same run at ``dt/2`` recording only its end (cost: twice the run's
+    steps), and :func:`~wflow.particles.adaptive.fixed_step_error`: the requested
+    tolerance decides the status (the chain-rule check stays in ``checks["chain"]``);
+    a miss is ``inaccurate``, its message naming a ``dt`` that would meet it.
+    """
+    base = replace(opts, rtol=None, atol=None)
+    res = simulate(x0, schedule, attn, options=base, comm=comm)
+    if res.status == Status.FAILED:
+        return replace(res, options=opts)
+    half = simulate(x0, schedule, attn, comm=comm, options=replace(
+        base, dt=0.5 * opts.dt, record_every=10**9, entropy=False, head_rates=False,
+        clusters=False, save_trajectory=False, progress=False))
+    check = fixed_step_error(res.x[0], half.x[0], opts)
+    status, message = Status.SUCCESS, ""
+    if not check["passed"]:
+        rem = check["dt_remedy"]
+        status = Status.INACCURATE
+        message = (f"fixed step dt = {opts.dt:g} misses the requested accuracy (rtol = "
+                   f"{check['rtol']:g}, atol = {check['atol']:g}): estimated error of x(T) "
+                   f"{check['error']:.3g}x the tolerance (step doubling of the whole run); "
+                   f"remedy: dt <= {rem:.3g} ({int(np.ceil(opts.T / rem))} steps) or "
+                   "adaptive = true")
+        logger.warning("particle run inaccurate: %s", message)
+    return replace(res, options=opts, status=status, message=message,
+                   checks={**res.checks, "accuracy": check},
+                   wall_time=res.wall_time + half.wall_time)
+
+
+def _setup(schedule: Schedule, opts: ParticleOptions, grid: np.ndarray | None = None):
     """Paths, their generators, the time grid, steps, recorded steps and the flow's sign."""
     P = int(opts.n_paths) if schedule.stochastic else 1
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
-    grid = time_grid(opts.T, opts.dt, schedule.jump_times)
+    if grid is None:
+        grid = time_grid(opts.T, opts.dt, schedule.jump_times)
     S = len(grid) - 1
     rec_idx = np.unique(np.concatenate([np.arange(0, S + 1, int(opts.record_every)), [S]]))
     heads0 = schedule.heads_at(schedule.initial_theta())
@@ -278,7 +365,8 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
     states = iterate(x0, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
                      flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
                      kernel_tol=opts.kernel_tol, kernel_log=klog,
-                     diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path)
+                     diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path,
+                     grid=grid)
     return _run_path(
         states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
         record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
