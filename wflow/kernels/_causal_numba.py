@@ -32,8 +32,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..attention.kinds import CODE_EXP
-from ._fastsum import _CS, _bessel_chunk, _degree_step, _sectoral_step
-from ._numba import _FM, _weigh, fexp
+from ._fastsum import _CS, _bessel_chunk, _degree_step, _sectoral_step, chunk_buffers
+from ._numba import _FM, _weigh, fexp, weigh_chunk
 
 __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_fast_head"]
 
@@ -137,15 +137,9 @@ def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias,
                 kr = kyT[h, c, j0:j0 + n]
                 for j in range(n):
                     sc[j] += a * kr[j]
-            dz, dsm = _weigh(sc, m[j0:j0 + n], n, kind)
+            dz, dsm = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
             z += dz
             sm += dsm
-            for c in range(d):
-                yr = yT[c, j0:j0 + n]
-                acc = 0.0
-                for j in range(n):
-                    acc += sc[j] * yr[j]
-                yacc[c] += acc
         Z[h, i] = z
         for c in range(d):
             Y[h, i, c] = yacc[c]
@@ -319,14 +313,7 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
             ci = Di[t]
             cr[:, :] = 0.0
             ci[:, :] = 0.0
-            bes = np.empty((L + 1, _CS))
-            mr = np.empty(_CS)
-            mi = np.empty(_CS)
-            p1r = np.empty(_CS)
-            p1i = np.empty(_CS)
-            p2r = np.empty(_CS)
-            p2i = np.empty(_CS)
-            g = np.empty((nq, _CS))
+            bes, mr, mi, p1r, p1i, p2r, p2i, g = chunk_buffers(L, nq)
             sa = 0.0
             sb = 0.0
             for j0 in range(k0, k1, _CS):

@@ -334,6 +334,17 @@ def _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n):
             p1i[j] = ti
 
 
+@njit(cache=True, inline="always")
+def chunk_buffers(L, nq):
+    """Scratch of one chunk of :data:`_CS` sources for the coefficient passes.
+
+    Returns ``(bes (L + 1, _CS), mr, mi, p1r, p1i, p2r, p2i (_CS,), g (nq, _CS))``
+    (uninitialised): Bessel factors, ``e^{imφ}``, the two Legendre recurrences, charges.
+    """
+    return (np.empty((L + 1, _CS)), np.empty(_CS), np.empty(_CS), np.empty(_CS),
+            np.empty(_CS), np.empty(_CS), np.empty(_CS), np.empty((nq, _CS)))
+
+
 @njit(parallel=True, fastmath=_FM, cache=True)
 def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
     """Accumulate ``C_lm`` (without the ``4π ε_m`` factor) into per-block partial sums.
@@ -349,14 +360,7 @@ def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
         ci = Ci[blk]
         cr[:, :] = 0.0
         ci[:, :] = 0.0
-        bes = np.empty((L + 1, _CS))
-        mr = np.empty(_CS)
-        mi = np.empty(_CS)
-        p1r = np.empty(_CS)
-        p1i = np.empty(_CS)
-        p2r = np.empty(_CS)
-        p2i = np.empty(_CS)
-        g = np.empty((nq, _CS))
+        bes, mr, mi, p1r, p1i, p2r, p2i, g = chunk_buffers(L, nq)
         for ch in range(blk, nch, nblk):
             j0 = ch * _CS
             n = min(N, j0 + _CS) - j0

@@ -237,6 +237,24 @@ def _weigh(sc, mr, n, kind):
     return z, sm
 
 
+@njit(fastmath=_FM, cache=True, inline="always")
+def weigh_chunk(sc, mr, yT, j0, n, kind, yacc):
+    """A chunk of sources ``j0 ≤ j < j0 + n``: :func:`_weigh`, then ``yacc += Σ_j sc_j y_j``.
+
+    ``sc`` (n,) scores in, ``m_j k(s_j)`` out; ``yT`` (d, N) sources, transposed; ``yacc``
+    (d,). Returns ``(Σ m_j k(s_j), Σ m_j k(s_j) s_j)``. The inner step of every chunked
+    kernel (:func:`direct_generic`, the masked ``_causal_numba.causal_rows_generic``).
+    """
+    dz, dsm = _weigh(sc, mr, n, kind)
+    for c in range(yT.shape[0]):
+        yr = yT[c, j0:j0 + n]
+        acc = 0.0
+        for j in range(n):
+            acc += sc[j] * yr[j]
+        yacc[c] += acc
+    return dz, dsm
+
+
 @njit(fastmath=_FM, cache=True)
 def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     """Work item ``t`` of :func:`direct_generic` (one head, ``ROWS`` targets)."""
@@ -263,15 +281,9 @@ def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
                 kr = ky[h, c, j0:j0 + n]
                 for j in range(n):
                     sc[j] += a * kr[j]
-            dz, dsm = _weigh(sc, m[j0:j0 + n], n, kind)
+            dz, dsm = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
             z += dz
             sm += dsm
-            for c in range(d):
-                yr = yT[c, j0:j0 + n]
-                acc = 0.0
-                for j in range(n):
-                    acc += sc[j] * yr[j]
-                yacc[c] += acc
         Z[h, i] = z
         for c in range(d):
             Y[h, i, c] = yacc[c]

@@ -61,7 +61,7 @@ import numpy as np
 from ..attention.kinds import AttentionKind
 from ..attention.mask import ALiBi, Bias, Causal, check_mask_bias
 from ._causal_fast import FAST_BLOCK, _fast_causal
-from .direct import WIDE, _score_factors, aligned, aligned_empty, team, threads
+from .direct import WIDE, _pad3, _score_factors, aligned, aligned_empty, team, threads
 from .plan import (
     _COST_DIRECT3,
     _COST_FAST,
@@ -199,14 +199,7 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
                          Z, Y, P, S)
         else:
             if d <= 3:
-                qx3 = np.zeros((H, M, 3))
-                qx3[:, :, :w] = qx
-                ky3 = aligned_empty((H, 3, N))
-                ky3[:] = 0.0
-                ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
-                my = aligned_empty((3, N))
-                my[:] = 0.0
-                my[:d] = (m[:, None] * ys).T
+                qx3, ky3, my = _pad3(qx, ky, m, ys)
                 Y3 = np.zeros((H, M, 3))
                 args = (qx3, ky3, my, aligned(m))
                 kern = cn.causal_rows3

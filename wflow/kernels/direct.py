@@ -146,6 +146,26 @@ def _wide_factors(x, y, Q, K, beta):
     return (qx, ky), bound
 
 
+def _pad3(qx: np.ndarray, ky: np.ndarray, m: np.ndarray, y: np.ndarray):
+    """The operands of the ``d ≤ 3`` kernels, zero-padded to 3 components.
+
+    ``qx`` (H, M, w), ``ky`` (H, N, w) score factors (``w ≤ 3``), ``m`` (N,), ``y`` (N, d)
+    → ``qx3`` (H, M, 3), ``ky3`` (H, 3, N) (aligned, component-major), ``my = (m_j y_j)ᵀ``
+    (3, N) (aligned).
+    """
+    H, M, w = qx.shape
+    N, d = y.shape
+    qx3 = np.zeros((H, M, 3))
+    qx3[:, :, :w] = qx
+    ky3 = aligned_empty((H, 3, N))
+    ky3[:] = 0.0
+    ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
+    my = aligned_empty((3, N))
+    my[:] = 0.0
+    my[:d] = (m[:, None] * y).T
+    return qx3, ky3, my
+
+
 def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, values=None,
                  dtype="float64", *, factors=None):
     """Direct sums on the compiled paths; ``Y`` of width ``r`` (``values``: ``(H, r, d)``).
@@ -183,15 +203,7 @@ def _direct_sums(x, y, m, Q, K, beta, spec: AttentionKind, potential, scores, va
                    serial=_serial(M * N * H * (w + r)))
     elif d <= 3:
         qx, ky = _score_factors(x, y, Q, K, beta)
-        w = qx.shape[2]
-        qx3 = np.zeros((H, M, 3))
-        qx3[:, :, :w] = qx
-        ky3 = aligned_empty((H, 3, N))
-        ky3[:] = 0.0
-        ky3[:, :w, :] = np.swapaxes(ky, 1, 2)
-        my = aligned_empty((3, N))
-        my[:] = 0.0
-        my[:d] = (m[:, None] * y).T
+        qx3, ky3, my = _pad3(qx, ky, m, y)
         Y3 = Y if (d == 3 and values is None) else np.empty((H, M, 3))
         with team(M * N * H):
             kn.direct3(qx3, ky3, my, aligned(m), kcode, scores, Z, Y3, P, S)
