@@ -23,7 +23,7 @@ refinement). The fitted rate is ``γ̂_l = log(a_l(T)/a_l(0))/T`` with ``a_l = (
 (the base subtracted; ``l`` odd, so the quadratic self-interaction enters at ``O(ε²)``
 relative). The two levels are combined by Richardson's rule for the scheme's order 2,
 ``γ̂_R = (4γ̂_{2n} − γ̂_n)/3``. The transition: ``γ_1`` is affine in ``D``, so the zero of the
-line through ``(D_±, γ̂_{R,1}(D_±))`` is the measured ``D_#``, and ``K̂_# = 1/(2 D̂_#)``.
+line through ``(D_±, γ̂_{R,1}(D_±))`` is the located ``D̂_#``, and ``K̂_# = 1/(2 D̂_#)``.
 
 Criteria (deterministic: the seed only rotates the axis ``e`` against the mesh):
 
