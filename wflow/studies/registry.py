@@ -52,7 +52,9 @@ for _section, _names in (
         ("§6", ("radial-dominance", "head-monotonicity", "equiangular", "superadditivity",
                 "relu-vs-softmax", "entropy")),
         # §7: [GA] — Gaussian dynamics
-        ("§7", ("gaussian-particles",))):
+        ("§7", ("gaussian-particles",)),
+        # §9: the noisy transformer (token diffusion)
+        ("§9", ("noisy-mean-field", "free-energy", "phase"))):
     for _name in _names:
         STUDIES.add(Study(_name, "wflow.studies." + _name.replace("-", "_"), _section),
                     builtin=True)
