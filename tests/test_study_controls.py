@@ -79,6 +79,14 @@ CONTROLS = [
     ("asymptotics", "frozen-oscillation", "oscillating_no_decay"),
     ("asymptotics", "shared-noise", "ou_slope"),
     ("asymptotics", "no-mobility", "particle_accuracy"),
+    ("phase", "beta:0.01", "k_sharp"),
+    ("phase", "beta:-0.01", "k_sharp"),
+    ("phase", "k-convention-x2", "k_sharp"),
+    ("phase", "k-convention-half", "k_sharp"),
+    ("phase", "diffusion:0.02", "growth_l3"),
+    ("free-energy", "laplacian:0.01", "free_edi_order"),
+    ("free-energy", "laplacian:-0.01", "free_edi_order"),
+    ("free-energy", "pde-noiseless", "free_edi_"),
 ]
 #: Controls that need full mode (the bias is below the quick mode's sampling error) or
 #: run in the slow suite for their cost (test_study_full.py).
@@ -87,7 +95,13 @@ FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              # mean-field: the ±1 % PDE faults are below the quick mode's sampling error
              ("mean-field", "pde-velocity:0.01"), ("mean-field", "pde-velocity:-0.01"),
              ("mean-field", "pde-beta:0.01"), ("mean-field", "pde-beta:-0.01"),
-             ("mean-field", "tokens-off:0.01")}
+             ("mean-field", "tokens-off:0.01"),
+             # noisy-mean-field: R = 96 replicates of noisy particles per run (minutes on
+             # the Python loop: Strang has no compiled step); tests/test_study_noisy_mean_field.py
+             ("noisy-mean-field", "pde-diffusion:0.05"),
+             ("noisy-mean-field", "pde-diffusion:-0.05"),
+             ("noisy-mean-field", "pde-noiseless"),
+             ("noisy-mean-field", "particles-no-ito-drift")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
 #: Controls of a part that the default skips.
@@ -124,6 +138,8 @@ def test_fault_flips_verdict(name, fault, criterion, tmp_path):
 
 
 SEEDED = sorted(n for n in STUDIES if not getattr(load_study(n), "SEED_INDEPENDENT", False))
+#: Seeded studies whose quick run takes minutes: their other seeds run in the slow suite.
+SLOW_SEEDED = {"noisy-mean-field"}
 
 
 def test_seed_independent_studies_say_so(tmp_path):
@@ -138,7 +154,8 @@ def test_seed_independent_studies_say_so(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("name", SEEDED)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SEEDED
+                                  else n for n in SEEDED])
 def test_quick_passes_at_other_seeds(name, seed, tmp_path):
     res = _run(name, tmp_path, seed=seed)
     assert res.passed, res.verdict

@@ -187,3 +187,24 @@ def _allmin(comm: Any, x: float) -> float:
 
 def _allsum(comm: Any, x: Any) -> Any:
     return x if comm.size == 1 else comm.allreduce(x)
+
+
+def _clusters(rho: np.ndarray, m: np.ndarray, nbr: np.ndarray, level: float,
+              min_mass: float) -> int:
+    """Number of clusters of the density ``rho`` (per cell).
+
+    A cluster is a connected set of cells (``nbr``: cell neighbours) with
+    ``ρ ≥ level · max ρ``, counted when it holds at least ``min_mass`` of the mass ``m``.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    keep = rho >= level * rho.max()
+    M = rho.size
+    rows = np.repeat(np.arange(M), nbr.shape[1])
+    cols = nbr.reshape(-1)
+    sel = keep[rows] & keep[cols]
+    g = coo_matrix((np.ones(int(sel.sum())), (rows[sel], cols[sel])), shape=(M, M))
+    _, lab = connected_components(g, directed=False)
+    mass = np.bincount(lab[keep], weights=m[keep], minlength=lab.max() + 1)
+    return int(np.sum(mass >= min_mass * m.sum()))

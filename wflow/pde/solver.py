@@ -64,13 +64,17 @@ from ..energy import (
 )
 from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
-from ..infra.accuracy import StepController, error_norm, richardson_error
+from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
 from ..results import finish_history
-from ..status import Check, Status, balance_order, judge_steps
+from ..status import Status
+from .accuracy import accuracy_check as _accuracy
+from .accuracy import doubled_step
+from .accuracy import time_order as _time_order
+from .accuracy import tolerance_check as _tolerance_check
 from .diffusion import StrangSplitting
-from .fv import _FV, _allmin, _allsum
+from .fv import _FV, _allmin, _allsum, _clusters
 from .integrators import TIME_INTEGRATORS
 from .limiters import check_applicable
 from .options import PDEOptions
@@ -257,39 +261,8 @@ class _Run:
     def doubled_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
                      dt: float, theta: Any, rng: np.random.Generator
                      ) -> tuple[np.ndarray | None, float, float, Any]:
-        r"""One step of size ``dt`` and two of ``dt/2``, with the step-doubling estimate.
-
-        Returns ``(owned masses of the two half steps or None, smallest stage bound,
-        error norm, θ(t + dt))``. The estimate of the kept solution's error is
-        :func:`~wflow.infra.accuracy.richardson_error` at the integrator's order ``q``,
-        ``e = (ρ_h − ρ_{h/2,h/2})/(2^q − 1)`` on the cell densities, measured by
-        :func:`~wflow.infra.accuracy.error_norm` over all ranks' owned cells (an exact sum:
-        the same number for any rank count); ``inf`` when a step broke positivity.
-        """
-        fv, sch = self.fv, self.schedule
-        assert self.tol is not None
-        th_mid = th_new = th_q = th_h = th_3q = th_2 = None
-        if sch is not None:
-            th_mid, th_new = sch.advance(theta, t, dt, rng)
-            th_q, th_h = sch.advance(theta, t, 0.5 * dt, rng)
-            th_3q, th_2 = sch.advance(th_h, t + 0.5 * dt, 0.5 * dt, rng)
-        full, b0 = self.try_step(m_glob, net0, out0, t, dt, (theta, th_mid, th_new))
-        if full is None:
-            return None, b0, math.inf, th_new
-        half, b1 = self.try_step(m_glob, net0, out0, t, 0.5 * dt, (theta, th_q, th_h))
-        if half is None:
-            return None, min(b0, b1), math.inf, th_new
-        g = fv.gather(half)
-        net1, out1 = self.stage_rates(g, t + 0.5 * dt, th_h)
-        two, b2 = self.try_step(g, net1, out1, t + 0.5 * dt, 0.5 * dt, (th_h, th_3q, th_2))
-        bmin = min(b0, b1, b2)
-        if two is None:
-            return None, bmin, math.inf, th_2
-        area = fv.areas_glob[fv.orig_owned]
-        err = richardson_error(full / area, two / area, self.integrator.order())
-        norm = error_norm(err, m_glob[fv.orig_owned] / area, two / area, self.tol,
-                          comm=fv.comm)
-        return two, bmin, norm, th_2
+        """One step and two half steps with their estimate (:func:`.accuracy.doubled_step`)."""
+        return doubled_step(self, m_glob, net0, out0, t, dt, theta, rng)
 
 
 def _check_inputs(schedule: Schedule | None, attn: Attention | None,
@@ -464,22 +437,6 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
 
 class _MaxSteps(RuntimeError):
     pass
-
-
-def _clusters(rho: np.ndarray, m: np.ndarray, nbr: np.ndarray, level: float,
-              min_mass: float) -> int:
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    keep = rho >= level * rho.max()
-    M = rho.size
-    rows = np.repeat(np.arange(M), nbr.shape[1])
-    cols = nbr.reshape(-1)
-    sel = keep[rows] & keep[cols]
-    g = coo_matrix((np.ones(int(sel.sum())), (rows[sel], cols[sel])), shape=(M, M))
-    _, lab = connected_components(g, directed=False)
-    mass = np.bincount(lab[keep], weights=m[keep], minlength=lab.max() + 1)
-    return int(np.sum(mass >= min_mass * m.sum()))
 
 
 def _entropy(run: _Run, heads: Heads, m_glob: np.ndarray) -> np.ndarray:
@@ -733,56 +690,3 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
     if status == Status.SUCCESS:
         logger.info("pde: %d steps (%d rejected), %.2f s", nsteps, run.rejected, wall)
     return res
-
-
-def _accuracy(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
-              stochastic: bool) -> Check:
-    """Chain-rule check of a PDE run (:func:`wflow.status.chain_check`).
-
-    The measured rate ``∫<∇ψ, v> dμ_h`` uses the cell-centred velocity, the solution the
-    edge fluxes: the residual carries the spatial error too, so the balance order is
-    ``min(time order, spatial order, 2)`` (1 with noisy weights).
-    """
-    q = 1 if stochastic else balance_order(_time_order(opts), opts.order)
-    scheme = (f"order {opts.order} in space, {opts.integrator} in time, dt <= {opts.dt:g}"
-              + (", Euler–Maruyama weights" if stochastic else ""))
-    return judge_steps(steps["t"], steps, chain, order=q, scheme=scheme)
-
-
-def _tolerance_check(run: _Run, steps: dict[str, np.ndarray]) -> dict[str, Any]:
-    r"""The run judged by its error estimate against the requested tolerance.
-
-    The global-error estimate is the sum of the accepted steps' local-error norms,
-    ``Ê = Σ_n ‖e_n‖`` (each in units of the tolerance, :func:`error_norm`): the error at
-    ``T`` of a contractive flow is at most ``Ê`` tolerances. Error control keeps
-    ``‖e_n‖ ≤ Δt_n/T``, so ``Ê ≤ 1``; fixed steps (``adaptive = False``) may not. As
-    ``‖e_n‖ T/Δt_n ∝ Δt_n^q`` (order ``q``), the step that would meet the tolerance is
-    the controller's, ``0.9·min_n Δt_n (‖e_n‖ T/Δt_n)^{−1/q}`` over the steps that miss
-    it: the remedy named.
-    """
-    assert run.tol is not None
-    q = run.integrator.order()
-    est = float(run.err_sum)
-    dts, errs = steps["dt"][1:], steps["error_norm"][1:]
-    dt_max = float(np.max(dts))
-    passed = est <= 1.0
-    per_unit = errs * run.opts.T / dts
-    miss = per_unit > 1.0
-    dt_meet = (0.9 * float(np.min(dts[miss] * per_unit[miss] ** (-1.0 / q)))
-               if np.any(miss) else dt_max)
-    if est > 1.0:  # the sum too: never propose more than the aggregate's own Δt^q rule
-        dt_meet = min(dt_meet, 0.9 * dt_max * est ** (-1.0 / q))
-    msg = ""
-    if not passed:
-        msg = (f"the estimated time-discretisation error is {est:.3g} times the tolerance "
-               f"(rtol = {run.tol.rtol:g}, atol = {run.tol.atol:g}) with steps up to "
-               f"{dt_max:.3g}; remedy: pde.dt = {dt_meet:.3g} would meet it (or leave "
-               "pde.adaptive = true)")
-    return {"name": "tolerance", "estimate": est, "passed": passed, "order": q,
-            "rtol": run.tol.rtol, "atol": run.tol.atol, "dt_max": dt_max,
-            "dt_meeting": dt_meet, "message": msg}
-
-
-def _time_order(opts: PDEOptions) -> int:
-    """Order in ``dt`` of the PDE's time integrator."""
-    return int(TIME_INTEGRATORS.resolve(opts.integrator).order())
