@@ -104,7 +104,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _field(args: argparse.Namespace) -> int:
-    """One experiment of :data:`wflow.reproduce.FIELD` (issue 25)."""
+    """One experiment of :data:`wflow.reproduce.FIELD` ."""
     import importlib
 
     from ..apps.reproduce import FIELD

@@ -21,7 +21,7 @@ in the scaled RMS norm of the tokens (:func:`wflow.infra.accuracy.error_norm`,
   step ``dt·(0.9/‖e‖)^{1/q}`` that would meet the tolerance.
 
 Deterministic runs only: with token diffusion ``D > 0`` or noisy weights the error is a
-weak (statistical) error, a later item of issue 42.
+weak (statistical) error, which this controller does not estimate.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ def unjudged_chain(status: Status, message: str, checks: dict,
     """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
 
     ``dE/dt = power`` is not the energy balance of noisy tokens (that one has the tokens'
-    Itô terms and a martingale, issue 40 item 5); with ``opts.diffusion = 0`` the verdict is
-    returned unchanged.
+    Itô terms and a martingale, not computed by the particle solver); with
+    ``opts.diffusion = 0`` the verdict is returned unchanged.
     """
     if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
         return status, message, checks

@@ -1,6 +1,6 @@
 """The PDE's accuracy: the step-doubling estimate, the tolerance and chain-rule checks.
 
-Part of :mod:`wflow.pde` (the solver's error control, issue 42): :func:`doubled_step`
+Part of :mod:`wflow.pde` (the solver's error control): :func:`doubled_step`
 takes one step and two half steps and measures the kept solution's error with
 :func:`~wflow.infra.accuracy.richardson_error` in :func:`~wflow.infra.accuracy.error_norm`;
 :func:`tolerance_check` judges a run by its estimate against the requested tolerance and

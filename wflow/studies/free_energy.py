@@ -43,8 +43,8 @@ flow of ``F_D``, a property of the model, never a discretisation error.
 
 Negative controls: the PDE's Laplacian ``×(1 + s)`` (``laplacian:S``: the solver runs at
 ``D(1 + s)``, the identity is judged at ``D``; documented ``laplacian:0.01`` and
-``laplacian:-0.01``); the PDE with no diffusion (``pde-noiseless``). The JKO part of
-issue 40 item 7 needs :func:`wflow.solve_jko` with the entropy (not yet wired).
+``laplacian:-0.01``); the PDE with no diffusion (``pde-noiseless``). The JKO with the
+entropy is not part of this study (its free-energy EDI is reported, not judged).
 """
 
 from __future__ import annotations

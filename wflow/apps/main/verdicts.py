@@ -63,7 +63,7 @@ def _free_row(add, label: str, f: dict, D: float) -> None:
     if f["meaning"] == "not recorded":
         add(f"{label}: free-energy EDI residual (relative)", None, "—", Verdict.NOT_APPLICABLE,
             f"not recorded: with D = {D:g} the {label} solver keeps no balance of "
-            "F_D = D H − sE (the Itô energy balance of noisy tokens, issue 40 item 5, is not "
+            "F_D = D H − sE (the Itô energy balance of noisy tokens is not "
             "implemented in the particle solver).")
         return
     what = ("a discretisation error (→ 0 at the scheme's order under refinement)"
