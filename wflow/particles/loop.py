@@ -27,9 +27,10 @@ def unjudged_chain(status: Status, message: str, checks: dict,
                    opts) -> tuple[Status, str, dict]:
     """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
 
-    ``dE/dt = power`` is not the energy balance of noisy tokens (that one has the tokens'
-    Itô terms and a martingale, not computed by the particle solver); with
-    ``opts.diffusion = 0`` the verdict is returned unchanged.
+    ``dE/dt = power`` is not the energy balance of noisy tokens: that one has the tokens'
+    Itô term ``D Σ_i Δ_{S,i}E`` and a martingale, and is judged in the mean over paths by
+    :func:`wflow.particles.free_energy.judge_noisy_run` where the run records the Laplacian;
+    with ``opts.diffusion = 0`` the verdict is returned unchanged.
     """
     if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
         return status, message, checks
