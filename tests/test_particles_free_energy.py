@@ -205,25 +205,24 @@ def test_engines_and_option():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("integ,dts,lo,hi", [("em", (0.1, 0.05, 0.025), 0.65, 1.35),
-                                             ("strang", (0.2, 0.1, 0.05), 1.05, 2.5)])
-def test_bias_converges_with_dt(integ, dts, lo, hi):
-    """The mean residual against ``dt`` (d = 2, 256 clustered tokens, 24 paths, T = 1, β = 2,
-    D = 0.5): the fitted slope of ``log|r̄|`` and the bias bound at every level.
-
-    Measured (SE 0.017): EM 0.199, 0.101, 0.062 (slope 0.84, weak order 1); Strang 0.229,
-    0.101, 0.033 (slope 1.2 on levels where ``κh`` is 1.4 to 0.35, pre-asymptotic: the
-    weak order 2 is reached below ``dt = 0.05``, where the bias falls under the Monte-Carlo
-    error of affordable runs, so the slope is asserted above EM's range only)."""
+@pytest.mark.parametrize("integ,lo,hi", [("em", 0.7, 1.3), ("strang", 1.5, 3.0)])
+def test_bias_converges_at_the_weak_order(integ, lo, hi):
+    """The mean residual against ``dt`` ∈ {0.1, 0.05, 0.025} (d = 2, 256 clustered tokens,
+    24 paths, T = 1, β = 2, D = 0.5; the control-variate estimate, SE ≈ 0.004–0.01): the
+    fitted slope of ``log max(|r̄|, SE)`` (a level whose bias is below its SE counts at
+    its SE, which only lowers the slope) is the weak order, and every level's bias is
+    below the bias bound. Measured: EM slope ≈ 1, Strang −0.060, −0.020, +0.002 ± 0.004
+    (slope ≈ 2)."""
+    dts = (0.1, 0.05, 0.025)
     means = []
     for dt in dts:
         res = _run(d=2, n=256, P=24, integ=integ, dt=dt, T=1.0)
         c = res.checks["ito_balance"]
-        print(f"{integ} dt={dt}: mean {c['mean']:.4g} SE {c['stderr']:.3g} bias bound "
-              f"{c['bias_bound']:.3g}")
-        assert c["passed"]
+        print(f"{integ} dt={dt}: mean {c['mean']:.4g} SE {c['stderr']:.3g} ({c['estimator']}"
+              f"; raw SE {c['stderr_sample']:.3g}) bias bound {c['bias_bound']:.3g}")
+        assert c["passed"] and c["estimator"].startswith("control variate")
         assert abs(c["mean"]) <= c["bias_bound"] + 4 * c["stderr"]
-        means.append(abs(c["mean"]))
+        means.append(max(abs(c["mean"]), c["stderr"]))
     slope = np.polyfit(np.log(dts), np.log(means), 1)[0]
     print(f"{integ}: fitted order {slope:.2f}")
     assert lo <= slope <= hi

@@ -52,8 +52,21 @@ from ..kernels import KernelLog
 from ..status import Status
 from .adaptive import adaptive_grid, check_accuracy_applies, fixed_step_error
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
-from .free_energy import ITO_STEP_KEYS, bias_rate, ito_integrands, judge_noisy_run
-from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
+from .free_energy import (
+    ITO_STEP_KEYS,
+    bias_rate,
+    ito_integrands,
+    judge_noisy_run,
+    martingale_cv,
+)
+from .integrators import (
+    INTEGRATORS,
+    _Kernel,
+    _state_terms,
+    _velocity,
+    compiled_code,
+    time_grid,
+)
 from .loop import check_noisy, time_loop, unjudged_chain
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
@@ -103,10 +116,15 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
         return out
 
     noise = TokenNoise(seed, n, x.shape[1], path=path) if diffusion > 0 else None
+
+    def control(x: np.ndarray, fe, heads: Heads, integ, step_noise, h: float) -> float:
+        return martingale_cv(x, m, heads, fe, _velocity(fe, flow), integ, step_noise, h,
+                             diffusion)
+
     return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
                      rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
-                     noise=noise, grid=grid)
+                     noise=noise, grid=grid, control=control if with_ito else None)
 
 
 class _PathRun(NamedTuple):
@@ -582,10 +600,18 @@ def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedu
                                                    comm)}
         return out
 
+    def control(x: np.ndarray, fe, heads: Heads, integ, step_noise, h: float) -> float:
+        from ..infra.parallel import ordered_sum
+
+        part = martingale_cv(x, m, heads, fe, _velocity(fe, opts.flow), integ, step_noise, h,
+                             opts.diffusion)
+        return float(ordered_sum(comm, np.array([part]))[0])
+
     return time_loop(x, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
                      flow=opts.flow, rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(sp._gmin(comm, float(bool(np.all(np.isfinite(x)))))),
-                     diffusion=opts.diffusion, noise=noise)
+                     diffusion=opts.diffusion, noise=noise,
+                     control=control if opts.ito_balance is not False else None)
 
 
 
