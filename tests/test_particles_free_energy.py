@@ -306,3 +306,26 @@ def test_mpi_balance_equals_serial(tmp_path):
             assert err <= 100 * 61 * EPS * scale
         assert bool(res[f"ser_{case}_passed"]) == bool(res[f"par_{case}_passed"])
         assert str(res[f"par_{case}_mode"]) == ("paths" if case == "em3" else "tokens")
+
+
+def test_noisy_weights_record_but_do_not_judge():
+    """Token diffusion with Ornstein–Uhlenbeck weights: the tokens' balance is recorded
+    (per path) and not judged (the weights' own Itô terms enter the chain residual at
+    order √dt per path), with the reason; the run's status is not decided by it."""
+    from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation
+
+    rng = np.random.default_rng(6)
+    param, th0 = Parametrisation.from_heads(Heads.random_symmetric(1, 3, rng, scale=0.5),
+                                            kind="bilinear")
+    ou = OrnsteinUhlenbeck(param, th0, np.broadcast_to(np.eye(3), th0.shape), kappa=1.0,
+                           sigma0=0.3)
+    res = simulate(_clustered(24, 3, 5), ou, Attention("usa", 1.0), options=ParticleOptions(
+        T=0.1, dt=0.05, integrator="em", diffusion=0.3, n_paths=2, engine="python",
+        clusters=False, head_rates=False))
+    chk = res.checks["ito_balance"]
+    assert chk["judged"] is False and "noisy weights" in chk["reason"]
+    assert res.balance["ito_residual"].shape == (2,)
+    with pytest.raises(ValueError, match="no Laplacian"):
+        judge_ito_balance(simulate(_clustered(24, 3, 5), Heads.scalar([1.0], 3),
+                                   Attention("usa", 1.0), options=ParticleOptions(
+                                       T=0.1, dt=0.05, integrator="em", diffusion=0.3)))
