@@ -72,7 +72,9 @@ class ParticleOptions:
         "Record diagnostics every this many steps (the balance uses every step).",
         check=number(1, integer=True)))
     n_paths: int = field(default=1, metadata=opt(
-        "Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.",
+        "Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules, except "
+        "with token diffusion ``D > 0``: independent token-noise replicates (the mean of the "
+        "Itô energy balance; the Python loop).",
         check=number(1, integer=True)))
     seed: int = field(default=0, metadata=opt(
         "Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).",
