@@ -12,7 +12,6 @@ control: the entropy's weight off by 1 % moves the error beyond that tolerance.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -20,17 +19,15 @@ import numpy as np
 import pytest
 import scipy.io as sio
 
+from .conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "published_ljko"
 RECORD = json.loads((ROOT / "bench" / "results" / "published_ljko.json").read_text())
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("published_ljko",
-                                                  ROOT / "bench" / "published_ljko.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "bench" / "published_ljko.py", "published_ljko")
 
 
 def _wflow_error(bench, level: int, diffusion: float = 1.0) -> float:
