@@ -24,7 +24,10 @@ since only a class that declares ``compiled_code`` has a compiled step.
 
 The state of each step (field, slope terms, energy) comes from one fused compiled pass
 (:func:`wflow.energy.particle_field`) for ``d ≤ 3`` where the sums are direct, else
-from :func:`wflow.energy.evaluate` with the chosen back-end.
+from :func:`wflow.energy.evaluate` with the chosen back-end (heads with values of rank
+``r`` summed at their rank). Under a causal mask (``Attention(mask=...)``) every stage's
+velocity is the masked one (tokens in their array order) and the state's energy terms
+are those of the exchangeable model (:func:`_state_terms`).
 """
 
 from __future__ import annotations
@@ -100,7 +103,8 @@ class _Kernel(NamedTuple):
         ``d ≤ 3`` and back-end ``direct``, or ``auto`` where it would choose direct sums
         (not the fast summation); ``None`` otherwise (the caller evaluates separately).
         """
-        if x.shape[1] > 3 or self.backend not in ("auto", "direct"):
+        if (x.shape[1] > 3 or self.backend not in ("auto", "direct")
+                or attn.mask is not None):
             return None
         if self.backend == "auto" and plan_kernel(
                 x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
@@ -116,15 +120,32 @@ _DEFAULT_KERNEL = _Kernel()
 def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
                  attn: Attention, flow: str, heads: Heads | None = None,
                  kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
+    """Heads, field, velocity and balance integrands of one state.
+
+    Under a causal mask (THEORY §9) the tokens move with the masked velocity
+    (:func:`wflow.energy.evaluate` with ``attn.mask``); the causal system is not a gradient
+    flow, and the state's field and integrands are those of the exchangeable model's
+    energy ``E[μ]`` at the same tokens (:meth:`~wflow.attention.heads.Attention.unmasked`):
+    ``E``, ``∇ψ``, ``b̂`` and the slope terms of the masked velocity. The chain rule
+    ``dE/dt = ∫⟨∇ψ, v⟩ dμ`` holds for any velocity ``v``, so the recorded balance still
+    measures the integrator's error; ``E`` need not be monotone. Cost: one unmasked
+    evaluation per state besides the masked one.
+    """
     heads = schedule.heads_at(theta) if heads is None else heads
+    vel = None
+    if attn.mask is not None:
+        vel = _velocity(kernel.evaluate(x, heads, attn), flow)
+        attn = attn.unmasked()
     fused = kernel.fused(x, m, heads, attn, flow)
     if fused is None:
         fe = kernel.evaluate(x, heads, attn)
-        st = slope_terms(x, m, fe, heads, _velocity(fe, flow))
+        st = slope_terms(x, m, fe, heads, _velocity(fe, flow) if vel is None else vel)
         E = float(heads.w @ head_energies(fe, m, attn))
     else:
         fe, st, E = fused
-    vel = _velocity(fe, flow)
+        if vel is not None:
+            st = slope_terms(x, m, fe, heads, vel)
+    vel = _velocity(fe, flow) if vel is None else vel
     dEdt = 0.0 if schedule.static else dE_dt_weights(x, m, fe, heads,
                                                       schedule.A_dot(theta, t), attn)
     ito = 0.0

@@ -45,7 +45,7 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule
 from ..diagnostics import count_clusters, head_rates, radial_shadows
-from ..energy import FieldEval, energy_gradient_A, field_from_sums, slope_terms
+from ..energy import FieldEval, _masked_field, energy_gradient_A, field_from_sums, slope_terms
 from ..geometry.sphere import check_on_sphere
 from ..infra.parallel import collective_check, ordered_sum, split_range
 from ..kernels import KernelLog
@@ -103,12 +103,18 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     """:func:`wflow.energy.evaluate` for tokens split over ranks (targets = sources).
 
     ``x`` (``(M_r, d)``), ``m``: this rank's tokens and masses; returns the field at them
-    from all ranks' tokens. Collective.
+    from all ranks' tokens. Heads with values of rank ``r`` are summed at their rank
+    (:func:`wflow.energy.field_from_sums`); under a causal mask the tokens' positions
+    run in rank order (:func:`wflow.kernels.causal.causal_sums` with ``comm``). Collective.
     """
+    if attn.mask is not None:
+        return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log,
+                             comm=comm)
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
 
-    def sums(Q: np.ndarray, K: np.ndarray, potential: bool):
-        return split_sums(x, m, Q, K, comm=comm, potential=potential, **kw)
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
+             values: np.ndarray | None = None):
+        return split_sums(x, m, Q, K, comm=comm, potential=potential, values=values, **kw)
 
     # a normaliser that underflowed on one rank's tokens is an error on every rank
     return field_from_sums(x, heads, attn, sums, log=log,
@@ -170,6 +176,9 @@ def _state_terms_split(x, m, t, theta, schedule: Schedule, attn: Attention, flow
     heads = schedule.heads_at(theta) if heads is None else heads
     fe = kernel.evaluate(x, heads, attn)
     vel = _velocity(fe, flow)
+    if attn.mask is not None:  # the energy terms of the exchangeable model (integrators)
+        attn = attn.unmasked()
+        fe = kernel.evaluate(x, heads, attn)
     st = slope_terms(x, m, fe, heads, vel)
     H = heads.H
     parts = [fe.Phi @ m, [st.power, st.slope2, st.speed2, st.G2]]
