@@ -563,6 +563,7 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
     if mesh is None:
         raise TypeError("solve_pde: mesh= is required (solve_pde(rho0, heads, attn, "
                         "mesh=mesh))")
+    refuse_masked(attn, "the transformer PDE (one density, no token order)")
     opts = options or PDEOptions()
     if kwargs:
         opts = replace(opts, **kwargs)
