@@ -26,17 +26,21 @@ needs_mpirun = pytest.mark.skipif(not MPIRUN.exists() and shutil.which("mpirun")
                                   reason="mpirun not available")
 
 
+def _run_cases(out: Path) -> dict[str, np.ndarray]:
+    """Run the cases module under ``mpirun -n 2`` (one thread per rank); its arrays."""
+    cmd = [str(MPIRUN) if MPIRUN.exists() else "mpirun", "-n", "2", sys.executable, "-m",
+           "tests._field_features_mpi_cases", str(out)]
+    threads = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, **threads})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with np.load(out) as arrays:
+        return dict(arrays)
+
+
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mpi") / "cases.npz"
-    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
-    mpirun = str(MPIRUN) if MPIRUN.exists() else "mpirun"
-    r = subprocess.run([mpirun, "-n", "2", sys.executable, "-m",
-                        "tests._field_features_mpi_cases", str(out)], capture_output=True,
-                       text=True, timeout=600, cwd=ROOT, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    with np.load(out) as d:
-        yield d
+def cases(tmp_path_factory) -> dict[str, np.ndarray]:
+    return _run_cases(tmp_path_factory.mktemp("mpi") / "cases.npz")
 
 
 @pytest.mark.mpi
@@ -46,7 +50,7 @@ def test_split_equals_serial(cases, name):
     assert int(cases[f"par_{name}_ranks"]) == 2
     assert str(cases[f"ser_{name}_status"]) == str(cases[f"par_{name}_status"]) == "success"
     worst = 0.0
-    for key in cases.files:
+    for key in cases:
         if key.startswith(f"ser_{name}_") and not key.endswith(("_status", "_ranks")):
             a, b = cases[key], cases["par" + key[3:]]
             worst = max(worst, float(np.max(np.abs(a - b))) / max(1.0, float(np.max(np.abs(a)))))
