@@ -189,4 +189,4 @@ def test_rank_heads_leave_compiled_loop_with_reason(rng):
     sch = Static(KeepRank(heads).param, KeepRank(heads).theta0)
     assert compiled_support(x0, sch, Attention(), ParticleOptions(T=0.02, dt=0.01)) is None
     why = compiled_support(x0, KeepRank(heads), Attention(), ParticleOptions(T=0.02, dt=0.01))
-    assert why is not None and "rank 16" in why
+    assert why is not None and "rank 16" in why, why

@@ -164,18 +164,14 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     the ``"numpy"`` and ``"fastsum"`` kernel back-ends, ``"auto"`` where it would plan
     the fast summation at ``t = 0`` (large ``n`` on S²), attention kinds without a
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`), a causal
-    mask, and heads with values of rank ``r < d`` for ``d > 3`` (the Python loop sums
-    them at their rank, ``O(n² r)`` per head).
+    mask, heads of value rank ``r < d`` for ``d > 3`` (summed at their rank in Python).
     """
     integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
     if attn.mask is not None:
-        return (f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python "
-                "loop (the compiled loop sums every pair)")
-    heads0 = schedule.heads_at(schedule.initial_theta())
-    if heads0.value_factors() is not None and heads0.d > 3 and heads0.value_rank < heads0.d:
-        return (f"heads with values of rank {heads0.value_rank} < d = {heads0.d} run on the "
-                "Python loop, summed at their rank (the compiled loop accumulates "
-                "full-width values)")
+        return f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python loop"
+    h0 = schedule.heads_at(schedule.initial_theta())
+    if h0.value_factors() is not None and 3 < h0.d and h0.value_rank < h0.d:
+        return f"heads of value rank {h0.value_rank} < d run on the Python loop, at rank"
     if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) != CODE_EM:
         return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
                 "(only 'em' has a compiled noisy step)")
