@@ -190,3 +190,19 @@ def test_rank_heads_leave_compiled_loop_with_reason(rng):
     assert compiled_support(x0, sch, Attention(), ParticleOptions(T=0.02, dt=0.01)) is None
     why = compiled_support(x0, KeepRank(heads), Attention(), ParticleOptions(T=0.02, dt=0.01))
     assert why is not None and "rank 16" in why, why
+
+
+def test_velocity_only_evaluation(rng):
+    """``gradient=False`` (integrator stages): the same ``v``, bit for bit for heads given by
+    ``V`` (the swapped sums only feed ``∇ψ``); at rank (width ``r``, not ``r + k``) to the
+    tolerance of the module docstring."""
+    d, n, H, k = 64, 30, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 1.0)
+    full = full_of(heads)
+    fv = evaluate(x, full, attn, gradient=False)
+    assert fv.grad_psi is None and np.array_equal(fv.v, evaluate(x, full, attn).v)
+    rv = evaluate(x, heads, attn, gradient=False)
+    err = float(np.max(np.abs(rv.v - fv.v)))
+    assert err <= tolerance(n, d, H) * scales(heads, fv)["v"], err

@@ -98,6 +98,7 @@ def evaluate(
     backend: str = "auto",
     tol: float = DEFAULT_TOL,
     log: KernelLog | None = None,
+    gradient: bool = True,
 ) -> FieldEval:
     """Evaluate sums, head outputs, velocities and mobilities at targets ``x``.
 
@@ -120,6 +121,10 @@ def evaluate(
         Kernel back-end and fast-summation tolerance (:func:`wflow.kernels.kernel_sums`).
     log : KernelLog, optional
         Records which back-end ran and its error estimate (for ``summary.json``).
+    gradient : bool
+        Also form ``∇ψ`` (default). ``False``: ``grad_psi = None`` and no swapped sums (a
+        stage of an integrator needs the velocity only); ``v`` is the same bit for bit
+        for heads given by a full ``V``.
 
     Raises
     ------
@@ -140,7 +145,7 @@ def evaluate(
              values: np.ndarray | None = None):
         return kernel_sums(x, y, m, Q, K, potential=potential, values=values, **kw)
 
-    return field_from_sums(x, heads, attn, sums, log=log)
+    return field_from_sums(x, heads, attn, sums, log=log, gradient=gradient)
 
 
 def _masked_field(x: np.ndarray, heads: Heads, attn: Attention, *, m: np.ndarray | None,
@@ -186,7 +191,7 @@ def _at_rank(heads: Heads, grad: bool) -> bool:
 
 def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
                     log: KernelLog | None = None, guard=None,
-                    empty: np.ndarray | None = None) -> FieldEval:
+                    empty: np.ndarray | None = None, gradient: bool = True) -> FieldEval:
     r"""The :class:`FieldEval` at targets ``x`` from a function giving the kernel sums.
 
     ``sums(Q, K, potential, values=None)`` returns :class:`wflow.kernels.KernelSums` at
@@ -208,23 +213,24 @@ def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
 
     and, for non-symmetric heads, ``A_hᵀ Y'_h = K_hᵀ Σ_j m_j k(s'_ij) Q_h y_j`` from the
     swapped sums (values ``Q``); ``Y`` is then ``None``. Every other head is today's
-    computation, bit for bit.
+    computation, bit for bit. ``gradient=False``: no ``∇ψ`` (``grad_psi = None``, no
+    swapped sums; heads at their rank accumulate ``W_V`` alone, width ``r``).
 
     Under a causal mask (``attn.mask``) only ``Z`` and the value sums are formed:
     ``Phi = grad_psi = None``. ``empty`` (``(M,)`` bool): rows that attend to no source
     (the first token under a strict mask, ``Z = 0``); their head outputs are defined as
     0 (so their velocity is 0, the token does not move) and their ``b̂ = HM(Z) = 1``.
     """
-    masked = getattr(attn, "mask", None) is not None
-    grad = not masked
+    energy = getattr(attn, "mask", None) is None  # potential sums: the exchangeable model
+    grad = energy and gradient
     rank = _at_rank(heads, grad)
     if rank:
         WV, _ = heads.value_factors()
         r = heads.value_rank
-        s = sums(heads.Q, heads.K, grad, np.concatenate([WV, heads.K], axis=1) if grad
+        s = sums(heads.Q, heads.K, energy, np.concatenate([WV, heads.K], axis=1) if grad
                  else WV)
     else:
-        s = sums(heads.Q, heads.K, grad)
+        s = sums(heads.Q, heads.K, energy)
     if log is not None:
         log.add(s.info)
     Z = s.Z
@@ -259,7 +265,7 @@ def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
     w = heads.w
     v = project_tangent(x, np.einsum("h,hmd->md", w, f))
     vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))
-    return FieldEval(Z, Y, s.Phi if grad else None, f, grad_psi, v, vhat, bhat, hmZ)
+    return FieldEval(Z, Y, s.Phi if energy else None, f, grad_psi, v, vhat, bhat, hmZ)
 
 
 def _head_outputs(Z: np.ndarray, Y: np.ndarray | None, heads: Heads, attn: Attention, *,

@@ -96,6 +96,11 @@ class _Kernel(NamedTuple):
     def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
         return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
 
+    def velocity(self, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+        """The velocity of ``flow`` at ``x`` alone (no ``∇ψ``: an integrator's stage)."""
+        return _velocity(evaluate(x, heads, attn, backend=self.backend, tol=self.tol,
+                                  log=self.log, gradient=False), flow)
+
     def fused(self, x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
               flow: str) -> tuple[FieldEval, SlopeTerms, float] | None:
         """Field, slope terms and energy in one compiled pass, where the sums are direct.
@@ -117,6 +122,14 @@ class _Kernel(NamedTuple):
 _DEFAULT_KERNEL = _Kernel()
 
 
+def _stage(kernel, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+    """The velocity alone at ``x`` (``kernel.velocity`` if the kernel has one, else its field)."""
+    vel = getattr(kernel, "velocity", None)
+    if vel is None:
+        return _velocity(kernel.evaluate(x, heads, attn), flow)
+    return vel(x, heads, attn, flow)
+
+
 def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
                  attn: Attention, flow: str, heads: Heads | None = None,
                  kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
@@ -134,7 +147,7 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
     heads = schedule.heads_at(theta) if heads is None else heads
     vel = None
     if attn.mask is not None:
-        vel = _velocity(kernel.evaluate(x, heads, attn), flow)
+        vel = _stage(kernel, x, heads, attn, flow)
         attn = attn.unmasked()
     fused = kernel.fused(x, m, heads, attn, flow)
     if fused is None:
@@ -167,7 +180,7 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
         hh = stage_heads.get(id(th))
         if hh is None:
             hh = stage_heads[id(th)] = schedule.heads_at(th)
-        return _velocity(kernel.evaluate(normalize(y), hh, attn), flow)
+        return _stage(kernel, normalize(y), hh, attn, flow)
 
     k2 = V(x + 0.5 * h * k1, theta_mid)
     k3 = V(x + 0.5 * h * k2, theta_mid)
@@ -361,7 +374,7 @@ class StrangHeat(StochasticIntegrator):
                    diffusion: float, noise) -> np.ndarray:
         s = 0.5 * diffusion * h
         y = noise.heat(x, s, 0)
-        k1y = _velocity(kernel.evaluate(y, heads, attn), flow)
+        k1y = _stage(kernel, y, heads, attn, flow)
         y = _rk4_step(y, h, k1y, heads, theta, theta_mid, theta_new, schedule, attn, flow,
                       kernel)
         return noise.heat(y, s, 1)

@@ -93,13 +93,20 @@ class SplitKernel:
         return evaluate_split(x, m, heads, attn, comm=self.comm, backend=self.backend,
                               tol=self.tol, log=self.log)
 
+    def velocity(self, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+        """The velocity of ``flow`` alone at this rank's tokens (no ``∇ψ``: a stage)."""
+        m = np.full(x.shape[0], 1.0 / self.n)
+        return _velocity(evaluate_split(x, m, heads, attn, comm=self.comm,
+                                        backend=self.backend, tol=self.tol, log=self.log,
+                                        gradient=False), flow)
+
     def fused(self, *args, **kwargs) -> None:  # noqa: D102
         return None
 
 
 def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, *, comm: Any,
                    backend: str = "auto", tol: float = 1e-10,
-                   log: KernelLog | None = None) -> FieldEval:
+                   log: KernelLog | None = None, gradient: bool = True) -> FieldEval:
     """:func:`wflow.energy.evaluate` for tokens split over ranks (targets = sources).
 
     ``x`` (``(M_r, d)``), ``m``: this rank's tokens and masses; returns the field at them
@@ -117,7 +124,7 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
         return split_sums(x, m, Q, K, comm=comm, potential=potential, values=values, **kw)
 
     # a normaliser that underflowed on one rank's tokens is an error on every rank
-    return field_from_sums(x, heads, attn, sums, log=log,
+    return field_from_sums(x, heads, attn, sums, log=log, gradient=gradient,
                            guard=lambda fn: collective_check(comm, fn))
 
 
@@ -174,11 +181,13 @@ def _state_terms_split(x, m, t, theta, schedule: Schedule, attn: Attention, flow
     """:func:`wflow.particles.integrators._state_terms` with the sums over all ranks."""
     comm = kernel.comm
     heads = schedule.heads_at(theta) if heads is None else heads
-    fe = kernel.evaluate(x, heads, attn)
-    vel = _velocity(fe, flow)
     if attn.mask is not None:  # the energy terms of the exchangeable model (integrators)
+        vel = kernel.velocity(x, heads, attn, flow)
         attn = attn.unmasked()
         fe = kernel.evaluate(x, heads, attn)
+    else:
+        fe = kernel.evaluate(x, heads, attn)
+        vel = _velocity(fe, flow)
     st = slope_terms(x, m, fe, heads, vel)
     H = heads.H
     parts = [fe.Phi @ m, [st.power, st.slope2, st.speed2, st.G2]]
