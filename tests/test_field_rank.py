@@ -206,3 +206,30 @@ def test_velocity_only_evaluation(rng):
     rv = evaluate(x, heads, attn, gradient=False)
     err = float(np.max(np.abs(rv.v - fv.v)))
     assert err <= tolerance(n, d, H) * scales(heads, fv)["v"], err
+
+
+def test_float32_field_within_its_estimate(rng):
+    """``dtype="float32"``: the velocity within the kernel's a-priori float32 estimate.
+
+    ``err_est`` bounds each sum relative to ``Z_i`` (``Z_i max|y|`` for ``Y``); the head
+    output ``f = W_O Y / Z`` then carries twice that on the scale of the absolute terms,
+    the velocity the weighted sum of the heads (``scales``). Controls: ``float64`` is
+    today's field bit for bit, and the float32 field is not the float64 one (an error
+    above float64's ``8 (N + 2d + H) ε`` scale, so a silent float64 path is caught).
+    """
+    from wflow.kernels import KernelLog
+
+    d, n, H, k = 64, 60, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    log = KernelLog()
+    f32 = evaluate(x, heads, attn, dtype="float32", log=log)
+    f64 = evaluate(x, heads, attn)
+    assert np.array_equal(evaluate(x, heads, attn, dtype="float64").v, f64.v)
+    est = log.max_err_est
+    assert log.last.dtype == "float32"
+    sc = scales(heads, f64)
+    err = float(np.max(np.abs(f32.v - f64.v)))
+    assert err <= 2 * est * sc["v"], (err, est)
+    assert err > tolerance(n, d, H) * sc["v"], err

@@ -99,6 +99,7 @@ def evaluate(
     tol: float = DEFAULT_TOL,
     log: KernelLog | None = None,
     gradient: bool = True,
+    dtype: str = "float64",
 ) -> FieldEval:
     """Evaluate sums, head outputs, velocities and mobilities at targets ``x``.
 
@@ -125,6 +126,11 @@ def evaluate(
         Also form ``∇ψ`` (default). ``False``: ``grad_psi = None`` and no swapped sums (a
         stage of an integrator needs the velocity only); ``v`` is the same bit for bit
         for heads given by a full ``V``.
+    dtype : {"float64", "float32"}
+        Precision of the scores and kernel values (:func:`wflow.kernels.kernel_sums`:
+        ``"float32"`` runs the direct sums by tiles with a shifted float32 exponential, the
+        sums accumulated and returned in float64, relative error about
+        :func:`wflow.kernels.sums.err_float32`, in ``log``); ``"float64"``: today's.
 
     Raises
     ------
@@ -133,6 +139,8 @@ def evaluate(
         ``attention.mask``).
     """
     if attn.mask is not None:
+        if dtype != "float64":
+            raise ValueError(f"dtype: the causal sums are float64 only, got {dtype!r}")
         if y is not None:
             refuse_masked(attn, "a field at targets other than the tokens (a mesh, "
                                 "quadrature points)")
@@ -140,6 +148,8 @@ def evaluate(
     y = x if y is None else y
     m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
+    if dtype != "float64":  # (the keyword only where asked: float64 is today's call)
+        kw["dtype"] = dtype
 
     def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
              values: np.ndarray | None = None):

@@ -87,19 +87,26 @@ def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
 
 
 class _Kernel(NamedTuple):
-    """Kernel settings threaded through a run (back-end, tolerance, call log)."""
+    """Kernel settings threaded through a run (back-end, tolerance, call log, precision).
+
+    ``dtype="float32"``: every evaluation's scores and kernel values in float32, the sums,
+    energies and slope terms in float64 (:func:`wflow.energy.evaluate`); the fused
+    ``d ≤ 3`` pass (float64) is then not used.
+    """
 
     backend: str = "auto"
     tol: float = 1e-10
     log: KernelLog | None = None
+    dtype: str = "float64"
 
     def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
-        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
+        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log,
+                        dtype=self.dtype)
 
     def velocity(self, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
         """The velocity of ``flow`` at ``x`` alone (no ``∇ψ``: an integrator's stage)."""
         return _velocity(evaluate(x, heads, attn, backend=self.backend, tol=self.tol,
-                                  log=self.log, gradient=False), flow)
+                                  log=self.log, gradient=False, dtype=self.dtype), flow)
 
     def fused(self, x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
               flow: str) -> tuple[FieldEval, SlopeTerms, float] | None:
@@ -109,7 +116,7 @@ class _Kernel(NamedTuple):
         (not the fast summation); ``None`` otherwise (the caller evaluates separately).
         """
         if (x.shape[1] > 3 or self.backend not in ("auto", "direct")
-                or attn.mask is not None):
+                or attn.mask is not None or self.dtype != "float64"):
             return None
         if self.backend == "auto" and plan_kernel(
                 x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
