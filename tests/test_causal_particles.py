@@ -268,3 +268,16 @@ def test_dgr_alibi_circle_maps_onto_simulate():
     err_x = float(np.max(np.abs(res.x[0] - xt)))
     assert err_x <= 1e-9, err_x
     assert float(np.max(np.abs(res.x[0] - x0))) > 1e-2  # the tokens did move
+
+
+def test_masked_rank_heads_equal_full_matrix(rng):
+    """Rank heads under the mask: ``W_O (W_V Σ k y)`` equals ``V Σ k y`` to round-off."""
+    d, n, H, k = 16, 25, 2, 4
+    heads = Heads.random_rank(H, d, k, rng, scale=1.0)
+    full = Heads(heads.Q, heads.K, heads.V, heads.w)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 1.0, mask="causal", bias=ALiBi(0.1))
+    got, want = evaluate(x, heads, attn).v, evaluate(x, full, attn).v
+    assert np.max(np.abs(got - want)) <= tol_eval(n, d, H) * scale_of(full)
+    assert np.max(np.abs(want - dense_velocity(x, full, 1.0, bias=ALiBi(0.1)))) <= \
+        tol_eval(n, d, H) * scale_of(full)
