@@ -186,9 +186,11 @@ def test_rank_heads_leave_compiled_loop_with_reason(rng):
     from wflow.particles.compiled import compiled_support
     from wflow.particles.options import ParticleOptions
 
-    sch = Static(KeepRank(heads).param, KeepRank(heads).theta0)
-    assert compiled_support(x0, sch, Attention(), ParticleOptions(T=0.02, dt=0.01)) is None
-    why = compiled_support(x0, KeepRank(heads), Attention(), ParticleOptions(T=0.02, dt=0.01))
+    opts = ParticleOptions(T=0.02, dt=0.01)
+    sch = Static.of(heads)  # (stores V at full width: the compiled loop applies)
+    assert compiled_support(x0, sch, Attention(), opts) is None
+    object.__setattr__(sch, "heads_at", lambda theta: heads)  # a Static keeping the rank
+    why = compiled_support(x0, sch, Attention(), opts)
     assert why is not None and "rank 16" in why, why
 
 

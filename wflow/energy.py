@@ -138,7 +138,7 @@ def evaluate(
         A masked attention with sources ``y`` other than the tokens (naming
         ``attention.mask``).
     """
-    if attn.mask is not None:
+    if getattr(attn, "mask", None) is not None:
         if dtype != "float64":
             raise ValueError(f"dtype: the causal sums are float64 only, got {dtype!r}")
         if y is not None:

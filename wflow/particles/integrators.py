@@ -116,7 +116,7 @@ class _Kernel(NamedTuple):
         (not the fast summation); ``None`` otherwise (the caller evaluates separately).
         """
         if (x.shape[1] > 3 or self.backend not in ("auto", "direct")
-                or attn.mask is not None or self.dtype != "float64"):
+                or getattr(attn, "mask", None) is not None or self.dtype != "float64"):
             return None
         if self.backend == "auto" and plan_kernel(
                 x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
@@ -153,7 +153,7 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
     """
     heads = schedule.heads_at(theta) if heads is None else heads
     vel = None
-    if attn.mask is not None:
+    if getattr(attn, "mask", None) is not None:
         vel = _stage(kernel, x, heads, attn, flow)
         attn = attn.unmasked()
     fused = kernel.fused(x, m, heads, attn, flow)

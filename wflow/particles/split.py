@@ -114,7 +114,7 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     (:func:`wflow.energy.field_from_sums`); under a causal mask the tokens' positions
     run in rank order (:func:`wflow.kernels.causal.causal_sums` with ``comm``). Collective.
     """
-    if attn.mask is not None:
+    if getattr(attn, "mask", None) is not None:
         return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log,
                              comm=comm)
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
@@ -181,7 +181,7 @@ def _state_terms_split(x, m, t, theta, schedule: Schedule, attn: Attention, flow
     """:func:`wflow.particles.integrators._state_terms` with the sums over all ranks."""
     comm = kernel.comm
     heads = schedule.heads_at(theta) if heads is None else heads
-    if attn.mask is not None:  # the energy terms of the exchangeable model (integrators)
+    if getattr(attn, "mask", None) is not None:  # energy terms: the exchangeable model's
         vel = kernel.velocity(x, heads, attn, flow)
         attn = attn.unmasked()
         fe = kernel.evaluate(x, heads, attn)
