@@ -106,7 +106,8 @@ def test_tolerances_grade_small_errors():
 
 
 def test_options_refuse_bad_settings():
-    for bad in ({"dims": (2,)}, {"betas": (0.0,)}, {"margin": 0.7}, {"above": (1.0,)}):
+    for bad in ({"dims": (2,)}, {"betas": (0.0,)}, {"betas": (20.0,)}, {"margin": 0.7},
+                {"above": (1.0,)}):
         with pytest.raises(ValueError, match="mun_rosenzweig"):
             mr.MunRosenzweigOptions(**bad)
 
