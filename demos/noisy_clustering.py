@@ -46,7 +46,7 @@ def stationary_order_parameter(beta: float, coupling: float) -> float:
 
 
 def main(quick: bool = False, out: Path | None = None) -> dict:
-    n, T, dt = (800, 15.0, 0.1) if quick else (20000, 20.0, 0.05)
+    n, T, dt, every = (800, 15.0, 0.1, 1) if quick else (20000, 20.0, 0.05, 4)
     k_sh = k_sharp(BETA, 3)
     d_sharp = 1.0 / (2.0 * k_sh)
     x0 = normalize(np.random.default_rng(3).standard_normal((n, 3)))
@@ -56,7 +56,7 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
         D = f * d_sharp
         res = simulate(x0, heads, attn, options=ParticleOptions(
             T=T, dt=dt, integrator="strang", engine="python", diffusion=D, seed=11,
-            save_trajectory=True,
+            save_trajectory=True, record_every=every,
             head_rates=False, clusters=False))
         m = np.linalg.norm(res.trajectory[0].mean(axis=1), axis=1)
         late = res.t >= 2.0 * T / 3.0
