@@ -46,7 +46,7 @@ def stationary_order_parameter(beta: float, coupling: float) -> float:
 
 
 def main(quick: bool = False, out: Path | None = None) -> dict:
-    n, T, dt, every = (800, 15.0, 0.1, 1) if quick else (20000, 20.0, 0.05, 4)
+    n, T, dt, every = (800, 15.0, 0.1, 1) if quick else (20000, 25.0, 0.05, 4)
     k_sh = k_sharp(BETA, 3)
     d_sharp = 1.0 / (2.0 * k_sh)
     x0 = normalize(np.random.default_rng(3).standard_normal((n, 3)))
