@@ -113,6 +113,19 @@ PINNED = {
         "s2_oscillating": -1.1757794644118313,
         "s2_ou": -0.841463196893385,
     },
+    "noisy_clustering": {
+        "status": "success",
+        "D_sharp": 0.3678794411714427,
+        "m_star": 0.8907830545204354,
+        "fluctuation_above": 0.05641895835477563,
+        # keyed noise streams (seed, token block, step): the same draws on every machine,
+        # so the runs are deterministic. Round-off: 150 Strang steps of 5 field evaluations,
+        # each a sum of n = 800 terms, ~750·800·eps relative per token; not amplified (a
+        # 1e-13 perturbation of the initial tokens moves these by <= 1.2e-12 relative).
+        # Eight times that bound, relative to the value.
+        "m_late_below": (0.8796429247046543, 8 * 750 * 800 * np.finfo(float).eps * 0.88),
+        "m_late_above": (0.061691955571286386, 8 * 750 * 800 * np.finfo(float).eps * 0.062),
+    },
 }
 
 

@@ -118,7 +118,8 @@ def _field(args: argparse.Namespace) -> int:
     mod = importlib.import_module(FIELD[name][0])
     opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
                 "metastable_staircase": "StaircaseOptions",
-                "lost_in_the_middle": "LostInTheMiddleOptions"}[name]
+                "lost_in_the_middle": "LostInTheMiddleOptions",
+                "mun_rosenzweig": "MunRosenzweigOptions"}[name]
     cls = getattr(mod, opts_cls)
     changes = {}
     if name == "glpr_phase":

@@ -4,6 +4,14 @@ Calibrated against measured peak RSS and CPU time (``tests/test_estimates.py`` p
 the recorded measurements, ``docs/guide/cli.md`` "Cost estimates"). The work of a step is
 ``stages()`` evaluations of the field, read from the integrator object
 (:class:`~wflow.particles.integrators.ParticleIntegrator`), never from its name.
+
+Token diffusion ``D > 0`` (THEORY §8) adds the noise of a stochastic integrator: its
+``draws`` keyed draws per token and step, Gaussian tangent increments for projected
+Euler–Maruyama (:data:`NORMAL_DRAW_SECONDS`), exact heat-kernel increments otherwise
+(:data:`HEAT_DRAW_SECONDS`). Before computing, :func:`check_diffusive_step` refuses a
+Euler–Maruyama step whose diffusive Courant number ``ν = D Δt (d − 1)`` exceeds
+:data:`EM_MAX_COURANT` (:class:`~wflow.infra.estimate.EstimateError`, naming
+``particles.dt`` and ``attention.diffusion`` with a step that meets it).
 """
 
 from __future__ import annotations
@@ -11,13 +19,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..attention.kinds import get_kind
-from ..infra.estimate import Estimate, step_count
-from .integrators import INTEGRATORS, ParticleIntegrator
+from ..infra.estimate import Estimate, EstimateError, step_count
+from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
 
 __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SECONDS",
            "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
-           "fastsum_eligible", "integrator_of", "estimate_run"]
+           "fastsum_eligible", "integrator_of", "estimate_run", "NORMAL_DRAW_SECONDS",
+           "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step"]
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
@@ -47,6 +56,25 @@ BASELINE_BYTES = 220 * 2**20
 #: loops): the CPU seconds of the smallest runs of the calibration grid.
 STARTUP_SECONDS = 1.7
 
+#: CPU seconds of one keyed Gaussian draw per token, ``a + b d`` (the Philox normals, the
+#: tangent projection and the normalisation of projected Euler–Maruyama): 1.1e-7 s at
+#: d = 3 and 2.4e-7 s at d = 8 (10⁵ tokens, one thread).
+NORMAL_DRAW_SECONDS = (4e-8, 2.5e-8)
+
+#: CPU seconds of one exact heat-kernel increment per token, ``a + b d`` (the angle by
+#: rejection from the envelope, the tangent direction, the rotation): 5.1e-7 s at d = 3
+#: and 8.5e-7 s at d = 8 (10⁵ tokens, one thread).
+HEAT_DRAW_SECONDS = (3e-7, 7e-8)
+
+#: Largest diffusive Courant number ``ν = D Δt (d − 1)`` of a projected Euler–Maruyama
+#: step. ``ν`` is the exact decay exponent of the degree-1 harmonic over one step
+#: (``E[x_Δt · x_0] = e^{−ν}``); the Gaussian tangent increment has mean square length
+#: ``2ν``, so at ``ν = 1/2`` its root-mean-square length is one radian and the projected
+#: step's decay factor ``E[(1 + 2DΔt χ²_{d−1})^{-1/2}]`` is 0.76 against the exact 0.61
+#: (d = 3): the step no longer approximates a Brownian increment on the sphere. The
+#: Strang scheme's increments are exact heat-kernel draws and have no such bound.
+EM_MAX_COURANT = 0.5
+
 
 def integrator_of(integrator: ParticleIntegrator | str) -> ParticleIntegrator:
     """The integrator object: ``integrator`` itself, or the one registered under that name."""
@@ -65,11 +93,68 @@ def fastsum_eligible(kind: str, d: int, backend: str) -> bool:
     return d == 3 and spec.compiled and spec.fastsum and backend in ("auto", "fastsum")
 
 
+def noise_seconds(integrator: ParticleIntegrator | str, *, n: int, d: int) -> float:
+    """CPU seconds of one step's token noise: ``draws · n · (a + b d)``.
+
+    ``(a, b)``: :data:`NORMAL_DRAW_SECONDS` for projected Euler–Maruyama (Gaussian tangent
+    increments), :data:`HEAT_DRAW_SECONDS` for every other stochastic integrator (exact
+    heat-kernel increments, the costlier draw); ``0`` for a deterministic integrator.
+    """
+    integ = integrator_of(integrator)
+    if not getattr(integ, "stochastic", False):
+        return 0.0
+    a, b = NORMAL_DRAW_SECONDS if isinstance(integ, EulerMaruyama) else HEAT_DRAW_SECONDS
+    return float(getattr(integ, "draws", 1)) * float(n) * (a + b * int(d))
+
+
+def check_diffusive_step(*, diffusion: float, dt: float, d: int,
+                         integrator: ParticleIntegrator | str) -> float:
+    r"""Refuse a projected Euler–Maruyama step beyond the diffusive Courant bound.
+
+    .. math:: \nu = D\,\Delta t\,(d - 1) \le \nu_{\max} = 0.5
+              \quad(:data:`EM_MAX_COURANT`).
+
+    Parameters
+    ----------
+    diffusion : float
+        Token diffusion ``D >= 0`` (radius² per unit time).
+    dt : float
+        The step (depth units).
+    d : int
+        Ambient dimension (tokens on ``S^{d-1}``).
+    integrator : ParticleIntegrator or str
+        Only :class:`~wflow.particles.integrators.EulerMaruyama` has the bound.
+
+    Returns
+    -------
+    float
+        ``ν`` (``0`` for ``D = 0``).
+
+    Raises
+    ------
+    EstimateError
+        ``ν > 0.5`` for Euler–Maruyama: names ``particles.dt`` and ``attention.diffusion``,
+        the largest step that meets the bound and the ``strang`` integrator.
+    """
+    if not diffusion > 0:
+        return 0.0
+    nu = float(diffusion) * float(dt) * (int(d) - 1)
+    if isinstance(integrator_of(integrator), EulerMaruyama) and nu > EM_MAX_COURANT:
+        dt_max = EM_MAX_COURANT / (float(diffusion) * (int(d) - 1))
+        raise EstimateError(
+            f"particles.dt: a projected Euler-Maruyama step with attention.diffusion "
+            f"D = {diffusion:g} in d = {d} has the diffusive Courant number "
+            f"D*dt*(d-1) = {nu:.3g} > {EM_MAX_COURANT:g} (the noise moves a token by more "
+            f"than a radian per step); use dt <= {dt_max:.3g}, or integrator = \"strang\" "
+            "(exact heat-kernel increments), or a smaller D")
+    return nu
+
+
 def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        paths: int = 1, record_every: int = 1,
                        integrator: ParticleIntegrator | str = "rk4",
                        save_trajectory: bool = False, fastsum: bool = False,
-                       what: str = "particles") -> Estimate:
+                       what: str = "particles", diffusion: float = 0.0) -> Estimate:
     """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
@@ -84,7 +169,16 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     summation applies (``fastsum``: ``d = 3``, an exponential kernel with compiled code, a
     back-end that may choose it) — the cheaper of that and ``n H FASTSUM_SECONDS``, as
     the kernel plan chooses the cheaper one.
+
+    With token diffusion ``diffusion = D > 0`` each step adds the integrator's noise
+    (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
+    first (:func:`check_diffusive_step`: an :class:`~wflow.infra.estimate.EstimateError`
+    for a Euler–Maruyama step beyond the diffusive Courant bound). ``D = 0``: the
+    noiseless estimate, bit for bit.
     """
+    noisy = diffusion > 0
+    if noisy:
+        check_diffusive_step(diffusion=diffusion, dt=dt, d=d, integrator=integrator)
     S = step_count(T, dt)
     R = S / max(1, record_every) + 1
     stages = integrator_of(integrator).stages()
@@ -98,8 +192,10 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                   "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * n * width * (1 + H) * paths})
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
-    secs = STARTUP_SECONDS + paths * (
-        S * (STEP_SECONDS + stages * per_eval) + R * RECORD_SECONDS)
+    step = STEP_SECONDS + stages * per_eval
+    if noisy:
+        step += noise_seconds(integrator, n=n, d=d)
+    secs = STARTUP_SECONDS + paths * (S * step + R * RECORD_SECONDS)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
 
 
@@ -133,4 +229,5 @@ def _estimate_fixed(options: ParticleOptions, *, n: int, d: int, H: int,
         n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
         record_every=options.record_every, integrator=options.integrator,
         save_trajectory=options.save_trajectory,
-        fastsum=fastsum_eligible(kind, int(d), options.kernel_backend))
+        fastsum=fastsum_eligible(kind, int(d), options.kernel_backend),
+        diffusion=float(getattr(options, "diffusion", 0.0)))

@@ -5,7 +5,8 @@
   :mod:`wflow.attention.published`, re-exported here).
 * :mod:`~wflow.published.glpr_phase`, :mod:`~wflow.published.castin_ranks`,
   :mod:`~wflow.published.metastable_staircase`,
-  :mod:`~wflow.published.lost_in_the_middle` — more papers' public experiments
+  :mod:`~wflow.published.lost_in_the_middle`, :mod:`~wflow.published.mun_rosenzweig` — more
+  papers' public experiments and claims
   (``wflow reproduce NAME``, docs/reproduce_field.md; :data:`FIELD`), imported on demand.
 
 This package sits above the studies (its reproductions write a ``StudyResult``) and imports
@@ -27,4 +28,6 @@ FIELD: dict[str, tuple[str, str]] = {
                              "GKPR energy staircase of 5 tokens on the circle"),
     "lost_in_the_middle": ("wflow.published.lost_in_the_middle", "DGR U-shaped retrieval "
                            "profile, t_crit(β), causal ALiBi particles on the circle"),
+    "mun_rosenzweig": ("wflow.published.mun_rosenzweig", "Mun & Rosenzweig noisy transformer "
+                       "phase transition: K_#, β*(d), continuous below, discontinuous above"),
 }
