@@ -11,6 +11,7 @@ from ..infra.estimate import Estimate, estimate_w2
 from ..particles.estimate import PAIR_SECONDS
 from ..pde.estimate import PDE_PAIR_SECONDS
 from .options import JKOTable
+from .schemes import SCHEMES, JKOScheme
 
 __all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko", "estimate_run"]
 
@@ -28,7 +29,7 @@ STARTUP_SECONDS = 1.8
 
 def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
                  max_pairs: int = 50_000_000, dense_ot_max_cells: int = 6000,
-                 scheme: str = "fv", verify_max_cells: int = 2500, what: str = "jko",
+                 scheme: str | JKOScheme = "fv", verify_max_cells: int = 2500, what: str = "jko",
                  startup: bool = True) -> Estimate:
     """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
 
@@ -47,7 +48,9 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     parts = {"libraries": float(BASELINE_BYTES)} if startup else {}
     # the density of every step is kept (history, density.npz): 8 M bytes a step
     parts["stored densities"] = 8.0 * M * (float(steps) + 1.0)
-    if scheme == "ot":
+    # the scheme's own cost model: transport over candidate pairs (the OT step) or the
+    # finite-volume step; "auto" is the FV step (the scenario jobs always give the mesh)
+    if SCHEMES.resolve(scheme, "jko.scheme").resolve(mesh_given=True).candidate_pairs:
         pairs = min(M * M, float(max_pairs))
         parts["candidate pairs"] = 24.0 * pairs
         if M <= dense_ot_max_cells:
@@ -76,6 +79,6 @@ def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
     verify = s["verify"]
     return estimate_jko(cells=int(cells), H=int(H), steps=float(table.steps_bound(cells)),
                         max_pairs=s["max_pairs"], dense_ot_max_cells=s["dense_ot_max_cells"],
-                        scheme="ot" if s["scheme"] == "ot" else "fv",
+                        scheme=s["scheme"],
                         verify_max_cells=(0 if verify is False else
                                           int(cells) if verify else s["verify_max_cells"]))

@@ -16,6 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
+from ..infra.accuracy import MIN_RTOL, Tolerance
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -43,6 +44,8 @@ __all__ = [
     "jko_table_from_dict",
     "check_applicable",
     "check_diffusion_scheme",
+    "check_tolerance_scheme",
+    "CROSSCHECK_SCHEME",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,10 @@ TAU_CELLS = 3.0
 #: that the main job's ``τ/h`` table keeps its levels (measured: 720 cells, one softmax
 #: head ``A = 2I``, τ = 0.4: summed EDI residual 0.106 for FV, first order in ``τ``).
 TAU_CELLS_FV = 3.0
+
+
+#: The scheme the main job also runs as its cross-check (``check_applicable(crosscheck=True)``).
+CROSSCHECK_SCHEME = "ot"
 
 
 class JKOWarning(UserWarning):
@@ -249,6 +256,22 @@ class JKOOptions:
         ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
         "refuses ``D > 0``. ``0``: today's scheme, bit for bit.",
         check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
+    rtol: float | None = field(default=None, metadata=opt(
+        "Relative tolerance of the cell densities at ``T`` (error control by step "
+        "doubling, :mod:`wflow.jko.accuracy`): each step ``τ`` is judged against two steps "
+        "``τ/2``, and the local errors are kept within ``rtol`` per unit time so that the "
+        "error at ``T`` meets it. The first and largest step is ``tau``. Schemes that "
+        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``). "
+        "``None`` (with ``atol`` unset): today's steps, bit for bit.",
+        check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
+    atol: float | None = field(default=None, metadata=opt(
+        "Absolute tolerance of the cell densities (units of ``ρ``, per steradian); "
+        "``None``: ``1e-6`` when ``rtol`` is set.", check=number(0), type="float or None"))
+    adaptive: bool = field(default=True, metadata=opt(
+        "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
+        "the steps ``tau`` and judges the run by the same estimate (the run repeated at "
+        "``tau/2``; status ``inaccurate`` with the ``tau`` that would meet the tolerance).",
+        check=boolean))
     progress: bool | None = field(default=None, metadata=opt(
         "tqdm progress bar (``None``: only on a terminal).", toml=False,
         reason="the command line's ``--progress``"))
@@ -264,8 +287,15 @@ class JKOOptions:
                              f"got T = {self.T!r} (T/τ = {n:.6g})")
 
     @property
+    def tolerance(self) -> Tolerance | None:
+        """The requested accuracy (``None``: no error control, today's steps)."""
+        given = {k: float(v) for k, v in (("rtol", self.rtol), ("atol", self.atol))
+                 if v is not None}
+        return Tolerance(key="jko", **given) if given else None
+
+    @property
     def steps(self) -> int:
-        """Number of JKO steps ``T/τ``."""
+        """Number of JKO steps ``T/τ`` (with error control: of the largest step ``τ``)."""
         return int(round(self.T / self.tau))
 
     @property
@@ -301,22 +331,45 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
     a command-line flag). ``warn=False``: refuse only (the scenario's load, whose command
     may not run the table; the job that runs it warns).
     """
-    scheme = "fv" if opts.scheme == "auto" else opts.scheme
+    chosen = SCHEMES.resolve(opts.scheme, label.format("scheme"))
+    ran = chosen.resolve(mesh_given=True)
     vals = {f.name: getattr(opts, f.name) for f in fields(opts)}
-    bad = inapplicable(JKOOptions, {**vals, "scheme": scheme}, given)
-    if crosscheck and scheme != "ot":
-        also = inapplicable(JKOOptions, {**vals, "scheme": "ot"}, given)
+    bad = inapplicable(JKOOptions, {**vals, "scheme": ran.name}, given)
+    cross = SCHEMES.get(CROSSCHECK_SCHEME) if crosscheck else None
+    if cross is not None and cross is not ran:
+        also = inapplicable(JKOOptions, {**vals, "scheme": cross.name}, given)
         bad = {k: v for k, v in bad.items() if k in also}
     defaults = {f.name: f.default for f in fields(JKOOptions) if f.default is not MISSING}
-    why = " ('auto' is 'fv' on a mesh)" if opts.scheme == "auto" else ""
+    why = f" ({chosen.name!r} is {ran.name!r} on a mesh)" if ran is not chosen else ""
+    check_tolerance_scheme(opts, mesh_given=True, label=label)
     for key, cond in bad.items():
         line = (f"{label.format(key)}: applies only with {cond}, and this run's scheme is "
-                f"{scheme!r}{why}")
+                f"{ran.name!r}{why}")
         if vals[key] != defaults.get(key):
             raise ScenarioError(f"{line}: it would be ignored; remove it or set the scheme "
                                 f"(jko.scheme, --scheme)")
         if warn:
             logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
+
+
+def check_tolerance_scheme(opts: JKOOptions, *, mesh_given: bool = True,
+                           label: str = "jko.{}") -> None:
+    """Refuse ``rtol``/``atol`` with a scheme whose step has no error estimate.
+
+    Step doubling needs a step that is a smooth function of ``τ``: the scheme declares it
+    (:attr:`~wflow.jko.schemes.JKOScheme.error_control`; the FV step). The OT step locks
+    when ``τ|v| <~ h/2``, so a shrinking step would read as zero error. Raises
+    :class:`~wflow.infra.schema.ScenarioError` naming the key (exit status 2).
+    """
+    if opts.tolerance is None:
+        return
+    scheme = SCHEMES.resolve(opts.scheme).resolve(mesh_given=mesh_given)
+    if not scheme.error_control:
+        key = "rtol" if opts.rtol is not None else "atol"
+        raise ScenarioError(
+            f"{label.format(key)}: error control needs a scheme whose step is smooth in τ; "
+            f"the JKO scheme {scheme.name!r} has no step-doubling estimate (the OT step "
+            "locks when τ|v| <~ h/2); use jko.scheme = 'fv' or leave rtol/atol unset")
 
 
 def check_diffusion_scheme(opts: JKOOptions, *, mesh_given: bool = True,

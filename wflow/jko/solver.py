@@ -50,12 +50,20 @@ from ..attention.kinds import get_kind
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
+from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..results import SolverResult, finish_history
 from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
+from .accuracy import doubling_error, fixed_tau_check, tolerance_check, with_step
 from .energy import _check_heads, energy_gradient
 from .fv import fv_free_fisher, fv_slope2
-from .options import JKOOptions, JKOWarning, auto_tau, check_diffusion_scheme
+from .options import (
+    JKOOptions,
+    JKOWarning,
+    auto_tau,
+    check_diffusion_scheme,
+    check_tolerance_scheme,
+)
 from .schemes import SCHEMES
 from .step import JKOStepInfo
 from .steppers import FVScheme, OTScheme, as_dual
@@ -90,6 +98,13 @@ class JKOState(NamedTuple):
         The step that led here (``None`` for the initial state).
     jump : float
         Energy jump of a weight jump at ``t`` (layers), else 0.
+    dt : float
+        The step that led here (``τ``; with error control, the controller's; 0 at ``t_0``).
+    err : float or None
+        With error control: the local-error norm of the step pair ending here (in units
+        of the tolerance, :func:`wflow.jko.accuracy.doubling_error`; 0 on the first half).
+    rejected : int
+        With error control: the steps the controller rejected so far.
     """
 
     t: float
@@ -99,6 +114,9 @@ class JKOState(NamedTuple):
     terms: dict
     info: JKOStepInfo | None
     jump: float = 0.0
+    dt: float = 0.0
+    err: float | None = None
+    rejected: int = 0
 
 
 def _terms(points: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, schedule: Any,
@@ -234,6 +252,17 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     ------
     JKOState
         The initial state, then one per step (``info`` holds the step record).
+
+    Notes
+    -----
+    With ``options.rtol``/``atol`` and ``adaptive`` (the default), the steps are the
+    error controller's (:mod:`wflow.jko.accuracy`): from ``(t, μ)`` one step ``h`` and
+    two steps ``h/2`` are taken, the two halves are kept (both yielded, ``t + h/2`` and
+    ``t + h``) and their local error is the Richardson estimate at the scheme's order
+    ``q`` (:meth:`~wflow.jko.schemes.JKOScheme.order`); a
+    :class:`~wflow.infra.accuracy.StepController` with ``span = T`` accepts a pair when
+    its error norm per unit step ``‖e‖T/h <= 1``. ``tau`` is the first and largest step;
+    the steps land on every jump time of the weights. Otherwise the steps are ``t_k = kτ``.
     """
     opts = _resolve_scheme(options or JKOOptions(), mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)
@@ -241,7 +270,8 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     tau = opts.tau
     jumps = [float(j) for j in schedule.jump_times if 0 < j < opts.T]
-    for j in jumps:
+    check_tolerance_scheme(opts, mesh_given=mesh is not None)
+    for j in jumps if opts.tolerance is None or not opts.adaptive else ():
         if abs(j / tau - round(j / tau)) > 1e-9 * max(1.0, j / tau):
             raise ValueError(f"jko.tau: the weight schedule jumps at t = {j:g}, which must be "
                              f"a multiple of tau = {tau:g}")
@@ -255,40 +285,83 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     sign = _check_heads(heads)
     terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0, dual, opts.diffusion)
     run = scheme.prepare(x, a, m, dual, heads, attn, opts)
-    yield JKOState(0.0, 0, m, heads, terms, None)
-    for k in range(opts.steps):
-        t = k * tau
-        _, theta_new = schedule.advance(theta, t, tau, None)
+    yield JKOState(0.0, 0, m, heads, terms, None, dt=0.0)
+
+    def advance(m: np.ndarray, theta: np.ndarray, t: float, h: float
+                ) -> tuple[np.ndarray, JKOStepInfo, np.ndarray, Heads]:
+        """One step of size ``h`` from ``(t, μ)``: ``(m_new, info, θ(t + h), heads)``."""
+        _, theta_new = schedule.advance(theta, t, h, None)
         heads_new = schedule.heads_at(theta_new)
         if _check_heads(heads_new) != sign:
             raise ValueError(f"schedule: the value alignment of the heads changed sign at "
-                             f"t = {t + tau:g}")
+                             f"t = {t + h:g}")
         # lagged mobility b̂[μ_k] (heads of t_{k+1}: the step's metric), stopping scale
         fe = evaluate(x, heads_new, attn, m=m)
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
         bh = fe.bhat if step_mobility is None else np.asarray(step_mobility(fe.bhat), float)
-        m_new, info = scheme.step(run, m, heads_new, attn, opts, fe=fe, sign=sign, bhat=bh,
+        o = opts if h == opts.tau else with_step(opts, h)
+        m_new, info = scheme.step(run, m, heads_new, attn, o, fe=fe, sign=sign, bhat=bh,
                                   slope2=s2, energy=e)
-        if not info.converged:
-            warnings.warn(scheme.unconverged(k + 1, t + tau, tau, info, opts), JKOWarning,
-                          stacklevel=2)
-        theta, heads = theta_new, heads_new
-        t_new = (k + 1) * tau
         if not np.all(np.isfinite(m_new)):
-            raise FloatingPointError(f"jko: non-finite cell masses at t = {t_new:.6g}")
-        m = m_new
-        terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
-                                  opts.diffusion)
+            raise FloatingPointError(f"jko: non-finite cell masses at t = {t + h:.6g}")
+        return m_new, info, theta_new, heads_new
+
+    def land(k: int, t_new: float, h: float, m: np.ndarray, info: JKOStepInfo,
+             theta: np.ndarray, heads: Heads, **extra: Any) -> tuple[JKOState, np.ndarray]:
+        """The state after a kept step (a weight jump at ``t_new`` applied)."""
+        if not info.converged:
+            warnings.warn(scheme.unconverged(k, t_new, h, info, opts), JKOWarning,
+                          stacklevel=3)
+        terms, _ = _terms(x, m, heads, attn, schedule, theta, t_new, dual, opts.diffusion)
         jump = 0.0
         if any(abs(t_new - j) <= 1e-9 * max(1.0, t_new) for j in jumps):
             E_before = terms["E"]
             theta = schedule.after_jump(theta, t_new)
             heads = schedule.heads_at(theta)
-            terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
-                                  opts.diffusion)
+            terms, _ = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
+                              opts.diffusion)
             jump = terms["E"] - E_before
-        yield JKOState(t_new, k + 1, m, heads, terms, info, jump)
+        return JKOState(t_new, k, m, heads, terms, info, jump, dt=h, **extra), theta
+
+    tol = opts.tolerance
+    if tol is None or not opts.adaptive:  # the steps τ (today's loop)
+        for k in range(opts.steps):
+            t = k * tau
+            m, info, theta, heads = advance(m, theta, t, tau)
+            st, theta = land(k + 1, (k + 1) * tau, tau, m, info, theta, heads)
+            yield st
+        return
+    # error control: one step h against two steps h/2 (the halves kept), a PI controller
+    # on the error per unit step over [0, T] (wflow.jko.accuracy), landing on every jump
+    q = int(scheme.order())
+    ctrl = StepController(order=q, span=opts.T, dt_min=1e-12 * opts.T)
+    tiny = 1e-9 * max(opts.T, 1.0)
+    t, h, k = 0.0, tau, 0
+    for t_end in sorted(set(jumps) | {opts.T}):
+        while t < t_end - tiny:
+            finish = h >= t_end - t - tiny
+            h_try = (t_end - t) if finish else h
+            full = advance(m, theta, t, h_try)
+            half = advance(m, theta, t, 0.5 * h_try)
+            two = advance(half[0], half[2], t + 0.5 * h_try, 0.5 * h_try)
+            err = doubling_error(m, full[0], two[0], a, q, tol)
+            ok, h_next = ctrl.propose(h_try, err)
+            if ok:
+                t_new = t_end if finish else t + h_try
+                st, _ = land(k + 1, t + 0.5 * h_try, 0.5 * h_try, half[0], half[1],
+                             half[2], half[3], err=0.0, rejected=ctrl.rejected)
+                yield st
+                m, info, theta, heads = two
+                st, theta = land(k + 2, t_new, t_new - st.t, m, info, theta, heads,
+                                 err=err, rejected=ctrl.rejected)
+                yield st
+                t, k = t_new, k + 2
+            else:
+                logger.debug("jko: t = %.6g, step %.3e rejected (error %.3g of the tolerance "
+                             "per unit time), retrying with %.3e", t, h_try,
+                             err * opts.T / h_try, h_next)
+            h = min(h_next, tau)
 
 
 # =============================================================================== result
@@ -407,6 +480,8 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
         opts = replace(opts, **kwargs)
     opts = _resolve_scheme(opts, mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)  # before any computing
+    check_tolerance_scheme(opts, mesh_given=mesh is not None)
+    tol = opts.tolerance
     scheme = SCHEMES.resolve(opts.scheme)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
@@ -426,6 +501,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     def put(key: str, val: Any) -> None:
         rows.setdefault(key, []).append(val)
 
+    rejected = 0
     try:
         m_init = None
         for st in iterate_jko(points, areas, mass0, heads_or_schedule, attn, options=opts,
@@ -470,14 +546,14 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             put("E_h", tm["E_h"])
             for key in ("dEdt_w", "slope2", "G2", "bhat_mean", "bhat_min", "bhat_max"):
                 put(key, tm[key])
-            put("speed2", 0.0 if info is None else W2sq / opts.tau**2)
+            put("speed2", 0.0 if info is None else W2sq / st.dt**2)
             put("W2sq", W2sq)
             put("W2", math.sqrt(max(W2sq, 0.0)))
             put("ot_value", ot_value)
             # partial locking is judged on converged steps only (an unconverged inner
             # solve is reported as such, whatever it moved)
-            locked = info is not None and (_is_locked(info, prev, opts.tau) or (
-                info.converged and _moving(prev, opts.tau) and frac < opts.lock_fraction))
+            locked = info is not None and (_is_locked(info, prev, st.dt) or (
+                info.converged and _moving(prev, st.dt) and frac < opts.lock_fraction))
             put("locked", float(locked))
             put("moved_fraction", frac)
             put("empty", 0.0 if m_init is None else float(np.count_nonzero(
@@ -505,6 +581,10 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             put("support", float(np.count_nonzero(st.m > 1e-14)))
             put("rho_max", float(np.max(st.m / np.asarray(areas))))
             put("step_time", 0.0 if info is None else info.time)
+            if tol is not None:  # error control: the step and its local-error norm
+                put("tau", st.dt)
+                put("error_norm", 0.0 if st.err is None else st.err)
+                rejected = st.rejected
             masses.append(st.m.copy())
             if info is not None and not info.converged:
                 status = Status.NOT_CONVERGED
@@ -539,11 +619,41 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
              "time_per_inner_iter": float(st_time.sum() / max(it.sum(), 1)),
              "locked_steps": n_locked,
              "mass_error_max": float(np.max(np.abs(mm.sum(axis=1) - 1.0))) if mm.size else 0.0}
+    if tol is not None and status != Status.FAILED and nsteps:
+        q = int(scheme.order())
+        if opts.adaptive:
+            check = tolerance_check(history, tol, opts.T, q)
+        else:  # the fixed steps judged: the run repeated at τ/2
+            half = _final_masses(points, areas, mass0, heads_or_schedule, attn, mesh,
+                                 replace(opts, tau=0.5 * opts.tau, rtol=None, atol=None,
+                                         progress=False), step_mobility)
+            check = fixed_tau_check(mm[-1], half, a, tol, opts.tau,
+                                    opts.T, q)
+        checks["tolerance"] = check
+        stats.update({"rtol": tol.rtol, "atol": tol.atol, "adaptive": opts.adaptive,
+                      "accepted_steps": nsteps, "error_rejected_steps": rejected,
+                      "error_estimate": check["estimate"]})
+        if not check["passed"] and status in (Status.SUCCESS, Status.INACCURATE):
+            status = Status.INACCURATE
+            message = "; ".join(r for r in (message, check["message"]) if r)
+            logger.warning("jko run inaccurate: %s", check["message"])
     bal = acc.residuals() if acc is not None else {}
     if opts.diffusion > 0 and bal:
         bal.update(_free_balance(history, opts.tau, attn))
     return JKOResult(status, message, opts, tt, mm, mm / a[None, :], bal, x, a, sign,
                      history=history, stats=stats, checks=checks, wall_time=wall, order=1)
+
+
+def _final_masses(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray, heads: Any,
+                  attn: Attention, mesh: Any, opts: JKOOptions, step_mobility: Any
+                  ) -> np.ndarray:
+    """The cell masses at ``T`` of :func:`iterate_jko` with ``opts`` (no records kept)."""
+    with warnings.catch_warnings():  # the run's own warnings were given at its step τ
+        warnings.simplefilter("ignore", JKOWarning)
+        for st in iterate_jko(points, areas, mass0, heads, attn, options=opts, mesh=mesh,
+                              step_mobility=step_mobility):
+            m = st.m
+    return m
 
 
 def _moving(prev: JKOState | None, tau: float) -> bool:
@@ -579,7 +689,14 @@ def _free_balance(history: dict, tau: float, attn: Attention) -> dict[str, float
     key = "free_edi_defect" if get_kind(attn.kind).normalised else "free_edi"
     return {key: float(np.sum(history["free_edi_step"][1:])),
             "free_dF": float(F[-1] - F[0]),
-            "free_dissipation_int": float(0.5 * tau * np.sum(fi[1:] + fi[:-1]))}
+            "free_dissipation_int": _trapezoid(history, tau, fi)}
+
+
+def _trapezoid(history: dict, tau: float, f: np.ndarray) -> float:
+    """``Σ_k (τ_k/2)(f_k + f_{k+1})``: ``τ`` fixed, or the steps of ``history["tau"]``."""
+    if "tau" in history:  # error control: the controller's steps
+        return float(0.5 * np.sum(np.asarray(history["tau"][1:]) * (f[1:] + f[:-1])))
+    return float(0.5 * tau * np.sum(f[1:] + f[:-1]))
 
 
 def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
@@ -638,8 +755,7 @@ def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
                          "reason": "token diffusion D > 0: the free-energy EDI applies"}
         check = relative_check(
             "JKO free-energy EDI", float(np.sum(np.abs(history["free_edi_step"][1:]))),
-            0.5 * opts.tau * float(np.sum(np.asarray(history["free_fisher_h"][1:])
-                                          + np.asarray(history["free_fisher_h"][:-1]))),
+            _trapezoid(history, opts.tau, np.asarray(history["free_fisher_h"], dtype=float)),
             float(np.max(np.abs(history["free_energy"]))), tolerance=JKO_EDI_RTOL,
             rule=f"Σ_k |edi^F_k| / Σ_k (τ/2)(I_h(m^k) + I_h(m^k+1)); tolerance "
                  f"{JKO_EDI_RTOL:g} for the first-order split step (τ = {opts.tau:g}, "
