@@ -26,6 +26,7 @@ __all__ = [
     "TAU_CELLS_FV",
     "auto_tau",
     "auto_steps_bound",
+    "DIFFUSIVE_SPREAD",
     "MOBILITY_MEANS",
     "OT_METHODS",
     "INNER_SOLVERS",
@@ -87,7 +88,18 @@ class JKOWarning(UserWarning):
     """An inner solve missed its tolerance, or steps locked (the run is kept and reported)."""
 
 
-def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS) -> float:
+#: The heat kernel's mean squared displacement on a surface is ``DIFFUSIVE_SPREAD · D t``
+#: (``2 × dimension``, the dimension of ``S²`` being 2; :func:`auto_tau`).
+DIFFUSIVE_SPREAD = 4.0
+
+
+def _diffusive_steps(T: float, h: float, diffusion: float, cells: float) -> float:
+    """``T · 4D/(cells·h)²``: the steps that keep the diffusive spread ``√(4Dτ)`` at ``cells·h``."""
+    return T * DIFFUSIVE_SPREAD * diffusion / (cells * h) ** 2
+
+
+def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS,
+             diffusion: float = 0.0) -> float:
     """The automatic JKO step: ``τ = T/N``, ``N = max(1, round(T |v|_max / (cells · h)))``.
 
     The number of steps dividing ``T`` nearest to ``τ |v|_max = cells · h`` (``h`` the
@@ -99,23 +111,48 @@ def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS) -> fl
     agrees with the PDE at first order in ``τ`` once ``τ |v|_max >~ 3h``. Under joint
     refinement ``h ∝ τ`` the JKO-vs-PDE distance then shrinks at first order (measured on
     the main job's default: 0.39, 0.26, 0.19 for τ = 1, 2/3, 1/2).
+
+    **Token diffusion** ``D > 0`` moves mass too, by the heat flow: in a step ``τ`` the
+    heat kernel of the surface spreads it by ``√(4Dτ)`` (mean squared displacement
+    ``2·dim·Dτ``, ``dim = 2``), whatever the drift. The same resolution asks
+    ``√(4Dτ) <~ cells · h``, i.e. ``τ <~ τ_D = (cells·h)²/(4D)``, the diffusive time scale
+    of ``cells`` cells. The two rates add (the Fokker–Planck velocity is
+    ``v − D∇log ρ``; neither may cross more than ``cells`` cells in a step)::
+
+        N = max(1, round(T |v|_max/(cells·h) + T·4D/(cells·h)²)).
+
+    With ``|v|_max = 0`` (a uniform start) the diffusive term alone sets the step, where
+    the noiseless rule would take one step of ``T``. The FV step's entropy sub-step is
+    implicit, so this is an accuracy rule, not a stability bound. ``D = 0``: the
+    noiseless rule, bit for bit.
     """
     if not (T > 0 and h > 0 and math.isfinite(vmax) and vmax >= 0):
         raise ValueError(f"auto_tau: needs T > 0, h > 0 and a finite speed, got T = {T!r}, "
                          f"h = {h!r}, |v|_max = {vmax!r}")
-    n = max(1, math.floor(T * vmax / (cells * h) + 0.5))
+    if not (math.isfinite(diffusion) and diffusion >= 0):
+        raise ValueError(f"auto_tau: needs a finite diffusion D >= 0, got {diffusion!r}")
+    if diffusion > 0:
+        n = max(1, math.floor(T * vmax / (cells * h) + _diffusive_steps(T, h, diffusion, cells)
+                              + 0.5))
+    else:
+        n = max(1, math.floor(T * vmax / (cells * h) + 0.5))
     return T / n
 
 
-def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS) -> int:
+def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS,
+                     diffusion: float = 0.0) -> int:
     """The most steps :func:`auto_tau` takes on a sphere mesh of ``cells`` cells, before any runs.
 
     ``N = max(1, ⌈T / (per_step · h)⌉)`` with ``h = √(4π / cells)`` (the mean cell size of
     the unit sphere) and ``|v|_max <= 1``: the step count the cost estimates use while
     ``tau = "auto"`` is not yet resolved on the mesh (:func:`auto_tau` rounds
-    ``T |v|_max / (per_step · h)``, at most this for unit speeds).
+    ``T |v|_max / (per_step · h)``, at most this for unit speeds). With token diffusion
+    ``D > 0`` the diffusive steps ``T·4D/(per_step·h)²`` are added, as :func:`auto_tau` does.
     """
     h = math.sqrt(4 * math.pi / max(cells, 1))
+    if diffusion > 0:
+        return max(1, math.ceil(T / (per_step * h)
+                                + _diffusive_steps(T, h, diffusion, per_step)))
     return max(1, math.ceil(T / (per_step * h)))
 
 
@@ -398,8 +435,8 @@ class FixedTau:
 
     tau: float
 
-    def steps_bound(self, T: float, cells: int) -> int:
-        """The steps of the run: ``T/τ`` (whatever the mesh)."""
+    def steps_bound(self, T: float, cells: int, diffusion: float = 0.0) -> int:
+        """The steps of the run: ``T/τ`` (whatever the mesh and ``D``)."""
         return int(round(T / self.tau))
 
     def describe(self) -> str:
@@ -418,9 +455,9 @@ class AutoSteps:
 
     cells_per_step: float = TAU_CELLS
 
-    def steps_bound(self, T: float, cells: int) -> int:
+    def steps_bound(self, T: float, cells: int, diffusion: float = 0.0) -> int:
         """The most steps the rule takes on ``cells`` cells (:func:`auto_steps_bound`)."""
-        return auto_steps_bound(T, cells, per_step=self.cells_per_step)
+        return auto_steps_bound(T, cells, per_step=self.cells_per_step, diffusion=diffusion)
 
     def describe(self) -> str:
         """The rule in words."""
@@ -467,8 +504,13 @@ class JKOTable:
         return JKOOptions(**{**self.settings, "T": self.T, "tau": float(tau), **changes})
 
     def steps_bound(self, cells: int) -> int:
-        """The steps of the run on ``cells`` cells (the most, for ``tau = "auto"``)."""
-        return self.step.steps_bound(self.T, cells)
+        """The steps of the run on ``cells`` cells (``tau = "auto"``: the most, with ``D``)."""
+        return self.step.steps_bound(self.T, cells, self.diffusion)
+
+    @property
+    def diffusion(self) -> float:
+        """The token diffusion ``D`` the table runs with (0 unless a job set it)."""
+        return float(self.settings.get("diffusion") or 0.0)
 
     def unresolved_options(self, **changes: Any) -> JKOOptions:
         """The options the checks run on before the mesh resolves the step rule.

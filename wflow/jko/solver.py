@@ -173,7 +173,8 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
     mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and, by
     the same rule, for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV` = 3; the FV
-    step accepts any ``τ``). ``ε = h²/min b̂`` (the
+    step accepts any ``τ``); with token diffusion ``D > 0`` the heat flow's steps
+    ``T·4D/(3h)²`` are added (its spread ``√(4Dτ)`` kept at ``3h``). ``ε = h²/min b̂`` (the
     Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
 
     Returns
@@ -189,7 +190,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
     cells = SCHEMES.resolve(options.scheme).resolve(mesh_given=True).tau_cells
-    tau = auto_tau(options.T, h, vmax, cells=cells)
+    tau = auto_tau(options.T, h, vmax, cells=cells, diffusion=options.diffusion)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
         changes["eps"] = h * h / float(np.min(fe.bhat))
@@ -199,6 +200,10 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                     + ("; eps = h²/min b̂" if "eps" in changes else ""),
             "h": h, "vmax": vmax, "tau": tau, "steps": opts.steps,
             "cells_per_step": tau * vmax / h, "eps": opts.epsilon}
+    if options.diffusion > 0:  # the heat flow's spread per step, in cells (auto_tau)
+        info["rule"] += (f"; with token diffusion N = max(1, round(T |v|max / ({cells:g} h) "
+                         f"+ T·4D/({cells:g} h)²)), D = {options.diffusion:g}")
+        info["diffusive_cells_per_step"] = math.sqrt(4.0 * options.diffusion * tau) / h
     return opts, info
 
 
