@@ -539,6 +539,10 @@ class JKOTable:
         (:func:`check_applicable`, keys named by ``label``, ``"--{}"``: a flag).
         """
         changes = {k: v for k, v in changes.items() if v is not None}
+        for key, v in changes.items():  # each value checked under its own name (a flag)
+            check = JKO_SCHEMA.get(key, (None, None))[1]
+            if check is not None:
+                changes[key] = check(v, label.format(key))
         new = replace(self, T=self.T if T is None else float(T),
                       step=self.step if tau is None else FixedTau(float(tau)),
                       mesh=self.mesh if mesh is None else str(mesh),
