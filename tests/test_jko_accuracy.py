@@ -167,3 +167,30 @@ def test_adaptive_steps_land_on_the_jumps_of_the_weights():
                         options=JKOOptions(T=0.3, tau=0.1, rtol=1e-2, verify=False), mesh=tri)
     assert res.checks["tolerance"]["passed"]
     assert np.min(np.abs(res.t - 0.15)) < 1e-12 and abs(res.t[-1] - 0.3) < 1e-12
+
+
+def test_the_main_jobs_ot_cross_check_runs_its_steps_without_error_control(tmp_path):
+    """``[jko] rtol`` with the FV scheme: the scenario job's OT cross-check (no step-doubling
+    estimate) takes the steps τ instead of failing on ``jko.rtol``; the FV run keeps it."""
+    from wflow.apps.jobs.jko import run_jko_scenario
+    from wflow.apps.scenario import load_scenario
+    from wflow.geometry.density import density_spec_from_scenario, initial_density
+    from wflow.geometry.mesh import load_mesh
+
+    sc_file = tmp_path / "sc.toml"
+    sc_file.write_text('seed = 1\n[attention]\nkind = "usa"\nbeta = 2.0\nd = 3\n'
+                       '[heads]\ntype = "matrices"\nA = [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], '
+                       '[0.0, 0.0, 1.0]]]\nvalue_sign = 1\n[schedule]\ntype = "static"\n'
+                       '[density]\ntype = "vmf"\nmeans = [[0.0, 0.0, 1.0]]\nkappas = [2.0]\n'
+                       '[jko]\nT = 0.2\nrtol = 1e-2\nverify = false\n')
+    sc = load_scenario(sc_file)
+    mesh = load_mesh("icosphere:320")
+    rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
+    args = (mesh, rho0, sc.build_schedule(), sc.attention_obj(), sc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the OT step locks at this τ (reported)
+        ot = run_jko_scenario(*args, tau=0.1, scheme="ot")
+    assert ot.options.rtol is None and "tolerance" not in ot.checks and ot.stats["steps"] == 2
+    fv = run_jko_scenario(*args, tau=0.1)  # negative control: the FV run is error-controlled
+    assert fv.options.rtol == 1e-2 and fv.checks["tolerance"]["passed"]
+    assert fv.stats["steps"] > 2
