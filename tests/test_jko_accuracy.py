@@ -56,9 +56,11 @@ def measured(res, rtol: float) -> float:
     return error_norm(res.rho[-1] - ref, ref, res.rho[-1], Tolerance(rtol=rtol, atol=1e-6))
 
 
-@pytest.mark.parametrize("rtol", [1e-2, 3e-3, 1e-3])
+@pytest.mark.parametrize("rtol", [1e-2, 3e-3, 1e-3, pytest.param(1e-4, marks=pytest.mark.slow)])
 def test_adaptive_tau_meets_the_requested_tolerance(rtol):
-    """Measured (320 cells): error/tol 0.78, 0.73, 0.67 in 16, 54, 174 steps."""
+    """Measured (320 cells): error/tol 0.78, 0.73, 0.67, 0.64 in 16, 54, 174, 1610 steps
+    (against a reference at τ = 5e-4 and 2.5e-4: 0.78, 0.67, 0.64: the reference's error
+    is not what is measured)."""
     res = run(tau=0.1, rtol=rtol)
     err = measured(res, rtol)
     print(f"rtol {rtol:g}: {res.stats['steps']} steps, {res.stats['error_rejected_steps']} "
@@ -72,6 +74,15 @@ def test_adaptive_tau_meets_the_requested_tolerance(rtol):
     assert dts.max() > 2 * dts.min() and abs(res.t[-1] - T) < 1e-12
     np.testing.assert_allclose(np.sum(dts), T, rtol=1e-12)
     assert np.sum(res.history["error_norm"]) == pytest.approx(res.stats["error_estimate"])
+
+
+def test_adaptive_tau_meets_the_tolerance_with_token_diffusion():
+    """D = 0.05, the FV step's entropy sub-step: measured error/tol 0.65 in 16 steps."""
+    ref2, ref1 = run(tau=1e-3, diffusion=0.05), run(tau=2e-3, diffusion=0.05)
+    ref = 2.0 * ref2.rho[-1] - ref1.rho[-1]
+    res = run(tau=0.1, rtol=1e-2, diffusion=0.05)
+    err = error_norm(res.rho[-1] - ref, ref, res.rho[-1], Tolerance(rtol=1e-2, atol=1e-6))
+    assert res.status == Status.SUCCESS and 0.2 < err <= 1.0, err
 
 
 def test_fixed_tau_too_large_is_inaccurate_with_a_remedy_that_succeeds():
