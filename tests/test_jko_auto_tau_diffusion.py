@@ -80,3 +80,16 @@ def test_error_control_counts_in_the_estimate():
     base, fixed, adaptive = est(), est(rtol=1e-3, adaptive=False), est(rtol=1e-3)
     assert fixed[0] == base[0] and fixed[1] == pytest.approx(3 * base[1])  # + the τ/2 run
     assert adaptive[0] == 1000 and adaptive[1] == pytest.approx(1.5 * 100 * base[1])  # T/rtol
+
+
+def test_a_given_tau_records_its_own_diffusive_spread():
+    from wflow.jko.spec import resolve_step
+
+    tri = icosphere(4)
+    g = dual_geometry(tri.points, tri.cells)
+    m0 = g.areas / g.areas.sum()
+    heads, attn = Heads.bilinear(np.eye(3)), Attention("usa", 2.0)
+    table = jko_table_from_dict({"T": 1.0, "tau": 0.5}).with_(diffusion=0.5)
+    opts, info = resolve_step(table, g.centres, g.areas, m0, heads, attn)
+    assert opts.tau == 0.5 and info["rule"] == "given"
+    assert info["diffusive_cells_per_step"] == pytest.approx(math.sqrt(4 * 0.5 * 0.5) / info["h"])

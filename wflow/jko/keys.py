@@ -24,6 +24,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("stats.time_per_inner_iter", "wall time per inner iteration", "s", where=_J),
     K("stats.locked_steps", "locked JKO steps", "count", where=_J),
     K("stats.tau_rule.*", "how τ was chosen (as jko_tau.*)", "as named", where=_J),
+    K("jko_tau.diffusive_cells_per_step", "token diffusion D > 0: √(4Dτ)/h, the heat "
+      "flow's spread in one step, in cells (the automatic τ keeps it near 3)", "1", "≥ 0",
+      _J + ", wflow run"),
     K("steps.*", "the history column of every JKO step (see the CSV columns)",
       "as the column", where=_J),
     K("edi_sum", "Σ_k edi_k, the JKO's summed EDI residual, absolute and signed (the "
