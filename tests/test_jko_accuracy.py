@@ -88,7 +88,7 @@ def test_adaptive_tau_meets_the_tolerance_with_token_diffusion():
 def test_fixed_tau_too_large_is_inaccurate_with_a_remedy_that_succeeds():
     """Negative control of the verdict: a fixed step 16× too long at rtol = 1e-3 ends
     ``inaccurate`` (estimate 14.6, measured 14.5 tolerances), never ``success``; the
-    remedy it names then meets the tolerance (estimate 0.92, measured 0.93)."""
+    remedy it names (τ/17) then meets the tolerance (estimate 0.88, measured 0.88)."""
     rtol = 1e-3
     res = run(tau=0.05, rtol=rtol, adaptive=False)
     chk = res.checks["tolerance"]
@@ -97,7 +97,7 @@ def test_fixed_tau_too_large_is_inaccurate_with_a_remedy_that_succeeds():
     # the estimate is the error (the τ/2 run's Richardson estimate of the global error)
     assert chk["estimate"] == pytest.approx(measured(res, rtol), rel=0.1)
     tau = chk["tau_meeting"]
-    assert tau < 0.05 and abs(T / tau - round(T / tau)) < 1e-9
+    assert tau < 0.05 and abs(0.05 / tau - round(0.05 / tau)) < 1e-9  # a divisor of τ
     fixed = run(tau=tau, rtol=rtol, adaptive=False)
     assert fixed.status == Status.SUCCESS, fixed.message
     assert measured(fixed, rtol) <= 1.0
@@ -178,6 +178,16 @@ def test_adaptive_steps_land_on_the_jumps_of_the_weights():
                         options=JKOOptions(T=0.3, tau=0.1, rtol=1e-2, verify=False), mesh=tri)
     assert res.checks["tolerance"]["passed"]
     assert np.min(np.abs(res.t - 0.15)) < 1e-12 and abs(res.t[-1] - 0.3) < 1e-12
+    # fixed steps: the remedy divides τ, so it steps on the jump too (a valid run)
+    kw = {"points": g.centres, "areas": g.areas, "mesh": tri}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fixed = solve_jko(m0, sch, USA[1], options=JKOOptions(
+            T=0.3, tau=0.05, rtol=1e-3, adaptive=False, verify=False), **kw)
+        tau = fixed.checks["tolerance"]["tau_meeting"]
+        again = solve_jko(m0, sch, USA[1], options=JKOOptions(
+            T=0.3, tau=tau, rtol=1e-3, adaptive=False, verify=False), **kw)
+    assert not fixed.checks["tolerance"]["passed"] and again.checks["tolerance"]["passed"]
 
 
 def test_the_main_jobs_ot_cross_check_runs_its_steps_without_error_control(tmp_path):

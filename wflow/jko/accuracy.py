@@ -17,8 +17,8 @@ minimising movement agrees with the gradient flow to ``O(τ²)`` per step).
 * **fixed steps judged** (:func:`fixed_tau_check`): the run at ``τ`` is repeated at
   ``τ/2`` (twice its steps) and the error of ``ρ_τ(T)`` is
   ``2^q (ρ_τ(T) − ρ_{τ/2}(T))/(2^q − 1)``; a norm above 1 is ``inaccurate``, naming the
-  step ``τ' = T/⌈T/(τ (0.9/‖e‖)^{1/q})⌉`` (error ``∝ τ^q``; a divisor of ``T``) that
-  would meet the tolerance.
+  step ``τ' = τ/⌈1/(0.9/‖e‖)^{1/q}⌉`` (error ``∝ τ^q``; a divisor of ``τ``, so of ``T``
+  and of the weights' jump times) that would meet the tolerance.
 """
 
 from __future__ import annotations
@@ -63,10 +63,14 @@ def doubling_error(m: np.ndarray, m_full: np.ndarray, m_two: np.ndarray, areas: 
     return error_norm(e, m / areas, m_two / areas, tol)
 
 
-def tau_remedy(tau: float, err: float, q: int, T: float) -> float:
-    """A step meeting the tolerance: ``T/⌈T/(τ (0.9/err)^{1/q})⌉`` (a divisor of ``T``)."""
+def tau_remedy(tau: float, err: float, q: int) -> float:
+    """A step meeting the tolerance: ``τ/⌈τ/(τ (0.9/err)^{1/q})⌉``.
+
+    A divisor of ``τ``, hence of ``T`` and of every jump time of the weights that ``τ``
+    divides (the run at it is valid wherever the run at ``τ`` was).
+    """
     raw = tau * (0.9 / err) ** (1.0 / q)
-    return T / max(1, math.ceil(T / raw - 1e-9))
+    return tau / max(1, math.ceil(tau / raw - 1e-9))
 
 
 def tolerance_check(history: dict[str, np.ndarray], tol: Tolerance, T: float, q: int
@@ -107,7 +111,7 @@ def _verdict(est: float, tol: Tolerance, q: int, tau_meet: float, what: str, whe
 
 
 def fixed_tau_check(m_tau: np.ndarray, m_half: np.ndarray, areas: np.ndarray, tol: Tolerance,
-                    tau: float, T: float, q: int) -> dict[str, Any]:
+                    tau: float, q: int) -> dict[str, Any]:
     """The fixed-step run judged from the same run at ``τ/2``.
 
     Parameters
@@ -117,8 +121,8 @@ def fixed_tau_check(m_tau: np.ndarray, m_half: np.ndarray, areas: np.ndarray, to
     areas : (M,) array
         Cell areas (sr).
     tol : Tolerance
-    tau, T : float
-        The run's step and final time.
+    tau : float
+        The run's step.
     q : int
         The scheme's order.
 
@@ -127,11 +131,11 @@ def fixed_tau_check(m_tau: np.ndarray, m_half: np.ndarray, areas: np.ndarray, to
     dict
         ``estimate`` (scaled RMS norm of ``2^q (ρ_τ − ρ_{τ/2})/(2^q − 1)``: the error of
         the run's ``ρ(T)``, ``<= 1`` within the tolerance), ``passed``, ``tau``,
-        ``tau_meeting`` (a divisor of ``T`` that would meet it), ``message``.
+        ``tau_meeting`` (a divisor of ``τ`` that would meet it), ``message``.
     """
     e_arr = 2.0 ** q * richardson_error(m_tau / areas, m_half / areas, q)
     e = error_norm(e_arr, m_half / areas, m_tau / areas, tol)
-    meet = tau_remedy(tau, e, q, T) if math.isfinite(e) and e > 0 else tau
+    meet = tau_remedy(tau, e, q) if math.isfinite(e) and e > 0 else tau
     return _verdict(e, tol, q, meet, f"at the fixed step τ = {tau:g}, the estimated error "
                     "of ρ(T)", " (or leave jko.adaptive = true)", tau=tau,
                     control="fixed steps, the run repeated at tau/2 (global error of rho(T))")

@@ -569,8 +569,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             half = _final_masses(points, areas, mass0, heads_or_schedule, attn, mesh,
                                  replace(opts, tau=0.5 * opts.tau, rtol=None, atol=None,
                                          progress=False), step_mobility)
-            check = fixed_tau_check(mm[-1], half, a, tol, opts.tau,
-                                    opts.T, q)
+            check = fixed_tau_check(mm[-1], half, a, tol, opts.tau, q)
         checks["tolerance"] = check
         stats.update({"rtol": tol.rtol, "atol": tol.atol, "adaptive": opts.adaptive,
                       "accepted_steps": nsteps, "error_rejected_steps": rejected,
