@@ -98,3 +98,13 @@ def rng() -> np.random.Generator:
 def _strict_numpy():
     with np.errstate(over="raise", invalid="raise", divide="raise"):
         yield
+
+
+def load_script(path, name: str):
+    """Import a script that is not a package module (a demo, a bench script) by its path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -94,7 +94,7 @@ from .phase import (
 
 # isort: split
 # causal attention: the mask and positional bias, the causal sums (issue 43)
-from .attention.mask import ALiBi, Bias, Causal
+from .attention.mask import ALiBi, Bias, Causal, refuse_masked
 from .kernels.causal import causal_sums
 
 __all__ = [
@@ -197,6 +197,7 @@ __all__ = [
     "Causal",
     "ALiBi",
     "Bias",
+    "refuse_masked",
     "causal_sums",
 ]
 

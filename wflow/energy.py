@@ -30,13 +30,15 @@ Conventions
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .attention.heads import Attention, Heads
 from .attention.kinds import get_kind
+from .attention.mask import refuse_masked
 from .geometry.sphere import project_tangent
+from .infra.parallel import collective_check
 from .kernels import DEFAULT_TOL, KernelLog, kernel_sums
 
 __all__ = [
@@ -61,10 +63,14 @@ class FieldEval(NamedTuple):
     Attributes
     ----------
     Z : (H, M)  normalisers ``Z_h``.
-    Y : (H, M, d)  ``Σ_j m_j k(s_ij) y_j``.
-    Phi : (H, M)  potential sums ``Σ_j m_j Φ(s_ij)`` (``ψ_h = Phi_h / β`` for symmetric ``A``).
+    Y : (H, M, d) or None  ``Σ_j m_j k(s_ij) y_j``; ``None`` where the heads were evaluated
+        at their rank (values of rank ``r``: the full-width sums are not formed, see
+        :func:`field_from_sums`).
+    Phi : (H, M) or None  potential sums ``Σ_j m_j Φ(s_ij)`` (``ψ_h = Phi_h / β`` for
+        symmetric ``A``); ``None`` under a causal mask (no energy).
     f : (H, M, d)  head outputs ``f_h``.
-    grad_psi : (H, M, d)  ambient ``∇ψ_h``.
+    grad_psi : (H, M, d) or None  ambient ``∇ψ_h``; ``None`` under a causal mask (no
+        first variation).
     v : (M, d)  transformer velocity.
     vhat : (M, d)  surrogate velocity.
     bhat : (M,)  effective mobility.
@@ -72,10 +78,10 @@ class FieldEval(NamedTuple):
     """
 
     Z: np.ndarray
-    Y: np.ndarray
-    Phi: np.ndarray
+    Y: np.ndarray | None
+    Phi: np.ndarray | None
     f: np.ndarray
-    grad_psi: np.ndarray
+    grad_psi: np.ndarray | None
     v: np.ndarray
     vhat: np.ndarray
     bhat: np.ndarray
@@ -92,6 +98,8 @@ def evaluate(
     backend: str = "auto",
     tol: float = DEFAULT_TOL,
     log: KernelLog | None = None,
+    gradient: bool = True,
+    dtype: str = "float64",
 ) -> FieldEval:
     """Evaluate sums, head outputs, velocities and mobilities at targets ``x``.
 
@@ -100,7 +108,12 @@ def evaluate(
     x : (M, d) array
         Targets on the sphere.
     heads, attn
-        Head parameters and attention kind / ``β``.
+        Head parameters and attention kind / ``β``. Heads with values of rank ``r``
+        (:meth:`~wflow.attention.heads.Heads.value_factors`) are summed at their rank
+        (:func:`field_from_sums`). A masked attention (``attn.mask``, THEORY §9) needs
+        the tokens themselves in order (``y=None``): token ``i`` is row ``i`` of ``x``; the
+        field is that of :func:`wflow.kernels.causal.causal_sums` (no ``Phi``, no
+        ``grad_psi``: the causal system has no energy).
     y : (N, d) array, optional
         Sources (default: ``x``, the particle case).
     m : (N,) array, optional
@@ -109,58 +122,184 @@ def evaluate(
         Kernel back-end and fast-summation tolerance (:func:`wflow.kernels.kernel_sums`).
     log : KernelLog, optional
         Records which back-end ran and its error estimate (for ``summary.json``).
+    gradient : bool
+        Also form ``∇ψ`` (default). ``False``: ``grad_psi = None`` and no swapped sums (a
+        stage of an integrator needs the velocity only); ``v`` is the same bit for bit
+        for heads given by a full ``V``.
+    dtype : {"float64", "float32"}
+        Precision of the scores and kernel values (:func:`wflow.kernels.kernel_sums`:
+        ``"float32"`` runs the direct sums by tiles with a shifted float32 exponential, the
+        sums accumulated and returned in float64, relative error about
+        :func:`wflow.kernels.sums.err_float32`, in ``log``); ``"float64"``: today's.
+
+    Raises
+    ------
+    ScenarioError
+        A masked attention with sources ``y`` other than the tokens (naming
+        ``attention.mask``).
     """
+    if getattr(attn, "mask", None) is not None:
+        if dtype != "float64":
+            raise ValueError(f"dtype: the causal sums are float64 only, got {dtype!r}")
+        if y is not None:
+            refuse_masked(attn, "a field at targets other than the tokens (a mesh, "
+                                "quadrature points)")
+        return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log)
     y = x if y is None else y
     m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
+    if dtype != "float64":  # (the keyword only where asked: float64 is today's call)
+        kw["dtype"] = dtype
 
-    def sums(Q: np.ndarray, K: np.ndarray, potential: bool):
-        return kernel_sums(x, y, m, Q, K, potential=potential, **kw)
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
+             values: np.ndarray | None = None):
+        return kernel_sums(x, y, m, Q, K, potential=potential, values=values, **kw)
 
-    return field_from_sums(x, heads, attn, sums, log=log)
+    return field_from_sums(x, heads, attn, sums, log=log, gradient=gradient)
+
+
+def _masked_field(x: np.ndarray, heads: Heads, attn: Attention, *, m: np.ndarray | None,
+                  backend: str, tol: float, log: KernelLog | None,
+                  comm: Any = None) -> FieldEval:
+    """The field of tokens in order under ``attn.mask`` (serial, or split over ``comm``)."""
+    from .kernels.causal import causal_sums
+
+    n_loc = x.shape[0]
+    if comm is None:
+        n, offset = n_loc, 0
+    else:
+        counts = comm.allgather(n_loc)
+        n, offset = int(sum(counts)), int(sum(counts[: comm.Get_rank()]))
+    m = np.full(n_loc, 1.0 / max(n, 1)) if m is None else m
+    # rows that attend to nothing (the first token under a strict mask): no head output
+    empty = attn.mask.count(offset + np.arange(n_loc), n) == 0
+
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
+             values: np.ndarray | None = None):
+        s = causal_sums(x, m, Q, K, beta=attn.beta, kind=attn.kind, mask=attn.mask,
+                        bias=attn.bias, potential=potential, backend=backend, tol=tol,
+                        comm=comm)
+        if values is None:
+            return s
+        # Σ_j k W y_j = W Σ_j k y_j: the masked sums are formed at full width
+        return s._replace(Y=np.matmul(s.Y, np.swapaxes(values, 1, 2)))
+
+    guard = None if comm is None else (lambda fn: collective_check(comm, fn))
+    return field_from_sums(x, heads, attn, sums, log=log, guard=guard, empty=empty)
+
+
+def _at_rank(heads: Heads, grad: bool) -> bool:
+    """Whether the heads' sums are cheaper at their rank than at full width ``d``.
+
+    At rank: the value factors ``W_V`` (width ``r``) and, for ``∇ψ``, the keys ``K``
+    (width ``k``) are accumulated, ``r (+ k) < d``; else the full-width ``Y`` serves both.
+    """
+    if heads.value_factors() is None:
+        return False
+    return heads.value_rank + (heads.k if grad else 0) < heads.d
 
 
 def field_from_sums(x: np.ndarray, heads: Heads, attn: Attention, sums, *,
-                    log: KernelLog | None = None, guard=None) -> FieldEval:
-    """The :class:`FieldEval` at targets ``x`` from a function giving the kernel sums.
+                    log: KernelLog | None = None, guard=None,
+                    empty: np.ndarray | None = None, gradient: bool = True) -> FieldEval:
+    r"""The :class:`FieldEval` at targets ``x`` from a function giving the kernel sums.
 
-    ``sums(Q, K, potential)`` returns :class:`wflow.kernels.KernelSums` at ``x`` for the
-    heads ``(Q, K)`` (:func:`evaluate`: :func:`wflow.kernels.kernel_sums` over the sources;
-    a particle system split over MPI ranks: the sums over every rank's tokens).
-    ``guard(fn)`` runs the head outputs ``fn()`` (which raise ``FloatingPointError`` on an
-    underflowed normaliser; split over ranks: raised on every rank), default ``fn()``.
+    ``sums(Q, K, potential, values=None)`` returns :class:`wflow.kernels.KernelSums` at
+    ``x`` for the heads ``(Q, K)`` (:func:`evaluate`: :func:`wflow.kernels.kernel_sums`
+    over the sources; a particle system split over MPI ranks: the sums over every rank's
+    tokens); with ``values`` ``(H, w, d)`` its ``Y`` is ``Σ_j m_j k(s_ij) W_h y_j``, shape
+    ``(H, M, w)``. ``guard(fn)`` runs the head outputs ``fn()`` (which raise
+    ``FloatingPointError`` on an underflowed normaliser; split over ranks: raised on every
+    rank), default ``fn()``.
+
+    Heads with values of rank ``r`` (``V_h = W_{O,h} W_{V,h}``) whose factored sums are
+    narrower than ``d`` (:func:`_at_rank`) are summed at their rank, ``O(M N (r + k))`` per
+    head instead of ``O(M N d)``, with one call of width ``r + k``:
+
+    .. math::
+
+        f_h = W_{O,h} \sum_j m_j k(s_{ij}) W_{V,h} y_j \,[/ Z_h], \qquad
+        A_h Y_h = Q_h^\top \sum_j m_j k(s_{ij}) K_h y_j,
+
+    and, for non-symmetric heads, ``A_hᵀ Y'_h = K_hᵀ Σ_j m_j k(s'_ij) Q_h y_j`` from the
+    swapped sums (values ``Q``); ``Y`` is then ``None``. Every other head is today's
+    computation, bit for bit. ``gradient=False``: no ``∇ψ`` (``grad_psi = None``, no
+    swapped sums; heads at their rank accumulate ``W_V`` alone, width ``r``).
+
+    Under a causal mask (``attn.mask``) only ``Z`` and the value sums are formed:
+    ``Phi = grad_psi = None``. ``empty`` (``(M,)`` bool): rows that attend to no source
+    (the first token under a strict mask, ``Z = 0``); their head outputs are defined as
+    0 (so their velocity is 0, the token does not move) and their ``b̂ = HM(Z) = 1``.
     """
-    s = sums(heads.Q, heads.K, True)
+    energy = getattr(attn, "mask", None) is None  # potential sums: the exchangeable model
+    grad = energy and gradient
+    rank = _at_rank(heads, grad)
+    if rank:
+        WV, _ = heads.value_factors()
+        r = heads.value_rank
+        s = sums(heads.Q, heads.K, energy, np.concatenate([WV, heads.K], axis=1) if grad
+                 else WV)
+    else:
+        s = sums(heads.Q, heads.K, energy)
     if log is not None:
         log.add(s.info)
-    Z, Y = s.Z, s.Y
-    A = heads.A
-    AY = np.einsum("hij,hmj->hmi", A, Y)
-    if heads.is_symmetric():
-        grad_psi = AY
+    Z = s.Z
+    grad_psi = None
+    if rank:
+        Y = None
+        VY = heads.apply_outputs(s.Y[:, :, :r])
+        if grad:
+            AY = np.matmul(s.Y[:, :, r:], heads.Q)  # Q_hᵀ (Σ k K_h y), row-wise
     else:
-        swapped = sums(heads.K, heads.Q, False)
-        if log is not None:
-            log.add(swapped.info)
-        Yt = swapped.Y
-        grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", A, Yt))
-    if guard is None:
-        VY, f, bhat, hmZ = _head_outputs(Z, Y, heads, attn)
-    else:
-        VY, f, bhat, hmZ = guard(lambda: _head_outputs(Z, Y, heads, attn))
+        Y = s.Y
+        VY = None
+        if grad:
+            AY = np.einsum("hij,hmj->hmi", heads.A, Y)
+    if grad:
+        if heads.is_symmetric():
+            grad_psi = AY
+        else:
+            swapped = (sums(heads.K, heads.Q, False, heads.Q) if rank
+                       else sums(heads.K, heads.Q, False))
+            if log is not None:
+                log.add(swapped.info)
+            if rank:
+                grad_psi = 0.5 * (AY + np.matmul(swapped.Y, heads.K))
+            else:
+                grad_psi = 0.5 * (AY + np.einsum("hji,hmj->hmi", heads.A, swapped.Y))
+
+    def outputs():
+        return _head_outputs(Z, Y, heads, attn, VY=VY, empty=empty)
+
+    VY, f, bhat, hmZ = outputs() if guard is None else guard(outputs)
     w = heads.w
     v = project_tangent(x, np.einsum("h,hmd->md", w, f))
     vhat = project_tangent(x, bhat[:, None] * np.einsum("h,hmd->md", w, VY))
-    return FieldEval(Z, Y, s.Phi, f, grad_psi, v, vhat, bhat, hmZ)
+    return FieldEval(Z, Y, s.Phi if energy else None, f, grad_psi, v, vhat, bhat, hmZ)
 
 
-def _head_outputs(Z: np.ndarray, Y: np.ndarray, heads: Heads,
-                  attn: Attention) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(V_h Y_h, f_h, b̂, HM(Z))`` from the sums (``f_h = V_h Y_h / Z_h``: normalised kinds)."""
-    VY = np.einsum("hij,hmj->hmi", heads.V, Y)
+def _head_outputs(Z: np.ndarray, Y: np.ndarray | None, heads: Heads, attn: Attention, *,
+                  VY: np.ndarray | None = None, empty: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(V_h Y_h, f_h, b̂, HM(Z))`` from the sums (``f_h = V_h Y_h / Z_h``: normalised kinds).
+
+    ``VY``: ``V_h Y_h`` already formed (heads at their rank); ``empty``: rows that attend
+    to nothing (``f = 0``, ``b̂ = HM(Z) = 1``).
+    """
+    if VY is None:
+        VY = np.einsum("hij,hmj->hmi", heads.V, Y)
     M = Z.shape[1]
     if not get_kind(attn.kind).normalised:
         return VY, VY, np.ones(M), np.ones(M)
+    if empty is not None and np.any(empty):
+        Zs = np.where(empty[None, :], 1.0, Z)  # VY = 0 there: f = 0
+        if np.any(Zs <= 0):
+            raise FloatingPointError("softmax normaliser underflowed to 0; lower "
+                                     "attention.beta")
+        wb = heads.wbar
+        bhat = np.where(empty, 1.0, 1.0 / np.einsum("h,hm->m", wb, Zs))
+        hmZ = np.where(empty, 1.0, 1.0 / np.einsum("h,hm->m", wb, 1.0 / Zs))
+        return VY, VY / Zs[:, :, None], bhat, hmZ
     if np.any(Z <= 0):
         raise FloatingPointError("softmax normaliser underflowed to 0; lower attention.beta")
     wb = heads.wbar
@@ -181,6 +320,7 @@ def particle_field(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     """
     from .kernels import KernelInfo, particle_terms, threads
 
+    refuse_masked(attn, "the fused particle pass (energy and slope terms)")
     pt = particle_terms(x, m, heads.Q, heads.K, heads.V, heads.w, beta=attn.beta,
                         kind=attn.kind, flow=flow)
     if log is not None:
@@ -195,15 +335,28 @@ def particle_field(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
 
 
 def head_energies(field: FieldEval, m_targets: np.ndarray, attn: Attention) -> np.ndarray:
-    """Per-head energies ``E_h = (1/2β) Σ_i m_i Φ_h(x_i)`` (targets = sources), shape ``(H,)``."""
+    """Per-head energies ``E_h = (1/2β) Σ_i m_i Φ_h(x_i)`` (targets = sources), shape ``(H,)``.
+
+    Refused (``ScenarioError`` naming ``attention.mask``) for a masked field
+    (``field.Phi is None``): the causal system has no energy. (The particle solver's state
+    under a mask carries the exchangeable model's field, whose energy this is.)
+    """
+    if field.Phi is None:
+        refuse_masked(attn, "the energy")
+        raise ValueError("head_energies: the field has no potential sums (Phi is None)")
     return field.Phi @ m_targets / (2.0 * attn.beta)
 
 
 def energy_gradient_A(x: np.ndarray, m: np.ndarray, field: FieldEval) -> np.ndarray:
     """``∂E_h/∂A_h = ½ Σ_i m_i x_i Y_h(x_i)ᵀ``, shape ``(H, d, d)`` (targets = sources).
 
-    From ``∂s/∂A = β x yᵀ`` and ``Φ' = k``: ``∂E_h/∂A = ½ ∫∫ k(s) x yᵀ dμ dμ``.
+    From ``∂s/∂A = β x yᵀ`` and ``Φ' = k``: ``∂E_h/∂A = ½ ∫∫ k(s) x yᵀ dμ dμ``. Needs the
+    full-width sums ``field.Y`` (a field of heads evaluated at their rank has none).
     """
+    if field.Y is None:
+        raise ValueError("energy_gradient_A: the field holds no full-width sums Y (heads "
+                         "with values of rank r were evaluated at their rank); evaluate "
+                         "heads given by a full V for dE/dA")
     return 0.5 * np.einsum("m,mi,hmj->hij", m, x, field.Y)
 
 
@@ -217,6 +370,7 @@ def dE_dt_weights(
     w_dot: np.ndarray | None = None,
 ) -> float:
     """``∂_t E = Σ_h w_h <∂E_h/∂A_h, Ȧ_h>_F (+ Σ_h ẇ_h E_h)``: energy change through the weights."""
+    refuse_masked(attn, "the energy's rate dE/dt")
     G = energy_gradient_A(x, m, field)
     val = float(np.einsum("h,hij,hij->", heads.w, G, A_dot))
     if w_dot is not None:
@@ -236,7 +390,14 @@ class SlopeTerms(NamedTuple):
 
 def slope_terms(x: np.ndarray, m: np.ndarray, field: FieldEval, heads: Heads,
                 velocity: np.ndarray) -> SlopeTerms:
-    """Power, metric slope, metric speed and ``G²`` of ``velocity`` at the state ``(x, m)``."""
+    """Power, metric slope, metric speed and ``G²`` of ``velocity`` at the state ``(x, m)``.
+
+    ``field`` must carry the first variation (a field of the exchangeable model: a
+    masked field has ``grad_psi = None`` and raises ``ValueError``).
+    """
+    if field.grad_psi is None:
+        raise ValueError("slope_terms: the field has no first variation (a causal mask: "
+                         "no energy); pass the field of the unmasked attention")
     gpsi = np.einsum("h,hmd->md", heads.w, field.grad_psi)
     pg = project_tangent(x, gpsi)
     v2 = np.sum(velocity * velocity, axis=1)
@@ -265,6 +426,7 @@ def ito_correction(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
     :meth:`~wflow.attention.kinds.AttentionKind.d2phi`). Direct ``O(H n²)`` sum in blocks
     (needed only when ``σ > 0``).
     """
+    refuse_masked(attn, "the Itô term of the energy")
     spec = get_kind(attn.kind)
     if sigma == 0:
         return 0.0

@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from .kinds import KINDS, AttentionKind, get_kind  # the registry of wflow.attention.kinds
+from .mask import ALiBi, Bias, Causal, check_mask_bias
 
 __all__ = ["Heads", "Attention", "KINDS"]
 
@@ -46,15 +47,41 @@ class Attention:
         :class:`~wflow.attention.kinds.AttentionKind` object, registered or not.
     beta : float
         Inverse temperature ``β > 0`` multiplying every score.
+    mask : Causal, "causal", "causal_strict", "none" or None
+        Token order as part of the model (:mod:`wflow.attention.mask`, THEORY §9): token
+        ``i`` (its row in the token array) attends to ``j ≤ i`` (``j < i`` strict) only.
+        ``None`` (default): the exchangeable model, bit for bit today's. Keyword only.
+    bias : ALiBi, Bias, callable, alibi table or None
+        Positional bias ``b(i, j)`` added to every score under the mask
+        (:func:`wflow.attention.mask.get_bias`); needs ``mask``. Keyword only.
+
+    A masked attention moves particles only (:func:`wflow.particles.simulate`): the
+    causal system is not a gradient flow, and the solvers built on the energy (the
+    transformer PDE, JKO, EDI) refuse it (:func:`wflow.attention.mask.refuse_masked`).
     """
 
     kind: Kind | AttentionKind = "softmax"
     beta: float = 1.0
+    mask: Causal | None = field(default=None, kw_only=True)
+    bias: ALiBi | Bias | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         get_kind(self.kind)  # a registered name or a kind object, else a ValueError
         if not (np.isfinite(self.beta) and self.beta > 0):
             raise ValueError(f"attention.beta: must be a finite number > 0, got {self.beta!r}")
+        mask, bias = check_mask_bias(self.mask, self.bias)  # ScenarioError naming the key
+        object.__setattr__(self, "mask", mask)
+        object.__setattr__(self, "bias", bias)
+
+    @property
+    def masked(self) -> bool:
+        """True under a causal mask (token order is part of the model)."""
+        return self.mask is not None
+
+    def unmasked(self) -> Attention:
+        """The same kind and ``β`` without mask and bias (the exchangeable model)."""
+        return self if self.mask is None and self.bias is None else Attention(self.kind,
+                                                                              self.beta)
 
 
 def _as3(a: np.ndarray, name: str) -> np.ndarray:

@@ -47,7 +47,8 @@ import numpy as np
 
 from ..infra.schema import ScenarioError
 
-__all__ = ["Causal", "ALiBi", "Bias", "MASKS", "get_mask", "get_bias", "check_mask_bias"]
+__all__ = ["Causal", "ALiBi", "Bias", "MASKS", "get_mask", "get_bias", "check_mask_bias",
+           "refuse_masked"]
 
 logger = logging.getLogger(__name__)
 
@@ -238,3 +239,31 @@ def check_mask_bias(mask: Any, bias: Any) -> tuple[Causal | None, ALiBi | Bias |
         raise ScenarioError("attention.bias: a positional bias needs attention.mask = "
                             "'causal' (positions are defined by the decoder's order)")
     return mk, bs
+
+
+def refuse_masked(attn: Any, where: str) -> None:
+    """Refuse a masked attention where the model must be exchangeable (a gradient flow).
+
+    The causal system (THEORY §9) has no energy identity: no first variation, no JKO step,
+    no EDI, no transformer PDE on one density. A solver built on them calls this first.
+
+    Parameters
+    ----------
+    attn : Attention (or any object with ``mask`` and ``bias`` attributes)
+        The attention of the run; ``mask = None`` and ``bias = None`` pass.
+    where : str
+        What refuses (e.g. ``"the transformer PDE"``), for the message.
+
+    Raises
+    ------
+    ScenarioError
+        Naming ``attention.mask`` (or ``attention.bias``) and why.
+    """
+    mask = getattr(attn, "mask", None)
+    bias = getattr(attn, "bias", None)
+    if mask is None and bias is None:
+        return
+    key, val = ("attention.mask", mask.name) if mask is not None else ("attention.bias", bias)
+    raise ScenarioError(f"{key}: {where} needs the exchangeable model (attention.mask = "
+                        f"'none'), got {val!r}: the causal system is not a gradient flow (no "
+                        "energy, first variation, JKO step or EDI); run it as particles")

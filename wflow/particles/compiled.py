@@ -162,10 +162,13 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     a built-in one), schedules other than :data:`COMPILED_SCHEDULES` (exact types:
     callables, subclasses),
     the ``"numpy"`` and ``"fastsum"`` kernel back-ends, ``"auto"`` where it would plan
-    the fast summation at ``t = 0`` (large ``n`` on S²), and attention kinds without a
-    compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`).
+    the fast summation at ``t = 0`` (large ``n`` on S²), attention kinds without a
+    compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`), a causal
+    mask, heads of value rank ``r < d`` for ``d > 3`` (summed at their rank in Python).
     """
     integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    if getattr(attn, "mask", None) is not None:
+        return f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python loop"
     if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) != CODE_EM:
         return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
                 "(only 'em' has a compiled noisy step)")
@@ -177,6 +180,9 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
                 "code (ParticleIntegrator.compiled_code)")
     if type(schedule) not in COMPILED_SCHEDULES:
         return f"{type(schedule).__name__} schedules run on the Python path"
+    h0 = schedule.heads_at(schedule.initial_theta())
+    if h0.value_factors() is not None and 3 < h0.d and h0.value_rank < h0.d:
+        return f"heads of value rank {h0.value_rank} < d run on the Python loop, at rank"
     if opts.kernel_backend in ("numpy", "fastsum"):
         return f"kernel_backend={opts.kernel_backend!r} runs on the Python path"
     if opts.kernel_backend == "auto":

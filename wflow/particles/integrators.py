@@ -24,7 +24,10 @@ since only a class that declares ``compiled_code`` has a compiled step.
 
 The state of each step (field, slope terms, energy) comes from one fused compiled pass
 (:func:`wflow.energy.particle_field`) for ``d ≤ 3`` where the sums are direct, else
-from :func:`wflow.energy.evaluate` with the chosen back-end.
+from :func:`wflow.energy.evaluate` with the chosen back-end (heads with values of rank
+``r`` summed at their rank). Under a causal mask (``Attention(mask=...)``) every stage's
+velocity is the masked one (tokens in their array order) and the state's energy terms
+are those of the exchangeable model (:func:`_state_terms`).
 """
 
 from __future__ import annotations
@@ -84,14 +87,26 @@ def _velocity(field_: FieldEval, flow: str) -> np.ndarray:
 
 
 class _Kernel(NamedTuple):
-    """Kernel settings threaded through a run (back-end, tolerance, call log)."""
+    """Kernel settings threaded through a run (back-end, tolerance, call log, precision).
+
+    ``dtype="float32"``: every evaluation's scores and kernel values in float32, the sums,
+    energies and slope terms in float64 (:func:`wflow.energy.evaluate`); the fused
+    ``d ≤ 3`` pass (float64) is then not used.
+    """
 
     backend: str = "auto"
     tol: float = 1e-10
     log: KernelLog | None = None
+    dtype: str = "float64"
 
     def evaluate(self, x: np.ndarray, heads: Heads, attn: Attention) -> FieldEval:
-        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log)
+        return evaluate(x, heads, attn, backend=self.backend, tol=self.tol, log=self.log,
+                        dtype=self.dtype)
+
+    def velocity(self, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+        """The velocity of ``flow`` at ``x`` alone (no ``∇ψ``: an integrator's stage)."""
+        return _velocity(evaluate(x, heads, attn, backend=self.backend, tol=self.tol,
+                                  log=self.log, gradient=False, dtype=self.dtype), flow)
 
     def fused(self, x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention,
               flow: str) -> tuple[FieldEval, SlopeTerms, float] | None:
@@ -100,7 +115,8 @@ class _Kernel(NamedTuple):
         ``d ≤ 3`` and back-end ``direct``, or ``auto`` where it would choose direct sums
         (not the fast summation); ``None`` otherwise (the caller evaluates separately).
         """
-        if x.shape[1] > 3 or self.backend not in ("auto", "direct"):
+        if (x.shape[1] > 3 or self.backend not in ("auto", "direct")
+                or getattr(attn, "mask", None) is not None or self.dtype != "float64"):
             return None
         if self.backend == "auto" and plan_kernel(
                 x, x, heads.Q, heads.K, beta=attn.beta, kind=attn.kind, tol=self.tol,
@@ -113,18 +129,43 @@ class _Kernel(NamedTuple):
 _DEFAULT_KERNEL = _Kernel()
 
 
+def _stage(kernel, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+    """The velocity alone at ``x`` (``kernel.velocity`` if the kernel has one, else its field)."""
+    vel = getattr(kernel, "velocity", None)
+    if vel is None:
+        return _velocity(kernel.evaluate(x, heads, attn), flow)
+    return vel(x, heads, attn, flow)
+
+
 def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, schedule: Schedule,
                  attn: Attention, flow: str, heads: Heads | None = None,
                  kernel: _Kernel = _DEFAULT_KERNEL) -> tuple[Heads, FieldEval, np.ndarray, dict]:
+    """Heads, field, velocity and balance integrands of one state.
+
+    Under a causal mask (THEORY §9) the tokens move with the masked velocity
+    (:func:`wflow.energy.evaluate` with ``attn.mask``); the causal system is not a gradient
+    flow, and the state's field and integrands are those of the exchangeable model's
+    energy ``E[μ]`` at the same tokens (:meth:`~wflow.attention.heads.Attention.unmasked`):
+    ``E``, ``∇ψ``, ``b̂`` and the slope terms of the masked velocity. The chain rule
+    ``dE/dt = ∫⟨∇ψ, v⟩ dμ`` holds for any velocity ``v``, so the recorded balance still
+    measures the integrator's error; ``E`` need not be monotone. Cost: one unmasked
+    evaluation per state besides the masked one.
+    """
     heads = schedule.heads_at(theta) if heads is None else heads
+    vel = None
+    if getattr(attn, "mask", None) is not None:
+        vel = _stage(kernel, x, heads, attn, flow)
+        attn = attn.unmasked()
     fused = kernel.fused(x, m, heads, attn, flow)
     if fused is None:
         fe = kernel.evaluate(x, heads, attn)
-        st = slope_terms(x, m, fe, heads, _velocity(fe, flow))
+        st = slope_terms(x, m, fe, heads, _velocity(fe, flow) if vel is None else vel)
         E = float(heads.w @ head_energies(fe, m, attn))
     else:
         fe, st, E = fused
-    vel = _velocity(fe, flow)
+        if vel is not None:
+            st = slope_terms(x, m, fe, heads, vel)
+    vel = _velocity(fe, flow) if vel is None else vel
     dEdt = 0.0 if schedule.static else dE_dt_weights(x, m, fe, heads,
                                                       schedule.A_dot(theta, t), attn)
     ito = 0.0
@@ -146,7 +187,7 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
         hh = stage_heads.get(id(th))
         if hh is None:
             hh = stage_heads[id(th)] = schedule.heads_at(th)
-        return _velocity(kernel.evaluate(normalize(y), hh, attn), flow)
+        return _stage(kernel, normalize(y), hh, attn, flow)
 
     k2 = V(x + 0.5 * h * k1, theta_mid)
     k3 = V(x + 0.5 * h * k2, theta_mid)
@@ -340,7 +381,7 @@ class StrangHeat(StochasticIntegrator):
                    diffusion: float, noise) -> np.ndarray:
         s = 0.5 * diffusion * h
         y = noise.heat(x, s, 0)
-        k1y = _velocity(kernel.evaluate(y, heads, attn), flow)
+        k1y = _stage(kernel, y, heads, attn, flow)
         y = _rk4_step(y, h, k1y, heads, theta, theta_mid, theta_new, schedule, attn, flow,
                       kernel)
         return noise.heat(y, s, 1)

@@ -41,6 +41,29 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("balance.*.paths", "the term for every path", "energy", where=_P),
     K("balance.*_simpson", "the same residual with Simpson's rule in time (fourth-order "
       "checks)", "energy", "signed", _P),
+    K("checks.ito_balance.judged", "token diffusion D > 0: whether the Itô energy balance "
+      "of the tokens decides the status (wflow.particles.free_energy)", "bool", where=_P),
+    K("checks.ito_balance.reason", "why the Itô balance is not judged (compiled loop, a kind "
+      "without the closed-form Laplacian, noisy weights)", "text", where=_P),
+    K("checks.ito_balance.mean", "mean over paths of E(T) − E(0) − ∫(power + ∂_tE) dt − "
+      "D∫Σ_iΔ_{S,i}E dt (zero up to the weak bias and the martingale)", "energy", "signed",
+      _P),
+    K("checks.ito_balance.stderr", "its standard error from the martingale's quadratic "
+      "variation ∫2DΣ_i|∇_{S,i}E|² dt (valid for one path)", "energy", where=_P),
+    K("checks.ito_balance.stderr_sample", "its standard error over the paths (NaN for one)",
+      "energy", where=_P),
+    K("checks.ito_balance.bias_bound", "the weak-bias bound (κh)^q ∫(|power| + |∂_tE| + "
+      "D|ΣΔ_SE|) dt of the tolerance", "energy", where=_P),
+    K("checks.ito_balance.kappa", "the rate κ = βa(u + D(βa + d − 1)) of the bias bound",
+      "1/time", where=_P),
+    K("checks.ito_balance.budget", "∫(|power| + |∂_tE| + D|ΣΔ_SE|) dt, mean over paths",
+      "energy", where=_P),
+    K("checks.ito_balance.z", "standard errors allowed to the mean residual", "1", where=_P),
+    K("checks.ito_balance.paths", "paths (token-noise replicates) in the mean", "count",
+      where=_P),
+    K("checks.ito_balance.diffusion", "D of the run", "radius²/time", where=_P),
+    K("checks.ito_balance.judged_diffusion", "D in the Itô term of the judged residual (the "
+      "run's)", "radius²/time", where=_P),
 )
 
 #: The CSV columns only ``wflow particles`` writes.

@@ -27,9 +27,10 @@ def unjudged_chain(status: Status, message: str, checks: dict,
                    opts) -> tuple[Status, str, dict]:
     """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
 
-    ``dE/dt = power`` is not the energy balance of noisy tokens (that one has the tokens'
-    Itô terms and a martingale, not computed by the particle solver); with
-    ``opts.diffusion = 0`` the verdict is returned unchanged.
+    ``dE/dt = power`` is not the energy balance of noisy tokens: that one has the tokens'
+    Itô term ``D Σ_i Δ_{S,i}E`` and a martingale, and is judged in the mean over paths by
+    :func:`wflow.particles.free_energy.judge_noisy_run` where the run records the Laplacian;
+    with ``opts.diffusion = 0`` the verdict is returned unchanged.
     """
     if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
         return status, message, checks
@@ -52,8 +53,8 @@ def check_noisy(integ: ParticleIntegrator) -> None:
 def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt: float,
               integrator: str, flow: str, rng: np.random.Generator | None, kernel,
               terms: Callable, finite: Callable[[np.ndarray], bool], diffusion: float = 0.0,
-              noise: TokenNoise | None = None,
-              grid: np.ndarray | None = None) -> Iterator[ParticleState]:
+              noise: TokenNoise | None = None, grid: np.ndarray | None = None,
+              control: Callable | None = None) -> Iterator[ParticleState]:
     """The time loop of :func:`~wflow.particles.iterate` and of the split loop.
 
     ``terms(x, t, θ, heads or None)`` gives ``(heads, field, velocity, integrands)`` of a
@@ -63,6 +64,9 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
     the rows ``noise`` was made for); ``0``: the noiseless loop, bit for bit.
     ``grid``: the step times (an adaptive run's accepted grid, every jump time among
     them); ``None``: ``time_grid(T, dt, jumps)``.
+    ``control(x, field, heads, integrator, step_noise, h)`` (with ``diffusion > 0``): the
+    control variate of step ``k``'s martingale increment, put in state ``k``'s integrands
+    as ``"cv"`` (:func:`wflow.particles.free_energy.martingale_cv`).
     """
     if grid is None:
         grid = time_grid(T, dt, schedule.jump_times)
@@ -82,6 +86,8 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
     for k in range(len(grid)):
         t = float(grid[k])
         if k + 1 == len(grid):
+            if noisy and control is not None:
+                tm = {**tm, "cv": 0.0}  # no step after the last state
             yield ParticleState(t, x, theta, heads, fe, vel, tm, None, pre_jump)
             return
         h = float(grid[k + 1] - t)
@@ -89,6 +95,8 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
         dnoise = None
         if schedule.stochastic:
             dnoise = theta_new - theta - h * schedule.drift(theta, t)
+        if noisy and control is not None:
+            tm = {**tm, "cv": control(x, fe, heads, integ, noise.at(k), h)}
         yield ParticleState(t, x, theta, heads, fe, vel, tm, dnoise, pre_jump)
         if noisy:
             x_new = integ.noisy_step(x, h, vel, heads, theta, theta_mid, theta_new, schedule,

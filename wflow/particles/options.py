@@ -72,7 +72,9 @@ class ParticleOptions:
         "Record diagnostics every this many steps (the balance uses every step).",
         check=number(1, integer=True)))
     n_paths: int = field(default=1, metadata=opt(
-        "Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules.",
+        "Independent weight-noise paths (Monte-Carlo); 1 for deterministic schedules, except "
+        "with token diffusion ``D > 0``: independent token-noise replicates (the mean of the "
+        "Itô energy balance; the Python loop).",
         check=number(1, integer=True)))
     seed: int = field(default=0, metadata=opt(
         "Seed of the weight noise (paths use ``SeedSequence(seed).spawn(n_paths)``).",
@@ -139,6 +141,14 @@ class ParticleOptions:
         "``dt`` the first and largest step; accepted / rejected counts and the steps in "
         "``ParticleResult.extra[\"adaptive\"]``. Not with token diffusion ``D > 0`` nor "
         "noisy weights. ``False``: fixed steps ``dt``.", check=boolean))
+    ito_balance: bool | None = field(default=None, kw_only=True, metadata=opt(
+        "With token diffusion ``D > 0``: record and judge the Itô energy balance of the "
+        "tokens (:mod:`wflow.particles.free_energy`: ``E(T) − E(0) = ∫(power + ∂_tE) dt + "
+        "D∫Σ_iΔ_{S,i}E dt + M_T`` in the mean over paths; ``d`` more kernel sums per state). "
+        "``None``: wherever the time loop records it (the Python loop; the compiled loop "
+        "records no Laplacian and leaves the balance unjudged); ``True``: always (``engine = "
+        "'auto'`` runs the Python loop); ``False``: never. No effect with ``D = 0``.",
+        check=boolean))
 
     def __post_init__(self) -> None:
         validate(self)

@@ -67,7 +67,9 @@ class ParticleResult(SolverResult):
     history : dict of arrays
         Per-path diagnostics, shape ``(P, K)`` for scalars, ``(P, K, H)`` per head.
     steps : dict of arrays
-        Per-step balance integrands (``t`` of shape ``(S+1,)``; others ``(P, S+1)``).
+        Per-step balance integrands (``t`` of shape ``(S+1,)``; others ``(P, S+1)``); with
+        token diffusion on the Python loop also ``lap = Σ_iΔ_{S,i}E``, ``qv`` and ``kappa``
+        (:data:`wflow.particles.free_energy.ITO_STEP_KEYS`).
     balance : dict of arrays
         Final balance terms and residuals per path, shape ``(P,)``.
     x : (P, n, d) array
@@ -85,6 +87,11 @@ class ParticleResult(SolverResult):
     checks : dict
         Accuracy checks behind the status (``"chain"``: relative chain-rule residual of
         the worst path, its tolerance, pass/fail and rule; :func:`wflow.status.chain_check`).
+        With token diffusion ``D > 0``: ``"ito_balance"``, the Itô energy balance of the
+        tokens in the mean over paths (:func:`wflow.particles.free_energy.ito_check`;
+        ``judged: False`` with a ``reason`` where it is not judged), which then decides
+        the status; the per-path ``ito_tokens``, ``ito_residual`` and ``ito_qv`` are in
+        ``balance``.
     """
 
     t: np.ndarray

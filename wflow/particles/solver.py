@@ -52,7 +52,21 @@ from ..kernels import KernelLog
 from ..status import Status
 from .adaptive import adaptive_grid, check_accuracy_applies, fixed_step_error
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
-from .integrators import INTEGRATORS, _Kernel, _state_terms, compiled_code, time_grid
+from .free_energy import (
+    ITO_STEP_KEYS,
+    bias_rate,
+    ito_integrands,
+    judge_noisy_run,
+    martingale_cv,
+)
+from .integrators import (
+    INTEGRATORS,
+    _Kernel,
+    _state_terms,
+    _velocity,
+    compiled_code,
+    time_grid,
+)
 from .loop import check_noisy, time_loop, unjudged_chain
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
@@ -70,7 +84,8 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             rng: np.random.Generator | None = None, kernel_backend: str = "auto",
             kernel_tol: float = 1e-10,
             kernel_log: KernelLog | None = None, diffusion: float = 0.0, seed: int = 0,
-            path: int = 0, grid: np.ndarray | None = None) -> Iterator[ParticleState]:
+            path: int = 0, grid: np.ndarray | None = None,
+            ito_terms: bool = True) -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
@@ -80,21 +95,36 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     ``diffusion``: token diffusion ``D`` (THEORY §8; a stochastic integrator), its noise
     keyed by ``(seed, path, token block, step)`` (:class:`wflow.particles.noise.TokenNoise`).
     ``grid``: the step times (an adaptive run's grid); ``None``: uniform ``dt`` and jumps.
+    ``ito_terms`` (with ``diffusion > 0``): each state's integrands also hold the Itô
+    balance's :data:`~wflow.particles.free_energy.ITO_STEP_KEYS`.
     """
     kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
+    diffusion = check_diffusion(diffusion, "particles.diffusion")
+    with_ito = diffusion > 0 and ito_terms
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
-        return _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
+        out = _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
+        if with_ito:  # the Itô balance's terms of this state (D > 0 only)
+            hh, fe, vel, tm = out
+            it = ito_integrands(x, m, hh, attn, fe, vel, diffusion, backend=kernel_backend,
+                                tol=kernel_tol)
+            out = hh, fe, vel, {**tm, "lap": it["lap"], "qv": it["qv"], "kappa": bias_rate(
+                hh, attn, x.shape[1], diffusion, it["u2"])}
+        return out
 
-    diffusion = check_diffusion(diffusion, "particles.diffusion")
     noise = TokenNoise(seed, n, x.shape[1], path=path) if diffusion > 0 else None
+
+    def control(x: np.ndarray, fe, heads: Heads, integ, step_noise, h: float) -> float:
+        return martingale_cv(x, m, heads, fe, _velocity(fe, flow), integ, step_noise, h,
+                             diffusion)
+
     return time_loop(x, schedule, attn, T=T, dt=dt, integrator=integrator, flow=flow,
                      rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
-                     noise=noise, grid=grid)
+                     noise=noise, grid=grid, control=control if with_ito else None)
 
 
 class _PathRun(NamedTuple):
@@ -122,6 +152,8 @@ def _run_path(states: Iterator[ParticleState], *, S: int, sign: int, grid: np.nd
     traj, ttraj = [], []
     for k, st in enumerate(states):
         terms = st.integrands
+        if k == 0:  # the Itô balance's integrands, where the run records them (D > 0)
+            steps.update({key: np.empty(S + 1) for key in ITO_STEP_KEYS if key in terms})
         for key in steps:
             steps[key][k] = terms[key]
         if acc is None:
@@ -206,6 +238,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
+    python_why = _needs_python(opts, schedule)
     if opts.adaptive or opts.rtol is not None:  # accuracy asked for (wflow.particles.adaptive)
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
                                else "particles.rtol")
@@ -218,7 +251,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if comm is not None and comm.Get_size() > 1:
         return _simulate_split(x0, schedule, attn, opts, comm)
     if opts.engine != "python":  # the compiled time loop (wflow.particles.compiled)
-        why = compiled_support(x0, schedule, attn, opts)
+        why = python_why or compiled_support(x0, schedule, attn, opts)
         kept = _kept_tokens(x0.shape[0], opts) if opts.save_trajectory else None
         if why is None and kept is not None and opts.engine == "auto":
             why = "a trajectory of a token subset (trajectory_tokens) is kept by the Python loop"
@@ -226,6 +259,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             res = simulate_compiled(x0, schedule, attn, opts)
             if kept is not None and res.trajectory is not None:  # (engine = "compiled")
                 res = replace(res, trajectory=res.trajectory[:, :, kept])
+            if opts.diffusion > 0 and opts.ito_balance is None:
+                res = replace(res, checks={**res.checks, "ito_balance": {
+                    "judged": False, "reason": "the compiled loop records no Laplacian of "
+                    "the energy; set particles.ito_balance = true (or engine = 'python') to "
+                    "judge the Itô balance"}})
             return res
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
@@ -241,11 +279,27 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     return _simulate_python(x0, schedule, attn, opts, why)
 
 
+def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
+    """Why a noisy run takes the Python loop whatever the compiled loop supports, or None.
+
+    The Itô balance asked for (``ito_balance = True``: the compiled loop records no
+    Laplacian), or independent token-noise replicates (``n_paths > 1`` with deterministic
+    weights: the compiled loop runs one path for them).
+    """
+    if not opts.diffusion > 0:
+        return None
+    if opts.ito_balance:
+        return "the Itô energy balance (ito_balance = true) is recorded by the Python loop"
+    if opts.n_paths > 1 and not schedule.stochastic:
+        return "token-noise replicates (n_paths > 1) run on the Python loop"
+    return None
+
+
 def _simulate_python(x0: np.ndarray, schedule: Schedule, attn: Attention,
                      opts: ParticleOptions, why: str, grid: np.ndarray | None = None,
                      failed: str = "", extra_in: dict | None = None) -> ParticleResult:
     """The step-by-step Python loop of :func:`simulate` (on ``grid`` if given)."""
-    if opts.n_paths > 1 and not schedule.stochastic:
+    if opts.n_paths > 1 and not schedule.stochastic and not opts.diffusion > 0:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
     P, rngs, grid, S, rec_idx, sign = _setup(schedule, opts, grid)
     n = x0.shape[0]
@@ -339,8 +393,12 @@ def _judged_fixed(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Par
 
 
 def _setup(schedule: Schedule, opts: ParticleOptions, grid: np.ndarray | None = None):
-    """Paths, their generators, the time grid, steps, recorded steps and the flow's sign."""
-    P = int(opts.n_paths) if schedule.stochastic else 1
+    """Paths, their generators, the time grid, steps, recorded steps and the flow's sign.
+
+    Paths: ``n_paths`` with noisy weights or token diffusion (independent token-noise
+    replicates), else one.
+    """
+    P = int(opts.n_paths) if (schedule.stochastic or opts.diffusion > 0) else 1
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
     if grid is None:
         grid = time_grid(opts.T, opts.dt, schedule.jump_times)
@@ -366,7 +424,7 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
                      flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
                      kernel_tol=opts.kernel_tol, kernel_log=klog,
                      diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path,
-                     grid=grid)
+                     grid=grid, ito_terms=opts.ito_balance is not False)
     return _run_path(
         states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
         record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
@@ -392,6 +450,8 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
         for key, val in run.balance.items():
             balance.setdefault(key, []).append(val)
     steps = {k: np.stack([run.steps[k] for run in runs]) for k in STEP_KEYS}
+    steps.update({k: np.stack([run.steps[k] for run in runs]) for k in ITO_STEP_KEYS
+                  if runs and k in runs[0].steps})
     history = {k: np.stack(v) for k, v in hist.items()}
     t_rec = grid[rec_idx]
     if "entropy" in history and t_rec.size >= 3:
@@ -401,6 +461,8 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
     status, message, checks = unjudged_chain(status, message, checks, opts)
+    status, message, checks = judge_noisy_run(status, message, checks, grid, steps, bal,
+                                              opts, schedule.stochastic)
     save = opts.save_trajectory
     res = ParticleResult(
         status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
@@ -531,10 +593,46 @@ def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedu
     noise = TokenNoise(opts.seed, n, x_loc.shape[1], first=first, count=x.shape[0])
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
-        return sp._state_terms_split(x, m, t, theta, schedule, attn, opts.flow, kernel, heads)
+        out = sp._state_terms_split(x, m, t, theta, schedule, attn, opts.flow, kernel, heads)
+        if opts.ito_balance is not False:  # the Itô balance's terms, summed over the ranks
+            hh, fe, vel, tm = out
+            out = hh, fe, vel, {**tm, **_ito_split(x, m, hh, attn, fe, vel, opts, kernel,
+                                                   comm)}
+        return out
+
+    def control(x: np.ndarray, fe, heads: Heads, integ, step_noise, h: float) -> float:
+        from ..infra.parallel import ordered_sum
+
+        part = martingale_cv(x, m, heads, fe, _velocity(fe, opts.flow), integ, step_noise, h,
+                             opts.diffusion)
+        return float(ordered_sum(comm, np.array([part]))[0])
 
     return time_loop(x, schedule, attn, T=opts.T, dt=opts.dt, integrator=opts.integrator,
                      flow=opts.flow, rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(sp._gmin(comm, float(bool(np.all(np.isfinite(x)))))),
-                     diffusion=opts.diffusion, noise=noise)
+                     diffusion=opts.diffusion, noise=noise,
+                     control=control if opts.ito_balance is not False else None)
 
+
+
+def _ito_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, fe: Any,
+               vel: np.ndarray, opts: ParticleOptions, kernel: Any,
+               comm: Any) -> dict[str, float]:
+    """:func:`~wflow.particles.free_energy.ito_integrands` of tokens split over the ranks.
+
+    The second-moment sums over every rank's tokens (:func:`wflow.kernels.split.
+    split_sums`), the per-rank parts added by one ordered sum, ``κ`` the ranks' maximum
+    (collective).
+    """
+    from ..infra.parallel import ordered_sum
+    from ..kernels.split import split_sums
+    def sums(mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s = split_sums(x, mass, heads.Q, heads.K, comm=comm, beta=attn.beta, kind=attn.kind,
+                       backend=kernel.backend, tol=kernel.tol)
+        return s.Z, s.Y
+
+    loc = ito_integrands(x, m, heads, attn, fe, vel, opts.diffusion, sums=sums)
+    lap, qv, u2 = (float(v) for v in ordered_sum(comm, np.array([loc["lap"], loc["qv"],
+                                                                  loc["u2"]])))
+    return {"lap": lap, "qv": qv,
+            "kappa": bias_rate(heads, attn, x.shape[1], opts.diffusion, u2)}

@@ -45,7 +45,7 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule
 from ..diagnostics import count_clusters, head_rates, radial_shadows
-from ..energy import FieldEval, energy_gradient_A, field_from_sums, slope_terms
+from ..energy import FieldEval, _masked_field, energy_gradient_A, field_from_sums, slope_terms
 from ..geometry.sphere import check_on_sphere
 from ..infra.parallel import collective_check, ordered_sum, split_range
 from ..kernels import KernelLog
@@ -93,25 +93,38 @@ class SplitKernel:
         return evaluate_split(x, m, heads, attn, comm=self.comm, backend=self.backend,
                               tol=self.tol, log=self.log)
 
+    def velocity(self, x: np.ndarray, heads: Heads, attn: Attention, flow: str) -> np.ndarray:
+        """The velocity of ``flow`` alone at this rank's tokens (no ``∇ψ``: a stage)."""
+        m = np.full(x.shape[0], 1.0 / self.n)
+        return _velocity(evaluate_split(x, m, heads, attn, comm=self.comm,
+                                        backend=self.backend, tol=self.tol, log=self.log,
+                                        gradient=False), flow)
+
     def fused(self, *args, **kwargs) -> None:  # noqa: D102
         return None
 
 
 def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, *, comm: Any,
                    backend: str = "auto", tol: float = 1e-10,
-                   log: KernelLog | None = None) -> FieldEval:
+                   log: KernelLog | None = None, gradient: bool = True) -> FieldEval:
     """:func:`wflow.energy.evaluate` for tokens split over ranks (targets = sources).
 
     ``x`` (``(M_r, d)``), ``m``: this rank's tokens and masses; returns the field at them
-    from all ranks' tokens. Collective.
+    from all ranks' tokens. Heads with values of rank ``r`` are summed at their rank
+    (:func:`wflow.energy.field_from_sums`); under a causal mask the tokens' positions
+    run in rank order (:func:`wflow.kernels.causal.causal_sums` with ``comm``). Collective.
     """
+    if getattr(attn, "mask", None) is not None:
+        return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log,
+                             comm=comm)
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
 
-    def sums(Q: np.ndarray, K: np.ndarray, potential: bool):
-        return split_sums(x, m, Q, K, comm=comm, potential=potential, **kw)
+    def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
+             values: np.ndarray | None = None):
+        return split_sums(x, m, Q, K, comm=comm, potential=potential, values=values, **kw)
 
     # a normaliser that underflowed on one rank's tokens is an error on every rank
-    return field_from_sums(x, heads, attn, sums, log=log,
+    return field_from_sums(x, heads, attn, sums, log=log, gradient=gradient,
                            guard=lambda fn: collective_check(comm, fn))
 
 
@@ -168,8 +181,13 @@ def _state_terms_split(x, m, t, theta, schedule: Schedule, attn: Attention, flow
     """:func:`wflow.particles.integrators._state_terms` with the sums over all ranks."""
     comm = kernel.comm
     heads = schedule.heads_at(theta) if heads is None else heads
-    fe = kernel.evaluate(x, heads, attn)
-    vel = _velocity(fe, flow)
+    if getattr(attn, "mask", None) is not None:  # energy terms: the exchangeable model's
+        vel = kernel.velocity(x, heads, attn, flow)
+        attn = attn.unmasked()
+        fe = kernel.evaluate(x, heads, attn)
+    else:
+        fe = kernel.evaluate(x, heads, attn)
+        vel = _velocity(fe, flow)
     st = slope_terms(x, m, fe, heads, vel)
     H = heads.H
     parts = [fe.Phi @ m, [st.power, st.slope2, st.speed2, st.G2]]

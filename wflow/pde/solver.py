@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..attention.mask import refuse_masked
 from ..attention.schedules import Schedule, as_schedule
 from ..diagnostics import BalanceAccumulator, head_rates, mean_inner_product, radial_shadows
 from ..energy import (
@@ -271,6 +272,7 @@ def _check_inputs(schedule: Schedule | None, attn: Attention | None,
         raise ValueError("heads/attention: required unless a prescribed velocity is given")
     if velocity is not None and schedule is not None:
         raise ValueError("velocity: give either a prescribed velocity or heads, not both")
+    refuse_masked(attn, "the transformer PDE (one density, no token order)")
     if schedule is not None and schedule.heads_at(schedule.initial_theta()).d != 3:
         raise ValueError("heads: the mesh solver works on S² (d = 3), got heads of dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
@@ -561,6 +563,7 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
     if mesh is None:
         raise TypeError("solve_pde: mesh= is required (solve_pde(rho0, heads, attn, "
                         "mesh=mesh))")
+    refuse_masked(attn, "the transformer PDE (one density, no token order)")
     opts = options or PDEOptions()
     if kwargs:
         opts = replace(opts, **kwargs)

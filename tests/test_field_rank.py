@@ -1,0 +1,237 @@
+"""Heads of value rank ``r`` in the field the solvers use (:func:`wflow.energy.evaluate`).
+
+``V_h = W_{O,h} W_{V,h}`` with ``W_{V,h} ∈ R^{r×d}``: the field is formed from sums of width
+``r + k`` (values ``W_V`` and keys ``K``, :func:`wflow.energy.field_from_sums`) instead of
+``d``, and must equal the field of the same heads given by the full matrix ``V``.
+
+Tolerance. Both sides sum the same ``N`` positive weights ``m_j k(s_ij)`` (each rounded to
+``~(β|s| + 4) ε`` relative) against vectors that differ only in the order of two matrix
+products (lengths ``r`` and ``d``, resp. ``k`` and ``d``). Each entry of ``f_h``,
+``∇ψ_h`` is therefore within ``(N + 2d + β|s|) ε`` of the other side relative to the sum of
+the absolute terms, ``max_i Σ_j m_j k(s_ij) |M_h| |y_j|`` with ``|M_h|`` the entrywise
+absolute product ``|W_O||W_V|`` (resp. ``|Q|ᵀ|K|``), divided by ``Z`` for the normalised
+``f``. The velocity adds the head sum and the projection (``H + d`` more roundings). We
+assert ``8 (N + 2d + H) ε`` on that scale (a factor 8 for the few products per entry).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wflow import Attention, Heads, simulate
+from wflow.attention.schedules import Static
+from wflow.energy import evaluate
+from wflow.kernels import kernel_sums
+
+from .conftest import EPS
+
+
+def sphere(rng, n, d):
+    x = rng.standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1)[:, None]
+
+
+def full_of(heads: Heads) -> Heads:
+    """The same heads given by the full product ``V = W_O W_V``."""
+    return Heads(heads.Q, heads.K, heads.V, heads.w)
+
+
+def scales(heads: Heads, fe) -> dict[str, float]:
+    """Sum of the absolute terms of each quantity (module docstring), per quantity."""
+    WV, WO = heads.value_factors()
+    mv = np.max(np.abs(WO) @ np.abs(WV) @ np.ones(heads.d))  # max row sum of |W_O||W_V|
+    mq = np.max(np.swapaxes(np.abs(heads.Q), 1, 2) @ np.abs(heads.K) @ np.ones(heads.d))
+    zmax = float(np.max(fe.Z))
+    wsum = float(np.sum(heads.w))
+    return {"f": mv, "v": wsum * mv, "grad_psi": mq * zmax, "Z": zmax, "Phi": zmax}
+
+
+def tolerance(n: int, d: int, H: int) -> float:
+    return 8.0 * (n + 2 * d + H) * EPS  # module docstring
+
+
+def field_error(a, b, sc) -> dict[str, float]:
+    return {k: float(np.max(np.abs(getattr(a, k) - getattr(b, k)))) / sc[k] for k in sc}
+
+
+def rank_heads(rng, H, d, k, symmetric=False, scale=1.5):
+    h = Heads.random_rank(H, d, k, rng, scale=scale)
+    if symmetric:  # Q = K: A_h = Q_hᵀ Q_h symmetric (one call, no swapped sums)
+        h = Heads(h.Q, h.Q, None, h.w, WV=h.WV, WO=h.WO)
+    return h
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("H", [1, 4])
+@pytest.mark.parametrize("k", [1, 16])
+def test_rank_field_equals_full_matrix(rng, H, k, symmetric):
+    d, n = 64, 40
+    heads = rank_heads(rng, H, d, k, symmetric)
+    assert heads.is_symmetric() == symmetric
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    got = evaluate(x, heads, attn)
+    want = evaluate(x, full_of(heads), attn)
+    assert got.Y is None and want.Y is not None  # formed at rank r + k < d: no full Y
+    err = field_error(got, want, scales(heads, want))
+    tol = tolerance(n, d, H)
+    assert max(err.values()) <= tol, (err, tol)
+    for key in ("bhat", "hmZ"):
+        assert np.allclose(getattr(got, key), getattr(want, key), rtol=tol, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["usa", "relu"])
+def test_rank_field_other_kinds(rng, kind):
+    d, n, H, k = 64, 30, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention(kind, 1.0)
+    got, want = evaluate(x, heads, attn), evaluate(x, full_of(heads), attn)
+    err = field_error(got, want, scales(heads, want))
+    assert max(err.values()) <= tolerance(n, d, H), err
+
+
+def test_perturbed_factor_is_caught(rng):
+    """Negative control: a relative change of 1e-6 in one entry of ``W_O`` is caught."""
+    d, n, H, k = 64, 40, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    want = evaluate(x, full_of(heads), attn)
+    WO = np.array(heads.WO)
+    WO[1, 5, 3] *= 1.0 + 1e-6
+    bad = evaluate(x, heads.with_(WV=heads.WV, WO=WO), attn)
+    err = field_error(bad, want, scales(heads, want))
+    assert err["f"] > 100 * tolerance(n, d, H), err
+
+
+def today_field(x, heads, attn):
+    """The field as computed before values of rank r (full-width sums, V applied after)."""
+    m = np.full(x.shape[0], 1.0 / x.shape[0])
+    kw = {"beta": attn.beta, "kind": attn.kind}
+    s = kernel_sums(x, x, m, heads.Q, heads.K, potential=True, **kw)
+    AY = np.einsum("hij,hmj->hmi", heads.A, s.Y)
+    if heads.is_symmetric():
+        grad = AY
+    else:
+        t = kernel_sums(x, x, m, heads.K, heads.Q, **kw)
+        grad = 0.5 * (AY + np.einsum("hji,hmj->hmi", heads.A, t.Y))
+    VY = np.einsum("hij,hmj->hmi", heads.V, s.Y)
+    f = VY / s.Z[:, :, None]
+    v = np.einsum("h,hmd->md", heads.w, f)
+    v = v - np.sum(v * x, axis=1)[:, None] * x
+    return s.Z, s.Y, s.Phi, f, grad, v
+
+
+@pytest.mark.parametrize("make", ["full", "rank_d"])
+def test_full_rank_heads_bit_for_bit(rng, make):
+    """Heads given by ``V``, and factors with ``r + k ≥ d``, are today's computation exactly."""
+    d, n, H = 64, 30, 4
+    if make == "full":
+        heads = full_of(rank_heads(rng, H, d, 16))
+    else:  # r = k = d: no saving at rank, the full-width path with V = W_O W_V
+        heads = rank_heads(rng, H, d, d, scale=1.0)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 1.5)
+    fe = evaluate(x, heads, attn)
+    Z, Y, Phi, f, grad, v = today_field(x, heads, attn)
+    for a, b in ((fe.Z, Z), (fe.Y, Y), (fe.Phi, Phi), (fe.f, f), (fe.grad_psi, grad),
+                 (fe.v, v)):
+        assert np.array_equal(a, b)
+
+
+class KeepRank(Static):
+    """Static heads kept at their rank (``Static.of`` stores ``V`` in ``θ``, at full width)."""
+
+    def __init__(self, heads: Heads) -> None:
+        param, theta = Static.of(heads).param, Static.of(heads).theta0
+        super().__init__(param, theta)
+        object.__setattr__(self, "_heads", heads)
+
+    def heads_at(self, theta):
+        return self._heads
+
+
+@pytest.mark.parametrize("H,k", [(1, 1), (4, 16)])
+def test_simulate_rank_trajectory(rng, H, k):
+    """``simulate`` with rank heads (Python loop, sums at rank) equals the full-V run.
+
+    Trajectory tolerance: the per-evaluation error (module docstring) accumulated over the
+    ``4 S`` RK4 stages of ``S`` steps; ``dt · L`` with ``L ~ β ‖A‖ ‖V‖ ≲ 10`` keeps the
+    growth factor ``e^{L T} ≤ e^{0.5}`` at ``T = 0.05``: ``4 S · tol · e^{0.5} ·`` scale.
+    """
+    d, n = 64, 24
+    heads = rank_heads(rng, H, d, k)
+    x0 = sphere(rng, n, d)
+    attn = Attention("softmax", 1.0)
+    T, dt = 0.05, 0.01
+    got = simulate(x0, KeepRank(heads), attn, T=T, dt=dt, integrator="rk4")
+    want = simulate(x0, full_of(heads), attn, T=T, dt=dt, integrator="rk4", engine="python")
+    assert got.status == want.status == "success"
+    S = round(T / dt)
+    sc = scales(heads, evaluate(x0, full_of(heads), attn))["v"] * T
+    err = float(np.max(np.abs(got.x[0] - want.x[0])))
+    tol = 4 * S * tolerance(n, d, H) * np.exp(0.5) * sc
+    assert err <= tol, (err, tol)
+    assert np.allclose(got.history["E"], want.history["E"], rtol=1e-12, atol=0)
+
+
+def test_rank_heads_leave_compiled_loop_with_reason(rng):
+    """Rank heads at d > 3 run on the Python loop (at rank), the reason recorded."""
+    heads = rank_heads(rng, 4, 64, 16)
+    x0 = sphere(rng, 12, 64)
+    res = simulate(x0, KeepRank(heads), Attention("softmax", 1.0), T=0.02, dt=0.01)
+    assert res.extra["engine"] == "python"
+    from wflow.particles.compiled import compiled_support
+    from wflow.particles.options import ParticleOptions
+
+    opts = ParticleOptions(T=0.02, dt=0.01)
+    sch = Static.of(heads)  # (stores V at full width: the compiled loop applies)
+    assert compiled_support(x0, sch, Attention(), opts) is None
+    object.__setattr__(sch, "heads_at", lambda theta: heads)  # a Static keeping the rank
+    why = compiled_support(x0, sch, Attention(), opts)
+    assert why is not None and "rank 16" in why, why
+
+
+def test_velocity_only_evaluation(rng):
+    """``gradient=False`` (integrator stages): the same ``v``, bit for bit for heads given by
+    ``V`` (the swapped sums only feed ``∇ψ``); at rank (width ``r``, not ``r + k``) to the
+    tolerance of the module docstring."""
+    d, n, H, k = 64, 30, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 1.0)
+    full = full_of(heads)
+    fv = evaluate(x, full, attn, gradient=False)
+    assert fv.grad_psi is None and np.array_equal(fv.v, evaluate(x, full, attn).v)
+    rv = evaluate(x, heads, attn, gradient=False)
+    err = float(np.max(np.abs(rv.v - fv.v)))
+    assert err <= tolerance(n, d, H) * scales(heads, fv)["v"], err
+
+
+def test_float32_field_within_its_estimate(rng):
+    """``dtype="float32"``: the velocity within the kernel's a-priori float32 estimate.
+
+    ``err_est`` bounds each sum relative to ``Z_i`` (``Z_i max|y|`` for ``Y``); the head
+    output ``f = W_O Y / Z`` then carries twice that on the scale of the absolute terms,
+    the velocity the weighted sum of the heads (``scales``). Controls: ``float64`` is
+    today's field bit for bit, and the float32 field is not the float64 one (an error
+    above float64's ``8 (N + 2d + H) ε`` scale, so a silent float64 path is caught).
+    """
+    from wflow.kernels import KernelLog
+
+    d, n, H, k = 64, 60, 4, 16
+    heads = rank_heads(rng, H, d, k)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    log = KernelLog()
+    f32 = evaluate(x, heads, attn, dtype="float32", log=log)
+    f64 = evaluate(x, heads, attn)
+    assert np.array_equal(evaluate(x, heads, attn, dtype="float64").v, f64.v)
+    est = log.max_err_est
+    assert log.last.dtype == "float32"
+    sc = scales(heads, f64)
+    err = float(np.max(np.abs(f32.v - f64.v)))
+    assert err <= 2 * est * sc["v"], (err, est)
+    assert err > tolerance(n, d, H) * sc["v"], err
