@@ -215,3 +215,26 @@ def test_the_main_jobs_ot_cross_check_runs_its_steps_without_error_control(tmp_p
     fv = run_jko_scenario(*args, tau=0.1)  # negative control: the FV run is error-controlled
     assert fv.options.rtol == 1e-2 and fv.checks["tolerance"]["passed"]
     assert fv.stats["steps"] > 2
+
+
+def test_a_masked_attention_is_refused_before_any_step():
+    """The causal model is not a gradient flow: no JKO step (``attention.mask`` named)."""
+    tri, g, m0 = problem()
+    heads = USA[0]
+    for attn in (Attention("usa", 2.0, mask="causal"),
+                 Attention("usa", 2.0, mask="causal", bias={"type": "alibi", "slope": 0.1})):
+        with pytest.raises(ScenarioError, match=r"attention\.mask: the JKO scheme"):
+            solve_jko(m0, heads, attn, points=g.centres, areas=g.areas,
+                      options=JKOOptions(T=0.1, tau=0.1), mesh=tri)
+    from wflow.jko import auto_step, iterate_jko
+
+    attn = Attention("usa", 2.0, mask="causal_strict")
+    with pytest.raises(ScenarioError, match=r"attention\.mask: the JKO scheme"):
+        next(iterate_jko(g.centres, g.areas, m0, heads, attn, mesh=tri,
+                         options=JKOOptions(T=0.1, tau=0.1)))
+    with pytest.raises(ScenarioError, match=r"attention\.mask: the JKO scheme's automatic"):
+        auto_step(g.centres, g.areas, m0, heads, attn, options=JKOOptions(T=0.1, tau=0.1))
+    # negative control: mask = "none" is the exchangeable model, run as before
+    res = solve_jko(m0, heads, Attention("usa", 2.0, mask="none"), points=g.centres,
+                    areas=g.areas, options=JKOOptions(T=0.1, tau=0.1, verify=False), mesh=tri)
+    assert res.status == Status.SUCCESS

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..attention.heads import Attention, Heads
+from ..attention.mask import refuse_masked
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
@@ -183,6 +184,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         The options with ``tau`` (and ``eps``) set, and the record of the choice
         (``rule``, ``h``, ``vmax``, ``tau``, ``cells_per_step = τ|v|_max/h``, ``eps``).
     """
+    refuse_masked(attn, "the JKO scheme's automatic step")
     x, a, m = _prepare(points, areas, mass0)
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     fe = evaluate(x, schedule.heads_at(schedule.initial_theta()), attn, m=m)
@@ -269,6 +271,7 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     its error norm per unit step ``‖e‖T/h <= 1``. ``tau`` is the first and largest step;
     the steps land on every jump time of the weights. Otherwise the steps are ``t_k = kτ``.
     """
+    refuse_masked(attn, "the JKO scheme (a minimising movement of the energy)")
     opts = _resolve_scheme(options or JKOOptions(), mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)
     x, a, m = _prepare(points, areas, mass0)
@@ -422,6 +425,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
         opts = replace(opts, **kwargs)
     opts = _resolve_scheme(opts, mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)  # before any computing
+    refuse_masked(attn, "the JKO scheme (a minimising movement of the energy)")
     check_tolerance_scheme(opts, mesh_given=mesh is not None)
     tol = opts.tolerance
     scheme = SCHEMES.resolve(opts.scheme)
