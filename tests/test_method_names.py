@@ -7,9 +7,9 @@ restates its knowledge elsewhere and silently misreads a user's object. The scan
 AST of every module of ``wflow/`` and flags a comparison (``==``, ``!=``, ``in``,
 ``not in``) between a *method slot* (a name or attribute ``kind``, ``integrator``,
 ``time_integrator``, ``limiter``, ``scheme``, or their ``.name``) and a string literal (or a
-tuple/list/set of them) that is a registered name. The known remaining sites live in files
-other engineers are rewriting (issue 39): they are listed in :data:`PENDING` with their
-count, which may only go down (a fixed site must be removed from the list).
+tuple/list/set of them) that is a registered name. A site left in a file
+another engineer is rewriting would be listed in :data:`PENDING` with its count, which may
+only go down (a fixed site must be removed from the list); none is left.
 """
 
 from __future__ import annotations
@@ -31,13 +31,9 @@ WFLOW = Path(__file__).resolve().parents[1] / "wflow"
 SLOTS = frozenset({"kind", "integrator", "time_integrator", "limiter", "scheme",
                    "schedule_type"})
 
-#: Sites left in files of another branch of issue 39 (refactor-spec: the JKO's cost model
-#: and its options' applicability check). ``file -> count``; the scan fails on any other
-#: site and on a count that grew.
-PENDING: dict[str, int] = {
-    "jko/estimate.py": 1,         # scheme == "ot" (the OT step's cost)
-    "jko/options.py": 1,          # check_applicable: scheme != "ot" (the OT cross-check)
-}
+#: Sites left in files other engineers are rewriting, ``file -> count``; the scan fails on
+#: any other site and on a count that grew. Empty: no method name is compared as a string.
+PENDING: dict[str, int] = {}
 
 
 def method_names() -> frozenset[str]:

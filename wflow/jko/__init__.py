@@ -18,8 +18,10 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.jko.fv` — the finite-volume (Benamou–Brenier) step (``scheme = "fv"``), on the
   circumcentric dual geometry of :mod:`wflow.geometry.mesh.dual`;
 * :mod:`~wflow.jko.zonal` — the exact JKO step of zonal problems (a test reference);
-* :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator), :func:`solve_jko` and
-  :class:`JKOResult`;
+* :mod:`~wflow.jko.solver` — :func:`iterate_jko` (generator) and :func:`solve_jko`;
+* :mod:`~wflow.jko.result` — :class:`JKOResult` and the verdicts of a finished run;
+* :mod:`~wflow.jko.accuracy` — error control: the step-doubling estimate against
+  ``rtol``/``atol`` and the verdict of a run;
 """
 
 from .cost import cost_matrix, pair_mobility

@@ -7,10 +7,12 @@ is :func:`~wflow.jko.options.auto_steps_bound` (the one definition of that bound
 
 from __future__ import annotations
 
+from ..infra.accuracy import Tolerance
 from ..infra.estimate import Estimate, estimate_w2
 from ..particles.estimate import PAIR_SECONDS
 from ..pde.estimate import PDE_PAIR_SECONDS
-from .options import JKOTable
+from .options import AutoSteps, JKOTable
+from .schemes import SCHEMES, JKOScheme
 
 __all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko", "estimate_run"]
 
@@ -28,8 +30,8 @@ STARTUP_SECONDS = 1.8
 
 def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
                  max_pairs: int = 50_000_000, dense_ot_max_cells: int = 6000,
-                 scheme: str = "fv", verify_max_cells: int = 2500, what: str = "jko",
-                 startup: bool = True) -> Estimate:
+                 scheme: str | JKOScheme = "fv", verify_max_cells: int = 2500, what: str = "jko",
+                 startup: bool = True, work: float = 1.0) -> Estimate:
     """Estimate of ``wflow jko``: ``steps`` steps on ``cells`` cells.
 
     Every scheme keeps the density of every step: ``8 M (steps + 1)`` bytes (at ``T/τ =
@@ -42,20 +44,24 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     memory, the candidate pairs ``24 min(M², max_pairs)`` and a dense transport problem
     ``24 M²`` (cost, plan, work) when ``M <= dense_ot_max_cells``; time per step
     ``inner`` oracle calls of ``min(M², max_pairs)`` pair costs plus ``M² H`` kernel pairs.
+    ``work``: step solves per kept step (error control: 1.5 adaptive, 3 for fixed steps
+    judged by the run at ``τ/2``; :func:`estimate_run`).
     """
     M = float(cells)
     parts = {"libraries": float(BASELINE_BYTES)} if startup else {}
     # the density of every step is kept (history, density.npz): 8 M bytes a step
     parts["stored densities"] = 8.0 * M * (float(steps) + 1.0)
-    if scheme == "ot":
+    # the scheme's own cost model: transport over candidate pairs (the OT step) or the
+    # finite-volume step; "auto" is the FV step (the scenario jobs always give the mesh)
+    if SCHEMES.resolve(scheme, "jko.scheme").resolve(mesh_given=True).candidate_pairs:
         pairs = min(M * M, float(max_pairs))
         parts["candidate pairs"] = 24.0 * pairs
         if M <= dense_ot_max_cells:
             parts["dense transport problem"] = 24.0 * M * M
-        secs = steps * inner * (pairs * 10 * PAIR_SECONDS + M * M * H * PAIR_SECONDS)
+        secs = work * steps * inner * (pairs * 10 * PAIR_SECONDS + M * M * H * PAIR_SECONDS)
     else:
         parts["finite-volume graph"] = 2000.0 * M
-        secs = steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
+        secs = work * steps * (FV_CELL_SECONDS * M + inner / 3 * M * M * H * PDE_PAIR_SECONDS)
         if M <= verify_max_cells:
             ref = estimate_w2(int(M), int(M), calls=int(steps), what="referee W2",
                               dense_max_points=dense_ot_max_cells)
@@ -69,13 +75,38 @@ def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
     """:func:`estimate_jko` of a run of the ``[jko]`` table on ``cells`` cells, ``H`` heads.
 
     Steps: the table's step rule on this mesh (``T/τ``, or the bound of ``tau = "auto"``,
-    :func:`~wflow.jko.options.auto_steps_bound`); the POT referee as ``verify`` says
-    (``None``: up to ``verify_max_cells``).
+    :func:`~wflow.jko.options.auto_steps_bound`, with the token diffusion's steps); the POT
+    referee as ``verify`` says (``None``: up to ``verify_max_cells``).
+
+    * **Token diffusion** ``D > 0`` under ``tau = "auto"``: the heat flow's steps
+      ``T·4D/(3h)²`` (:func:`~wflow.jko.options.auto_tau`). Where they more than double the
+      noiseless rule's, the estimate names ``attention.diffusion`` (and ``jko.tau``), so
+      that a run refused for its cost (:func:`~wflow.infra.estimate.check_estimate`: memory,
+      or above an hour in batch mode) says which key made it absurd.
+    * **Error control** (``rtol``/``atol``): fixed steps cost ``3×`` (the run at ``τ/2``
+      judges it); adaptive steps are the controller's, at least the rule's and about
+      ``T/rtol`` for a first-order scheme (measured ``0.4–5.7 · T/rtol`` on 320 cells,
+      one USA head and two softmax heads), at ``1.5`` step solves a kept step.
     """
     s = table.settings
     verify = s["verify"]
-    return estimate_jko(cells=int(cells), H=int(H), steps=float(table.steps_bound(cells)),
+    steps = float(table.steps_bound(cells))
+    what, work = "jko", 1.0
+    D = table.diffusion
+    if D > 0 and isinstance(table.step, AutoSteps):
+        quiet = float(table.step.steps_bound(table.T, cells))
+        if steps > 2.0 * quiet:
+            what = (f"jko (tau = \"auto\" with the token diffusion attention.diffusion = "
+                    f"{D:g}: {steps:.3g} steps, {steps / quiet:.3g}x the noiseless rule's; "
+                    "give jko.tau or a smaller D)")
+    if s.get("rtol") is not None or s.get("atol") is not None:
+        if s.get("adaptive", True):
+            rtol = s.get("rtol") or Tolerance().rtol
+            steps, work = max(steps, table.T / float(rtol)), 1.5
+        else:
+            work = 3.0
+    return estimate_jko(cells=int(cells), H=int(H), steps=steps, what=what, work=work,
                         max_pairs=s["max_pairs"], dense_ot_max_cells=s["dense_ot_max_cells"],
-                        scheme="ot" if s["scheme"] == "ot" else "fv",
+                        scheme=s["scheme"],
                         verify_max_cells=(0 if verify is False else
                                           int(cells) if verify else s["verify_max_cells"]))

@@ -24,6 +24,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("stats.time_per_inner_iter", "wall time per inner iteration", "s", where=_J),
     K("stats.locked_steps", "locked JKO steps", "count", where=_J),
     K("stats.tau_rule.*", "how τ was chosen (as jko_tau.*)", "as named", where=_J),
+    K("jko_tau.diffusive_cells_per_step", "token diffusion D > 0: √(4Dτ)/h, the heat "
+      "flow's spread in one step, in cells (the automatic τ keeps it near 3)", "1", "≥ 0",
+      _J + ", wflow run"),
     K("steps.*", "the history column of every JKO step (see the CSV columns)",
       "as the column", where=_J),
     K("edi_sum", "Σ_k edi_k, the JKO's summed EDI residual, absolute and signed (the "
@@ -41,6 +44,20 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("balance.free_dissipation_int", "token diffusion D > 0: ∫ I dt, the relative Fisher "
       "information integrated (JKO: trapezoid of I_h over the steps)", "energy", "≥ 0",
       _J + ", wflow pde"),
+    # error control (jko.rtol / jko.atol, wflow.jko.accuracy)
+    K("stats.rtol", "with error control: the relative tolerance of the cell densities", "1",
+      where=_J),
+    K("stats.atol", "with error control: the absolute tolerance of the cell densities",
+      "1/sr", where=_J),
+    K("stats.adaptive", "with error control: the steps were the controller's (else τ, "
+      "judged)", "bool", where=_J),
+    K("stats.accepted_steps", "with error control: the steps kept", "count", where=_J),
+    K("stats.error_rejected_steps", "with error control: step pairs the controller "
+      "rejected", "count", where=_J),
+    K("stats.error_estimate", "with error control: the estimated error of ρ(T) in units "
+      "of the tolerance (≤ 1: met)", "1", "≥ 0", _J),
+    K("checks.tolerance.*", "with error control: the verdict against rtol/atol (estimate, "
+      "passed, order, tau_meeting: the step that would meet it)", "as named", where=_J),
     K("checks.*.judged", "false: the check is recorded, not judged (token diffusion: the "
       "noiseless EDI or chain rule; softmax heads: the free-energy defect)", "bool",
       where=_J + ", wflow pde, wflow particles"),
@@ -88,6 +105,9 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
       "(included in W2sq)", "rad²", "≥ 0"),
     K("entropy_newton", "token diffusion D > 0: Newton iterations of the entropy sub-step",
       "count"),
+    K("tau", "with error control: the step into t_k (0 at t_0)", "time", "≥ 0"),
+    K("error_norm", "with error control: the local-error norm of the step pair ending at "
+      "t_k, in units of the tolerance (0 on a pair's first half)", "1", "≥ 0"),
     K("support", "cells with positive mass", "count"),
     K("step_time", "wall time of the step", "s"),
 )

@@ -16,6 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
+from ..infra.accuracy import MIN_RTOL, Tolerance
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -25,6 +26,7 @@ __all__ = [
     "TAU_CELLS_FV",
     "auto_tau",
     "auto_steps_bound",
+    "DIFFUSIVE_SPREAD",
     "MOBILITY_MEANS",
     "OT_METHODS",
     "INNER_SOLVERS",
@@ -43,6 +45,8 @@ __all__ = [
     "jko_table_from_dict",
     "check_applicable",
     "check_diffusion_scheme",
+    "check_tolerance_scheme",
+    "CROSSCHECK_SCHEME",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,11 +80,26 @@ TAU_CELLS = 3.0
 TAU_CELLS_FV = 3.0
 
 
+#: The scheme the main job also runs as its cross-check (``check_applicable(crosscheck=True)``).
+CROSSCHECK_SCHEME = "ot"
+
+
 class JKOWarning(UserWarning):
     """An inner solve missed its tolerance, or steps locked (the run is kept and reported)."""
 
 
-def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS) -> float:
+#: The heat kernel's mean squared displacement on a surface is ``DIFFUSIVE_SPREAD · D t``
+#: (``2 × dimension``, the dimension of ``S²`` being 2; :func:`auto_tau`).
+DIFFUSIVE_SPREAD = 4.0
+
+
+def _diffusive_steps(T: float, h: float, diffusion: float, cells: float) -> float:
+    """``T · 4D/(cells·h)²``: the steps that keep the diffusive spread ``√(4Dτ)`` at ``cells·h``."""
+    return T * DIFFUSIVE_SPREAD * diffusion / (cells * h) ** 2
+
+
+def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS,
+             diffusion: float = 0.0) -> float:
     """The automatic JKO step: ``τ = T/N``, ``N = max(1, round(T |v|_max / (cells · h)))``.
 
     The number of steps dividing ``T`` nearest to ``τ |v|_max = cells · h`` (``h`` the
@@ -92,23 +111,48 @@ def auto_tau(T: float, h: float, vmax: float, *, cells: float = TAU_CELLS) -> fl
     agrees with the PDE at first order in ``τ`` once ``τ |v|_max >~ 3h``. Under joint
     refinement ``h ∝ τ`` the JKO-vs-PDE distance then shrinks at first order (measured on
     the main job's default: 0.39, 0.26, 0.19 for τ = 1, 2/3, 1/2).
+
+    **Token diffusion** ``D > 0`` moves mass too, by the heat flow: in a step ``τ`` the
+    heat kernel of the surface spreads it by ``√(4Dτ)`` (mean squared displacement
+    ``2·dim·Dτ``, ``dim = 2``), whatever the drift. The same resolution asks
+    ``√(4Dτ) <~ cells · h``, i.e. ``τ <~ τ_D = (cells·h)²/(4D)``, the diffusive time scale
+    of ``cells`` cells. The two rates add (the Fokker–Planck velocity is
+    ``v − D∇log ρ``; neither may cross more than ``cells`` cells in a step)::
+
+        N = max(1, round(T |v|_max/(cells·h) + T·4D/(cells·h)²)).
+
+    With ``|v|_max = 0`` (a uniform start) the diffusive term alone sets the step, where
+    the noiseless rule would take one step of ``T``. The FV step's entropy sub-step is
+    implicit, so this is an accuracy rule, not a stability bound. ``D = 0``: the
+    noiseless rule, bit for bit.
     """
     if not (T > 0 and h > 0 and math.isfinite(vmax) and vmax >= 0):
         raise ValueError(f"auto_tau: needs T > 0, h > 0 and a finite speed, got T = {T!r}, "
                          f"h = {h!r}, |v|_max = {vmax!r}")
-    n = max(1, math.floor(T * vmax / (cells * h) + 0.5))
+    if not (math.isfinite(diffusion) and diffusion >= 0):
+        raise ValueError(f"auto_tau: needs a finite diffusion D >= 0, got {diffusion!r}")
+    if diffusion > 0:
+        n = max(1, math.floor(T * vmax / (cells * h) + _diffusive_steps(T, h, diffusion, cells)
+                              + 0.5))
+    else:
+        n = max(1, math.floor(T * vmax / (cells * h) + 0.5))
     return T / n
 
 
-def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS) -> int:
+def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS,
+                     diffusion: float = 0.0) -> int:
     """The most steps :func:`auto_tau` takes on a sphere mesh of ``cells`` cells, before any runs.
 
     ``N = max(1, ⌈T / (per_step · h)⌉)`` with ``h = √(4π / cells)`` (the mean cell size of
     the unit sphere) and ``|v|_max <= 1``: the step count the cost estimates use while
     ``tau = "auto"`` is not yet resolved on the mesh (:func:`auto_tau` rounds
-    ``T |v|_max / (per_step · h)``, at most this for unit speeds).
+    ``T |v|_max / (per_step · h)``, at most this for unit speeds). With token diffusion
+    ``D > 0`` the diffusive steps ``T·4D/(per_step·h)²`` are added, as :func:`auto_tau` does.
     """
     h = math.sqrt(4 * math.pi / max(cells, 1))
+    if diffusion > 0:
+        return max(1, math.ceil(T / (per_step * h)
+                                + _diffusive_steps(T, h, diffusion, per_step)))
     return max(1, math.ceil(T / (per_step * h)))
 
 
@@ -249,6 +293,22 @@ class JKOOptions:
         ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
         "refuses ``D > 0``. ``0``: today's scheme, bit for bit.",
         check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
+    rtol: float | None = field(default=None, metadata=opt(
+        "Relative tolerance of the cell densities at ``T`` (error control by step "
+        "doubling, :mod:`wflow.jko.accuracy`): each step ``τ`` is judged against two steps "
+        "``τ/2``, and the local errors are kept within ``rtol`` per unit time so that the "
+        "error at ``T`` meets it. The first and largest step is ``tau``. Schemes that "
+        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``). "
+        "``None`` (with ``atol`` unset): today's steps, bit for bit.",
+        check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
+    atol: float | None = field(default=None, metadata=opt(
+        "Absolute tolerance of the cell densities (units of ``ρ``, per steradian); "
+        "``None``: ``1e-6`` when ``rtol`` is set.", check=number(0), type="float or None"))
+    adaptive: bool = field(default=True, metadata=opt(
+        "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
+        "the steps ``tau`` and judges the run by the same estimate (the run repeated at "
+        "``tau/2``; status ``inaccurate`` with the ``tau`` that would meet the tolerance).",
+        check=boolean))
     progress: bool | None = field(default=None, metadata=opt(
         "tqdm progress bar (``None``: only on a terminal).", toml=False,
         reason="the command line's ``--progress``"))
@@ -264,8 +324,15 @@ class JKOOptions:
                              f"got T = {self.T!r} (T/τ = {n:.6g})")
 
     @property
+    def tolerance(self) -> Tolerance | None:
+        """The requested accuracy (``None``: no error control, today's steps)."""
+        given = {k: float(v) for k, v in (("rtol", self.rtol), ("atol", self.atol))
+                 if v is not None}
+        return Tolerance(key="jko", **given) if given else None
+
+    @property
     def steps(self) -> int:
-        """Number of JKO steps ``T/τ``."""
+        """Number of JKO steps ``T/τ`` (with error control: of the largest step ``τ``)."""
         return int(round(self.T / self.tau))
 
     @property
@@ -301,22 +368,45 @@ def check_applicable(opts: JKOOptions, given: Iterable[str], *, crosscheck: bool
     a command-line flag). ``warn=False``: refuse only (the scenario's load, whose command
     may not run the table; the job that runs it warns).
     """
-    scheme = "fv" if opts.scheme == "auto" else opts.scheme
+    chosen = SCHEMES.resolve(opts.scheme, label.format("scheme"))
+    ran = chosen.resolve(mesh_given=True)
     vals = {f.name: getattr(opts, f.name) for f in fields(opts)}
-    bad = inapplicable(JKOOptions, {**vals, "scheme": scheme}, given)
-    if crosscheck and scheme != "ot":
-        also = inapplicable(JKOOptions, {**vals, "scheme": "ot"}, given)
+    bad = inapplicable(JKOOptions, {**vals, "scheme": ran.name}, given)
+    cross = SCHEMES.get(CROSSCHECK_SCHEME) if crosscheck else None
+    if cross is not None and cross is not ran:
+        also = inapplicable(JKOOptions, {**vals, "scheme": cross.name}, given)
         bad = {k: v for k, v in bad.items() if k in also}
     defaults = {f.name: f.default for f in fields(JKOOptions) if f.default is not MISSING}
-    why = " ('auto' is 'fv' on a mesh)" if opts.scheme == "auto" else ""
+    why = f" ({chosen.name!r} is {ran.name!r} on a mesh)" if ran is not chosen else ""
+    check_tolerance_scheme(opts, mesh_given=True, label=label)
     for key, cond in bad.items():
         line = (f"{label.format(key)}: applies only with {cond}, and this run's scheme is "
-                f"{scheme!r}{why}")
+                f"{ran.name!r}{why}")
         if vals[key] != defaults.get(key):
             raise ScenarioError(f"{line}: it would be ignored; remove it or set the scheme "
                                 f"(jko.scheme, --scheme)")
         if warn:
             logger.warning("%s; its value %r (the default) has no effect", line, vals[key])
+
+
+def check_tolerance_scheme(opts: JKOOptions, *, mesh_given: bool = True,
+                           label: str = "jko.{}") -> None:
+    """Refuse ``rtol``/``atol`` with a scheme whose step has no error estimate.
+
+    Step doubling needs a step that is a smooth function of ``τ``: the scheme declares it
+    (:attr:`~wflow.jko.schemes.JKOScheme.error_control`; the FV step). The OT step locks
+    when ``τ|v| <~ h/2``, so a shrinking step would read as zero error. Raises
+    :class:`~wflow.infra.schema.ScenarioError` naming the key (exit status 2).
+    """
+    if opts.tolerance is None:
+        return
+    scheme = SCHEMES.resolve(opts.scheme).resolve(mesh_given=mesh_given)
+    if not scheme.error_control:
+        key = "rtol" if opts.rtol is not None else "atol"
+        raise ScenarioError(
+            f"{label.format(key)}: error control needs a scheme whose step is smooth in τ; "
+            f"the JKO scheme {scheme.name!r} has no step-doubling estimate (the OT step "
+            "locks when τ|v| <~ h/2); use jko.scheme = 'fv' or leave rtol/atol unset")
 
 
 def check_diffusion_scheme(opts: JKOOptions, *, mesh_given: bool = True,
@@ -345,8 +435,8 @@ class FixedTau:
 
     tau: float
 
-    def steps_bound(self, T: float, cells: int) -> int:
-        """The steps of the run: ``T/τ`` (whatever the mesh)."""
+    def steps_bound(self, T: float, cells: int, diffusion: float = 0.0) -> int:
+        """The steps of the run: ``T/τ`` (whatever the mesh and ``D``)."""
         return int(round(T / self.tau))
 
     def describe(self) -> str:
@@ -365,9 +455,9 @@ class AutoSteps:
 
     cells_per_step: float = TAU_CELLS
 
-    def steps_bound(self, T: float, cells: int) -> int:
+    def steps_bound(self, T: float, cells: int, diffusion: float = 0.0) -> int:
         """The most steps the rule takes on ``cells`` cells (:func:`auto_steps_bound`)."""
-        return auto_steps_bound(T, cells, per_step=self.cells_per_step)
+        return auto_steps_bound(T, cells, per_step=self.cells_per_step, diffusion=diffusion)
 
     def describe(self) -> str:
         """The rule in words."""
@@ -414,8 +504,13 @@ class JKOTable:
         return JKOOptions(**{**self.settings, "T": self.T, "tau": float(tau), **changes})
 
     def steps_bound(self, cells: int) -> int:
-        """The steps of the run on ``cells`` cells (the most, for ``tau = "auto"``)."""
-        return self.step.steps_bound(self.T, cells)
+        """The steps of the run on ``cells`` cells (``tau = "auto"``: the most, with ``D``)."""
+        return self.step.steps_bound(self.T, cells, self.diffusion)
+
+    @property
+    def diffusion(self) -> float:
+        """The token diffusion ``D`` the table runs with (0 unless a job set it)."""
+        return float(self.settings.get("diffusion") or 0.0)
 
     def unresolved_options(self, **changes: Any) -> JKOOptions:
         """The options the checks run on before the mesh resolves the step rule.
@@ -444,6 +539,10 @@ class JKOTable:
         (:func:`check_applicable`, keys named by ``label``, ``"--{}"``: a flag).
         """
         changes = {k: v for k, v in changes.items() if v is not None}
+        for key, v in changes.items():  # each value checked under its own name (a flag)
+            check = JKO_SCHEMA.get(key, (None, None))[1]
+            if check is not None:
+                changes[key] = check(v, label.format(key))
         new = replace(self, T=self.T if T is None else float(T),
                       step=self.step if tau is None else FixedTau(float(tau)),
                       mesh=self.mesh if mesh is None else str(mesh),

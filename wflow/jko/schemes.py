@@ -47,6 +47,14 @@ class JKOScheme(Method):
         An empty cell is impossible for this step: one fails the run.
     lock_advice : str
         The end of the warning about locked steps (what to change).
+    error_control : bool
+        The step is a smooth function of ``τ``, so that one step against two half steps
+        estimates its error (``jko.rtol``/``atol``, :mod:`wflow.jko.accuracy`). ``False``
+        for a step that locks on a fixed mesh (the OT step): it is refused there.
+    candidate_pairs : bool
+        The step searches transport plans over candidate cell pairs: its cost is the OT
+        step's (``O(M²)`` pairs per inner iteration, :func:`wflow.jko.estimate.estimate_jko`),
+        not the finite-volume step's (``O(M)`` per step).
     """
 
     name: str = ""
@@ -55,6 +63,12 @@ class JKOScheme(Method):
     gradient_backend: str | None = None
     empty_cells_fail: bool = False
     lock_advice: str = ""
+    error_control: bool = False
+    candidate_pairs: bool = False
+
+    def order(self) -> int:
+        """Order of the step in ``τ`` (the Richardson estimate's ``q``): 1, minimising movement."""
+        return 1
 
     def resolve(self, mesh_given: bool) -> JKOScheme:
         """The scheme that runs (``auto`` picks one from whether the mesh is given)."""

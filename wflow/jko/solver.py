@@ -40,22 +40,31 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..attention.heads import Attention, Heads
-from ..attention.kinds import get_kind
+from ..attention.mask import refuse_masked
 from ..attention.schedules import as_schedule
 from ..diagnostics import BalanceAccumulator
 from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
+from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
-from ..results import SolverResult, finish_history
-from ..status import JKO_EDI_RTOL, Status, relative_check, worst_status
+from ..results import finish_history
+from ..status import Status
+from .accuracy import doubling_error, fixed_tau_check, tolerance_check, with_step
 from .energy import _check_heads, energy_gradient
 from .fv import fv_free_fisher, fv_slope2
-from .options import JKOOptions, JKOWarning, auto_tau, check_diffusion_scheme
+from .options import (
+    JKOOptions,
+    JKOWarning,
+    auto_tau,
+    check_diffusion_scheme,
+    check_tolerance_scheme,
+)
+from .result import JKOResult, free_balance, judge
 from .schemes import SCHEMES
 from .step import JKOStepInfo
 from .steppers import FVScheme, OTScheme, as_dual
@@ -90,6 +99,13 @@ class JKOState(NamedTuple):
         The step that led here (``None`` for the initial state).
     jump : float
         Energy jump of a weight jump at ``t`` (layers), else 0.
+    dt : float
+        The step that led here (``τ``; with error control, the controller's; 0 at ``t_0``).
+    err : float or None
+        With error control: the local-error norm of the step pair ending here (in units
+        of the tolerance, :func:`wflow.jko.accuracy.doubling_error`; 0 on the first half).
+    rejected : int
+        With error control: the steps the controller rejected so far.
     """
 
     t: float
@@ -99,6 +115,9 @@ class JKOState(NamedTuple):
     terms: dict
     info: JKOStepInfo | None
     jump: float = 0.0
+    dt: float = 0.0
+    err: float | None = None
+    rejected: int = 0
 
 
 def _terms(points: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, schedule: Any,
@@ -155,7 +174,8 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     and ``|v|_max`` the largest surrogate speed ``|v̂|`` at ``t = 0`` over the cells holding
     mass, so that ``τ|v|_max ≈ 3h`` for the OT scheme (off the locking plateau) and, by
     the same rule, for the FV scheme (:data:`~wflow.jko.options.TAU_CELLS_FV` = 3; the FV
-    step accepts any ``τ``). ``ε = h²/min b̂`` (the
+    step accepts any ``τ``); with token diffusion ``D > 0`` the heat flow's steps
+    ``T·4D/(3h)²`` are added (its spread ``√(4Dτ)`` kept at ``3h``). ``ε = h²/min b̂`` (the
     Gibbs kernel of width ``√(ε b̂)`` spans a cell; ``ε ∝ τ²``, so ``ε = o(τ)``).
 
     Returns
@@ -164,6 +184,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
         The options with ``tau`` (and ``eps``) set, and the record of the choice
         (``rule``, ``h``, ``vmax``, ``tau``, ``cells_per_step = τ|v|_max/h``, ``eps``).
     """
+    refuse_masked(attn, "the JKO scheme's automatic step")
     x, a, m = _prepare(points, areas, mass0)
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     fe = evaluate(x, schedule.heads_at(schedule.initial_theta()), attn, m=m)
@@ -171,7 +192,7 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     vmax = float(np.max(speed[m > 0]))
     h = float(np.sqrt(np.mean(a)))
     cells = SCHEMES.resolve(options.scheme).resolve(mesh_given=True).tau_cells
-    tau = auto_tau(options.T, h, vmax, cells=cells)
+    tau = auto_tau(options.T, h, vmax, cells=cells, diffusion=options.diffusion)
     changes: dict[str, Any] = {"tau": tau}
     if eps and options.ot == "sinkhorn":
         changes["eps"] = h * h / float(np.min(fe.bhat))
@@ -181,6 +202,10 @@ def auto_step(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
                     + ("; eps = h²/min b̂" if "eps" in changes else ""),
             "h": h, "vmax": vmax, "tau": tau, "steps": opts.steps,
             "cells_per_step": tau * vmax / h, "eps": opts.epsilon}
+    if options.diffusion > 0:  # the heat flow's spread per step, in cells (auto_tau)
+        info["rule"] += (f"; with token diffusion N = max(1, round(T |v|max / ({cells:g} h) "
+                         f"+ T·4D/({cells:g} h)²)), D = {options.diffusion:g}")
+        info["diffusive_cells_per_step"] = math.sqrt(4.0 * options.diffusion * tau) / h
     return opts, info
 
 
@@ -234,14 +259,27 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     ------
     JKOState
         The initial state, then one per step (``info`` holds the step record).
+
+    Notes
+    -----
+    With ``options.rtol``/``atol`` and ``adaptive`` (the default), the steps are the
+    error controller's (:mod:`wflow.jko.accuracy`): from ``(t, μ)`` one step ``h`` and
+    two steps ``h/2`` are taken, the two halves are kept (both yielded, ``t + h/2`` and
+    ``t + h``) and their local error is the Richardson estimate at the scheme's order
+    ``q`` (:meth:`~wflow.jko.schemes.JKOScheme.order`); a
+    :class:`~wflow.infra.accuracy.StepController` with ``span = T`` accepts a pair when
+    its error norm per unit step ``‖e‖T/h <= 1``. ``tau`` is the first and largest step;
+    the steps land on every jump time of the weights. Otherwise the steps are ``t_k = kτ``.
     """
+    refuse_masked(attn, "the JKO scheme (a minimising movement of the energy)")
     opts = _resolve_scheme(options or JKOOptions(), mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)
     x, a, m = _prepare(points, areas, mass0)
     schedule = as_schedule(heads_or_schedule, deterministic=True)
     tau = opts.tau
     jumps = [float(j) for j in schedule.jump_times if 0 < j < opts.T]
-    for j in jumps:
+    check_tolerance_scheme(opts, mesh_given=mesh is not None)
+    for j in jumps if opts.tolerance is None or not opts.adaptive else ():
         if abs(j / tau - round(j / tau)) > 1e-9 * max(1.0, j / tau):
             raise ValueError(f"jko.tau: the weight schedule jumps at t = {j:g}, which must be "
                              f"a multiple of tau = {tau:g}")
@@ -255,103 +293,83 @@ def iterate_jko(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray,
     sign = _check_heads(heads)
     terms, bhat = _terms(x, m, heads, attn, schedule, theta, 0.0, dual, opts.diffusion)
     run = scheme.prepare(x, a, m, dual, heads, attn, opts)
-    yield JKOState(0.0, 0, m, heads, terms, None)
-    for k in range(opts.steps):
-        t = k * tau
-        _, theta_new = schedule.advance(theta, t, tau, None)
+    yield JKOState(0.0, 0, m, heads, terms, None, dt=0.0)
+
+    def advance(m: np.ndarray, theta: np.ndarray, t: float, h: float
+                ) -> tuple[np.ndarray, JKOStepInfo, np.ndarray, Heads]:
+        """One step of size ``h`` from ``(t, μ)``: ``(m_new, info, θ(t + h), heads)``."""
+        _, theta_new = schedule.advance(theta, t, h, None)
         heads_new = schedule.heads_at(theta_new)
         if _check_heads(heads_new) != sign:
             raise ValueError(f"schedule: the value alignment of the heads changed sign at "
-                             f"t = {t + tau:g}")
+                             f"t = {t + h:g}")
         # lagged mobility b̂[μ_k] (heads of t_{k+1}: the step's metric), stopping scale
         fe = evaluate(x, heads_new, attn, m=m)
         s2 = slope_terms(x, m, fe, heads_new, fe.vhat).slope2
         e = float(heads_new.w @ head_energies(fe, m, attn))
         bh = fe.bhat if step_mobility is None else np.asarray(step_mobility(fe.bhat), float)
-        m_new, info = scheme.step(run, m, heads_new, attn, opts, fe=fe, sign=sign, bhat=bh,
+        o = opts if h == opts.tau else with_step(opts, h)
+        m_new, info = scheme.step(run, m, heads_new, attn, o, fe=fe, sign=sign, bhat=bh,
                                   slope2=s2, energy=e)
-        if not info.converged:
-            warnings.warn(scheme.unconverged(k + 1, t + tau, tau, info, opts), JKOWarning,
-                          stacklevel=2)
-        theta, heads = theta_new, heads_new
-        t_new = (k + 1) * tau
         if not np.all(np.isfinite(m_new)):
-            raise FloatingPointError(f"jko: non-finite cell masses at t = {t_new:.6g}")
-        m = m_new
-        terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
-                                  opts.diffusion)
+            raise FloatingPointError(f"jko: non-finite cell masses at t = {t + h:.6g}")
+        return m_new, info, theta_new, heads_new
+
+    def land(k: int, t_new: float, h: float, m: np.ndarray, info: JKOStepInfo,
+             theta: np.ndarray, heads: Heads, **extra: Any) -> tuple[JKOState, np.ndarray]:
+        """The state after a kept step (a weight jump at ``t_new`` applied)."""
+        if not info.converged:
+            warnings.warn(scheme.unconverged(k, t_new, h, info, opts), JKOWarning,
+                          stacklevel=3)
+        terms, _ = _terms(x, m, heads, attn, schedule, theta, t_new, dual, opts.diffusion)
         jump = 0.0
         if any(abs(t_new - j) <= 1e-9 * max(1.0, t_new) for j in jumps):
             E_before = terms["E"]
             theta = schedule.after_jump(theta, t_new)
             heads = schedule.heads_at(theta)
-            terms, bhat = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
-                                  opts.diffusion)
+            terms, _ = _terms(x, m, heads, attn, schedule, theta, t_new, dual,
+                              opts.diffusion)
             jump = terms["E"] - E_before
-        yield JKOState(t_new, k + 1, m, heads, terms, info, jump)
+        return JKOState(t_new, k, m, heads, terms, info, jump, dt=h, **extra), theta
 
-
-# =============================================================================== result
-@dataclass(frozen=True)
-class JKOResult(SolverResult):
-    """Result of :func:`solve_jko` (the fields of :class:`~wflow.results.SolverResult`, and).
-
-    Attributes
-    ----------
-    status : Status
-        ``SUCCESS``; ``NOT_CONVERGED`` (some inner solve missed its tolerance; the
-        sequence is complete and reported); ``INACCURATE`` (the summed EDI residual
-        exceeds :data:`wflow.status.JKO_EDI_RTOL` of the dissipation); ``LOCKED``
-        (every step left the measure unchanged although the slope was not zero); or
-        ``FAILED``. ``message`` gives every reason (also partial locking).
-    message : str
-    options : JKOOptions
-    order : int
-        1: the scheme is first order in ``τ``.
-    t : (K+1,) array
-        ``t_k = kτ``.
-    masses : (K+1, M) array
-        Cell masses ``μ_k``.
-    rho : (K+1, M) array
-        Densities ``μ_k / |K|``.
-    history : dict of arrays
-        Per level ``k`` (first axis ``K+1``; step quantities of the step *into* ``t_k``,
-        0 at ``t_0``): ``E``, ``E_h`` (K+1, H), ``dEdt_w``, ``slope2``, ``G2``,
-        ``speed2 = W²/τ²``, ``W2sq``, ``W2``, ``ot_value``, ``inner_iters``, ``gap``,
-        ``gap_rel``, ``converged``, ``locked`` (1: the step left ``μ`` unchanged although
-        the slope was not zero), ``edi_step``, ``jko_ineq`` (``s[E(μ_{k+1}, t_{k+1})
-        − E(μ_k, t_{k+1})] − W²/(2τ)``, ``>= 0`` up to the gap), ``balance_edi``,
-        ``mass``, ``support``, ``rho_max``, ``bhat_mean``, ``step_time``.
-    balance : dict
-        :class:`~wflow.diagnostics.BalanceAccumulator` residuals (``dE``, ``work``,
-        ``dissipation``, ``chain``, ``edi``, ...).
-    centroids, areas : arrays
-        Projected centroids ``(M, 3)`` and areas ``(M,)``.
-    stats : dict
-        Steps, inner iterations, locked steps, timings, candidate pairs, ``ε``.
-    sign : int
-        ``+1`` ascent / ``−1`` descent.
-    checks : dict
-        ``"edi"``: the relative summed EDI residual against its tolerance;
-        ``"locked_steps"``: how many steps were locked (history column ``locked``).
-    """
-
-    t: np.ndarray
-    masses: np.ndarray
-    rho: np.ndarray
-    balance: dict[str, float]
-    centroids: np.ndarray
-    areas: np.ndarray
-    sign: int = 0
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (final diagnostics, balance, checks, stats, options)."""
-        final = {k: np.asarray(v[-1]).tolist() for k, v in self.history.items() if len(v)}
-        return {"status": self.status, "message": self.message,
-                "options": {k: getattr(self.options, k)
-                            for k in self.options.__dataclass_fields__},
-                "t_final": float(self.t[-1]), "final": final, "balance": self.balance,
-                "checks": self.checks, "stats": self.stats, "sign": self.sign}
+    tol = opts.tolerance
+    if tol is None or not opts.adaptive:  # the steps τ (today's loop)
+        for k in range(opts.steps):
+            t = k * tau
+            m, info, theta, heads = advance(m, theta, t, tau)
+            st, theta = land(k + 1, (k + 1) * tau, tau, m, info, theta, heads)
+            yield st
+        return
+    # error control: one step h against two steps h/2 (the halves kept), a PI controller
+    # on the error per unit step over [0, T] (wflow.jko.accuracy), landing on every jump
+    q = int(scheme.order())
+    ctrl = StepController(order=q, span=opts.T, dt_min=1e-12 * opts.T)
+    tiny = 1e-9 * max(opts.T, 1.0)
+    t, h, k = 0.0, tau, 0
+    for t_end in sorted(set(jumps) | {opts.T}):
+        while t < t_end - tiny:
+            finish = h >= t_end - t - tiny
+            h_try = (t_end - t) if finish else h
+            full = advance(m, theta, t, h_try)
+            half = advance(m, theta, t, 0.5 * h_try)
+            two = advance(half[0], half[2], t + 0.5 * h_try, 0.5 * h_try)
+            err = doubling_error(m, full[0], two[0], a, q, tol)
+            ok, h_next = ctrl.propose(h_try, err)
+            if ok:
+                t_new = t_end if finish else t + h_try
+                st, _ = land(k + 1, t + 0.5 * h_try, 0.5 * h_try, half[0], half[1],
+                             half[2], half[3], err=0.0, rejected=ctrl.rejected)
+                yield st
+                m, info, theta, heads = two
+                st, theta = land(k + 2, t_new, t_new - st.t, m, info, theta, heads,
+                                 err=err, rejected=ctrl.rejected)
+                yield st
+                t, k = t_new, k + 2
+            else:
+                logger.debug("jko: t = %.6g, step %.3e rejected (error %.3g of the tolerance "
+                             "per unit time), retrying with %.3e", t, h_try,
+                             err * opts.T / h_try, h_next)
+            h = min(h_next, tau)
 
 
 def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old: Any,
@@ -407,6 +425,9 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
         opts = replace(opts, **kwargs)
     opts = _resolve_scheme(opts, mesh)
     check_diffusion_scheme(opts, mesh_given=mesh is not None)  # before any computing
+    refuse_masked(attn, "the JKO scheme (a minimising movement of the energy)")
+    check_tolerance_scheme(opts, mesh_given=mesh is not None)
+    tol = opts.tolerance
     scheme = SCHEMES.resolve(opts.scheme)
     rows: dict[str, list] = {}
     masses: list[np.ndarray] = []
@@ -426,6 +447,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     def put(key: str, val: Any) -> None:
         rows.setdefault(key, []).append(val)
 
+    rejected = 0
     try:
         m_init = None
         for st in iterate_jko(points, areas, mass0, heads_or_schedule, attn, options=opts,
@@ -470,14 +492,14 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             put("E_h", tm["E_h"])
             for key in ("dEdt_w", "slope2", "G2", "bhat_mean", "bhat_min", "bhat_max"):
                 put(key, tm[key])
-            put("speed2", 0.0 if info is None else W2sq / opts.tau**2)
+            put("speed2", 0.0 if info is None else W2sq / st.dt**2)
             put("W2sq", W2sq)
             put("W2", math.sqrt(max(W2sq, 0.0)))
             put("ot_value", ot_value)
             # partial locking is judged on converged steps only (an unconverged inner
             # solve is reported as such, whatever it moved)
-            locked = info is not None and (_is_locked(info, prev, opts.tau) or (
-                info.converged and _moving(prev, opts.tau) and frac < opts.lock_fraction))
+            locked = info is not None and (_is_locked(info, prev, st.dt) or (
+                info.converged and _moving(prev, st.dt) and frac < opts.lock_fraction))
             put("locked", float(locked))
             put("moved_fraction", frac)
             put("empty", 0.0 if m_init is None else float(np.count_nonzero(
@@ -505,6 +527,10 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             put("support", float(np.count_nonzero(st.m > 1e-14)))
             put("rho_max", float(np.max(st.m / np.asarray(areas))))
             put("step_time", 0.0 if info is None else info.time)
+            if tol is not None:  # error control: the step and its local-error norm
+                put("tau", st.dt)
+                put("error_norm", 0.0 if st.err is None else st.err)
+                rejected = st.rejected
             masses.append(st.m.copy())
             if info is not None and not info.converged:
                 status = Status.NOT_CONVERGED
@@ -523,7 +549,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
     n_locked = int(np.sum(history["locked"][1:])) if "locked" in history else 0
     checks: dict[str, Any] = {}
     if status != Status.FAILED and acc is not None and len(tt) > 1:
-        status, message, checks = _judge(acc.residuals(), history, n_locked, status, message,
+        status, message, checks = judge(acc.residuals(), history, n_locked, status, message,
                                          opts, attn)
     x = np.asarray(xs, dtype=np.float64)
     a = np.asarray(areas, dtype=np.float64)
@@ -539,11 +565,40 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
              "time_per_inner_iter": float(st_time.sum() / max(it.sum(), 1)),
              "locked_steps": n_locked,
              "mass_error_max": float(np.max(np.abs(mm.sum(axis=1) - 1.0))) if mm.size else 0.0}
+    if tol is not None and status != Status.FAILED and nsteps:
+        q = int(scheme.order())
+        if opts.adaptive:
+            check = tolerance_check(history, tol, opts.T, q)
+        else:  # the fixed steps judged: the run repeated at τ/2
+            half = _final_masses(points, areas, mass0, heads_or_schedule, attn, mesh,
+                                 replace(opts, tau=0.5 * opts.tau, rtol=None, atol=None,
+                                         progress=False), step_mobility)
+            check = fixed_tau_check(mm[-1], half, a, tol, opts.tau, q)
+        checks["tolerance"] = check
+        stats.update({"rtol": tol.rtol, "atol": tol.atol, "adaptive": opts.adaptive,
+                      "accepted_steps": nsteps, "error_rejected_steps": rejected,
+                      "error_estimate": check["estimate"]})
+        if not check["passed"] and status in (Status.SUCCESS, Status.INACCURATE):
+            status = Status.INACCURATE
+            message = "; ".join(r for r in (message, check["message"]) if r)
+            logger.warning("jko run inaccurate: %s", check["message"])
     bal = acc.residuals() if acc is not None else {}
     if opts.diffusion > 0 and bal:
-        bal.update(_free_balance(history, opts.tau, attn))
+        bal.update(free_balance(history, opts.tau, attn))
     return JKOResult(status, message, opts, tt, mm, mm / a[None, :], bal, x, a, sign,
                      history=history, stats=stats, checks=checks, wall_time=wall, order=1)
+
+
+def _final_masses(points: np.ndarray, areas: np.ndarray, mass0: np.ndarray, heads: Any,
+                  attn: Attention, mesh: Any, opts: JKOOptions, step_mobility: Any
+                  ) -> np.ndarray:
+    """The cell masses at ``T`` of :func:`iterate_jko` with ``opts`` (no records kept)."""
+    with warnings.catch_warnings():  # the run's own warnings were given at its step τ
+        warnings.simplefilter("ignore", JKOWarning)
+        for st in iterate_jko(points, areas, mass0, heads, attn, options=opts, mesh=mesh,
+                              step_mobility=step_mobility):
+            m = st.m
+    return m
 
 
 def _moving(prev: JKOState | None, tau: float) -> bool:
@@ -562,94 +617,3 @@ def _is_locked(info: JKOStepInfo, prev: JKOState | None, tau: float) -> bool:
         return False
     moving = tau * prev.terms["slope2"] > 1e-12 * abs(prev.terms["E"])
     return moving and (info.inner_iters == 0 or info.W2sq == 0.0)
-
-
-def _free_balance(history: dict, tau: float, attn: Attention) -> dict[str, float]:
-    """The run's free-energy EDI of ``F_D = D H − sE`` (THEORY §8), token diffusion ``D > 0``.
-
-    ``free_edi = Σ_k edi^F_k``, each step's ``F_{k+1} − F_k + (τ/2)(I_h(m^k) + I_h(m^{k+1}))``
-    at the heads of ``t_{k+1}`` (:func:`wflow.jko.fv.fv_step`); ``free_dF = F(T) − F(0)``;
-    ``free_dissipation_int = Σ_k (τ/2)(I_h(m^k) + I_h(m^{k+1}))``, the trapezoid of the
-    relative Fisher information. For a normalised kind (softmax) the split step's plain
-    entropy metric is not the model's gradient flow of ``F_D``: the residual is
-    ``free_edi_defect``, a property of the model, never judged (as the PDE's).
-    """
-    fi = np.asarray(history["free_fisher_h"], dtype=float)
-    F = np.asarray(history["free_energy"], dtype=float)
-    key = "free_edi_defect" if get_kind(attn.kind).normalised else "free_edi"
-    return {key: float(np.sum(history["free_edi_step"][1:])),
-            "free_dF": float(F[-1] - F[0]),
-            "free_dissipation_int": float(0.5 * tau * np.sum(fi[1:] + fi[:-1]))}
-
-
-def _judge(bal: dict, history: dict, n_locked: int, status: str, message: str,
-           opts: JKOOptions, attn: Attention | None = None) -> tuple[str, str, dict]:
-    """Locking and EDI status of a finished JKO run (see :mod:`wflow.status`).
-
-    * every step locked: ``"locked"``; some: a warning, and the count in the message;
-    * ``Σ_k |edi_k| / dissipation > JKO_EDI_RTOL``: ``"inaccurate"``. The per-step
-      residuals are summed in absolute value: the time error and the error of snapping
-      the transported mass to the cells have opposite signs and would otherwise cancel
-      by chance. First order in ``τ`` (hence ``0.1^1``); measured on the main job's
-      default: 0.009 at ``τ|v|_max ≈ 3h``, 0.12 at ``1.2h`` (near the locking plateau),
-      1 when every step is locked.
-    """
-    scheme = SCHEMES.resolve(opts.scheme)
-    steps = len(history["E"]) - 1
-    reasons = [message] if message else []
-    checks: dict[str, Any] = {}
-    if n_locked:
-        fr = np.asarray(history["moved_fraction"][1:])
-        lk = np.asarray(history["locked"][1:]) > 0
-        what = (f"{n_locked} of {steps} JKO steps locked: they moved less than "
-                f"jko.lock_fraction = {opts.lock_fraction:g} of the first-order predicted "
-                f"transport τ²½(|∂E|²_k + |∂E|²_k+1) (moved fractions of the locked steps: "
-                + ", ".join(f"{v:.2f}" for v in fr[lk][:8]) + ("…" if lk.sum() > 8 else "")
-                + "); " + scheme.lock_advice)
-        warnings.warn(f"jko: {what}", JKOWarning, stacklevel=3)
-        logger.warning("jko: %s", what)
-        status = worst_status(status, Status.LOCKED if n_locked == steps else Status.INACCURATE)
-        reasons.append(what)
-    empty = float(np.max(history["empty"])) if "empty" in history else 0.0
-    checks["empty_cells_max"] = int(empty)
-    if empty:
-        what = (f"up to {int(empty)} cells empty (mass < 1e-9 of the initial mass of the "
-                "cell) at some t_k: the density speckles")
-        reasons.append(what)
-        logger.warning("jko: %s", what)
-        if scheme.empty_cells_fail:  # e.g. proven impossible for the FV step
-            status = worst_status(status, Status.FAILED)
-    check = relative_check(
-        "JKO EDI", float(np.sum(np.abs(history["edi_step"][1:]))), bal["dissipation"],
-        float(np.max(np.abs(history["E"]))), tolerance=JKO_EDI_RTOL,
-        rule=f"Σ_k |edi_k| / Σ_k (W²/2τ + τ/4(|∂E|²_k + |∂E|²_k+1)); tolerance "
-             f"{JKO_EDI_RTOL:g} for the first-order scheme (τ = {opts.tau:g}, "
-             f"ε = {opts.epsilon:g})")
-    checks["edi"] = check.as_dict()
-    checks["locked_steps"] = n_locked
-    if opts.diffusion > 0:
-        # the EDI of E alone is not the noisy scheme's balance: recorded, not judged. The
-        # free-energy EDI of F_D is measured and recorded, not judged either (as the PDE's
-        # balance.free_edi): on a fixed mesh it carries a spatial error that does not vanish
-        # with τ (measured, 720 cells, D = 0.05: 0.152 at τ = 0.05, 0.142 at τ = 0.025), so
-        # a fixed tolerance would judge the mesh, not the step; it vanishes under joint
-        # refinement (tests/test_jko_entropy.py). softmax: a defect of the model.
-        checks["edi"] = {**checks["edi"], "judged": False,
-                         "reason": "token diffusion D > 0: the free-energy EDI applies"}
-        check = relative_check(
-            "JKO free-energy EDI", float(np.sum(np.abs(history["free_edi_step"][1:]))),
-            0.5 * opts.tau * float(np.sum(np.asarray(history["free_fisher_h"][1:])
-                                          + np.asarray(history["free_fisher_h"][:-1]))),
-            float(np.max(np.abs(history["free_energy"]))), tolerance=JKO_EDI_RTOL,
-            rule=f"Σ_k |edi^F_k| / Σ_k (τ/2)(I_h(m^k) + I_h(m^k+1)); tolerance "
-                 f"{JKO_EDI_RTOL:g} for the first-order split step (τ = {opts.tau:g}, "
-                 f"D = {opts.diffusion:g})")
-        normalised = attn is not None and get_kind(attn.kind).normalised
-        checks["free_edi"] = {**check.as_dict(), "judged": False, "reason": (
-            "softmax heads: the plain Laplacian is not the gradient flow of F_D (a defect "
-            "of the model)" if normalised else "a discretisation error in h and τ "
-            "(first order under joint refinement), reported, not judged at a fixed mesh")}
-    if not check.passed and checks.get("free_edi", {}).get("judged", True):
-        status = worst_status(status, Status.INACCURATE)
-        reasons.append(check.failure())
-    return status, "; ".join(reasons), checks

@@ -9,6 +9,7 @@ on a mesh (``tau = "auto"``: :func:`~wflow.jko.auto_step`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -50,6 +51,9 @@ def resolve_step(table: JKOTable, points: np.ndarray, areas: np.ndarray, mass0: 
     if given:  # the given step, and where it sits against the mesh
         info = {**info, "rule": "given", "tau": opts.tau, "steps": opts.steps,
                 "cells_per_step": opts.tau * info["vmax"] / info["h"]}
+        if "diffusive_cells_per_step" in info:  # the heat flow's spread at the given τ
+            info["diffusive_cells_per_step"] = math.sqrt(4.0 * opts.diffusion * opts.tau) \
+                / info["h"]
     else:
         opts = auto
     if opts.ot == "sinkhorn" and table.eps_auto:

@@ -60,6 +60,7 @@ class FVScheme(JKOScheme):
     entropy = True  # runs the token diffusion's entropy step (JKOOptions.diffusion)
     gradient_backend = "auto"
     empty_cells_fail = True  # proven impossible for the FV step
+    error_control = True  # a smooth step in τ: step doubling estimates its error
     lock_advice = ("the FV step moves mass continuously and cannot stay put, so its "
                    "transport falls short of the first-order prediction only when the step "
                    "is longer than the flow's time scale or the density has collapsed to "
@@ -104,6 +105,7 @@ class OTScheme(JKOScheme):
 
     name = "ot"
     tau_cells = TAU_CELLS
+    candidate_pairs = True  # the cost model of the OT step (wflow.jko.estimate)
     lock_advice = ("the OT scheme locks when τ|v| is below about half a cell: use "
                    "scheme = 'fv', raise jko.tau to >~ 3h/|v|_max or refine the mesh")
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...attention.heads import Attention
 from ...jko.options import FixedTau, JKOTable, check_diffusion_scheme
+from ...jko.schemes import SCHEMES
 from ...jko.solver import JKOResult, solve_jko
 from ...jko.spec import SPEC, resolve_step
 from ...status import Status
@@ -44,7 +45,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
     default (``[pde] T``, then 1) where the table sets none; ``tau`` overrides the table's
     step rule, whose default ``"auto"`` is resolved on this mesh
     (:func:`~wflow.jko.spec.resolve_step`; the choice is in ``stats["tau_rule"]``);
-    ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check); ``diffusion``: the
+    ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check; a scheme without
+    error control runs the steps ``τ``, the table's ``rtol``/``atol`` dropped); ``diffusion``: the
     token diffusion ``D`` (``None``: the scenario's ``[attention] diffusion``). Used by the
     main job (``wflow run``).
     """
@@ -56,6 +58,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
     D = sc.diffusion if diffusion is None else diffusion
     changes = {k: v for k, v in (("progress", progress), ("scheme", scheme),
                                  ("diffusion", D if D > 0 else None)) if v is not None}
+    if scheme is not None and not SCHEMES.resolve(scheme).resolve(mesh_given=True).error_control:
+        changes.update(rtol=None, atol=None)  # a cross-check without error control: steps τ
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
     return _solve_on(table, cen, areas, np.asarray(rho0) * areas, schedule, attn, mesh,
