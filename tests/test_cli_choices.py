@@ -37,7 +37,6 @@ def _expected() -> dict[tuple[str, str], tuple]:
     assert choices_of(JKOOptions, "ot") == OT_METHODS
     assert choices_of(JKOOptions, "scheme") == SCHEMES.names()
     return {("jko", "ot"): choices_of(JKOOptions, "ot"),
-            ("jko", "scheme"): choices_of(JKOOptions, "scheme"),
             ("pde", "order"): choices_of(PDEOptions, "order"),
             ("mesh", "method"): METHODS,
             ("reproduce", "heads_generator"): HEAD_GENERATORS}
@@ -75,3 +74,16 @@ def test_choices_of_refuses_an_option_without_choices():
         choices_of(PDEOptions, "T")
     with pytest.raises(ValueError, match="no option"):
         choices_of(PDEOptions, "nope")
+
+
+def test_jko_scheme_flag_is_checked_by_the_table_under_its_name(tmp_path, capsys):
+    """``--scheme`` has no argparse list (a scenario's modules may register a scheme): the
+    ``[jko]`` table refuses an unknown value naming the flag, before anything is written."""
+    from wflow.cli import main
+
+    from .test_noisy_wiring_cli import err_line, scenario
+
+    p = scenario(tmp_path, None)
+    assert main(["jko", str(p), "--out", str(tmp_path / "o"), "--scheme", "smooth_ot"]) == 2
+    assert err_line(capsys).startswith("wflow jko: error: --scheme: must be one of")
+    assert not (tmp_path / "o").exists()

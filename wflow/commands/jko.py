@@ -46,9 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mesh", default=None, help="override [jko] mesh")
     p.add_argument("--tau", type=float, default=None, help="override [jko] tau")
     p.add_argument("--T", type=float, default=None, help="override [jko] T")
-    p.add_argument("--scheme", choices=choices_of(JKOOptions, "scheme"), default=None,
+    # no argparse choice list: a scheme registered by the scenario's modules is valid too,
+    # and the [jko] table checks the value under this flag's name (exit 2 naming --scheme)
+    p.add_argument("--scheme", default=None, metavar="|".join(choices_of(JKOOptions, "scheme")),
                    help="override [jko] scheme: fv (finite-volume Benamou–Brenier), ot "
-                   "(discrete optimal transport), auto (fv on a mesh)")
+                   "(discrete optimal transport), auto (fv on a mesh), or a scheme registered "
+                   "by the scenario's modules")
     p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
                    help="override [jko] ot (the OT scheme only: refused with scheme fv)")
     p.add_argument("--diffusion", type=float, default=None, metavar="D",
@@ -80,7 +83,10 @@ def _main(args: argparse.Namespace) -> int:
                              "diffusion": args.diffusion}, confirm=args.yes)
     st = res.stats
     rel = getattr(res, "checks", {}).get("edi", {}).get("value", float("nan"))
-    print(f"jko: {res.status}, {st['cells']} cells, {st['steps']} steps of tau = {st['tau']:g} "
+    adaptive = getattr(res.options, "adaptive", False) and getattr(res.options, "rtol", None)
+    steps = (f"{st['steps']} adaptive steps (rtol {res.options.rtol:g}, first tau = "
+             f"{st['tau']:g})" if adaptive else f"{st['steps']} steps of tau = {st['tau']:g}")
+    print(f"jko: {res.status}, {st['cells']} cells, {steps} "
           f"({st['inner_iters_total']} inner iterations, max relative gap "
           f"{st['gap_rel_max']:.1e}) in {st['wall_time']:.2f} s; E {res.history['E'][0]:.6g} -> "
           f"{res.history['E'][-1]:.6g}, EDI residual (absolute, summed over the steps) "
