@@ -370,7 +370,7 @@ def test_staircase_verdict_and_negative_control(stair_pub):
 
 # --------------------------------------------------------------------------- command line
 @pytest.mark.parametrize("name", ["glpr_phase", "castin_ranks", "metastable_staircase",
-                                  "lost_in_the_middle"])
+                                  "lost_in_the_middle", "mun_rosenzweig"])
 def test_cli_quick(name, tmp_path):
     out = tmp_path / name
     rc = main(["reproduce", name, "--quick", "--out", str(out)])
@@ -385,7 +385,8 @@ def test_cli_quick(name, tmp_path):
     # every verdict here has a control that must fail
     ctl = {"glpr_phase": "control_reversed_beta", "castin_ranks": "control_bound_floor_d_over_2",
            "metastable_staircase": "control_ramp",
-           "lost_in_the_middle": "control_mirrored_mask"}[name]
+           "lost_in_the_middle": "control_mirrored_mask",
+           "mun_rosenzweig": "control_wrong_bessel_index"}[name]
     assert s[ctl] == "not reproduced"
     _assert_checks(s)
 
