@@ -1,8 +1,9 @@
 """The main job's cost estimate against measured runs at n = 10³, 10⁴, 10⁵ particles.
 
 Runs ``wflow run SCENARIO --out DIR --yes`` in a fresh process per row (a warm-up run
-first, so numba's cache is loaded, not compiled, in the rows), each on the 720-cell mesh
-with two softmax heads, and records the child's CPU time (user + system: the machine is
+first, so numba's cache is loaded, not compiled, in the rows), each the main job's test
+scenario (two softmax heads, surrogate flow, 720 cells) at the row's sizes, and
+records the child's CPU time (user + system: the machine is
 shared, so the wall time is recorded beside it with the 1-min load before and after),
 the phases' CPU and wall times (``summary.json`` ``cpu_time_s``, ``wall_time_s``) and the
 inputs of :func:`wflow.apps.main.estimate.estimate_main_job` with the estimate of this
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -28,37 +30,20 @@ from pathlib import Path
 
 from _common import ROOT, default_threads, load1, parent_machine, peer_env, write_json
 
-SCENARIO = """
-seed = 3
-[attention]
-kind = "softmax"
-beta = 1.0
-d = 3
-[heads]
-type = "matrices"
-A = [[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]],
-     [[0.2, 0.0, 0.4], [0.0, 1.0, 0.0], [0.4, 0.0, 1.2]]]
-w = "mean"
-[density]
-type = "vmf"
-means = [[1.0, 0.0, 0.2], [-0.3, 1.0, 0.0]]
-kappas = [5.0, 4.0]
-[pde]
-mesh = "sphere_720.msh"
-T = {T}
-dt = 0.05
-order = 2
-flow = "surrogate"
-n_saves = {n_saves}
-[run]
-n_particles = {n}
-particle_steps_per_save = {sps}
-jko = {jko}
-jko_refinement = {refinement}
-render = false
-[jko]
-tau = {tau}
-"""
+
+def scenario(row: dict) -> str:
+    """The main job's test scenario (``tests/test_main_job.py``: two softmax heads, the
+    surrogate flow, 720 cells) at the row's sizes, no figures."""
+    sys.path.insert(0, str(ROOT))
+    from tests.test_main_job import SCENARIO
+
+    text = SCENARIO.replace("JKO", str(row["jko"]).lower()).replace("RENDER", "false")
+    for key, val in {"T": row["T"], "n_saves": row["n_saves"], "n_particles": row["n"],
+                     "particle_steps_per_save": row["sps"]}.items():
+        text, k = re.subn(rf"(?m)^{key} = .*$", f"{key} = {val}", text)
+        assert k == 1, key
+    return (text + f"jko_refinement = {2 if row['jko'] else 0}\n"
+            f"[jko]\ntau = {row['T'] / 2}\n")
 
 #: The rows: n, T, n_saves, particle steps per save, JKO (τ = T/2 and a 2-row table).
 ROWS = {
@@ -80,9 +65,7 @@ def estimate_inputs(row: dict) -> dict:
 def one_run(name: str, row: dict, tmp: Path, env: dict[str, str]) -> dict:
     """One ``wflow run`` of the row in a fresh process: CPU, wall, load, phases."""
     sc = tmp / f"{name}.toml"
-    sc.write_text(SCENARIO.format(T=row["T"], n_saves=row["n_saves"], n=row["n"],
-                                  sps=row["sps"], jko=str(row["jko"]).lower(),
-                                  refinement=2 if row["jko"] else 0, tau=row["T"] / 2))
+    sc.write_text(scenario(row))
     out = tmp / name
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = load1()
@@ -100,7 +83,8 @@ def one_run(name: str, row: dict, tmp: Path, env: dict[str, str]) -> dict:
             "phases_cpu_s": {k: round(float(v), 2) for k, v in s.get("cpu_time_s", {}).items()},
             "phases_wall_s": {k: round(float(v), 2)
                               for k, v in s.get("wall_time_s", {}).items()},
-            "estimate_inputs": estimate_inputs(row), "stderr_tail": r.stderr[-400:]}
+            "estimate_inputs": estimate_inputs(row), "stderr_tail": r.stderr[-400:],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="wflow-bench-est-"))
     runs = []
     try:
-        warm = one_run("warm", dict(n=100, T=0.2, n_saves=2, sps=1, jko=False), tmp, env)
+        # every compiled path (direct sums, the fast summation, the JKO) loaded, not
+        # compiled, in the rows
+        warm = one_run("warm", dict(n=4000, T=0.2, n_saves=2, sps=1, jko=True), tmp, env)
         for name in args.rows.split(","):
             r = one_run(name, ROWS[name], tmp, env)
             est = estimate_main_job(**r["estimate_inputs"])
@@ -130,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    payload = {"command": "wflow run SCENARIO --out DIR --yes (720 cells, 2 softmax heads)",
+    old = ROOT / "bench" / "results" / "bench_main_job_estimate.json"
+    if old.is_file():  # the rows not run now are kept (each carries its own load and date)
+        done = {r["name"] for r in runs}
+        runs += [r for r in json.loads(old.read_text()).get("runs", []) if r["name"] not in done]
+    order = list(ROWS)
+    runs.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
+    payload = {"command": "wflow run SCENARIO --out DIR --yes (tests/test_main_job.py's "
+                          "scenario, sizes per row)",
                "threads": args.threads, "machine": parent_machine(), "warm_up": warm,
                "runs": runs}
     path = write_json("bench_main_job_estimate", payload)

@@ -18,7 +18,8 @@ from ...pde.estimate import estimate_pde
 from .compare import w2_label
 
 __all__ = ["BASELINE_BYTES", "STARTUP_SECONDS", "SSW_SECONDS_PER_PROJECTION",
-           "SSW_SECONDS_PER_POINT", "estimate_main_job", "estimate_compare"]
+           "SSW_SECONDS_PER_POINT", "RUN_SECONDS", "RUN_PAIR_SECONDS", "RUN_FASTSUM_SECONDS",
+           "particle_run_seconds", "estimate_main_job", "estimate_compare"]
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow run`` loads.
 BASELINE_BYTES = 330 * 2**20
@@ -28,6 +29,37 @@ STARTUP_SECONDS = 2.5
 #: projection, and per projection and support point: 0.85 s at 1 000 + 720 points and 2.64 s
 #: at 10 000 + 720 with 200 projections.
 SSW_SECONDS_PER_PROJECTION, SSW_SECONDS_PER_POINT = 2.5e-3, 1.0e-6
+
+
+#: Fixed CPU seconds of one particle run of the main job (the phase, and each replicate of
+#: the moment test): sampling the tokens, the set-up, the recorded diagnostics (0.097 s at
+#: n = 62).
+RUN_SECONDS = 0.08
+#: CPU seconds per kernel pair and head of the direct sums in those runs (the surrogate
+#: flow's field: 0.47–0.58 s at n = 1 000, 68 evaluations, two heads).
+RUN_PAIR_SECONDS = 2.5e-9
+#: CPU seconds per token and head of one fast-summation evaluation in those runs (0.75 s at
+#: n = 2 500 and 0.92 s at 4 000, 65 evaluations, two heads).
+RUN_FASTSUM_SECONDS = 1.4e-6
+
+
+def particle_run_seconds(n: int, H: int, steps: int, records: int, fastsum: bool,
+                         stages: int = 4) -> float:
+    """CPU seconds of one particle run of the main job (RK4: ``stages = 4``).
+
+    ``RUN_SECONDS + E c`` with ``E = stages·steps + records`` field evaluations and ``c``
+    the cost of one: ``n² H RUN_PAIR_SECONDS`` (direct sums), or, where the kernel plan
+    chooses the fast summation (``fastsum`` eligible and cheaper by the particle model's
+    own constants, :func:`~wflow.particles.estimate.estimate_particles`),
+    ``n H RUN_FASTSUM_SECONDS``. Measured in-process on the main job's test scenario
+    (720 cells, two softmax heads at β = 1, the surrogate flow) under a load of 10–15 on
+    2 cores (CPU time).
+    """
+    n, H = float(n), float(H)
+    plan_fast = fastsum and n * H * particles_estimate.FASTSUM_SECONDS \
+        < n * n * H * particles_estimate.PAIR_SECONDS
+    c = n * H * RUN_FASTSUM_SECONDS if plan_fast else n * n * H * RUN_PAIR_SECONDS
+    return RUN_SECONDS + (stages * steps + records) * c
 
 
 def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
@@ -57,7 +89,7 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
     part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
                               save_trajectory=True, fastsum=fastsum)
     phases.append(Estimate("particles", part.memory - particles_estimate.BASELINE_BYTES,
-                           part.steps, part.seconds - particles_estimate.STARTUP_SECONDS,
+                           part.steps, particle_run_seconds(n, H, p_steps, n_saves, fastsum),
                            {k: v for k, v in part.parts.items() if k != "libraries"}))
     if jko:
         N = float(jko_steps) if jko_steps else float(auto_steps_bound(T, cells))
@@ -107,8 +139,8 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
     * with the JKO (``jko_steps = N``), ``N + 1`` cell-vs-cell ``W₂``;
     * the moment test (:mod:`wflow.apps.main.moments`): :data:`~.moments.REPLICATES`
       particle systems at each level ``n, n/4, n/16`` (less the main run, reused), each
-      costed as the particle phase (:func:`estimate_particles` without start-up), and the
-      PDE on the coarse icosphere of about half the frequency.
+      costed as the particle phase (:func:`particle_run_seconds`), and the PDE on the
+      coarse icosphere of about half the frequency.
     """
     from .compare import SSW_PROJECTIONS
     from .moments import REPLICATES, levels
@@ -129,12 +161,9 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
         parts.append(estimate_w2(M, M, calls=int(jko_steps) + 1,
                                  dense_max_points=w2_dense_max_points, what="W2 JKO vs PDE"))
     p_steps = max(1, n_saves - 1) * steps_per_save
-    runs = 0.0
-    for nk in levels(int(n)):
-        reps = REPLICATES - (1 if nk == int(n) else 0)
-        one = estimate_particles(n=nk, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
-                                 save_trajectory=True, fastsum=fastsum)
-        runs += reps * (one.seconds - particles_estimate.STARTUP_SECONDS)
+    runs = sum((REPLICATES - (1 if nk == int(n) else 0))
+               * particle_run_seconds(nk, H, p_steps, n_saves, fastsum)
+               for nk in levels(int(n)))
     freq = max(2, round(math.sqrt(M / 20.0) / 2))
     coarse = estimate_pde(cells=20 * freq * freq, H=H, T=T, dt=dt, n_saves=n_saves,
                           what="moments: coarse pde", startup=False)
