@@ -38,9 +38,10 @@ RUN_SECONDS = 0.08
 #: CPU seconds per kernel pair and head of the direct sums in those runs (the surrogate
 #: flow's field: 0.47–0.58 s at n = 1 000, 68 evaluations, two heads).
 RUN_PAIR_SECONDS = 2.5e-9
-#: CPU seconds per token and head of one fast-summation evaluation in those runs (0.75 s at
-#: n = 2 500 and 0.92 s at 4 000, 65 evaluations, two heads).
-RUN_FASTSUM_SECONDS = 1.4e-6
+#: CPU seconds per token and head of one fast-summation evaluation in those runs: 1.3e-6 to
+#: 1.6e-6 at n = 2 500 and 4 000 (0.75 s and 0.92 s, 65 evaluations, two heads), 2.6e-6 at
+#: n = 10⁵ (5.2 s, 10 evaluations; bench/results/bench_main_job_estimate.json).
+RUN_FASTSUM_SECONDS = 2.2e-6
 
 
 def particle_run_seconds(n: int, H: int, steps: int, records: int, fastsum: bool,
