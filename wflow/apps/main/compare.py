@@ -92,12 +92,14 @@ def particles_w2(traj: np.ndarray, y: np.ndarray, masses: Sequence[np.ndarray] |
 
     ``W₂(μ^n_k, ν_k) = (min_π Σ π_ij d_S(x_i, y_j)²)^{1/2}`` with ``μ^n_k`` the uniform
     measure on the particles at time ``k`` and ``ν_k = Σ_j b_kj δ_{y_j}`` (POT's network
-    simplex on the dense cost, :func:`wflow.geometry.transport.w2_sphere`). Above
+    simplex on the dense cost, :func:`wflow.geometry.transport.w2_sphere`; the certified
+    sparse solver when the cells alone exceed ``max_points``). Above
     ``max_points`` particles it is computed on ``m = max_points`` of them, drawn uniformly
     without replacement from ``seed`` (the same particles at every time), with the
     subsample's sampling floor and the sliced ``W₂`` of all the particles
     (:class:`ParticleW2`). The draw depends on ``seed`` and ``n`` only (never on a rank or
-    a thread count).
+    a thread count): a trajectory in the global token order gives the same subsample and
+    projections however many ranks computed it.
 
     Parameters
     ----------
