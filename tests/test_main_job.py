@@ -138,7 +138,7 @@ def test_main_job_statuses_verdicts_and_flow_statements(tmp_path):
     assert {v["quantity"] for v in s["verdicts"]} >= {
         "PDE: chain-rule residual (relative)", "particles: chain-rule residual (relative)",
         "JKO: Σ|EDI_k| (relative)",
-        "JKO: locked steps", "W₂ particles vs PDE (max over t)"}
+        "JKO: locked steps", "W₂ (all 300 particles) vs PDE (max over t)"}
     assert all(v["meaning"] and v["tolerance"] for v in s["verdicts"])
     tab = s["jko_refinement"]
     assert len(tab["rows"]) == 2 and tab["shrinks_w2"] and tab["rows"][-1]["cells"] == 720
@@ -192,7 +192,7 @@ def test_failing_checks_are_reported_as_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(mj_phases, "_run_particles", flipped)
     bad = _run(tmp_path, "flip", SCENARIO.replace("JKO", "false"))
     b = bad.summary
-    assert b["status"] == "inaccurate" and "W₂ particles vs PDE" in b["message"]
+    assert b["status"] == "inaccurate" and "W₂ (all 300 particles) vs PDE" in b["message"]
     assert b["w2"]["particles_vs_pde_max"] > 3 * b["w2"]["particles_vs_pde_initial"]
     rep = (tmp_path / "flip" / "report.md").read_text()
     assert "Status: INACCURATE" in rep and "**FAIL**" in rep

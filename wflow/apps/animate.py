@@ -366,11 +366,12 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
     """Per-run figure: one row per run, columns ``E(t)``, ``G²(t)`` (semilogy), balance, residual.
 
     Several Monte-Carlo paths: the mean and the band between the 16 % and 84 % quantiles
-    over paths. The balance panel shows ``ΔE``, ``∫∂_tE``, Itô, ``M``, ``sign·∫G²`` and
-    the residual ``ΔE − ∫∂_tE − Itô − M − sign·∫G²`` (the EDI defect in the published
-    ``G²`` form: zero up to ``O(dt)`` for a gradient flow); for ``sign = 0`` it shows
-    ``∫power`` and the chain residual instead. The residual is orders of magnitude smaller
-    than the balance's terms, so ``|residual|`` has its own column on a log axis.
+    over paths. The balance panel shows ``ΔE``, ``∫∂_tE``, Itô, ``M`` and ``sign·∫G²``
+    (the published ``G²`` form; for ``sign = 0``, ``∫power``). The last column is the
+    chain-rule residual ``ΔE − ∫∂_tE − Itô − M − ∫power``, the accuracy check that decides
+    the run's status (:mod:`wflow.status`), on its own log axis (it is orders of
+    magnitude smaller than the balance's terms); never the ``G²`` balance residual, which
+    is not a check (it differs from the EDI for several or normalised heads).
     """
     import matplotlib
 
@@ -411,12 +412,13 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
         base = bal["dE"] - bal["work"] - bal["ito"] - bal["martingale"]
         if run.sign:
             band(ax[2], run.sign * bal["G2_int"], f"{'+' if run.sign > 0 else '−'}∫G²")
-            res, rlab = base - run.sign * bal["G2_int"], "|G² balance residual|"
-            what = "G² balance: ΔE − ∫∂_tE − Itô − M ∓ ∫G² (not the EDI)"
+            what = "G² balance: ΔE − ∫∂_tE − Itô − M ∓ ∫G² (not the EDI, not a check)"
         else:
             band(ax[2], bal["power_int"], "∫power")
-            res, rlab = base - bal["power_int"], "|chain-rule residual|"
             what = "chain rule: ΔE − ∫∂_tE − Itô − M − ∫power"
+        # the residual column: the chain-rule residual, the accuracy check that decides the
+        # status (wflow.status), whatever the balance panel shows
+        res = base - bal["power_int"]
         ax[2].axhline(0.0, color="0.6", lw=0.6)
         ax[2].set(xlabel="t (depth)", title=what)
         ax[2].title.set_fontsize(8)
@@ -424,8 +426,10 @@ def run_figure(runs: Sequence[RunSeries], path: str | Path, *, title: str = "") 
         # its own log axis: beside the terms (O(E)) the residual is a flat line at zero
         mag = np.abs(np.atleast_2d(res))
         mag = np.where(mag > 0, mag, np.nan)  # exactly 0 at t = 0: not drawn on a log axis
-        band(ax[3], mag, f"{rlab} (absolute)", log=True, color="k", lw=1.0)
-        ax[3].set(xlabel="t (depth)", title="residual of the balance")
+        band(ax[3], mag, "|chain-rule residual| (absolute)", log=True, color="k", lw=1.0)
+        ax[3].set(xlabel="t (depth)",
+                  title="chain-rule residual ΔE − ∫∂_tE − Itô − M − ∫power: the accuracy "
+                        "check of the status")
         ax[3].title.set_fontsize(8)
         ax[3].legend(fontsize=7)
     if title:

@@ -202,12 +202,34 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("edi.*.meaning", "identity (an exact gradient flow: the residual is a discretisation "
       "error) or defect (the transformer flow with different softmax heads)", "text",
       where=_RUN),
-    K("w2.particles_vs_pde", "exact W₂ between the particles and the PDE's cell masses at T",
-      "rad", "≥ 0", _RUN),
+    K("w2.particles_vs_pde", "exact W₂ between the particles (all of them, or the subsample "
+      "w2.points of them: w2.label says which) and the PDE's cell masses at T", "rad", "≥ 0",
+      _RUN),
     K("w2.particles_vs_pde_initial", "the same at t = 0: the sampling error of the draw "
       "plus the mesh's quantisation", "rad", "≥ 0", _RUN),
     K("w2.particles_vs_pde_max", "max over the output times", "rad", "≥ 0", _RUN),
     K("w2.n_inv_sqrt", "n^{-1/2}, the rate of the sampling error", "1", where=_RUN),
+    K("w2.label", "the one name of the particles' exact W₂, as on the terminal, in the "
+      "report, its figure and the estimate: 'W₂ (all n particles)' or 'W₂ (subsample of m "
+      "of n particles)'", "text", where=_RUN),
+    K("w2.points", "m, the particles the exact W₂ uses: all n up to [run] max_ot_points, "
+      "else that many, drawn uniformly at random without replacement (the same particles "
+      "at every time)", "count", where=_RUN),
+    K("w2.points_inv_sqrt", "m^{-1/2}, the sampling rate of the particles used", "1",
+      where=_RUN),
+    K("w2.subsampled", "the exact W₂ uses a subsample (m < n)", "bool", where=_RUN),
+    K("w2.subsample_floor", "the subsample's sampling floor: exact W₂ between it and a "
+      "second independent subsample of m of the same particles (larger of t = 0 and T); a "
+      "difference of W₂ values below it is not evidence (the growth verdict is INCONCLUSIVE "
+      "there); 0 when m = n", "rad", "≥ 0", _RUN),
+    K("w2.subsample_seed", "the seed of the subsample and of the sliced W₂'s projections "
+      "([scenario seed, 4343]); null when m = n", "count", where=_RUN),
+    K("w2.sliced_all", "POT's sliced spherical W₂ (ot.sliced_wasserstein_sphere, p = 2, "
+      "200 seeded projections) of ALL n particles against the PDE's cell masses at T; a "
+      "different, smaller quantity than W₂; null when m = n (the exact W₂ covers them)",
+      "rad", "≥ 0", _RUN),
+    K("w2.sliced_all_initial", "the same at t = 0", "rad", "≥ 0", _RUN),
+    K("w2.sliced_all_max", "the same, max over the output times", "rad", "≥ 0", _RUN),
     K("w2.growth_tolerance", "PASS while max_t W₂ ≤ this × its t = 0 level (the Grönwall "
       "allowance e^{LT})", "1", where=_RUN),
     K("w2.jko_vs_pde", "exact W₂ between the JKO measures and the reference PDE, max over "
@@ -226,6 +248,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       where=_RUN),
     K("wall_time_s.*", "wall time of a phase (pde, particles, jko, jko_refinement, "
       "compare) and the total", "s", where=_RUN),
+    K("cpu_time_s.*", "CPU time of a phase (this process, every thread; a restored phase: "
+      "as recorded) and their sum (total: the phases only, not the start-up)", "s",
+      where=_RUN),
     K("jko_status", "status of the JKO phase", "text", where=_RUN),
     K("resumed.resumed", "the run continued a checkpoint (--resume)", "bool", where=_RUN),
     K("resumed.restored_phases", "the phases read from the checkpoint", "text", where=_RUN),
@@ -572,8 +597,11 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("rho_min", "smallest cell density", "1/area", "≥ 0"),
     K("rho_max", "largest cell density", "1/area"),
     *JKO.columns,
-    K("w2_particles_vs_pde", "exact W₂ between the particles and the PDE's cell masses",
-      "rad", "≥ 0"),
+    K("w2_particles_vs_pde", "exact W₂ between the particles (all, or the subsample of "
+      "summary.json w2.points: w2.label) and the PDE's cell masses", "rad", "≥ 0"),
+    K("sliced_w2_all_particles_vs_pde", "POT's sliced spherical W₂ of all the particles "
+      "against the PDE's cell masses (written when the exact W₂ uses a subsample)", "rad",
+      "≥ 0"),
     K("w2_jko_vs_pde", "exact W₂ between the JKO measure and the reference PDE", "rad",
       "≥ 0"),
 )

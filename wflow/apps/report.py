@@ -81,6 +81,9 @@ def write_report(stage: Path, *, summary: dict, pde: Any, particles: Any, jko: A
         ax[1].legend()
         return fig
 
+    if not render:  # no figure at all: report.md says so instead of linking them
+        _write_md(stage, summary, snaps, figures=False)
+        return figs
     figs.append(_fig(stage / "energy.png", energy))
 
     defect = summary["edi"]["pde"]["meaning"] == "defect"
@@ -142,13 +145,23 @@ def w2_figure(plt, compare: dict, w: dict):
     fig, axs = plt.subplots(1, 2 if jko_cmp else 1, figsize=(10, 3.8) if jko_cmp
                             else (6.4, 3.8), squeeze=False)
     ax = axs[0, 0]
-    ax.plot(compare["t"], compare["w2_particles_vs_pde"], "o-", label="particles vs PDE")
+    label = w.get("label", "W₂ particles")
+    ax.plot(compare["t"], compare["w2_particles_vs_pde"], "o-", label=f"{label} vs PDE")
+    if w.get("subsample_floor"):
+        ax.axhline(w["subsample_floor"], color="C3", ls=":", lw=0.8,
+                   label="the subsample's sampling floor")
+    pw = compare.get("w2_particles")
+    if pw is not None and pw.sliced is not None:
+        ax.plot(compare["t"], pw.sliced, "^-", color="C2", ms=3, lw=0.8,
+                label=f"sliced W₂ (all {pw.n} particles) vs PDE")
     ax.axhline(w["particles_vs_pde_initial"], color="C0", ls=":", lw=1,
                label="sampling level at t = 0")
     ax.axhline(w["growth_tolerance"] * w["particles_vs_pde_initial"], color="C0",
                ls="--", lw=0.8, label=f"tolerance ({w['growth_tolerance']:g}× t = 0)")
-    ax.axhline(w["n_inv_sqrt"], color="grey", ls="-.", lw=1, label="n^(-1/2)")
-    ax.set(xlabel="t", ylabel="W₂ (rad)", title="particles against the PDE", ylim=(0, None))
+    sub = w.get("points", 0) and w.get("subsampled")
+    ax.axhline(w.get("points_inv_sqrt", w["n_inv_sqrt"]), color="grey", ls="-.", lw=1,
+               label="m^(-1/2), m the particles used" if sub else "n^(-1/2)")
+    ax.set(xlabel="t", ylabel="W₂ (rad)", title=f"{label} against the PDE", ylim=(0, None))
     ax.legend(fontsize=7, loc="lower right")
     if jko_cmp:
         ref = ("surrogate PDE" if w.get("jko_reference") == "pde_surrogate" else "PDE")
@@ -240,7 +253,7 @@ def _yes_no(shrinks: bool | None) -> str:
     return "not judged (one row)" if shrinks is None else ("yes" if shrinks else "NO")
 
 
-def _refinement_lines(tab: dict) -> list[str]:
+def _refinement_lines(tab: dict, *, figures: bool = True) -> list[str]:
     """The ``τ/h`` table of ``report.md``: rows, fitted orders, the OT cross-check."""
     thr = tab.get("thresholds", {})
     lines = [f"Joint refinement ({tab['rule']}): W₂ and L¹ of the JKO against the PDE and the "
@@ -278,14 +291,16 @@ def _refinement_lines(tab: dict) -> list[str]:
                       f"{_num(ot['w2_max'])}, max L¹ {_num(ot['l1_max'])}, Σ|EDI_k| "
                       f"{_num(ot['edi_abs_relative'])} (FV on the same level: W₂ "
                       f"{_num(fv['w2_max'])}, L¹ {_num(fv.get('l1_max'))}).", ""]
-    if len(tab["rows"]) > 1:
+    if figures and len(tab["rows"]) > 1:
         lines += ["![JKO refinement](jko_refinement.png)", ""]
     return lines
 
 
-def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
+def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]], *,
+              figures: bool = True) -> None:
     status = s["status"]
-    warns = [v["quantity"] for v in s.get("verdicts", []) if v["verdict"] == Verdict.WARN]
+    warns = [v["quantity"] for v in s.get("verdicts", [])
+             if v["verdict"] in (Verdict.WARN, Verdict.INCONCLUSIVE)]
     logged = s.get("warnings") or []
     head = (f" — {s['message']}" if s["message"] else
             f" — with warnings: {'; '.join(warns)} (see the verdicts below)." if warns else
@@ -328,14 +343,17 @@ def _write_md(stage: Path, s: dict, snaps: list[tuple[float, str]]) -> None:
     if "jko_tau" in s:
         lines += ["## JKO step and refinement", "", f"JKO step: {s['jko_tau']['what']}.", ""]
     if tab is not None:
-        lines += _refinement_lines(tab)
+        lines += _refinement_lines(tab, figures=figures)
     if snaps:
         lines += ["## Density on the sphere", ""]
         lines += [f"![density at t = {t:.3g}]({name})" for t, name in snaps] + [""]
-    lines += ["## Energy and slope", "", "![energy and G²](energy.png)", "",
-              "## Energy–dissipation balance", "", "![EDI balance](edi_balance.png)", "",
-              "## Wasserstein distances", "", "![W2](w2.png)", "",
-              "Raw data: `density.npz`, `trajectory.npz`, `diagnostics_*.csv`, `w2*.csv`; "
+    if figures:
+        lines += ["## Energy and slope", "", "![energy and G²](energy.png)", "",
+                  "## Energy–dissipation balance", "", "![EDI balance](edi_balance.png)", "",
+                  "## Wasserstein distances", "", "![W2](w2.png)", ""]
+    else:
+        lines += ["No figures: `[run] render = false`.", ""]
+    lines += ["Raw data: `density.npz`, `trajectory.npz`, `diagnostics_*.csv`, `w2*.csv`; "
               "every number above is in `summary.json` (`status`, `statuses`, `verdicts`, "
               "`checks`, `edi`, `w2`, `jko_refinement`).", ""]
     atomic_write_text(stage / "report.md", "\n".join(lines))

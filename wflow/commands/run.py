@@ -79,7 +79,7 @@ def _main(args: argparse.Namespace) -> int:
         ch = s.get("checks", {}).get("jko", {}).get("edi")
         if ch is not None:
             msg += f" (JKO Σ|EDI_k| (relative) {ch['value']:.2e}, tolerance {ch['tolerance']:g})"
-    msg += f"; W2 particles vs PDE {s['w2']['particles_vs_pde']:.4f}"
+    msg += f"; {s['w2'].get('label', 'W₂')} vs PDE {s['w2']['particles_vs_pde']:.4f}"
     if "jko_vs_pde" in s["w2"]:
         msg += f", JKO vs PDE {s['w2']['jko_vs_pde']:.4f}"
     print(msg + f"; report: {args.out}/report.md")

@@ -20,7 +20,11 @@ Phases, each deterministic given the scenario's seeds and checkpointed when done
    ``jko_refinement`` — the ``τ/h`` table: JKO and surrogate PDE on
    ``[run] jko_refinement`` coarser icospheres with ``h ∝ τ``;
 4. ``compare`` — exact ``W_2`` (POT, geodesic cost) particles vs PDE at every output
-   time and JKO vs its reference PDE at the JKO times;
+   time (above ``[run] max_ot_points`` particles on a seeded random subsample, with its
+   sampling floor and the sliced ``W_2`` of every particle: :func:`particles_w2`) and JKO
+   vs its reference PDE at the JKO times; checkpointed piece by piece (each ``W_2``
+   series, the coarse PDE and every replicate of the moment test), so an interrupted
+   comparison resumes where it stopped;
 5. ``report`` — ``summary.json`` (the status of every phase and the overall status, the
    worst of them; every number with its meaning, tolerance and verdict), ``report.md``
    with figures, raw data.
@@ -44,6 +48,7 @@ refused with the differences named, or replaced with ``overwrite`` (``--overwrit
 output directory itself is written atomically at the end, ``summary.json`` last.
 """
 
+from .compare import ParticleW2, particles_w2, resolve_w2, w2_label
 from .options import (
     CHECKPOINT_MARKER,
     PHASES,
@@ -56,4 +61,5 @@ from .options import (
 from .orchestration import run_main_job
 
 __all__ = ["RUN_SCHEMA", "RUN_SPEC", "RunOptions", "MainJobResult", "run_main_job",
-           "default_run_scenario", "CHECKPOINT_MARKER", "PHASES"]
+           "default_run_scenario", "CHECKPOINT_MARKER", "PHASES", "ParticleW2",
+           "particles_w2", "resolve_w2", "w2_label"]

@@ -138,7 +138,7 @@ class _Checkpoint:
         marked = (self.dir / CHECKPOINT_MARKER).is_file() or self.meta() is not None
         only_ours = all(
             f.is_file() and (f.name in ("scenario.json", CHECKPOINT_MARKER)
-                             or (f.suffix == ".pkl" and f.stem in PHASES)
+                             or (f.suffix == ".pkl" and f.stem.split(".")[0] in PHASES)
                              or f.name.startswith(".")) for f in entries)
         # a leftover of an older wflow: phase pickles alone (no scenario.json, no marker)
         legacy = bool(entries) and all(f.is_file() and f.suffix == ".pkl" and f.stem in PHASES
@@ -190,10 +190,45 @@ class _Checkpoint:
         self.dir.rmdir()
 
 
+class _Pieces:
+    """The finished pieces of one phase, each pickled as ``DIR.ckpt/<phase>.<piece>.pkl``.
+
+    A mutable mapping as far as :func:`wflow.apps.main.compare._piece` needs it: ``in``,
+    ``[]`` and assignment (written atomically at once). A phase that is interrupted keeps
+    its finished pieces; a resumed run restores them instead of computing them again. A
+    fresh run starts from an empty checkpoint (:meth:`_Checkpoint.start`), so it never
+    reads another run's pieces.
+    """
+
+    def __init__(self, ck: _Checkpoint, phase: str) -> None:
+        self.ck, self.phase = ck, phase
+
+    def _name(self, piece: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", piece):
+            raise ValueError(f"checkpoint piece name {piece!r}: letters, digits and _ only")
+        return f"{self.phase}.{piece}"
+
+    def __contains__(self, piece: str) -> bool:
+        return self.ck.has(self._name(piece))
+
+    def __getitem__(self, piece: str) -> Any:
+        return self.ck.load(self._name(piece))
+
+    def __setitem__(self, piece: str, value: Any) -> None:
+        self.ck.save(self._name(piece), value)
+
+    def names(self) -> list[str]:
+        """The pieces saved so far."""
+        pre = f"{self.phase}."
+        return sorted(f.name[len(pre):-4] for f in self.ck.dir.glob(f"{pre}*.pkl"))
+
+
 def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict,
-           restored: list[str], *, resume: bool, warned: list[dict] | None = None) -> Any:
+           restored: list[str], *, resume: bool, warned: list[dict] | None = None,
+           cpu: dict | None = None) -> Any:
     """Run phase ``name`` (and checkpoint it), or with ``resume`` restore its checkpoint.
 
+    ``cpu``: the phase's CPU seconds (this process, every thread) are recorded there.
     ``warned``: the warnings the phase logs are appended there, tagged with ``name``
     (:func:`wflow.infra.logs.collect_warnings`), and checkpointed with the phase, so a
     resumed run lists them too.
@@ -204,19 +239,24 @@ def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict,
         print(f"run: phase {name} restored from the checkpoint", flush=True)
         obj = ck.load(name)
         timings[name] = obj.get("_wall", 0.0) if isinstance(obj, dict) else 0.0
+        if cpu is not None:
+            cpu[name] = float(obj.get("_cpu", 0.0)) if isinstance(obj, dict) else 0.0
         restored.append(name)
         if warned is not None and isinstance(obj, dict):
             warned.extend(obj.get("_warnings", []))
         return obj
     print(f"run: phase {name} ...", flush=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with collect_warnings(name) as found:
         obj = fn()
-    wall = time.perf_counter() - t0
+    wall, used = time.perf_counter() - t0, time.process_time() - c0
+    if cpu is not None:
+        cpu[name] = used
     if warned is not None:
         warned.extend(found)
     if isinstance(obj, dict):
         obj["_wall"] = wall
+        obj["_cpu"] = used
         obj["_warnings"] = found
     timings[name] = wall
     ck.save(name, obj)

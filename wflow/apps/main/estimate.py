@@ -15,19 +15,58 @@ from ...jko.options import auto_steps_bound
 from ...particles import estimate as particles_estimate
 from ...particles.estimate import estimate_particles
 from ...pde.estimate import estimate_pde
+from .compare import w2_label
 
-__all__ = ["BASELINE_BYTES", "STARTUP_SECONDS", "estimate_main_job"]
+__all__ = ["BASELINE_BYTES", "STARTUP_SECONDS", "SSW_SECONDS_PER_PROJECTION",
+           "SSW_SECONDS_PER_POINT", "RUN_SECONDS", "RUN_PAIR_SECONDS", "RUN_FASTSUM_SECONDS",
+           "particle_run_seconds", "estimate_main_job", "estimate_compare"]
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow run`` loads.
 BASELINE_BYTES = 330 * 2**20
 #: Start-up seconds of ``wflow run``: the CPU seconds of the smallest runs of the grid.
 STARTUP_SECONDS = 2.5
+#: CPU seconds of POT's sliced spherical ``W₂`` (``ot.sliced_wasserstein_sphere``) per
+#: projection, and per projection and support point: 0.85 s at 1 000 + 720 points and 2.64 s
+#: at 10 000 + 720 with 200 projections.
+SSW_SECONDS_PER_PROJECTION, SSW_SECONDS_PER_POINT = 2.5e-3, 1.0e-6
+
+
+#: Fixed CPU seconds of one particle run of the main job (the phase, and each replicate of
+#: the moment test): sampling the tokens, the set-up, the recorded diagnostics (0.097 s at
+#: n = 62).
+RUN_SECONDS = 0.08
+#: CPU seconds per kernel pair and head of the direct sums in those runs (the surrogate
+#: flow's field: 0.47–0.58 s at n = 1 000, 68 evaluations, two heads).
+RUN_PAIR_SECONDS = 2.5e-9
+#: CPU seconds per token and head of one fast-summation evaluation in those runs: 1.3e-6 to
+#: 1.6e-6 at n = 2 500 and 4 000 (0.75 s and 0.92 s, 65 evaluations, two heads), 2.6e-6 at
+#: n = 10⁵ (5.2 s, 10 evaluations; bench/results/bench_main_job_estimate.json).
+RUN_FASTSUM_SECONDS = 2.2e-6
+
+
+def particle_run_seconds(n: int, H: int, steps: int, records: int, fastsum: bool,
+                         stages: int = 4) -> float:
+    """CPU seconds of one particle run of the main job (RK4: ``stages = 4``).
+
+    ``RUN_SECONDS + E c`` with ``E = stages·steps + records`` field evaluations and ``c``
+    the cost of one: ``n² H RUN_PAIR_SECONDS`` (direct sums), or, where the kernel plan
+    chooses the fast summation (``fastsum`` eligible and cheaper by the particle model's
+    own constants, :func:`~wflow.particles.estimate.estimate_particles`),
+    ``n H RUN_FASTSUM_SECONDS``. Measured in-process on the main job's test scenario
+    (720 cells, two softmax heads at β = 1, the surrogate flow) under a load of 10–15 on
+    2 cores (CPU time).
+    """
+    n, H = float(n), float(H)
+    plan_fast = fastsum and n * H * particles_estimate.FASTSUM_SECONDS \
+        < n * n * H * particles_estimate.PAIR_SECONDS
+    c = n * H * RUN_FASTSUM_SECONDS if plan_fast else n * n * H * RUN_PAIR_SECONDS
+    return RUN_SECONDS + (stages * steps + records) * c
 
 
 def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
                       steps_per_save: int, jko: bool, refinement: int,
                       max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
-                      jko_steps: int | None = None) -> Estimate:
+                      jko_steps: int | None = None, fastsum: bool = False) -> Estimate:
     """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
 
     The phases run one after the other: the memory is the libraries plus the largest
@@ -36,10 +75,12 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
     rule with ``|v|max <= 1``: an upper bound). The ``τ/h`` table's
     row ``k`` (``1..refinement``) runs the JKO and the surrogate PDE with ``N_k ≈ N/1.5^k``
     steps on ``M_k ≈ M N_k²/N²`` cells and ``N_k + 1`` cell-vs-cell ``W₂``; the coarsest
-    row once more with the OT scheme. The comparison computes ``n_saves`` particle-vs-cell
-    ``W₂`` (at most ``max_ot_points`` particles) and ``N + 1`` cell-vs-cell ones. A ``W₂``
-    is dense up to ``w2_dense_max_points`` support points, certified sparse beyond
-    (:func:`estimate_w2`; the default, no limit: every ``W₂`` dense).
+    row once more with the OT scheme. The comparison: :func:`estimate_compare` (its
+    ``W₂``, their floor and sliced ``W₂``, the moment test's replicate particle systems and
+    coarse PDE). A ``W₂`` is dense up to ``w2_dense_max_points`` support points, certified
+    sparse beyond (:func:`estimate_w2`; the default, no limit: every ``W₂`` dense).
+    ``fastsum``: the particles' kernel plan may choose the spherical-harmonic fast
+    summation (:func:`~wflow.particles.estimate.fastsum_eligible`).
     """
     M = float(cells)
     base = float(BASELINE_BYTES)
@@ -47,21 +88,15 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                                            what="pde", startup=False)]
     p_steps = max(1, n_saves - 1) * steps_per_save
     part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
-                              save_trajectory=True)
+                              save_trajectory=True, fastsum=fastsum)
     phases.append(Estimate("particles", part.memory - particles_estimate.BASELINE_BYTES,
-                           part.steps, part.seconds - particles_estimate.STARTUP_SECONDS,
+                           part.steps, particle_run_seconds(n, H, p_steps, n_saves, fastsum),
                            {k: v for k, v in part.parts.items() if k != "libraries"}))
-    n_ot = min(int(n), int(max_ot_points))
-    phases.append(estimate_w2(n_ot, cells, calls=n_saves, dense_max_points=w2_dense_max_points,
-                              what="W2 particles vs PDE"))
     if jko:
         N = float(jko_steps) if jko_steps else float(auto_steps_bound(T, cells))
         phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False))
         phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
                                    what="pde_surrogate", startup=False))
-        phases.append(estimate_w2(cells, cells, calls=int(N) + 1,
-                                  dense_max_points=w2_dense_max_points,
-                                  what="W2 JKO vs PDE"))
         seen, last = {N}, None
         for k in range(1, int(refinement) + 1):
             Nk = max(1, math.floor(N / 1.5 ** k + 0.5))
@@ -80,7 +115,59 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
         if last is not None:
             phases.append(estimate_jko(cells=last[0], H=H, steps=last[1], scheme="ot",
                                        startup=False, what="table OT cross-check"))
+    phases.append(estimate_compare(
+        cells=cells, n=n, H=H, T=T, dt=dt, n_saves=n_saves, steps_per_save=steps_per_save,
+        max_ot_points=max_ot_points, w2_dense_max_points=w2_dense_max_points,
+        jko_steps=(float(jko_steps) if jko_steps else float(auto_steps_bound(T, cells)))
+        if jko else None, fastsum=fastsum))
     big = max(phases, key=lambda e: e.memory)
     parts = {"libraries": base, **{f"{big.what}: {k}": v for k, v in big.parts.items()}}
     secs = STARTUP_SECONDS + sum(e.seconds for e in phases)
     return Estimate("run", base + big.memory, sum(e.steps for e in phases), secs, parts)
+
+
+def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
+                     steps_per_save: int, max_ot_points: int = 6000,
+                     w2_dense_max_points: float = math.inf, jko_steps: float | None = None,
+                     fastsum: bool = False) -> Estimate:
+    """Estimate of the main job's ``compare`` phase (no libraries, no start-up).
+
+    * ``n_saves`` exact ``W₂`` of ``m = min(n, max_ot_points)`` particles against the
+      cells (:func:`estimate_w2`); with a subsample (``n > max_ot_points``) also its floor
+      (two ``m × m`` solves) and the sliced ``W₂`` of all particles at every output time
+      (``P (SSW_SECONDS_PER_PROJECTION + SSW_SECONDS_PER_POINT (n + M))`` each, ``P`` the
+      projections);
+    * with the JKO (``jko_steps = N``), ``N + 1`` cell-vs-cell ``W₂``;
+    * the moment test (:mod:`wflow.apps.main.moments`): :data:`~.moments.REPLICATES`
+      particle systems at each level ``n, n/4, n/16`` (less the main run, reused), each
+      costed as the particle phase (:func:`particle_run_seconds`), and the PDE on the
+      coarse icosphere of about half the frequency.
+    """
+    from .compare import SSW_PROJECTIONS
+    from .moments import REPLICATES, levels
+
+    M = int(cells)
+    m = min(int(n), int(max_ot_points))
+    parts: list[Estimate] = [estimate_w2(m, M, calls=n_saves,
+                                         dense_max_points=w2_dense_max_points,
+                                         what=f"{w2_label(m, n)} vs PDE")]
+    if m < n:
+        parts.append(estimate_w2(m, m, calls=2, dense_max_points=w2_dense_max_points,
+                                 what="its sampling floor"))
+        ssw = (SSW_SECONDS_PER_PROJECTION + SSW_SECONDS_PER_POINT * (n + M)) \
+            * SSW_PROJECTIONS * n_saves
+        parts.append(Estimate("sliced W₂ of all particles", 8.0 * 4 * (n + M), 0.0, ssw,
+                              {"sliced W₂ of all particles": 8.0 * 4 * (n + M)}))
+    if jko_steps is not None:
+        parts.append(estimate_w2(M, M, calls=int(jko_steps) + 1,
+                                 dense_max_points=w2_dense_max_points, what="W2 JKO vs PDE"))
+    p_steps = max(1, n_saves - 1) * steps_per_save
+    runs = sum((REPLICATES - (1 if nk == int(n) else 0))
+               * particle_run_seconds(nk, H, p_steps, n_saves, fastsum)
+               for nk in levels(int(n)))
+    freq = max(2, round(math.sqrt(M / 20.0) / 2))
+    coarse = estimate_pde(cells=20 * freq * freq, H=H, T=T, dt=dt, n_saves=n_saves,
+                          what="moments: coarse pde", startup=False)
+    secs = sum(e.seconds for e in parts) + runs + coarse.seconds
+    big = max([*parts, coarse], key=lambda e: e.memory)
+    return Estimate("compare", big.memory, coarse.steps, secs, dict(big.parts))

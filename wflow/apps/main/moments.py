@@ -126,13 +126,19 @@ def compare_moments(*, verts: np.ndarray, m0: np.ndarray, mT: np.ndarray,
     return out
 
 
-def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc) -> dict[str, Any]:
-    """:func:`compare_moments` for the main job: its mesh, PDE, particles and scenario."""
+def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc, *,
+                     store=None) -> dict[str, Any]:
+    """:func:`compare_moments` for the main job: its mesh, PDE, particles and scenario.
+
+    ``store``: where the coarse PDE and each replicate are saved as they finish (and
+    restored from), so that an interrupted comparison resumes (:func:`~.compare._piece`).
+    """
     from dataclasses import replace
 
     from ...geometry.density import density_spec_from_scenario, initial_density
     from ...geometry.mesh import load_mesh
     from . import phases
+    from .compare import _piece
 
     def cells_of(m) -> np.ndarray:
         return m.gather_owned(m.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)
@@ -145,7 +151,8 @@ def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc) -
     # solved directly (not through phases._run_pde: the ``pde`` phase is the main one)
     from ...pde import solve_pde
 
-    pc = solve_pde(rho0, schedule, attn, mesh=coarse, options=replace(popts, progress=False))
+    pc = _piece(store, "moments_coarse_pde", lambda: solve_pde(
+        rho0, schedule, attn, mesh=coarse, options=replace(popts, progress=False)))
     if pc.status in (Status.FAILED, Status.MAX_STEPS):
         raise FloatingPointError(f"compare: the coarse PDE {pc.status}: {pc.message}")
     vc = cells_of(coarse)
@@ -154,9 +161,13 @@ def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc) -
     def run(nk: int, r: int) -> tuple[np.ndarray, np.ndarray]:
         if nk == n and r == 0:
             return parts["x0"], parts["res"].x[0]
-        rep = phases._run_particles(mesh, pde, schedule, attn, popts,
-                                    replace(ropts, n_particles=nk), sc, False, rep=(nk, r))
-        return rep["x0"], rep["res"].x[0]
+        def one() -> tuple[np.ndarray, np.ndarray]:
+            rep = phases._run_particles(mesh, pde, schedule, attn, popts,
+                                        replace(ropts, n_particles=nk), sc, False,
+                                        rep=(nk, r))
+            return rep["x0"], rep["res"].x[0]
+
+        return _piece(store, f"moments_replicate_{nk}_{r}", one)
 
     out = compare_moments(verts=verts, m0=pde.masses[0], mT=pde.masses[-1], verts_coarse=vc,
                           mT_coarse=pc.masses[-1], n=n, run=run)

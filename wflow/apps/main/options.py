@@ -48,8 +48,11 @@ class RunOptions:
     max_ot_points: int = field(default=6000, metadata=opt(
         "Largest number of support points of a dense exact ``W_2`` (POT network simplex on "
         "the ``n × m`` cost); larger cell measures use the certified sparse exact solver "
-        "(:func:`wflow.geometry.transport.w2_sphere`, ``method = \"auto\"``), more "
-        "particles are subsampled.", check=number(100, integer=True)))
+        "(:func:`wflow.geometry.transport.w2_sphere`, ``method = \"auto\"``). With more "
+        "particles the exact ``W_2`` uses a seeded random subsample of this many, named "
+        "``W₂ (subsample of m of n particles)``, with its sampling floor and POT's sliced "
+        "``W_2`` of all the particles (:func:`wflow.apps.main.particles_w2`; "
+        "``summary.json`` ``w2``).", check=number(100, integer=True)))
     jko_refinement: int = field(default=2, metadata=opt(
         "Coarser icospheres of the ``τ/h`` table (JKO and surrogate PDE with ``h ∝ τ``); "
         "0: no table.", check=number(0, 4, integer=True)))

@@ -17,7 +17,7 @@ from ...infra.io import (
 from ...infra.options import from_table
 from ..scenario import ScenarioError, parse_scenario
 from . import phases
-from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase
+from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase, _Pieces
 from .compare import _compare
 from .moments import main_job_moments
 from .options import MainJobResult, RunOptions, _load
@@ -148,12 +148,13 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     if not resume:  # everything validated: start a fresh checkpoint
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     restored: list[str] = []
     warned: list[dict] = []  # every phase's logged warnings, with the phase
     t_total = time.perf_counter()
 
     def phase(name: str, fn: Callable[[], Any]) -> Any:
-        return _phase(ck, name, fn, timings, restored, resume=resume, warned=warned)
+        return _phase(ck, name, fn, timings, restored, resume=resume, warned=warned, cpu=cpu)
 
     try:
         pde = phase("pde", lambda: {"res": phases._run_pde(mesh, rho0, schedule, attn,
@@ -172,9 +173,11 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
             if ropts.jko_refinement:
                 table = phase("jko_refinement", lambda: _jko_refinement(
                     mesh, sc, schedule, attn, popts, jko, ropts, jref))
+        pieces = _Pieces(ck, "compare")  # an interrupted comparison resumes piece by piece
         cmp_ = phase("compare", lambda: {
-            **_compare(pde, parts, jko, ropts, jref),
-            "moments": main_job_moments(mesh, pde, parts, schedule, attn, popts, ropts, sc)})
+            **_compare(pde, parts, jko, ropts, jref, seed=sc.seed, store=pieces),
+            "moments": main_job_moments(mesh, pde, parts, schedule, attn, popts, ropts, sc,
+                                        store=pieces)})
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: same type, with the hint
         exc.args = (f"completed phases are checkpointed in {ck.dir}; continue with: "
                     f"wflow run --resume {out}",)
@@ -188,6 +191,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
                        session + restored_wall, jref=jref, table=table)
     summary["warnings"] = warned
+    summary["cpu_time_s"] = {**cpu, "total": float(sum(cpu.values()))}
     summary["resumed"] = {"resumed": bool(restored), "restored_phases": restored,
                           "restored_wall_s": restored_wall, "this_session_wall_s": session,
                           "note": "wall_time_s.total counts the restored phases' recorded "

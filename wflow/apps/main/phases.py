@@ -20,6 +20,7 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
     other cells) on the loaded mesh: once per run.
     """
     from ...infra.estimate import check_estimate
+    from ...particles.estimate import fastsum_eligible
     from .estimate import estimate_main_job
 
     H = int(sc.build_heads().H)
@@ -31,7 +32,8 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
                             refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
-                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps)
+                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
+                            fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"))
     check_estimate(est, confirm=confirm)
 
 

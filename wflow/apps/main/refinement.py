@@ -5,6 +5,7 @@ Part of the main job (:mod:`wflow.apps.main`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -114,7 +115,9 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
             SCHEMES.resolve(jko.options.scheme).on_dual:  # the FV scheme
         mk, rho_k, tau_k, pres, jres = last
         t0 = time.perf_counter()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _labelled_logs(
+                f"OT cross-check of the τ/h table (scheme = \"ot\" on {mk.num_global} "
+                f"cells, τ = {tau_k:.4g}; not the main JKO): "):
             warnings.simplefilter("ignore")
             try:
                 ores = phases._run_jko(mk, rho_k, schedule, attn, sc_levels, popts, False,
@@ -125,6 +128,33 @@ def _jko_refinement(mesh, sc: Scenario, schedule, attn, popts, jko, ropts: RunOp
                                         "message": str(exc)}
         out["ot_crosscheck"]["wall_s"] = time.perf_counter() - t0
     return out
+
+
+@contextlib.contextmanager
+def _labelled_logs(prefix: str, logger_name: str = "wflow.jko"):
+    """Prefix every record the loggers under ``logger_name`` emit meanwhile with ``prefix``.
+
+    The OT cross-check's warnings (``jko: up to N cells empty``) then say on the terminal,
+    in ``summary.json`` ``warnings`` and in the report which run they come from.
+    """
+    import logging
+
+    class _Prefix(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.msg, record.args = prefix + record.getMessage(), None
+            return True
+
+    f = _Prefix()
+    loggers = [logging.getLogger(logger_name)]
+    loggers += [lg for name, lg in logging.root.manager.loggerDict.items()
+                if name.startswith(logger_name + ".") and isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        lg.addFilter(f)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(f)
 
 
 def _order(x: list[float], y: list[float]) -> float | None:

@@ -59,6 +59,20 @@ def _free_block(bal: dict | None, normalised: bool) -> dict:
             "meaning": "defect" if normalised else "identity"}
 
 
+def _subsample_block(pw) -> dict:
+    """What the particles' exact ``W₂`` used: its label, points, floor, seed, sliced W₂ of all.
+
+    ``pw``: :class:`~wflow.apps.main.compare.ParticleW2`.
+    """
+    sl = pw.sliced
+    return {"label": pw.label, "points": int(pw.m), "points_inv_sqrt": float(pw.m ** -0.5),
+            "subsampled": bool(pw.subsampled), "subsample_floor": float(pw.floor),
+            "subsample_seed": list(pw.seed) if pw.subsampled else None,
+            "sliced_all": None if sl is None else float(sl[-1]),
+            "sliced_all_initial": None if sl is None else float(sl[0]),
+            "sliced_all_max": None if sl is None else float(np.max(sl))}
+
+
 def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref=None,
              table=None) -> dict:
     from ...infra.io import provenance
@@ -90,7 +104,8 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
                "particles_vs_pde_initial": float(cmp_["w2_particles_vs_pde"][0]),
                "particles_vs_pde_max": float(np.max(cmp_["w2_particles_vs_pde"])),
                "n_inv_sqrt": float(n ** -0.5),
-               "growth_tolerance": W2_GROWTH_TOL},
+               "growth_tolerance": W2_GROWTH_TOL,
+               **_subsample_block(cmp_["w2_particles"])},
         "mass_error": float(pde.stats["mass_error_max"]),
         "min_density": float(pde.stats["rho_min"]),
         "n_particles": n,
@@ -140,7 +155,8 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
         reasons.append("failed checks: " + ", ".join(failed))
     summary["status"], summary["message"] = overall, "; ".join(reasons)
     check_finite("summary.edi", summary["edi"])
-    check_finite("summary.w2", {k: v for k, v in summary["w2"].items() if k != "jko_reference"})
+    check_finite("summary.w2", {k: v for k, v in summary["w2"].items()
+                                if k not in ("jko_reference", "label")})
     return summary
 
 
@@ -154,8 +170,11 @@ def _write_outputs(stage: Path, pde, parts, jko, cmp_, summary, ropts, mesh) -> 
     hist = {k: np.asarray(v)[None] for k, v in _balance_from_t0(pde).items()}
     write_csv(stage / "diagnostics_pde.csv", history_columns(pde.t, hist))
     write_csv(stage / "diagnostics_particles.csv", history_columns(pres.t, pres.history))
+    sliced = cmp_["w2_particles"].sliced
     write_csv(stage / "w2.csv", {"t": cmp_["t"],
-                                 "w2_particles_vs_pde": cmp_["w2_particles_vs_pde"]})
+                                 "w2_particles_vs_pde": cmp_["w2_particles_vs_pde"],
+                                 **({} if sliced is None else
+                                    {"sliced_w2_all_particles_vs_pde": sliced})})
     save_npz(stage / "density.npz", t=pde.t, rho=pde.rho, centroids=pde.centroids,
              areas=pde.areas)
     save_npz(stage / "trajectory.npz", t=pres.t, x=pres.trajectory[0])
