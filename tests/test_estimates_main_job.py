@@ -62,3 +62,21 @@ def test_the_previous_models_fail_the_comparison(monkeypatch, fault):
     if fault == "previous model":
         monkeypatch.setattr(main_est, "particle_run_seconds", _bare)
     assert any(not 1 / FACTOR <= v <= FACTOR for v in _ratios().values()), _ratios()
+
+
+def test_main_job_estimate_counts_token_diffusion_and_refuses_an_absurd_step():
+    """``wflow run`` with ``D > 0`` is estimated with the diffusion (the PDE's
+    Crank–Nicolson solves, the particles' noise draws): ``D = 0`` is today's estimate bit for
+    bit, and a diffusive step far beyond the PDE's positivity step is refused."""
+    import pytest
+
+    from wflow.apps.main.estimate import estimate_main_job
+    from wflow.infra.estimate import EstimateError
+
+    kw = dict(cells=720, n=1000, H=1, T=1.0, dt=0.02, n_saves=5, steps_per_save=4, jko=True,
+              refinement=2)
+    base = estimate_main_job(**kw)
+    assert estimate_main_job(**kw, diffusion=0.0, integrator="rk4").seconds == base.seconds
+    assert estimate_main_job(**kw, diffusion=0.05, integrator="em").seconds > base.seconds
+    with pytest.raises(EstimateError, match="attention.diffusion"):
+        estimate_main_job(**kw, diffusion=50.0, integrator="em")

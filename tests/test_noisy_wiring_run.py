@@ -64,8 +64,33 @@ def test_noisy_main_job_succeeds_and_reports_every_solver(tmp_path, capsys):
     # the PDE's free-energy EDI: Strang + CN at 720 cells, measured 2.4e-3 of ∫I dt
     assert f["pde"]["meaning"] == "identity" and f["pde"]["relative"] < 0.05
     assert f["jko"]["meaning"] == "identity" and f["jko"]["relative"] is not None
-    assert f["particles"]["meaning"] == "not recorded"
+    assert f["particles"]["meaning"] == "not recorded"  # particles carry no entropy
+    ito = s["ito_balance"]  # their balance: Itô's formula for E, judged in the main phase
+    assert ito["judged"] is True and ito["passed"] is True, ito
+    assert abs(ito["mean"]) <= ito["tolerance"]
+    row = next(r for r in s["verdicts"] if r["quantity"].startswith("particles: Itô"))
+    assert row["verdict"] == "PASS", row
     assert s["checks"]["jko"]["free_edi"]["judged"] is False
     assert not unexplained(flatten(s))
     report = (out / "report.md").read_text()
     assert "Token diffusion D" in report and "free-energy EDI" in report
+
+
+def test_ito_row_fails_a_failed_balance_and_reports_an_unjudged_one():
+    """Negative control of the main job's Itô row: a failed check is a FAIL row."""
+    from wflow.apps.main.summary import _ito_block
+    from wflow.apps.main.verdicts import _ito_row
+    from wflow.status import Verdict
+
+    rows = []
+
+    def add(q, v, tol, verdict, meaning):
+        rows.append(verdict)
+
+    base = {"judged": True, "mean": 0.3, "tolerance": 0.1, "stderr": 0.02,
+            "bias_bound": 0.01, "budget": 1.0, "paths": 1}
+    _ito_row(add, _ito_block({**base, "passed": False}), 0.05)
+    _ito_row(add, _ito_block({**base, "mean": 0.05, "passed": True}), 0.05)
+    _ito_row(add, _ito_block({"judged": False, "reason": "compiled loop", "mean": 0.1}), 0.05)
+    _ito_row(add, _ito_block(None), 0.05)
+    assert rows == [Verdict.FAIL, Verdict.PASS, Verdict.REPORTED, Verdict.NOT_APPLICABLE]

@@ -170,6 +170,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "diffusion: the noiseless chain rule or EDI; the free-energy EDI at a fixed mesh)",
       "bool", where=_RUN),
     K("checks.*.*.reason", "why the phase's check is not judged", "text", where=_RUN),
+    K("checks.particles.ito_balance.*", "the particle phase's Itô energy balance check, "
+      "field by field as checks.ito_balance.* of wflow particles (summarised in "
+      "ito_balance.*)", "as named", where=_RUN),
     K("jko_refinement.ot_crosscheck", "null: no OT cross-check (token diffusion D > 0: the "
       "OT scheme has no entropy step)", "as named", where=_RUN),
     K("warnings", "[] when no phase logged a warning", "list", where=_RUN),
@@ -191,6 +194,23 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("free_edi.*.dF", "F_D(T) − F_D(0) of the phase", "energy", "signed", _RUN),
     K("free_edi.*.meaning", "identity (USA: a discretisation error), defect (softmax: a "
       "property of the model) or not recorded", "text", where=_RUN),
+    K("ito_balance.mean", "token diffusion D > 0: the particles' Itô energy balance residual, "
+      "E(T) − E(0) − ∫(power + ∂_tE) dt − D∫ΣΔ_S E dt, mean over paths (checks.ito_balance)",
+      "energy", "signed", _RUN),
+    K("ito_balance.tolerance", "z·SE + the weak bias bound + round-off: the bound on "
+      "|ito_balance.mean|", "energy", "≥ 0", _RUN),
+    K("ito_balance.stderr", "standard error of ito_balance.mean", "energy", "≥ 0", _RUN),
+    K("ito_balance.bias_bound", "(κh)^q ∫(|power| + |∂_tE| + D|ΣΔ_S E|) dt: the weak bias "
+      "bound", "energy", "≥ 0", _RUN),
+    K("ito_balance.budget", "∫(|power| + |∂_tE| + D|ΣΔ_S E|) dt, mean over paths", "energy",
+      "≥ 0", _RUN),
+    K("ito_balance.paths", "token-noise paths in the mean", "count", where=_RUN),
+    K("ito_balance.judged", "whether the balance is judged (false: ito_balance.reason)",
+      "bool", where=_RUN),
+    K("ito_balance.passed", "|ito_balance.mean| <= ito_balance.tolerance; null when not "
+      "judged", "bool", where=_RUN),
+    K("ito_balance.reason", "why the balance is not judged; null when it is", "text",
+      where=_RUN),
     K("edi.*.residual", "EDI residual of the phase, absolute", "energy", _EDI_SIGN, _RUN),
     K("edi.*.relative", "EDI residual of the phase, relative: |edi.*.residual| / "
       "edi.*.dissipation (JKO: of the signed sum over the steps; the JKO's check is the sum "

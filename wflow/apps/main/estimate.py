@@ -66,7 +66,8 @@ def particle_run_seconds(n: int, H: int, steps: int, records: int, fastsum: bool
 def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
                       steps_per_save: int, jko: bool, refinement: int,
                       max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
-                      jko_steps: int | None = None, fastsum: bool = False) -> Estimate:
+                      jko_steps: int | None = None, fastsum: bool = False,
+                      diffusion: float = 0.0, integrator: str = "rk4") -> Estimate:
     """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
 
     The phases run one after the other: the memory is the libraries plus the largest
@@ -80,15 +81,20 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
     coarse PDE). A ``W₂`` is dense up to ``w2_dense_max_points`` support points, certified
     sparse beyond (:func:`estimate_w2`; the default, no limit: every ``W₂`` dense).
     ``fastsum``: the particles' kernel plan may choose the spherical-harmonic fast
-    summation (:func:`~wflow.particles.estimate.fastsum_eligible`).
+    summation (:func:`~wflow.particles.estimate.fastsum_eligible`). ``diffusion``: the token
+    diffusion ``D`` (the PDE's Crank–Nicolson solves, the particles' noise draws, and the
+    refusal of a diffusive step that makes the run absurd, naming ``attention.diffusion``);
+    ``integrator``: the particle phase's (``run.particle_integrator``).
     """
     M = float(cells)
     base = float(BASELINE_BYTES)
     phases: list[Estimate] = [estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
-                                           what="pde", startup=False)]
+                                           what="pde", startup=False,
+                                           diffusion=diffusion)]
     p_steps = max(1, n_saves - 1) * steps_per_save
     part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
-                              save_trajectory=True, fastsum=fastsum)
+                              save_trajectory=True, fastsum=fastsum, diffusion=diffusion,
+                              integrator=integrator)
     phases.append(Estimate("particles", part.memory - particles_estimate.BASELINE_BYTES,
                            part.steps, particle_run_seconds(n, H, p_steps, n_saves, fastsum),
                            {k: v for k, v in part.parts.items() if k != "libraries"}))
@@ -96,7 +102,8 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
         N = float(jko_steps) if jko_steps else float(auto_steps_bound(T, cells))
         phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False))
         phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
-                                   what="pde_surrogate", startup=False))
+                                   what="pde_surrogate", startup=False,
+                                   diffusion=diffusion))
         seen, last = {N}, None
         for k in range(1, int(refinement) + 1):
             Nk = max(1, math.floor(N / 1.5 ** k + 0.5))
@@ -108,7 +115,8 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
             phases.append(estimate_jko(cells=Mk, H=H, steps=Nk, startup=False,
                                        what=f"table row {k} jko"))
             phases.append(estimate_pde(cells=Mk, H=H, T=T, dt=T / Nk, n_saves=Nk + 1,
-                                       what=f"table row {k} pde", startup=False))
+                                       what=f"table row {k} pde", startup=False,
+                                       diffusion=diffusion))
             phases.append(estimate_w2(Mk, Mk, calls=Nk + 1, dense_max_points=w2_dense_max_points,
                                       what=f"W2 table row {k}"))
             last = (Mk, Nk)

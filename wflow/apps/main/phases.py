@@ -33,7 +33,9 @@ def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bo
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
                             refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
                             w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
-                            fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"))
+                            fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
+                            diffusion=float(sc.diffusion),
+                            integrator=ropts.particle_integrator)
     check_estimate(est, confirm=confirm)
 
 
@@ -118,7 +120,11 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
                    integrator=ropts.particle_integrator, flow=popts.flow,
                    record_every=ropts.particle_steps_per_save, save_trajectory=True,
                    head_rates=False, seed=sc.seed, progress=progress,
-                   **({"diffusion": sc.diffusion} if sc.diffusion > 0 else {}))
+                   **({"diffusion": sc.diffusion,
+                       # the main phase judges the Itô energy balance of the noisy tokens
+                       # (the Python loop records the Laplacian of E); replicates need not
+                       "ito_balance": True if rep is None else None}
+                      if sc.diffusion > 0 else {}))
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle phase failed: {res.message}")
     return {"res": res, "x0": x0}

@@ -38,6 +38,21 @@ def _edi_block(bal: dict, kind: str) -> dict:
             "meaning": kind if defined else "undefined"}
 
 
+def _ito_block(check: dict | None) -> dict:
+    """The particles' Itô energy balance (token diffusion ``D > 0``; ``checks.ito_balance``).
+
+    ``mean`` (the mean over paths of ``E(T) − E(0) − ∫(power + ∂_tE) dt − D∫ΣΔ_SE dt``),
+    ``tolerance`` (``z·SE`` + the weak bias bound + round-off), ``stderr``, ``bias_bound``,
+    ``budget`` (``∫(|power| + |∂_tE| + D|ΣΔ_SE|) dt``), ``paths``, ``judged``,
+    ``passed`` (null when not judged) and ``reason`` (why not judged).
+    """
+    check = check or {"judged": False, "reason": "not recorded by the particle phase"}
+    keys = ("mean", "tolerance", "stderr", "bias_bound", "budget", "paths")
+    return {**{k: check.get(k) for k in keys}, "judged": bool(check.get("judged")),
+            "passed": check.get("passed") if check.get("judged") else None,
+            "reason": check.get("reason")}
+
+
 def _free_block(bal: dict | None, normalised: bool) -> dict:
     """The free-energy EDI of ``F_D = D H − sE`` of one solver (token diffusion ``D > 0``).
 
@@ -45,7 +60,8 @@ def _free_block(bal: dict | None, normalised: bool) -> dict:
     ``dissipation`` (``∫ I dt``), ``relative = |residual| / dissipation``; ``meaning``:
     ``"identity"`` (a discretisation error, USA), ``"defect"`` (softmax: the plain
     Laplacian is not the gradient flow of ``F_D``) or ``"not recorded"`` (the solver keeps
-    no free-energy balance: the particles' Itô balance of noisy tokens is not there yet).
+    no free-energy balance: the particles carry no entropy; their balance of noisy tokens
+    is Itô's formula for ``E``, :func:`_ito_block`).
     """
     bal = bal or {}
     resid = bal.get("free_edi_defect" if normalised else "free_edi")
@@ -123,6 +139,8 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
                                "particles": _free_block(None, norm)}
         if jko is not None:
             summary["free_edi"]["jko"] = _free_block(jko.balance, norm)
+    if sc.diffusion > 0:  # the particles' balance of noisy tokens: Itô's formula for E
+        summary["ito_balance"] = _ito_block(pres.checks.get("ito_balance"))
     if jko is not None:
         summary["edi"]["jko"] = _edi_block(jko.balance, "identity")
         summary["checks"]["jko"] = jko.checks

@@ -62,9 +62,9 @@ def _free_row(add, label: str, f: dict, D: float) -> None:
     """The verdict row of one solver's free-energy EDI (token diffusion ``D > 0``): reported."""
     if f["meaning"] == "not recorded":
         add(f"{label}: free-energy EDI residual (relative)", None, "—", Verdict.NOT_APPLICABLE,
-            f"not recorded: with D = {D:g} the {label} solver keeps no balance of "
-            "F_D = D H − sE (the Itô energy balance of noisy tokens is not "
-            "implemented in the particle solver).")
+            f"not defined: with D = {D:g} the {label} carry no entropy (an empirical "
+            "measure), so F_D = D H − sE has no balance along them; their balance of noisy "
+            "tokens is Itô's formula for E (the next row).")
         return
     what = ("a discretisation error (→ 0 at the scheme's order under refinement)"
             if f["meaning"] == "identity" else
@@ -75,6 +75,21 @@ def _free_row(add, label: str, f: dict, D: float) -> None:
         Verdict.EXPECTED_DEFECT,
         f"|F_D(T) − F_D(0) + s∫∂_tE + ∫I dt| / ∫I dt with F_D = D H − sE, D = {D:g}, I the "
         f"relative Fisher information (THEORY §8): {what}. Not judged at a fixed mesh.")
+
+
+def _ito_row(add, b: dict, D: float) -> None:
+    """The particles' Itô energy balance (token diffusion ``D > 0``): judged when recorded."""
+    label = "particles: Itô energy balance residual (mean over paths)"
+    if not b["judged"]:
+        add(label, b["mean"], "—", Verdict.NOT_APPLICABLE if b["mean"] is None
+            else Verdict.REPORTED, f"not judged: {b['reason']}.")
+        return
+    add(label, b["mean"], f"|·| <= {b['tolerance']:.3g}", _verdict(bool(b["passed"])),
+        f"E(T) − E(0) − ∫(power + ∂_tE) dt − D∫Σ_iΔ_S E dt with D = {D:g}: Itô's formula "
+        "for the energy along the noisy tokens leaves a martingale of mean zero, so the "
+        f"mean over {b['paths']} path(s) is a discretisation error plus sampling noise; "
+        f"tolerance = z·SE ({b['stderr']:.3g}) + the weak bias bound "
+        f"({b['bias_bound']:.3g}) + round-off.")
 
 
 def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
@@ -101,6 +116,8 @@ def _verdicts(s: dict, pde, pres, jko) -> list[dict]:
         e = s["edi"][name]
         if s.get("diffusion", 0.0) > 0:  # token diffusion: the free-energy EDI instead
             _free_row(add, label, s["free_edi"][name], s["diffusion"])
+            if name == "particles":
+                _ito_row(add, s["ito_balance"], s["diffusion"])
         elif e["meaning"] == "identity":
             tol = ch["tolerance"] if ch is not None else float("nan")
             add(f"{label}: EDI residual (relative)", e["relative"], f"<= {tol:.3g}",
