@@ -43,7 +43,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
 
     ``rho0`` are cell densities in the mesh's original order; ``T`` replaces the table's
     default (``[pde] T``, then 1) where the table sets none; ``tau`` overrides the table's
-    step rule, whose default ``"auto"`` is resolved on this mesh
+    step rule and drops its ``rtol``/``atol`` (a row of the τ/h table runs the steps ``τ``
+    it sets), else the rule, whose default ``"auto"`` is resolved on this mesh
     (:func:`~wflow.jko.spec.resolve_step`; the choice is in ``stats["tau_rule"]``);
     ``scheme`` overrides ``[jko] scheme`` (the main job's OT cross-check; a scheme without
     error control runs the steps ``τ``, the table's ``rtol``/``atol`` dropped); ``diffusion``: the
@@ -60,6 +61,8 @@ def run_jko_scenario(mesh: Any, rho0: np.ndarray, schedule: Any, attn: Attention
                                  ("diffusion", D if D > 0 else None)) if v is not None}
     if scheme is not None and not SCHEMES.resolve(scheme).resolve(mesh_given=True).error_control:
         changes.update(rtol=None, atol=None)  # a cross-check without error control: steps τ
+    if tau is not None:  # a row of the τ/h table: a refinement study runs the steps τ it sets
+        changes.update(rtol=None, atol=None)
     cen = mesh.gather_owned(mesh.centroids)
     areas = mesh.gather_owned(mesh.areas)
     return _solve_on(table, cen, areas, np.asarray(rho0) * areas, schedule, attn, mesh,
