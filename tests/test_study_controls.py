@@ -121,7 +121,17 @@ def test_every_documented_fault_is_tested():
     assert {s for s, _ in documented} == set(STUDIES)
 
 
-@pytest.mark.parametrize("name, fault, criterion", CONTROLS,
+#: Quick controls run in the slow suite only for their cost (each a mean-field quick run of
+#: 1–3 minutes on the 2-core CI): the default suite keeps one PDE-side control of each size
+#: (``pde-velocity:0.02``, ``frozen-pde``) and the particle-side ones.
+SLOW_CONTROLS = {("mean-field", "pde-velocity:1"), ("mean-field", "pde-velocity:-0.02"),
+                 ("mean-field", "pde-beta-1.5"), ("mean-field", "pde-value-sign"),
+                 ("mean-field", "pde-no-mobility"), ("mean-field", "pde-stop-short:0.5")}
+
+
+@pytest.mark.parametrize("name, fault, criterion",
+                         [pytest.param(*c, marks=pytest.mark.slow) if c[:2] in SLOW_CONTROLS
+                          else c for c in CONTROLS],
                          ids=[f"{s}-{f}" for s, f, _ in CONTROLS])
 def test_fault_flips_verdict(name, fault, criterion, tmp_path):
     res = _run(name, tmp_path, seed=0, fault=fault)
