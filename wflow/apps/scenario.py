@@ -481,7 +481,7 @@ class Scenario:
         (an unknown type raises with the known ones).
         """
         heads = self.build_heads()
-        stype = SCHEDULE_TYPES.lookup(self.schedule["type"], "schedule.type")
+        stype = SCHEDULE_TYPES.resolve(self.schedule["type"], "schedule.type")
         ctx = ScheduleContext(heads=heads, d=self.d, sigma=self._sigma,
                               heads_file=self._layer_heads, published_relaxed=published_relaxed)
         table = dict(self.schedule)

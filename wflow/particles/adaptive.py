@@ -54,7 +54,7 @@ def check_accuracy_applies(opts: Any, schedule: Schedule, key: str) -> None:
     if schedule.stochastic:
         raise ScenarioError(f"{key}: error control of the deterministic integrators only; "
                             "noisy weights need a weak-error estimate (not yet)")
-    integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
     if isinstance(integ, StochasticIntegrator):
         raise ScenarioError(f"{key}: {integ.name!r} is a stochastic integrator; error "
                             "control is for 'euler' and 'rk4'")

@@ -166,7 +166,7 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`), a causal
     mask, heads of value rank ``r < d`` for ``d > 3`` (summed at their rank in Python).
     """
-    integ = INTEGRATORS.lookup(opts.integrator, "particles.integrator")
+    integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
     if getattr(attn, "mask", None) is not None:
         return f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python loop"
     if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) != CODE_EM:

@@ -80,7 +80,7 @@ def integrator_of(integrator: ParticleIntegrator | str) -> ParticleIntegrator:
     """The integrator object: ``integrator`` itself, or the one registered under that name."""
     if isinstance(integrator, ParticleIntegrator):
         return integrator
-    return INTEGRATORS.lookup(integrator, "particles.integrator")
+    return INTEGRATORS.resolve(integrator, "particles.integrator")
 
 
 def fastsum_eligible(kind: str, d: int, backend: str) -> bool:

@@ -76,7 +76,7 @@ def time_integrator_of(integrator: TimeIntegrator | str | None = None, *,
     if isinstance(integrator, TimeIntegrator):
         return integrator
     name = PDEOptions(order=order, time_integrator=integrator or "auto").integrator
-    return TIME_INTEGRATORS.lookup(name, "pde.time_integrator")
+    return TIME_INTEGRATORS.resolve(name, "pde.time_integrator")
 
 
 def pde_steps(cells: float, T: float, dt: float, cfl: float, vmax: float,
