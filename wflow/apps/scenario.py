@@ -62,6 +62,7 @@ import numpy as np
 
 from ..attention.diffusion import check_diffusion
 from ..attention.heads import KINDS, Attention, Heads
+from ..attention.mask import get_bias, get_mask
 from ..attention.published import (
     HEAD_GENERATORS,
     published_heads,
@@ -112,6 +113,8 @@ ATTENTION_SCHEMA: Spec = {
     "beta": (1.0, number(0, strict_lo=True)),
     "d": (3, number(2, integer=True)),
     "diffusion": (0.0, check_diffusion),  # token diffusion D (THEORY §8), read once here
+    "mask": ("none", lambda v, key: (get_mask(v, key), v)[1]),  # THEORY §9: a decoder's mask
+    "bias": ("none", lambda v, key: (get_bias(v, key), v)[1]),  # its positional bias
 }
 TOKENS_SCHEMA: Spec = {
     "n": (200, number(1, integer=True)),
@@ -180,6 +183,13 @@ ATTENTION_DOCS: dict[str, str] = {
                  "the entropy D Σ m log(m/σ). Not the weights' OU noise ([schedule]). Needs a "
                  "stochastic particle integrator (em, strang) and the FV JKO scheme; "
                  "Mun & Rosenzweig's K = 1/(2D). 0: the noiseless model.",
+    "mask": "The causal mask of a decoder (THEORY §9): 'causal' (token i attends to j ≤ i, "
+            "in the order of the token array), 'causal_strict' (j < i: the first token "
+            "stays at rest) or 'none'. Particles only (the Python loop, also split over MPI "
+            "ranks); the PDE, the JKO and wflow run refuse a mask (no density form).",
+    "bias": "The positional bias added to the scores under the mask: 'none' or an ALiBi "
+            "table {type = 'alibi', slope = s} (b(i, j) = −s(i − j)) or {type = 'alibi', "
+            "lam = λ, n = n} (slope λ/n). Needs attention.mask.",
 }
 TOKENS_DOCS: dict[str, str] = {
     "n": "Number of tokens (particles).",
@@ -317,7 +327,11 @@ class Scenario:
     # ------------------------------------------------------------------ builders
     def attention_obj(self) -> Attention:
         """The :class:`Attention` of the scenario."""
-        return Attention(self.attention["kind"], self.attention["beta"])
+        mask = get_mask(self.attention.get("mask", "none"), "attention.mask")
+        bias = get_bias(self.attention.get("bias", "none"), "attention.bias")
+        if mask is None and bias is None:  # the exchangeable model: today's object
+            return Attention(self.attention["kind"], self.attention["beta"])
+        return Attention(self.attention["kind"], self.attention["beta"], mask=mask, bias=bias)
 
     @property
     def d(self) -> int:
