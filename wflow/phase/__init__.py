@@ -16,7 +16,9 @@ THEORY §8 (docs/theory.md §9) and Mun & Rosenzweig: one USA head ``A = V = I``
 * the stationary equation on the full triangulated ``S²`` (``d = 3``): Newton's method,
   pseudo-arclength continuation through the fold, ``K_c`` from equal free energies, and
   non-zonal states, Richardson-extrapolated against the zonal values
-  (:mod:`~wflow.phase.mesh`).
+  (:mod:`~wflow.phase.mesh`);
+* the noisy PDE's long-time runs against the branches, and the hysteresis loop
+  (:mod:`~wflow.phase.relaxation`, imported on first use: it needs the PDE's DOLFINx).
 
 Reproduced (d = 3, published ``K``): ``β = 3``: ``K_# = 0.668810``, ``K_c = 0.616872``,
 ``K_f = 0.604224``; ``β = 4``: ``0.390515``, ``0.322675``, ``0.309136``; ``β = 8``:
@@ -53,6 +55,19 @@ from .mesh import (
 from .thresholds import funk_hecke_eigenvalues, k_sharp, tricritical_beta
 from .zonal import PhaseError, ZonalModel, ZonalOptions, ZonalState
 
+#: Names of :mod:`~wflow.phase.relaxation`, imported on first use (the PDE needs DOLFINx).
+_LAZY = ("RelaxationRun", "relax_pde", "PDERelaxationCheck", "pde_relaxation_check",
+         "HysteresisCheck", "hysteresis_check")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import relaxation
+
+        return getattr(relaxation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "funk_hecke_eigenvalues",
     "k_sharp",
@@ -82,4 +97,5 @@ __all__ = [
     "mesh_phase_point",
     "mesh_refinement",
     "nonzonal_check",
+    *_LAZY,
 ]
