@@ -99,6 +99,17 @@ def test_options_validated_naming_the_field():
         MeshOptions(symmetry="cubic")
 
 
+def test_richardson_step_is_exact_for_a_pure_power():
+    from wflow.phase.mesh import _richardson
+
+    h = np.array([0.4, 0.2, 0.1])
+    p, v = _richardson(h, 0.6 + 0.3 * h ** 2 - 0.1 * h ** 2)
+    assert abs(p - 2.0) < 1e-9 and abs(v - 0.6) < 1e-12
+    # fewer than three meshes: no order, the finest value
+    p1, v1 = _richardson(h[:2], 0.6 + h[:2] ** 2)
+    assert np.isnan(p1) and v1 == 0.6 + 0.2 ** 2
+
+
 # ------------------------------------------------------------------ thresholds on coarse meshes
 def test_coarse_mesh_thresholds_approach_the_zonal_ones_at_order_two():
     ref = phase_point(3.0, 3)
@@ -170,7 +181,9 @@ def test_pde_hysteresis_above_beta_star_and_none_below():
     from wflow.phase import hysteresis_check
 
     above = hysteresis_check(4.0, 0.9, frequency=4, T=20.0)
-    below = hysteresis_check(1.5, 0.9, frequency=4, T=20.0)
+    # below β* there is no fold: at K = 0.75 K_# both starts relax to the uniform state
+    # (the degree-1 decay rate (1/K_#)(1 − K_#/K) makes 0.9 K_# too slow for T = 20)
+    below = hysteresis_check(1.5, 0.75, frequency=4, T=20.0)
     print(f"beta=4: up {above.up.final:.3e} down {above.down.final:.6f} branch "
           f"{above.branch_order_parameter:.6f}; beta=1.5: {below.up.final:.3e} "
           f"{below.down.final:.3e}")
@@ -178,3 +191,26 @@ def test_pde_hysteresis_above_beta_star_and_none_below():
     assert below.passed and not below.hysteresis
     # negative control: D halved (K = 1/D) puts K above K_#: the uniform start clusters
     assert not hysteresis_check(4.0, 0.9, frequency=4, T=20.0, diffusion_factor=0.5).passed
+
+
+# ------------------------------------------------------------------ the command
+def test_cli_mesh_prints_the_api_numbers_and_fails_a_single_coarse_mesh(capsys):
+    import json
+
+    from wflow.cli import main
+
+    assert main(["phase", "mesh", "--beta", "3", "--refine", "4", "--json"]) == 1  # coarse
+    (rec,) = json.loads(capsys.readouterr().out)
+    p = mesh_phase_point(3.0, options=MeshOptions(frequency=4))
+    assert rec["rows"][0]["k_c"] == pytest.approx(p.k_c, rel=1e-12)
+    assert rec["reference"]["k_c"] == phase_point(3.0, 3).k_c and rec["passed"] is False
+
+
+@pytest.mark.parametrize("args, key", [(("--beta", "1.5"), "beta"),
+                                       (("--beta", "nan"), "beta"),
+                                       (("--beta", "3", "--refine", "8", "4"), "refine")])
+def test_cli_mesh_bad_input_exits_2_naming_the_key(capsys, args, key):
+    from wflow.cli import main
+
+    assert main(["phase", "mesh", *args]) == 2
+    assert key in capsys.readouterr().err

@@ -688,7 +688,7 @@ def _richardson(h: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     if d1 == 0 or d2 == 0 or d1 * d2 < 0:
         return math.nan, float(v3)
     p = math.log(d1 / d2) / math.log(h2 / h3)
-    return p, float(v3 + d2 / ((h2 / h3) ** p - 1.0))
+    return p, float(v3 - d2 / ((h2 / h3) ** p - 1.0))
 
 
 def mesh_refinement(beta: float, frequencies: tuple[int, ...] = (8, 16, 32), *,
