@@ -109,7 +109,7 @@ class MeshOptions:
     Attributes
     ----------
     frequency : int
-        Icosphere subdivision ``n`` (``20n²`` cells, ``h ≈ 1.8/n``).
+        Icosphere subdivision ``n`` (``20n²`` cells, ``h ≈ 0.79/n``).
     symmetry : {"axial", "none"}
         ``"axial"``: the ``C_{5v}``-invariant harmonics only (zonal branch about the pole);
         ``"none"``: every harmonic of degree ``<= L``.
