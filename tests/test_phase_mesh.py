@@ -100,7 +100,7 @@ def test_options_validated_naming_the_field():
 
 
 def test_richardson_step_is_exact_for_a_pure_power():
-    from wflow.phase.mesh import _richardson
+    from wflow.phase.mesh.checks import _richardson
 
     h = np.array([0.4, 0.2, 0.1])
     p, v = _richardson(h, 0.6 + 0.3 * h ** 2 - 0.1 * h ** 2)
