@@ -214,3 +214,20 @@ def test_cli_mesh_bad_input_exits_2_naming_the_key(capsys, args, key):
 
     assert main(["phase", "mesh", *args]) == 2
     assert key in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pde_sweep_up_and_down_loops_only_between_the_fold_and_k_sharp():
+    """β = 4: K = 0.7, 0.85, 1.3 K_# up then down; a loop at 0.85 only (K_f = 0.79 K_#).
+    β = 1.5 < β*: the same sweep (0.7, 1.3) has no loop."""
+    from wflow.phase import hysteresis_sweep
+
+    above = hysteresis_sweep(4.0, (0.7, 0.85, 1.3), frequency=4, T=25.0)
+    below = hysteresis_sweep(1.5, (0.7, 1.3), frequency=4, T=25.0)
+    print(f"beta=4: up {above.up} down {above.down}; beta=1.5: up {below.up} down {below.down}")
+    assert above.passed and list(above.bistable) == [False, True, False]
+    assert below.passed and not below.bistable.any()
+    # negative control: a claimed fold above 0.85 K_# makes the observed loop fall outside
+    from dataclasses import replace
+
+    assert not replace(above, k_fold=0.9 * above.k_sharp).passed

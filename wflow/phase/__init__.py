@@ -57,7 +57,7 @@ from .zonal import PhaseError, ZonalModel, ZonalOptions, ZonalState
 
 #: Names of :mod:`~wflow.phase.relaxation`, imported on first use (the PDE needs DOLFINx).
 _LAZY = ("RelaxationRun", "relax_pde", "PDERelaxationCheck", "pde_relaxation_check",
-         "HysteresisCheck", "hysteresis_check")
+         "HysteresisCheck", "hysteresis_check", "HysteresisSweep", "hysteresis_sweep")
 
 
 def __getattr__(name: str):

@@ -38,7 +38,7 @@ from .thresholds import k_sharp, tricritical_beta
 logger = logging.getLogger(__name__)
 
 __all__ = ["RelaxationRun", "relax_pde", "PDERelaxationCheck", "pde_relaxation_check",
-           "HysteresisCheck", "hysteresis_check"]
+           "HysteresisCheck", "hysteresis_check", "HysteresisSweep", "hysteresis_sweep"]
 
 #: Order parameter below which a final state counts as uniform: the perturbed start has
 #: ``|m| ≈ κ/3 = 0.1`` and the near-uniform states of the mesh ``|m| < 10^{-6}``.
@@ -56,13 +56,15 @@ class RelaxationRun:
     frequency : int
         Icosphere subdivision (``20 n²`` cells).
     start : str
-        ``"uniform"`` (perturbed) or ``"clustered"``.
+        ``"uniform"`` (perturbed), ``"clustered"`` or ``"given"`` (a density passed in).
     t, order_parameter : numpy.ndarray
         Save times and ``|Σ m_K ĉ_K|`` there, shape ``(S,)``.
     status : str
         The PDE's status.
     seconds : float
         Wall time.
+    final_density : numpy.ndarray
+        Cell densities at ``T`` (the mesh's original cell order), shape ``(M,)``.
     """
 
     beta: float
@@ -74,6 +76,7 @@ class RelaxationRun:
     order_parameter: np.ndarray = field(repr=False)
     status: str
     seconds: float
+    final_density: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
 
     @property
     def final(self) -> float:
@@ -88,7 +91,8 @@ class RelaxationRun:
 
 def relax_pde(beta: float, K: float, *, frequency: int = 4, start: str = "uniform",
               T: float = 20.0, dt: float = 0.02, diffusion: float | None = None,
-              axis: tuple[float, float, float] = (0.3, -0.5, 0.8)) -> RelaxationRun:
+              axis: tuple[float, float, float] = (0.3, -0.5, 0.8),
+              rho0: np.ndarray | None = None, kick: float = 0.0) -> RelaxationRun:
     """Run the noisy PDE at ``D = 1/(2K)`` (or ``diffusion``) to time ``T``.
 
     Parameters
@@ -107,14 +111,26 @@ def relax_pde(beta: float, K: float, *, frequency: int = 4, start: str = "unifor
         Override ``D`` (a wrong convention for negative controls).
     axis : tuple, keyword-only
         Mean direction of the starting law.
+    rho0 : numpy.ndarray or None, keyword-only
+        Start from these cell densities instead (a previous run's ``final_density``).
+    kick : float, keyword-only
+        Multiply ``rho0`` by ``exp(kick · x·axis)`` (a degree-1 perturbation of order
+        parameter ``≈ kick/3``: the noise a slow ramp of ``K`` carries, without which an
+        exactly uniform state could not leave the unstable uniform branch).
     """
     if start not in ("uniform", "clustered"):
         raise ValueError(f"start: expected 'uniform' or 'clustered', got {start!r}")
     D = diffusion_of(K) if diffusion is None else float(diffusion)
     t0 = time.perf_counter()
     sm = load_mesh(f"icosphere:{20 * int(frequency) ** 2}")
-    rho0 = {"type": "vmf", "means": [list(axis)],
-            "kappas": [0.3 if start == "uniform" else 10.0]}
+    if rho0 is not None:
+        start = "given"
+        if kick:
+            c = normalize(sm.gather_owned(sm.centroids))
+            rho0 = np.asarray(rho0, dtype=np.float64) * np.exp(kick * (c @ np.asarray(axis)))
+    else:
+        rho0 = {"type": "vmf", "means": [list(axis)],
+                "kappas": [0.3 if start == "uniform" else 10.0]}
     r = solve_pde(rho0, Heads.bilinear(np.eye(3)), Attention("usa", float(beta)), mesh=sm,
                   options=PDEOptions(T=float(T), dt=float(dt), order=2, n_saves=21,
                                      clusters=False, balance=False, diffusion=D))
@@ -124,7 +140,8 @@ def relax_pde(beta: float, K: float, *, frequency: int = 4, start: str = "unifor
     run = RelaxationRun(beta=float(beta), K=float(K), diffusion=D, frequency=int(frequency),
                         start=start, t=np.asarray(r.t), order_parameter=op,
                         status=str(getattr(r.status, "value", r.status)),
-                        seconds=time.perf_counter() - t0)
+                        seconds=time.perf_counter() - t0,
+                        final_density=np.asarray(r.rho[-1]).copy())
     logger.info("pde relaxation beta=%g K=%g D=%g n=%d from %s: |m| = %.6f (drift %.1e, "
                 "%.1f s)", beta, K, D, frequency, start, run.final, run.drift, run.seconds)
     return run
@@ -248,3 +265,77 @@ def hysteresis_check(beta: float, K_ratio: float = 0.9, *, frequency: int = 4,
     return HysteresisCheck(beta=float(beta), K=K, up=up, down=down, discontinuous=disc,
                            branch_order_parameter=m_branch,
                            tol=float(4.0 * np.pi / (20 * frequency ** 2)))
+
+
+@dataclass(frozen=True)
+class HysteresisSweep:
+    """A K-up then K-down sweep of PDE runs, each started from the previous final state.
+
+    Attributes
+    ----------
+    beta : float
+    K : numpy.ndarray
+        The couplings, ascending, shape ``(k,)``.
+    up, down : numpy.ndarray
+        Final order parameters of the up sweep (from a perturbed uniform density) and of the
+        down sweep (from the up sweep's top state), at each ``K``, shape ``(k,)``.
+    k_fold, k_sharp : float
+        The zonal fold (``nan`` below ``β*``) and ``K_#``.
+    discontinuous : bool
+        ``β > β*(3)``.
+    seconds : float
+    """
+
+    beta: float
+    K: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+    k_fold: float
+    k_sharp: float
+    discontinuous: bool
+    seconds: float
+
+    @property
+    def bistable(self) -> np.ndarray:
+        """Where the two sweeps end in different states (uniform up, clustered down)."""
+        return (self.up < UNIFORM_M) & (self.down > UNIFORM_M)
+
+    @property
+    def passed(self) -> bool:
+        """Above ``β*``: a loop, only inside ``(K_f, K_#)``; below: no loop at all."""
+        if not self.discontinuous:
+            return bool(not np.any(self.bistable))
+        inside = (self.K > self.k_fold) & (self.K < self.k_sharp)
+        return bool(np.any(self.bistable) and not np.any(self.bistable & ~inside))
+
+
+def hysteresis_sweep(beta: float, ratios: tuple[float, ...] = (0.7, 0.85, 1.3), *,
+                     frequency: int = 4, T: float = 25.0) -> HysteresisSweep:
+    """Sweep ``K = r K_#`` up (from a perturbed uniform density) and back down.
+
+    Each run starts from the previous run's final density, so the sweep carries its state
+    as a slow ramp of ``K`` would; the down sweep starts from the top of the up sweep. The
+    up steps add a degree-1 kick of 0.1 (``|m| ≈ 0.03``: see :func:`relax_pde`).
+    """
+    from .branch import phase_point
+
+    t0 = time.perf_counter()
+    ks = k_sharp(beta, 3)
+    K = np.sort(np.asarray(ratios, dtype=np.float64)) * ks
+    up, down = np.empty(K.size), np.empty(K.size)
+    rho = None
+    for i, k in enumerate(K):
+        run = relax_pde(beta, float(k), frequency=frequency, T=T, rho0=rho,
+                        kick=0.0 if rho is None else 0.1)
+        up[i], rho = run.final, run.final_density
+    down[-1] = up[-1]
+    for i in range(K.size - 2, -1, -1):
+        run = relax_pde(beta, float(K[i]), frequency=frequency, T=T, rho0=rho)
+        down[i], rho = run.final, run.final_density
+    disc = bool(beta > tricritical_beta(3))
+    kf = phase_point(beta, 3).k_fold if disc else float("nan")
+    res = HysteresisSweep(beta=float(beta), K=K, up=up, down=down, k_fold=float(kf),
+                          k_sharp=float(ks), discontinuous=disc,
+                          seconds=time.perf_counter() - t0)
+    logger.info("hysteresis sweep beta=%g: K/K_# %s up %s down %s", beta, K / ks, up, down)
+    return res
