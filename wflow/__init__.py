@@ -91,6 +91,7 @@ from .phase import (
     tricritical_beta,
     zonal_branch,
 )
+from .phase.mesh import MeshOptions, mesh_phase_point, mesh_refinement, nonzonal_check
 
 # isort: split
 # causal attention: the mask and positional bias, the causal sums (issue 43)
@@ -185,6 +186,10 @@ __all__ = [
     "order_parameter_exponent",
     "check_dichotomy",
     "DichotomyCheck",
+    "MeshOptions",
+    "mesh_phase_point",
+    "mesh_refinement",
+    "nonzonal_check",
     "SolverSpec",
     "SOLVERS",
     "Registry",

@@ -1,7 +1,9 @@
 """``wflow phase``: the noisy model's phase transition (docs/guide/phase.md, THEORY §8).
 
-Sub-commands: ``beta-star`` (the tricritical ``β*(d)``) and ``point`` (the thresholds
-``K_#``, ``K_c``, ``K_f`` at given ``(β, d)``, with the token diffusions ``D = 1/(2K)``).
+Sub-commands: ``beta-star`` (the tricritical ``β*(d)``), ``point`` (the thresholds
+``K_#``, ``K_c``, ``K_f`` at given ``(β, d)``, with the token diffusions ``D = 1/(2K)``) and
+``mesh`` (the same thresholds on the full triangulated ``S²``, under refinement, against the
+zonal ones).
 The figure and table of the whole diagram: ``demos/phase_diagram.py``.
 """
 
@@ -39,6 +41,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--d", type=int, nargs="+", default=[3], help="dimension(s) (default 3)")
     q.add_argument("--json", action="store_true", help="emit a JSON list of records")
     q.set_defaults(func=_point)
+    r = hs.add_parser(
+        "mesh", help="K_#, K_c, K_f on the full S² mesh under refinement (d = 3)",
+        description="Solves the stationary equation on geodesic icospheres of the given "
+        "frequencies (20 n² cells) by Newton's method with pseudo-arclength continuation "
+        "through the fold (wflow.phase.mesh_refinement), and prints K_#, K_c, K_f per mesh, "
+        "their relative errors against the zonal continuation, the observed order in h "
+        "and the Richardson-extrapolated values (three or more meshes). Exit 1 if the "
+        "extrapolated K_c misses the zonal one by more than --rtol or the order is not 2.")
+    r.add_argument("--beta", type=float, nargs="+", required=True,
+                   help="β > β*(3) = 1.816 (discontinuous transitions)")
+    r.add_argument("--refine", type=int, nargs="+", default=[8, 16, 32],
+                   help="icosphere frequencies, increasing (default 8 16 32)")
+    r.add_argument("--rtol", type=float, default=1e-4,
+                   help="agreement demanded of the extrapolated K_c (default 1e-4)")
+    r.add_argument("--json", action="store_true", help="emit a JSON list of records")
+    r.set_defaults(func=_mesh)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -85,3 +103,41 @@ def _point(args: argparse.Namespace) -> int:
               f"{r['k_fold']:>13.8g} {r['D_sharp']:>11.6g} {r['D_c']:>11.6g}  "
               f"{r['transition']}")
     return 0
+
+
+def _mesh(args: argparse.Namespace) -> int:
+    from ..infra.io import to_jsonable
+    from ..phase import mesh_refinement, tricritical_beta
+    from ..phase.thresholds import check_phase_args
+
+    bstar = tricritical_beta(3)
+    for beta in args.beta:
+        check_phase_args(beta, 3)
+        if beta <= bstar:
+            raise ValueError(f"beta: the mesh continuation needs β > β*(3) = {bstar:.6f} "
+                             f"(a fold), got {beta!r}")
+    if any(n < 1 for n in args.refine) or sorted(set(args.refine)) != list(args.refine):
+        raise ValueError(f"refine: expected increasing frequencies >= 1, got {args.refine}")
+    results = [mesh_refinement(float(b), tuple(args.refine), rtol=args.rtol)
+               for b in args.beta]
+    if args.json:
+        print(json.dumps(to_jsonable([
+            {"beta": r.beta, "rows": r.table(), "reference": r.reference, "order": r.order,
+             "extrapolated": r.extrapolated, "rel_error": r.rel_error, "passed": r.passed}
+            for r in results]), indent=2))
+    else:
+        for r in results:
+            print(f"beta = {r.beta:g}: zonal K_# = {r.reference['k_sharp']:.10g}, "
+                  f"K_c = {r.reference['k_c']:.10g}, K_f = {r.reference['k_fold']:.10g}")
+            print(f"{'n':>4} {'cells':>7} {'h':>8} {'K_c':>14} {'err K_c':>10} "
+                  f"{'K_f':>14} {'err K_f':>10} {'err K_#':>10} {'s':>7}")
+            for row in r.table():
+                print(f"{row['frequency']:>4} {row['cells']:>7} {row['h']:>8.5f} "
+                      f"{row['k_c']:>14.10f} {row['err_k_c']:>10.2e} "
+                      f"{row['k_fold']:>14.10f} {row['err_k_fold']:>10.2e} "
+                      f"{row['err_k_sharp']:>10.2e} {row['seconds']:>7.1f}")
+            print(f"  Richardson: K_c = {r.extrapolated['k_c']:.10g} (rel {r.rel_error['k_c']:.2e},"
+                  f" order {r.order['k_c']:.3f}); K_f = {r.extrapolated['k_fold']:.10g} "
+                  f"(rel {r.rel_error['k_fold']:.2e}, order {r.order['k_fold']:.3f}); "
+                  f"{'PASS' if r.passed else 'FAIL'} at rtol {r.rtol:g}")
+    return 0 if all(r.passed for r in results) else 1

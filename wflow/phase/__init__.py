@@ -12,13 +12,20 @@ THEORY §8 (docs/theory.md §9) and Mun & Rosenzweig: one USA head ``A = V = I``
 * the branch from ``K_#`` by continuation in the order parameter, its fold ``K_f`` and the
   first-order threshold ``K_c`` (:mod:`~wflow.phase.branch`, :func:`phase_point`);
 * the diagram, the critical exponents and the dichotomy at ``β*`` as a check
-  (:mod:`~wflow.phase.diagram`).
+  (:mod:`~wflow.phase.diagram`);
+* the stationary equation on the full triangulated ``S²`` (``d = 3``): Newton's method,
+  pseudo-arclength continuation through the fold, ``K_c`` from equal free energies, and
+  non-zonal states, Richardson-extrapolated against the zonal values
+  (:mod:`~wflow.phase.mesh`);
+* the noisy PDE's long-time runs against the branches, and the hysteresis loop
+  (:mod:`~wflow.phase.relaxation`, imported on first use: it needs the PDE's DOLFINx).
 
 Reproduced (d = 3, published ``K``): ``β = 3``: ``K_# = 0.668810``, ``K_c = 0.616872``,
 ``K_f = 0.604224``; ``β = 4``: ``0.390515``, ``0.322675``, ``0.309136``; ``β = 8``:
 ``0.0245367``, ``0.0137432``, ``0.0124196`` (``K_f < K_c < K_#``).
 
-This package is a studies-level room: it imports :mod:`wflow.attention` and SciPy only.
+This package is a studies-level room: it imports :mod:`wflow.attention`, the mesh
+geometry and harmonics of :mod:`wflow.geometry`, and SciPy.
 """
 
 from __future__ import annotations
@@ -32,8 +39,34 @@ from .diagram import (
     order_parameter_exponent,
     phase_diagram,
 )
+from .mesh import (
+    MeshBranch,
+    MeshModel,
+    MeshOptions,
+    MeshPhasePoint,
+    MeshRefinement,
+    MeshState,
+    NonzonalCheck,
+    mesh_branch,
+    mesh_phase_point,
+    mesh_refinement,
+    nonzonal_check,
+)
 from .thresholds import funk_hecke_eigenvalues, k_sharp, tricritical_beta
 from .zonal import PhaseError, ZonalModel, ZonalOptions, ZonalState
+
+#: Names of :mod:`~wflow.phase.relaxation`, imported on first use (the PDE needs DOLFINx).
+_LAZY = ("RelaxationRun", "relax_pde", "PDERelaxationCheck", "pde_relaxation_check",
+         "HysteresisCheck", "hysteresis_check", "HysteresisSweep", "hysteresis_sweep")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import relaxation
+
+        return getattr(relaxation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "funk_hecke_eigenvalues",
@@ -53,4 +86,16 @@ __all__ = [
     "order_parameter_exponent",
     "DichotomyCheck",
     "check_dichotomy",
+    "MeshOptions",
+    "MeshModel",
+    "MeshState",
+    "MeshBranch",
+    "MeshPhasePoint",
+    "MeshRefinement",
+    "NonzonalCheck",
+    "mesh_branch",
+    "mesh_phase_point",
+    "mesh_refinement",
+    "nonzonal_check",
+    *_LAZY,
 ]
