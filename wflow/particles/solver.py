@@ -67,7 +67,13 @@ from .integrators import (
     compiled_code,
     time_grid,
 )
-from .loop import check_noisy, time_loop, unjudged_chain
+from .loop import (
+    check_noisy,
+    refuse_masked_records,
+    time_loop,
+    unjudged_chain,
+    unjudged_masked_ito,
+)
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
@@ -236,6 +242,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
+    refuse_masked_records(attn, opts)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
     python_why = _needs_python(opts, schedule)
@@ -323,7 +330,7 @@ def _simulate_python(x0: np.ndarray, schedule: Schedule, attn: Attention,
     extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why,
              **(extra_in or {})}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
-                     extra)
+                     extra, attn)
 
 
 def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
@@ -434,8 +441,13 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
 
 def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray,
               schedule: Schedule, opts: ParticleOptions, grid: np.ndarray,
-              rec_idx: np.ndarray, wall: float, sign: int, extra: dict) -> ParticleResult:
-    """The :class:`ParticleResult` of the finished paths (in path order)."""
+              rec_idx: np.ndarray, wall: float, sign: int, extra: dict,
+              attn: Attention | None = None) -> ParticleResult:
+    """The :class:`ParticleResult` of the finished paths (in path order).
+
+    ``attn`` with a mask: the chain-rule and Itô checks recorded, not judged
+    (:func:`~wflow.particles.loop.unjudged_chain`).
+    """
     if status == Status.FAILED:
         return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
                               schedule.initial_theta()[None], None, None, sign,
@@ -460,9 +472,10 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
-    status, message, checks = unjudged_chain(status, message, checks, opts)
-    status, message, checks = judge_noisy_run(status, message, checks, grid, steps, bal,
-                                              opts, schedule.stochastic)
+    status, message, checks = unjudged_chain(status, message, checks, opts, attn)
+    before = (status, message)
+    status, message, checks = unjudged_masked_ito(before, judge_noisy_run(
+        status, message, checks, grid, steps, bal, opts, schedule.stochastic), attn)
     save = opts.save_trajectory
     res = ParticleResult(
         status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
@@ -573,7 +586,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
              "engine_reason": f"split over {size} MPI ranks ({mode})",
              "mpi": {"ranks": size, "mode": mode}}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
-                     extra)
+                     extra, attn)
 
 
 def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedule,
