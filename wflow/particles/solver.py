@@ -91,7 +91,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             kernel_tol: float = 1e-10,
             kernel_log: KernelLog | None = None, diffusion: float = 0.0, seed: int = 0,
             path: int = 0, grid: np.ndarray | None = None,
-            ito_terms: bool = True) -> Iterator[ParticleState]:
+            ito_terms: bool = True, dtype: str = "float64") -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
@@ -103,8 +103,9 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     ``grid``: the step times (an adaptive run's grid); ``None``: uniform ``dt`` and jumps.
     ``ito_terms`` (with ``diffusion > 0``): each state's integrands also hold the Itô
     balance's :data:`~wflow.particles.free_energy.ITO_STEP_KEYS`.
+    ``dtype``: precision of the kernel sums (``ParticleOptions.dtype``).
     """
-    kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
+    kernel = _Kernel(kernel_backend, kernel_tol, kernel_log, dtype)
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
@@ -243,6 +244,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
     refuse_masked_records(attn, opts)
+    _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
     python_why = _needs_python(opts, schedule)
@@ -286,13 +288,36 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     return _simulate_python(x0, schedule, attn, opts, why)
 
 
-def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
-    """Why a noisy run takes the Python loop whatever the compiled loop supports, or None.
+def _check_dtype(opts: ParticleOptions, attn: Attention, comm: Any) -> None:
+    """Refuse ``dtype = "float32"`` where it has no path, naming ``particles.dtype``.
 
-    The Itô balance asked for (``ito_balance = True``: the compiled loop records no
-    Laplacian), or independent token-noise replicates (``n_paths > 1`` with deterministic
-    weights: the compiled loop runs one path for them).
+    The compiled loop, the causal sums (float64 only) and the sums split over MPI ranks
+    have no float32 path; ``float64`` passes.
     """
+    if opts.dtype == "float64":
+        return
+    where = None
+    if opts.engine == "compiled":
+        where = "the compiled loop (engine = 'compiled') sums in float64"
+    elif getattr(attn, "mask", None) is not None:
+        where = f"the causal sums (attention.mask = {attn.mask.name!r}) are float64 only"
+    elif comm is not None and comm.Get_size() > 1:
+        where = "the sums split over MPI ranks are float64 only"
+    if where is not None:
+        raise ScenarioError(f"particles.dtype: {opts.dtype!r} has no path here: {where}; "
+                            "use dtype = 'float64'")
+
+
+def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
+    """Why a run takes the Python loop whatever the compiled loop supports, or None.
+
+    Float32 kernel sums (``dtype = "float32"``: the compiled loop sums in float64). With
+    token diffusion: the Itô balance asked for (``ito_balance = True``: the compiled loop
+    records no Laplacian), or independent token-noise replicates (``n_paths > 1`` with
+    deterministic weights: the compiled loop runs one path for them).
+    """
+    if opts.dtype != "float64":
+        return f"float32 kernel sums (particles.dtype = {opts.dtype!r}) run on the Python loop"
     if not opts.diffusion > 0:
         return None
     if opts.ito_balance:
@@ -344,7 +369,7 @@ def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
     if opts.engine == "compiled":
         raise ValueError("particles.engine: 'compiled' does not apply: adaptive steps run "
                          "on the Python loop")
-    kernel = _Kernel(opts.kernel_backend, opts.kernel_tol, None)
+    kernel = _Kernel(opts.kernel_backend, opts.kernel_tol, None, opts.dtype)
     grid, info, failed = None, None, ""
     t0 = time.perf_counter()
     try:
@@ -431,7 +456,7 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
                      flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
                      kernel_tol=opts.kernel_tol, kernel_log=klog,
                      diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path,
-                     grid=grid, ito_terms=opts.ito_balance is not False)
+                     grid=grid, ito_terms=opts.ito_balance is not False, dtype=opts.dtype)
     return _run_path(
         states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
         record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
