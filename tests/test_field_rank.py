@@ -262,3 +262,36 @@ def test_float32_field_within_its_estimate(rng):
     err = float(np.max(np.abs(f32.v - f64.v)))
     assert err <= 2 * est * sc["v"], (err, est)
     assert err > tolerance(n, d, H) * sc["v"], err
+
+
+def test_radial_dominance_of_rank_heads(rng):
+    """:func:`radial_dominance` of symmetric rank heads (``r + k < d``: no full ``Y``) equals
+    that of the same heads given by ``V``, the direct bound included and still ``>= |cross
+    direct|``. Control: an entry of ``W_O`` changed by 1e-6 (relative) moves the bound by
+    more than the tolerance.
+
+    Tolerance: each quantity is an integral over ``μ`` of products of two fields, each
+    within ``8 (N + 2d + H) ε`` of the full-``V`` one on its scale (module docstring), so
+    their relative difference is within twice that (plus the ``n``-term sum over ``μ``).
+    """
+    from wflow.multihead.dominance import radial_dominance
+
+    d, n, H, k = 64, 40, 3, 8
+    heads = rank_heads(rng, H, d, k, symmetric=True, scale=1.0)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    assert evaluate(x, heads, attn).Y is None
+    got = radial_dominance(x, heads, attn)
+    want = radial_dominance(x, full_of(heads), attn)
+    tol = 2 * tolerance(n, d, H) + n * EPS
+    assert np.all(np.isfinite(got.direct_bound))
+    assert np.allclose(got.direct_bound, want.direct_bound, rtol=tol, atol=0)
+    assert np.all(got.direct_bound >= np.abs(got.cross_direct))
+    for key in ("own", "cross_direct", "cross_radial", "cross_bound"):
+        scale = float(np.max(np.abs(getattr(want, key))))
+        assert np.max(np.abs(getattr(got, key) - getattr(want, key))) <= 10 * tol * scale, key
+    WO = np.array(heads.WO)
+    WO[1, 5, 3] *= 1.0 + 1e-6
+    bad = radial_dominance(x, heads.with_(WV=heads.WV, WO=WO), attn)
+    rel = np.max(np.abs(bad.direct_bound - want.direct_bound) / np.abs(want.direct_bound))
+    assert rel > 100 * tol, rel
