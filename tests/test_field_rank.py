@@ -295,3 +295,17 @@ def test_radial_dominance_of_rank_heads(rng):
     bad = radial_dominance(x, heads.with_(WV=heads.WV, WO=WO), attn)
     rel = np.max(np.abs(bad.direct_bound - want.direct_bound) / np.abs(want.direct_bound))
     assert rel > 100 * tol, rel
+
+
+def test_noisy_rank_heads_ito_balance_at_full_width(rng):
+    """Token diffusion with the Itô balance: heads of rank ``r`` (kept by ``Static``) run
+    with their full ``V`` (the balance reads the full-width ``Y``), bit for bit the run of
+    the heads given by ``V``; the balance is recorded and judged."""
+    heads = rank_heads(rng, 2, 8, 2, scale=1.0)
+    x0 = sphere(rng, 12, 8)
+    attn = Attention("softmax", 1.0)
+    kw = {"T": 0.04, "dt": 0.02, "integrator": "em", "diffusion": 0.05, "engine": "python"}
+    got = simulate(x0, heads, attn, **kw)
+    want = simulate(x0, full_of(heads), attn, **kw)
+    assert got.checks["ito_balance"]["judged"] is True
+    assert np.array_equal(got.x, want.x) and got.status == want.status

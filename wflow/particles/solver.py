@@ -113,6 +113,8 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     with_ito = diffusion > 0 and ito_terms
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        if with_ito:  # the Itô terms need the full-width sums Y: heads of rank r by V
+            heads = _full_width(schedule.heads_at(theta) if heads is None else heads)
         out = _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
         if with_ito:  # the Itô balance's terms of this state (D > 0 only)
             hh, fe, vel, tm = out
@@ -132,6 +134,16 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
                      rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
                      noise=noise, grid=grid, control=control if with_ito else None)
+
+
+def _full_width(heads: Heads) -> Heads:
+    """Heads of value rank ``r`` given by their full ``V = W_O W_V`` (others as they are).
+
+    The Itô balance's second moments (:func:`~wflow.particles.free_energy.ito_integrands`)
+    read the full-width sums ``Y`` a field evaluated at rank has not; such a run moves its
+    tokens with the heads by ``V`` (the field is the same to round-off).
+    """
+    return heads if heads.value_factors() is None else heads.with_(V=heads.V)
 
 
 class _PathRun(NamedTuple):
@@ -631,6 +643,8 @@ def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedu
     noise = TokenNoise(opts.seed, n, x_loc.shape[1], first=first, count=x.shape[0])
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        if opts.ito_balance is not False:  # the Itô terms need the full-width sums Y
+            heads = _full_width(schedule.heads_at(theta) if heads is None else heads)
         out = sp._state_terms_split(x, m, t, theta, schedule, attn, opts.flow, kernel, heads)
         if opts.ito_balance is not False:  # the Itô balance's terms, summed over the ranks
             hh, fe, vel, tm = out
