@@ -72,6 +72,11 @@ def test_dtype_key_and_refusals(rng):
     assert "dtype" in PARTICLES_SCHEMA and ParticleOptions().dtype == "float64"
     with pytest.raises(ValueError, match=r"particles\.dtype"):
         ParticleOptions(dtype="float16")
+    from wflow.particles.spec import particle_options_from_dict
+
+    assert particle_options_from_dict({"dtype": "float32"}).dtype == "float32"  # [particles]
+    with pytest.raises(ScenarioError, match=r"particles\.dtype"):
+        particle_options_from_dict({"dtype": "half"})
     heads = Heads.random_symmetric(2, 3, rng)
     x0 = sphere(rng, 8, 3)
     with pytest.raises(ScenarioError, match=r"particles\.dtype.*compiled"):
