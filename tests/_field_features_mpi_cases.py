@@ -17,8 +17,6 @@ def _cases():
     from wflow.attention.mask import ALiBi
     from wflow.geometry.sphere import sample_uniform
 
-    from .test_field_rank import KeepRank
-
     rng = np.random.default_rng(3)
     h2 = Heads.random_symmetric(2, 3, rng, scale=0.8)
     x3 = sample_uniform(151, 3, rng)
@@ -31,8 +29,8 @@ def _cases():
         "causal": (x3, h2, masked, dict(base, kernel_backend="direct")),
         "strict": (x3, h2, Attention("softmax", 1.0, mask="causal_strict"),
                    dict(base, kernel_backend="direct")),
-        # heads of value rank 4 at d = 16: the ring's sums at width r + k = 8
-        "rank": (x16, KeepRank(hr), Attention("softmax", 1.0), dict(T=0.1, dt=0.02)),
+        # heads of value rank 4 at d = 16 (kept by Static.of): the ring's sums at width 8
+        "rank": (x16, hr, Attention("softmax", 1.0), dict(T=0.1, dt=0.02)),
     }
 
 

@@ -141,18 +141,6 @@ def test_full_rank_heads_bit_for_bit(rng, make):
         assert np.array_equal(a, b)
 
 
-class KeepRank(Static):
-    """Static heads kept at their rank (``Static.of`` stores ``V`` in ``θ``, at full width)."""
-
-    def __init__(self, heads: Heads) -> None:
-        param, theta = Static.of(heads).param, Static.of(heads).theta0
-        super().__init__(param, theta)
-        object.__setattr__(self, "_heads", heads)
-
-    def heads_at(self, theta):
-        return self._heads
-
-
 @pytest.mark.parametrize("H,k", [(1, 1), (4, 16)])
 def test_simulate_rank_trajectory(rng, H, k):
     """``simulate`` with rank heads (Python loop, sums at rank) equals the full-V run.
@@ -166,7 +154,7 @@ def test_simulate_rank_trajectory(rng, H, k):
     x0 = sphere(rng, n, d)
     attn = Attention("softmax", 1.0)
     T, dt = 0.05, 0.01
-    got = simulate(x0, KeepRank(heads), attn, T=T, dt=dt, integrator="rk4")
+    got = simulate(x0, heads, attn, T=T, dt=dt, integrator="rk4")
     want = simulate(x0, full_of(heads), attn, T=T, dt=dt, integrator="rk4", engine="python")
     assert got.status == want.status == "success"
     S = round(T / dt)
@@ -177,21 +165,60 @@ def test_simulate_rank_trajectory(rng, H, k):
     assert np.allclose(got.history["E"], want.history["E"], rtol=1e-12, atol=0)
 
 
-def test_rank_heads_leave_compiled_loop_with_reason(rng):
-    """Rank heads at d > 3 run on the Python loop (at rank), the reason recorded."""
+def test_rank_heads_leave_compiled_loop_with_reason(rng, caplog):
+    """Rank heads at d > 3 run on the Python loop (at rank), the reason recorded and logged.
+
+    Control: the same heads given by the full ``V`` run on the compiled loop.
+    """
+    import logging
+
     heads = rank_heads(rng, 4, 64, 16)
     x0 = sphere(rng, 12, 64)
-    res = simulate(x0, KeepRank(heads), Attention("softmax", 1.0), T=0.02, dt=0.01)
+    with caplog.at_level(logging.INFO, logger="wflow.particles.solver"):
+        res = simulate(x0, heads, Attention("softmax", 1.0), T=0.02, dt=0.01)
     assert res.extra["engine"] == "python"
+    assert "value rank 16" in res.extra["engine_reason"], res.extra["engine_reason"]
+    assert any("value rank 16" in r.getMessage() for r in caplog.records)
+    full = simulate(x0, full_of(heads), Attention("softmax", 1.0), T=0.02, dt=0.01)
+    assert full.extra["engine"] == "compiled"
     from wflow.particles.compiled import compiled_support
     from wflow.particles.options import ParticleOptions
 
     opts = ParticleOptions(T=0.02, dt=0.01)
-    sch = Static.of(heads)  # (stores V at full width: the compiled loop applies)
-    assert compiled_support(x0, sch, Attention(), opts) is None
-    object.__setattr__(sch, "heads_at", lambda theta: heads)  # a Static keeping the rank
-    why = compiled_support(x0, sch, Attention(), opts)
+    assert compiled_support(x0, Static.of(full_of(heads)), Attention(), opts) is None
+    why = compiled_support(x0, Static.of(heads), Attention(), opts)
     assert why is not None and "rank 16" in why, why
+
+
+def test_static_keeps_rank_heads(rng):
+    """``Static.of`` keeps heads of value rank ``r`` (their factors) and returns them at θ_0.
+
+    Control: heads given by the full ``V`` are rebuilt from θ (no kept heads), as before.
+    """
+    heads = rank_heads(rng, 4, 64, 16)
+    sch = Static.of(heads)
+    h0 = sch.heads_at(sch.initial_theta())
+    assert h0 is heads and h0.value_rank == 16
+    assert np.array_equal(sch.heads_at(sch.theta0.copy()).WV, heads.WV)
+    other = sch.heads_at(2.0 * sch.theta0)  # not the static path's θ: the heads of θ
+    assert other.value_factors() is None and np.array_equal(other.V, 2.0 * heads.V)
+    full = Static.of(full_of(heads))
+    assert full.heads is None and full.heads_at(full.theta0).value_factors() is None
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_full_value_heads_simulate_bit_for_bit(rng, engine):
+    """Heads given by ``V``: the run is the one from θ (today's schedule) bit for bit."""
+    heads = full_of(rank_heads(rng, 2, 5, 2))
+    x0 = sphere(rng, 10, 5)
+    attn = Attention("softmax", 1.0)
+    param, theta = Static.of(heads).param, Static.of(heads).theta0
+    old = Static(param, theta)  # the heads of θ at every step
+    a = simulate(x0, heads, attn, T=0.05, dt=0.01, engine=engine)
+    b = simulate(x0, old, attn, T=0.05, dt=0.01, engine=engine)
+    assert a.extra["engine"] == b.extra["engine"] == engine
+    assert np.array_equal(a.x, b.x)
+    assert all(np.array_equal(a.history[k], b.history[k]) for k in a.history)
 
 
 def test_velocity_only_evaluation(rng):
@@ -235,3 +262,50 @@ def test_float32_field_within_its_estimate(rng):
     err = float(np.max(np.abs(f32.v - f64.v)))
     assert err <= 2 * est * sc["v"], (err, est)
     assert err > tolerance(n, d, H) * sc["v"], err
+
+
+def test_radial_dominance_of_rank_heads(rng):
+    """:func:`radial_dominance` of symmetric rank heads (``r + k < d``: no full ``Y``) equals
+    that of the same heads given by ``V``, the direct bound included and still ``>= |cross
+    direct|``. Control: an entry of ``W_O`` changed by 1e-6 (relative) moves the bound by
+    more than the tolerance.
+
+    Tolerance: each quantity is an integral over ``μ`` of products of two fields, each
+    within ``8 (N + 2d + H) ε`` of the full-``V`` one on its scale (module docstring), so
+    their relative difference is within twice that (plus the ``n``-term sum over ``μ``).
+    """
+    from wflow.multihead.dominance import radial_dominance
+
+    d, n, H, k = 64, 40, 3, 8
+    heads = rank_heads(rng, H, d, k, symmetric=True, scale=1.0)
+    x = sphere(rng, n, d)
+    attn = Attention("softmax", 2.0)
+    assert evaluate(x, heads, attn).Y is None
+    got = radial_dominance(x, heads, attn)
+    want = radial_dominance(x, full_of(heads), attn)
+    tol = 2 * tolerance(n, d, H) + n * EPS
+    assert np.all(np.isfinite(got.direct_bound))
+    assert np.allclose(got.direct_bound, want.direct_bound, rtol=tol, atol=0)
+    assert np.all(got.direct_bound >= np.abs(got.cross_direct))
+    for key in ("own", "cross_direct", "cross_radial", "cross_bound"):
+        scale = float(np.max(np.abs(getattr(want, key))))
+        assert np.max(np.abs(getattr(got, key) - getattr(want, key))) <= 10 * tol * scale, key
+    WO = np.array(heads.WO)
+    WO[1, 5, 3] *= 1.0 + 1e-6
+    bad = radial_dominance(x, heads.with_(WV=heads.WV, WO=WO), attn)
+    rel = np.max(np.abs(bad.direct_bound - want.direct_bound) / np.abs(want.direct_bound))
+    assert rel > 100 * tol, rel
+
+
+def test_noisy_rank_heads_ito_balance_at_full_width(rng):
+    """Token diffusion with the Itô balance: heads of rank ``r`` (kept by ``Static``) run
+    with their full ``V`` (the balance reads the full-width ``Y``), bit for bit the run of
+    the heads given by ``V``; the balance is recorded and judged."""
+    heads = rank_heads(rng, 2, 8, 2, scale=1.0)
+    x0 = sphere(rng, 12, 8)
+    attn = Attention("softmax", 1.0)
+    kw = {"T": 0.04, "dt": 0.02, "integrator": "em", "diffusion": 0.05, "engine": "python"}
+    got = simulate(x0, heads, attn, **kw)
+    want = simulate(x0, full_of(heads), attn, **kw)
+    assert got.checks["ito_balance"]["judged"] is True
+    assert np.array_equal(got.x, want.x) and got.status == want.status

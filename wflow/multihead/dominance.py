@@ -128,14 +128,22 @@ def radial_dominance(x: np.ndarray, heads: Heads, attn: Attention,
     own_i = heads.w[:, None] * np.einsum("hnd,hnd->hn", Pg, Pf)
     return RadialDominance(own_i @ m, hr.cross_direct, hr.cross_radial, bound_i @ m, a,
                            np.min(own_i - bound_i, axis=1),
-                           _direct_bound(fe, heads, attn, m))
+                           _direct_bound(x, fe, heads, attn, m))
 
 
-def _direct_bound(fe, heads: Heads, attn: Attention, m: np.ndarray) -> np.ndarray:
-    """``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (module docstring)."""
+def _direct_bound(x: np.ndarray, fe, heads: Heads, attn: Attention,
+                  m: np.ndarray) -> np.ndarray:
+    """``D_h = Σ_{h'≠h} w_h' ‖A_h V_h'‖ ∫ |Y_h| |Y_h'|/Z_h' dμ`` (module docstring).
+
+    ``|Y_h|`` needs the full-width sums ``Y_h(x_i) = Σ_j m_j k(s_ij) x_j``: heads of value
+    rank ``r`` summed at their rank (``fe.Y`` is ``None``) are evaluated once more with
+    their full ``V = W_O W_V`` (``Y`` does not depend on the values).
+    """
     H = heads.H
     if not heads.is_symmetric():
         return np.full(H, np.nan)
+    if fe.Y is None:
+        fe = evaluate(x, heads.with_(V=heads.V), attn, m=m)
     AV = np.array([[np.linalg.norm(heads.A[h] @ heads.V[g], 2) for g in range(H)]
                    for h in range(H)])
     np.fill_diagonal(AV, 0.0)

@@ -20,26 +20,74 @@ from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, 
 from .noise import TokenNoise
 from .result import ParticleState
 
-__all__ = ["time_loop", "check_noisy", "unjudged_chain"]
+__all__ = ["time_loop", "check_noisy", "unjudged_chain", "unjudged_masked_ito",
+           "refuse_masked_records", "MASKED_REASON"]
 
 
-def unjudged_chain(status: Status, message: str, checks: dict,
-                   opts) -> tuple[Status, str, dict]:
-    """The run's verdict with token diffusion: the noiseless chain rule recorded, not judged.
+#: Why the chain-rule and Itô checks of a masked run are recorded, not judged.
+MASKED_REASON = "a masked attention has no energy whose chain rule the run follows"
 
-    ``dE/dt = power`` is not the energy balance of noisy tokens: that one has the tokens'
-    Itô term ``D Σ_i Δ_{S,i}E`` and a martingale, and is judged in the mean over paths by
-    :func:`wflow.particles.free_energy.judge_noisy_run` where the run records the Laplacian;
-    with ``opts.diffusion = 0`` the verdict is returned unchanged.
+
+def unjudged_chain(status: Status, message: str, checks: dict, opts,
+                   attn=None) -> tuple[Status, str, dict]:
+    """The run's verdict where the chain rule is recorded, not judged.
+
+    Token diffusion (``opts.diffusion > 0``): ``dE/dt = power`` is not the energy balance
+    of noisy tokens: that one has the tokens' Itô term ``D Σ_i Δ_{S,i}E`` and a martingale,
+    and is judged in the mean over paths by
+    :func:`wflow.particles.free_energy.judge_noisy_run` where the run records the Laplacian.
+    A masked attention (``attn.mask``, THEORY §9): the recorded energy terms are those of
+    the unmasked model (:func:`wflow.particles.integrators._state_terms`), not an energy of
+    the causal system, so its residual does not decide the status either. Either way the
+    check keeps its value with ``judged: False`` and the reason, and an ``inaccurate``
+    verdict it alone set becomes ``success``. Neither (``D = 0``, no mask): unchanged.
     """
-    if not getattr(opts, "diffusion", 0.0) > 0 or "chain" not in checks:
+    masked = getattr(attn, "mask", None) is not None
+    noisy = getattr(opts, "diffusion", 0.0) > 0
+    if not (masked or noisy) or "chain" not in checks:
         return status, message, checks
-    checks = {**checks, "chain": {**checks["chain"], "judged": False,
-                                  "reason": "token diffusion D > 0: the noiseless chain "
-                                            "rule does not apply"}}
+    reason = MASKED_REASON if masked else ("token diffusion D > 0: the noiseless chain "
+                                           "rule does not apply")
+    checks = {**checks, "chain": {**checks["chain"], "judged": False, "reason": reason}}
     if status == Status.INACCURATE:
         status, message = Status.SUCCESS, ""
     return status, message, checks
+
+
+def unjudged_masked_ito(before: tuple[Status, str], after: tuple[Status, str, dict],
+                        attn) -> tuple[Status, str, dict]:
+    """Under a mask, the Itô balance's check recorded but not judged (``before``'s verdict).
+
+    ``before``: status and message ahead of
+    :func:`~wflow.particles.free_energy.judge_noisy_run`; ``after``: its result. Without a
+    mask, or without an Itô check, ``after`` unchanged.
+    """
+    status, message, checks = after
+    if getattr(attn, "mask", None) is None or "ito_balance" not in checks:
+        return status, message, checks
+    checks = {**checks, "ito_balance": {**checks["ito_balance"], "judged": False,
+                                        "reason": MASKED_REASON}}
+    return before[0], before[1], checks
+
+
+def refuse_masked_records(attn, opts) -> None:
+    """Refuse the records a masked run has no meaning for, naming ``attention.mask``.
+
+    ``entropy = True``: the entropy identity is recorded from the unmasked attention
+    (:func:`wflow.particles.result._record`); ``ito_balance = True``: the Itô energy
+    balance asked to be judged (``None`` records it unjudged).
+    """
+    mask = getattr(attn, "mask", None)
+    if mask is None:
+        return
+    if getattr(opts, "entropy", False):
+        raise ScenarioError(f"attention.mask: {mask.name!r} with particles.entropy = true: "
+                            "the attention entropies and their identity are those of the "
+                            "unmasked model; set entropy = false")
+    if getattr(opts, "diffusion", 0.0) > 0 and getattr(opts, "ito_balance", None) is True:
+        raise ScenarioError(f"attention.mask: {mask.name!r} with particles.ito_balance = "
+                            f"true: {MASKED_REASON}; leave ito_balance unset to record it "
+                            "unjudged")
 
 
 def check_noisy(integ: ParticleIntegrator) -> None:

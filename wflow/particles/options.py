@@ -149,6 +149,14 @@ class ParticleOptions:
         "records no Laplacian and leaves the balance unjudged); ``True``: always (``engine = "
         "'auto'`` runs the Python loop); ``False``: never. No effect with ``D = 0``.",
         check=boolean))
+    dtype: Literal["float64", "float32"] = field(default="float64", kw_only=True, metadata=opt(
+        "Precision of the attention sums: ``float32`` forms every evaluation's scores and "
+        "kernel values in float32 (the sums, energies and slope terms in float64; "
+        ":func:`wflow.energy.evaluate`), within the kernel's a-priori estimate "
+        "(``extra[\"kernel\"][\"max_err_est\"]``); the Python loop of one process only "
+        "(refused with ``engine = 'compiled'``, a causal mask, or MPI ranks; ``engine = "
+        "'auto'`` runs the Python loop). ``float64``: today's run, bit for bit.",
+        check=choice("float64", "float32")))
 
     def __post_init__(self) -> None:
         validate(self)

@@ -67,7 +67,13 @@ from .integrators import (
     compiled_code,
     time_grid,
 )
-from .loop import check_noisy, time_loop, unjudged_chain
+from .loop import (
+    check_noisy,
+    refuse_masked_records,
+    time_loop,
+    unjudged_chain,
+    unjudged_masked_ito,
+)
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
@@ -85,7 +91,7 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
             kernel_tol: float = 1e-10,
             kernel_log: KernelLog | None = None, diffusion: float = 0.0, seed: int = 0,
             path: int = 0, grid: np.ndarray | None = None,
-            ito_terms: bool = True) -> Iterator[ParticleState]:
+            ito_terms: bool = True, dtype: str = "float64") -> Iterator[ParticleState]:
     """Generate the trajectory ``(t_k, state_k)`` for one weight path, ``k = 0..S``.
 
     Each yielded state carries the field at ``(x_k, θ_k)`` (reused by the next step) and
@@ -97,8 +103,9 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     ``grid``: the step times (an adaptive run's grid); ``None``: uniform ``dt`` and jumps.
     ``ito_terms`` (with ``diffusion > 0``): each state's integrands also hold the Itô
     balance's :data:`~wflow.particles.free_energy.ITO_STEP_KEYS`.
+    ``dtype``: precision of the kernel sums (``ParticleOptions.dtype``).
     """
-    kernel = _Kernel(kernel_backend, kernel_tol, kernel_log)
+    kernel = _Kernel(kernel_backend, kernel_tol, kernel_log, dtype)
     x = check_on_sphere(x0, name="tokens")
     n = x.shape[0]
     m = np.full(n, 1.0 / n)
@@ -106,6 +113,8 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
     with_ito = diffusion > 0 and ito_terms
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        if with_ito:  # the Itô terms need the full-width sums Y: heads of rank r by V
+            heads = _full_width(schedule.heads_at(theta) if heads is None else heads)
         out = _state_terms(x, m, t, theta, schedule, attn, flow, heads, kernel)
         if with_ito:  # the Itô balance's terms of this state (D > 0 only)
             hh, fe, vel, tm = out
@@ -125,6 +134,16 @@ def iterate(x0: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, dt
                      rng=rng, kernel=kernel, terms=terms,
                      finite=lambda x: bool(np.all(np.isfinite(x))), diffusion=diffusion,
                      noise=noise, grid=grid, control=control if with_ito else None)
+
+
+def _full_width(heads: Heads) -> Heads:
+    """Heads of value rank ``r`` given by their full ``V = W_O W_V`` (others as they are).
+
+    The Itô balance's second moments (:func:`~wflow.particles.free_energy.ito_integrands`)
+    read the full-width sums ``Y`` a field evaluated at rank has not; such a run moves its
+    tokens with the heads by ``V`` (the field is the same to round-off).
+    """
+    return heads if heads.value_factors() is None else heads.with_(V=heads.V)
 
 
 class _PathRun(NamedTuple):
@@ -236,6 +255,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if x0.shape[1] != schedule.heads_at(schedule.initial_theta()).d:
         raise ValueError(f"tokens: dimension {x0.shape[1]} does not match heads dimension "
                          f"{schedule.heads_at(schedule.initial_theta()).d}")
+    refuse_masked_records(attn, opts)
+    _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
     python_why = _needs_python(opts, schedule)
@@ -279,13 +300,36 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     return _simulate_python(x0, schedule, attn, opts, why)
 
 
-def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
-    """Why a noisy run takes the Python loop whatever the compiled loop supports, or None.
+def _check_dtype(opts: ParticleOptions, attn: Attention, comm: Any) -> None:
+    """Refuse ``dtype = "float32"`` where it has no path, naming ``particles.dtype``.
 
-    The Itô balance asked for (``ito_balance = True``: the compiled loop records no
-    Laplacian), or independent token-noise replicates (``n_paths > 1`` with deterministic
-    weights: the compiled loop runs one path for them).
+    The compiled loop, the causal sums (float64 only) and the sums split over MPI ranks
+    have no float32 path; ``float64`` passes.
     """
+    if opts.dtype == "float64":
+        return
+    where = None
+    if opts.engine == "compiled":
+        where = "the compiled loop (engine = 'compiled') sums in float64"
+    elif getattr(attn, "mask", None) is not None:
+        where = f"the causal sums (attention.mask = {attn.mask.name!r}) are float64 only"
+    elif comm is not None and comm.Get_size() > 1:
+        where = "the sums split over MPI ranks are float64 only"
+    if where is not None:
+        raise ScenarioError(f"particles.dtype: {opts.dtype!r} has no path here: {where}; "
+                            "use dtype = 'float64'")
+
+
+def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
+    """Why a run takes the Python loop whatever the compiled loop supports, or None.
+
+    Float32 kernel sums (``dtype = "float32"``: the compiled loop sums in float64). With
+    token diffusion: the Itô balance asked for (``ito_balance = True``: the compiled loop
+    records no Laplacian), or independent token-noise replicates (``n_paths > 1`` with
+    deterministic weights: the compiled loop runs one path for them).
+    """
+    if opts.dtype != "float64":
+        return f"float32 kernel sums (particles.dtype = {opts.dtype!r}) run on the Python loop"
     if not opts.diffusion > 0:
         return None
     if opts.ito_balance:
@@ -323,7 +367,7 @@ def _simulate_python(x0: np.ndarray, schedule: Schedule, attn: Attention,
     extra = {"kernel": klog.summary(), "engine": "python", "engine_reason": why,
              **(extra_in or {})}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
-                     extra)
+                     extra, attn)
 
 
 def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
@@ -337,7 +381,7 @@ def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
     if opts.engine == "compiled":
         raise ValueError("particles.engine: 'compiled' does not apply: adaptive steps run "
                          "on the Python loop")
-    kernel = _Kernel(opts.kernel_backend, opts.kernel_tol, None)
+    kernel = _Kernel(opts.kernel_backend, opts.kernel_tol, None, opts.dtype)
     grid, info, failed = None, None, ""
     t0 = time.perf_counter()
     try:
@@ -424,7 +468,7 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
                      flow=opts.flow, rng=rng, kernel_backend=opts.kernel_backend,
                      kernel_tol=opts.kernel_tol, kernel_log=klog,
                      diffusion=getattr(opts, "diffusion", 0.0), seed=opts.seed, path=path,
-                     grid=grid, ito_terms=opts.ito_balance is not False)
+                     grid=grid, ito_terms=opts.ito_balance is not False, dtype=opts.dtype)
     return _run_path(
         states, S=S, sign=sign, grid=grid, rec_idx=rec_idx, schedule=schedule, opts=opts,
         record=lambda rows, st, acc: _record(rows, st, m, attn, acc, opts, schedule),
@@ -434,8 +478,13 @@ def _serial_path(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Part
 
 def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray,
               schedule: Schedule, opts: ParticleOptions, grid: np.ndarray,
-              rec_idx: np.ndarray, wall: float, sign: int, extra: dict) -> ParticleResult:
-    """The :class:`ParticleResult` of the finished paths (in path order)."""
+              rec_idx: np.ndarray, wall: float, sign: int, extra: dict,
+              attn: Attention | None = None) -> ParticleResult:
+    """The :class:`ParticleResult` of the finished paths (in path order).
+
+    ``attn`` with a mask: the chain-rule and Itô checks recorded, not judged
+    (:func:`~wflow.particles.loop.unjudged_chain`).
+    """
     if status == Status.FAILED:
         return ParticleResult(status, message, opts, grid[rec_idx], {}, {}, x0[None],
                               schedule.initial_theta()[None], None, None, sign,
@@ -460,9 +509,10 @@ def _assemble(runs: list[_PathRun], status: Status, message: str, x0: np.ndarray
         history["entropy_rate_fd"] = np.gradient(history["entropy"], t_rec, axis=1)
     bal = {k: np.asarray(v) for k, v in balance.items()}
     status, message, checks = judge_run(history, steps, bal, grid, opts, schedule.stochastic)
-    status, message, checks = unjudged_chain(status, message, checks, opts)
-    status, message, checks = judge_noisy_run(status, message, checks, grid, steps, bal,
-                                              opts, schedule.stochastic)
+    status, message, checks = unjudged_chain(status, message, checks, opts, attn)
+    before = (status, message)
+    status, message, checks = unjudged_masked_ito(before, judge_noisy_run(
+        status, message, checks, grid, steps, bal, opts, schedule.stochastic), attn)
     save = opts.save_trajectory
     res = ParticleResult(
         status, message, opts, grid[rec_idx], {"t": grid, **steps}, bal,
@@ -573,7 +623,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
              "engine_reason": f"split over {size} MPI ranks ({mode})",
              "mpi": {"ranks": size, "mode": mode}}
     return _assemble(runs, status, message, x0, schedule, opts, grid, rec_idx, wall, sign,
-                     extra)
+                     extra, attn)
 
 
 def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedule,
@@ -593,6 +643,8 @@ def _iterate_split_noisy(x_loc: np.ndarray, first: int, n: int, schedule: Schedu
     noise = TokenNoise(opts.seed, n, x_loc.shape[1], first=first, count=x.shape[0])
 
     def terms(x: np.ndarray, t: float, theta: np.ndarray, heads: Heads | None):
+        if opts.ito_balance is not False:  # the Itô terms need the full-width sums Y
+            heads = _full_width(schedule.heads_at(theta) if heads is None else heads)
         out = sp._state_terms_split(x, m, t, theta, schedule, attn, opts.flow, kernel, heads)
         if opts.ito_balance is not False:  # the Itô balance's terms, summed over the ranks
             hh, fe, vel, tm = out

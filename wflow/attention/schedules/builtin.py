@@ -17,16 +17,31 @@ from .base import Parametrisation, Schedule, _check_theta
 
 @dataclass(frozen=True, eq=False)
 class Static(Schedule):
-    """Constant heads."""
+    """Constant heads.
+
+    ``heads``: the heads themselves, returned by :meth:`heads_at` at ``θ_0`` (the only
+    parameters a static path visits), so heads of value rank ``r`` keep their factors
+    ``W_V, W_O`` and are summed at their rank (:func:`wflow.energy.evaluate`); ``θ``
+    (``Q, K, V`` stacked) holds ``V = W_O W_V`` at full width. ``None``: the heads of ``θ``.
+    """
 
     param: Parametrisation
     theta0: np.ndarray
+    heads: Heads | None = None
 
     @classmethod
     def of(cls, heads: Heads) -> Static:
-        """Static schedule holding ``heads``."""
+        """Static schedule holding ``heads`` (value factors kept where they are given)."""
         param, theta = Parametrisation.from_heads(heads)
-        return cls(param, theta)
+        # heads given by a full V are rebuilt from θ as before (bit for bit)
+        return cls(param, theta, heads if heads.value_factors() is not None else None)
+
+    def heads_at(self, theta: np.ndarray) -> Heads:
+        """The kept heads at ``θ_0``; the heads of ``θ`` elsewhere (or without kept heads)."""
+        if self.heads is not None and (theta is self.theta0
+                                       or np.array_equal(theta, self.theta0)):
+            return self.heads
+        return self.param.heads(theta)
 
     @property
     def static(self) -> bool:  # noqa: D102
