@@ -351,10 +351,14 @@ def test_particle_integrators_declare_the_stages_they_evaluate():
     def count(integ) -> int:
         n = [1]  # k1, evaluated by the loop before the step
 
-        class Counting(pint._Kernel):
+        class Counting(pint._Kernel):  # a stage asks for the field or the velocity alone
             def evaluate(self, *a, **k):
                 n[0] += 1
                 return super().evaluate(*a, **k)
+
+            def velocity(self, *a, **k):
+                n[0] += 1
+                return super().velocity(*a, **k)
 
         class StillNoise:  # the noise's draws, without moving: only evaluations counted
             def heat(self, y, s, draw=0):
