@@ -272,9 +272,6 @@ class Registry[T]:
         name = getattr(obj, "name", None)
         return name if isinstance(name, str) and name else type(obj).__qualname__
 
-    #: The former name of :meth:`resolve` (callers not yet renamed).
-    lookup = resolve
-
     def names(self) -> tuple[str, ...]:
         """Registered names, in registration order (a copy: see :meth:`view`)."""
         return tuple(self._items)

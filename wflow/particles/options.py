@@ -34,7 +34,7 @@ class _Orders(Mapping[str, int]):
     """Declared order of each registered integrator (a live view of :data:`INTEGRATORS`)."""
 
     def __getitem__(self, name: str) -> int:
-        return INTEGRATORS.lookup(name, "particles.integrator").order()
+        return INTEGRATORS.resolve(name, "particles.integrator").order()
 
     def __iter__(self) -> Iterator[str]:
         return iter(INTEGRATORS)

@@ -258,7 +258,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     refuse_masked_records(attn, opts)
     _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
-        check_noisy(INTEGRATORS.lookup(opts.integrator, "particles.integrator"))
+        check_noisy(INTEGRATORS.resolve(opts.integrator, "particles.integrator"))
     python_why = _needs_python(opts, schedule)
     if opts.adaptive or opts.rtol is not None:  # accuracy asked for (wflow.particles.adaptive)
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
