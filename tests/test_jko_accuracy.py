@@ -192,7 +192,8 @@ def test_adaptive_steps_land_on_the_jumps_of_the_weights():
 
 def test_the_main_jobs_ot_cross_check_runs_its_steps_without_error_control(tmp_path):
     """``[jko] rtol`` with the FV scheme: the scenario job's OT cross-check (no step-doubling
-    estimate) takes the steps τ instead of failing on ``jko.rtol``; the FV run keeps it."""
+    estimate) takes the steps τ instead of failing on ``jko.rtol``; the main FV phase keeps
+    it, and a row of the τ/h table (a ``tau`` given) runs the steps it sets."""
     from wflow.apps.jobs.jko import run_jko_scenario
     from wflow.apps.scenario import load_scenario
     from wflow.geometry.density import density_spec_from_scenario, initial_density
@@ -212,9 +213,10 @@ def test_the_main_jobs_ot_cross_check_runs_its_steps_without_error_control(tmp_p
         warnings.simplefilter("ignore")  # the OT step locks at this τ (reported)
         ot = run_jko_scenario(*args, tau=0.1, scheme="ot")
     assert ot.options.rtol is None and "tolerance" not in ot.checks and ot.stats["steps"] == 2
-    fv = run_jko_scenario(*args, tau=0.1)  # negative control: the FV run is error-controlled
+    fv = run_jko_scenario(*args)  # negative control: the main FV phase is error-controlled
     assert fv.options.rtol == 1e-2 and fv.checks["tolerance"]["passed"]
-    assert fv.stats["steps"] > 2
+    row = run_jko_scenario(*args, tau=0.1)  # a τ/h table row: the fixed steps it sets
+    assert row.options.rtol is None and row.stats["steps"] == 2
 
 
 def test_a_masked_attention_is_refused_before_any_step():

@@ -144,7 +144,7 @@ def evaluate(
         if y is not None:
             refuse_masked(attn, "a field at targets other than the tokens (a mesh, "
                                 "quadrature points)")
-        return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log)
+        return masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log)
     y = x if y is None else y
     m = np.full(y.shape[0], 1.0 / y.shape[0]) if m is None else m
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
@@ -158,7 +158,7 @@ def evaluate(
     return field_from_sums(x, heads, attn, sums, log=log, gradient=gradient)
 
 
-def _masked_field(x: np.ndarray, heads: Heads, attn: Attention, *, m: np.ndarray | None,
+def masked_field(x: np.ndarray, heads: Heads, attn: Attention, *, m: np.ndarray | None,
                   backend: str, tol: float, log: KernelLog | None,
                   comm: Any = None) -> FieldEval:
     """The field of tokens in order under ``attn.mask`` (serial, or split over ``comm``)."""

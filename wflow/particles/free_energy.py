@@ -61,10 +61,11 @@ cost ``d`` kernel sums per state. Kinds whose ``Φ''`` is not their kernel (ReLU
   martingale's variance by its predictable quadratic variation along the paths (valid for
   one path). ``z = 4``: a false alarm below ``1e-4`` per run for a Gaussian mean,
   ``1e-3`` for Student's ``t`` with 15 degrees of freedom;
-* the weak bias. The integrals are trapezoid sums (:class:`~wflow.diagnostics.
-  BalanceAccumulator`). Per step ``E[ΔE_k] = h LE + h²/2 L²E + e_k`` with the scheme's
-  local weak error ``e_k = O(h^{q+1})`` and the trapezoid's mean ``h LE + h²/2 L²E +
-  O(h³)``, so the mean residual is ``O(h^q)`` for a scheme of weak order ``q ≤ 2``
+* the weak bias. The integrals are trapezoid sums
+  (:class:`~wflow.diagnostics.BalanceAccumulator`). Per step
+  ``E[ΔE_k] = h LE + h²/2 L²E + e_k`` with the scheme's local weak error
+  ``e_k = O(h^{q+1})`` and the trapezoid's mean ``h LE + h²/2 L²E + O(h³)``, so the mean
+  residual is ``O(h^q)`` for a scheme of weak order ``q ≤ 2``
   (Euler–Maruyama ``q = 1``, Strang ``q = 2``). Its constant is bounded by the scale
   argument ``|e_k| ≲ (κh)^q h |LE|``: each application of the generator to ``E`` costs at
   most the rate ``κ = β a (u + D(β a + d − 1))`` (``a = max_h ‖A_h‖₂``, ``u`` the RMS
@@ -158,8 +159,9 @@ def laplacian_energy(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention
     field : FieldEval
         The field at ``x`` (its ``Z`` and ``Y``: the kernel sums with masses ``m``).
     sums : callable, optional
-        ``sums(masses) -> (Z, Y)`` over all sources (default: :func:`wflow.kernels.
-        kernel_sums` with sources ``x``; split over ranks: the ranks' sums).
+        ``sums(masses) -> (Z, Y)`` over all sources (default:
+        :func:`wflow.kernels.kernel_sums` with sources ``x``; split over ranks: the ranks'
+        sums).
     backend, tol
         Kernel back-end and tolerance of the default ``sums``.
 
@@ -238,10 +240,11 @@ def martingale_cv(x: np.ndarray, m: np.ndarray, heads: Heads, field: FieldEval,
     r"""A control variate of the step's martingale increment, of mean exactly zero.
 
     ``C_k = Σ_i m_i P_{x_i}∇ψ(x_i) · δ_i`` with ``δ_i`` the step's tangent noise at the
-    state ``x_k``, redrawn from the keyed streams ``noise`` (:class:`~wflow.particles.noise.
-    StepNoise`): Euler–Maruyama ``√(2Dh) P_xξ``; Strang the tangent parts of both
-    heat-kernel draws, the first ``P_x B_{h/2}(x)`` exactly, the second taken at
-    ``z̃ = normalise(B_{h/2}(x) + h v(x_k))`` (the scheme's drifted state to first order;
+    state ``x_k``, redrawn from the keyed streams ``noise``
+    (:class:`~wflow.particles.noise.StepNoise`): Euler–Maruyama ``√(2Dh) P_xξ``; Strang
+    the tangent parts of both heat-kernel draws, the first ``P_x B_{h/2}(x)`` exactly,
+    the second taken at ``z̃ = normalise(B_{h/2}(x) + h v(x_k))`` (the scheme's drifted state
+    to first order;
     the variate stays mean zero, the second draw being independent of ``z̃`` and
     symmetric). Another integrator: ``0``.
     ``E[C_k] = 0`` whatever the integrator does, so subtracting ``Σ_k C_k`` from a path's

@@ -45,7 +45,7 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..attention.schedules import Schedule
 from ..diagnostics import count_clusters, head_rates, radial_shadows
-from ..energy import FieldEval, _masked_field, energy_gradient_A, field_from_sums, slope_terms
+from ..energy import FieldEval, energy_gradient_A, field_from_sums, masked_field, slope_terms
 from ..geometry.sphere import check_on_sphere
 from ..infra.parallel import collective_check, ordered_sum, split_range
 from ..kernels import KernelLog
@@ -115,7 +115,7 @@ def evaluate_split(x: np.ndarray, m: np.ndarray, heads: Heads, attn: Attention, 
     run in rank order (:func:`wflow.kernels.causal.causal_sums` with ``comm``). Collective.
     """
     if getattr(attn, "mask", None) is not None:
-        return _masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log,
+        return masked_field(x, heads, attn, m=m, backend=backend, tol=tol, log=log,
                              comm=comm)
     kw = {"beta": attn.beta, "kind": attn.kind, "backend": backend, "tol": tol}
 

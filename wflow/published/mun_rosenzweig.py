@@ -237,7 +237,9 @@ class ClosedForms:
     beta_star: Callable[[int], float]
 
 
+#: The papers' closed forms: :func:`published_k_sharp` and :func:`published_beta_star`.
 PUBLISHED = ClosedForms("published", published_k_sharp, published_beta_star)
+#: The negative controls' closed forms (each must be judged not reproduced).
 CONTROLS = {
     "wrong_bessel_index": ClosedForms("wrong_bessel_index", published_k_sharp,
                                       wrong_index_beta_star),

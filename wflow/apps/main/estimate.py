@@ -8,6 +8,7 @@ comparison by :func:`wflow.infra.estimate.estimate_w2`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ...infra.estimate import Estimate, estimate_w2
 from ...jko.estimate import estimate_jko
@@ -19,7 +20,7 @@ from .compare import w2_label
 
 __all__ = ["BASELINE_BYTES", "STARTUP_SECONDS", "SSW_SECONDS_PER_PROJECTION",
            "SSW_SECONDS_PER_POINT", "RUN_SECONDS", "RUN_PAIR_SECONDS", "RUN_FASTSUM_SECONDS",
-           "particle_run_seconds", "estimate_main_job", "estimate_compare"]
+           "particle_run_seconds", "estimate_main_job", "estimate_compare", "check_run_estimate"]
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow run`` loads.
 BASELINE_BYTES = 330 * 2**20
@@ -179,3 +180,30 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
     secs = sum(e.seconds for e in parts) + runs + coarse.seconds
     big = max([*parts, coarse], key=lambda e: e.memory)
     return Estimate("compare", big.memory, coarse.steps, secs, dict(big.parts))
+
+
+def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: bool) -> None:
+    """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
+
+    Called before the mesh is generated or read when its spec names the cell count
+    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), else (or where the loaded mesh has
+    other cells) on the loaded mesh: once per run.
+    """
+    from ...infra.estimate import check_estimate
+    from ...particles.estimate import fastsum_eligible
+    from .phases import _jko_table
+
+    H = int(sc.build_heads().H)
+    jko_steps = None
+    if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
+        table = _jko_table(sc, popts).check(crosscheck=bool(ropts.jko_refinement))
+        jko_steps = table.steps_bound(int(cells))
+    est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
+                            T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
+                            steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
+                            refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
+                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
+                            fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
+                            diffusion=float(sc.diffusion),
+                            integrator=ropts.particle_integrator)
+    check_estimate(est, confirm=confirm)

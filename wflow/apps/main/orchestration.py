@@ -19,6 +19,7 @@ from ..scenario import ScenarioError, parse_scenario
 from . import phases
 from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase, _Pieces
 from .compare import _compare
+from .estimate import check_run_estimate
 from .moments import main_job_moments
 from .options import MainJobResult, RunOptions, _load
 from .refinement import _jko_refinement
@@ -136,7 +137,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                       if ":" not in str(mesh_spec) and p.is_file()), None)
     cells = mesh_cells(str(mesh_spec), path=spec_file)
     if cells is not None:  # before generating or reading the mesh (its name gives the size)
-        phases._estimate(sc, cells, popts, ropts, confirm=confirm)
+        check_run_estimate(sc, cells, popts, ropts, confirm=confirm)
     mesh = load_mesh(mesh_spec)
     rho0 = initial_density(mesh, density_spec_from_scenario(sc), base_dir=sc.base_dir)
     schedule = sc.build_schedule()
@@ -144,7 +145,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     if ropts.jko:
         phases._check_jko(mesh, rho0, schedule, attn, sc, popts)
     if int(mesh.num_global) != cells:  # once: again only where the name did not give the size
-        phases._estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
+        check_run_estimate(sc, int(mesh.num_global), popts, ropts, confirm=confirm)
     if not resume:  # everything validated: start a fresh checkpoint
         ck.start(raw, sc.base_dir, fp)
     timings: dict[str, float] = {}

@@ -12,33 +12,6 @@ from ..scenario import Scenario
 from .options import RunOptions
 
 
-def _estimate(sc: Scenario, cells: int, popts, ropts: RunOptions, *, confirm: bool) -> None:
-    """Cost estimate of the phases on ``cells`` cells before any runs (refuses what cannot fit).
-
-    Called before the mesh is generated or read when its spec names the cell count
-    (:func:`wflow.geometry.mesh.estimate.mesh_cells`), else (or where the loaded mesh has
-    other cells) on the loaded mesh: once per run.
-    """
-    from ...infra.estimate import check_estimate
-    from ...particles.estimate import fastsum_eligible
-    from .estimate import estimate_main_job
-
-    H = int(sc.build_heads().H)
-    jko_steps = None
-    if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
-        table = _jko_table(sc, popts).check(crosscheck=bool(ropts.jko_refinement))
-        jko_steps = table.steps_bound(int(cells))
-    est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
-                            T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
-                            steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
-                            refinement=ropts.jko_refinement, max_ot_points=ropts.max_ot_points,
-                            w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
-                            fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
-                            diffusion=float(sc.diffusion),
-                            integrator=ropts.particle_integrator)
-    check_estimate(est, confirm=confirm)
-
-
 def _check_noise(sc: Scenario, ropts: RunOptions) -> None:
     """Refuse a token diffusion ``D > 0`` that a phase would drop, before any phase runs.
 
