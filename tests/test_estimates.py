@@ -285,3 +285,24 @@ def test_particle_estimate_of_a_rank_block_at_ten_million_tokens():
     assert 0.5 <= mem <= 2 and 0.5 <= cpu <= 2, (mem, cpu)
     whole, _ = ratios(r["n"])
     assert whole > 1.5 * mem  # the unsplit system: twice the memory per rank
+
+
+def test_a_run_over_a_minute_announces_its_estimate_once_in_batch_mode(capsys):
+    """Above ANNOUNCE_SECONDS (and below the --yes guard) the estimate is printed on
+    stderr before the run, once per run, without a terminal too; a short run prints
+    nothing (the negative control)."""
+    import contextvars
+
+    from wflow.infra.estimate import ANNOUNCE_SECONDS, Estimate, check_estimate
+
+    def run(seconds: float) -> str:
+        def body():
+            est = Estimate("particles", 1e6, 10, seconds)
+            check_estimate(est, interactive=False, available=1e12)
+            check_estimate(est, interactive=False, available=1e12)  # the solver's own check
+        contextvars.copy_context().run(body)
+        return capsys.readouterr().err
+
+    err = run(2 * ANNOUNCE_SECONDS)
+    assert err.count("wflow: estimate particles:") == 1 and "starting" in err, err
+    assert run(ANNOUNCE_SECONDS / 2) == ""

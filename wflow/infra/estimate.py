@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 #: Above this estimated wall time (s) a run is refused without ``--yes`` (terminal or batch).
 CONFIRM_SECONDS = 3600.0
+#: A run expected to take longer announces its estimate on stderr before it starts (once
+#: per run, on a terminal and in batch mode alike).
+ANNOUNCE_SECONDS = 60.0
 
 #: Bytes per cost entry of a dense ``W₂`` (cost matrix and the network simplex's copies:
 #: 1.13 GB at 5 120 × 5 120, ``bench/README.md`` §9).
@@ -202,6 +205,9 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
                    available: float | None = None) -> Estimate:
     """Refuse a run that cannot fit; ask for ``--yes`` above :data:`CONFIRM_SECONDS`.
 
+    A run estimated above :data:`ANNOUNCE_SECONDS` prints its estimate on stderr (one line,
+    once per run) before it starts, in batch mode too.
+
     Parameters
     ----------
     est : Estimate
@@ -240,6 +246,12 @@ def check_estimate(est: Estimate, *, confirm: bool = False, interactive: bool | 
             where = "" if tty else " (batch mode: no terminal, refused all the same)"
             raise EstimateError(f"{msg}; pass --yes to run it anyway, or reduce the "
                                 f"size{where}")
+    elif est.seconds > ANNOUNCE_SECONDS:
+        msg = (f"{est.what}: {est.describe()} — over {format_seconds(ANNOUNCE_SECONDS)} "
+               "(order-of-magnitude estimate)")
+        if _NOTED.get() != msg:  # once per run (a command's pre-check, then the solver)
+            print(f"wflow: estimate {msg}; starting", file=sys.stderr, flush=True)
+            _NOTED.set(msg)
     _CURRENT.set(est)
     return est
 
