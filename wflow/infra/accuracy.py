@@ -93,6 +93,21 @@ class Tolerance:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def given(cls, key: str, rtol: float | None = None,
+              atol: float | None = None) -> Tolerance:
+        """The tolerance of a solver's ``rtol``/``atol`` options (``None``: the default).
+
+        Parameters
+        ----------
+        key : str
+            The options' scenario section (named in errors).
+        rtol, atol : float or None
+            As the class's fields; ``None`` leaves the default (``1e-3``, ``1e-6``).
+        """
+        kw = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+        return cls(key=key, **kw)
+
 
 # Exact summation: a double is m·2^e with an integer mantissa |m| < 2^53. Split m into
 # m = hi·2^27 + lo with |hi| < 2^26, |lo| < 2^27; the per-exponent sums of hi and of lo are

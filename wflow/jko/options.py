@@ -326,9 +326,9 @@ class JKOOptions:
     @property
     def tolerance(self) -> Tolerance | None:
         """The requested accuracy (``None``: no error control, today's steps)."""
-        given = {k: float(v) for k, v in (("rtol", self.rtol), ("atol", self.atol))
-                 if v is not None}
-        return Tolerance(key="jko", **given) if given else None
+        if self.rtol is None and self.atol is None:
+            return None
+        return Tolerance.given("jko", self.rtol, self.atol)
 
     @property
     def steps(self) -> int:

@@ -165,8 +165,7 @@ class ParticleOptions:
 
     def tolerance(self) -> Tolerance:
         """The requested :class:`~wflow.infra.accuracy.Tolerance` (defaults ``1e-3``/``1e-6``)."""
-        kw = {k: v for k, v in (("rtol", self.rtol), ("atol", self.atol)) if v is not None}
-        return Tolerance(key=self.SECTION, **kw)
+        return Tolerance.given(self.SECTION, self.rtol, self.atol)
 
 
 #: The ``[particles]`` table: ``key -> (default, checker)`` (derived from :class:`ParticleOptions`).

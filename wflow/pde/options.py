@@ -138,9 +138,7 @@ class PDEOptions:
         """The requested accuracy (``None``: no error control, today's steps)."""
         if self.rtol is None and self.atol is None:
             return None
-        base = Tolerance(key="pde")
-        return base.replace(rtol=base.rtol if self.rtol is None else float(self.rtol),
-                            atol=base.atol if self.atol is None else float(self.atol))
+        return Tolerance.given("pde", self.rtol, self.atol)
 
     @property
     def integrator(self) -> str:

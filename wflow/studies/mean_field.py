@@ -283,6 +283,26 @@ def _pooled_ssw(x: np.ndarray, verts: np.ndarray, mT: np.ndarray,
     return {"ssw": ssw, "ssw_floor": ssw0, "ssw_points": int(N)}
 
 
+def moment_criteria(t0: MomentTest, tT: MomentTest, *, R: int, n: int,
+                    T: float) -> list[Criterion]:
+    """The three moment criteria of the particles against the PDE.
+
+    ``max |t|`` of the moments at ``t = 0`` and of the control-variate moments at ``T``, and
+    Hotelling's ``T²`` at ``T``; shared with the noisy-mean-field study.
+    """
+    return [
+        Criterion("moments_at_0", t0.max_t, hi=t0.t_crit,
+                  what=f"max |t| of {t0.diff.size} moments at t = 0 (R = {R}, n = {n})",
+                  why=f"Šidák level {ALPHA} of t({R - 1}): the initial tokens are drawn from ρ_0"),
+        Criterion("moments_at_T", tT.max_t, hi=tT.t_crit,
+                  what=f"max |t| of {tT.diff.size} control-variate moments at T = {T:g}",
+                  why=f"Šidák level {ALPHA} of t({R - 1}); PDE error in the denominator"),
+        Criterion("hotelling_at_T", tT.hotelling, hi=tT.hotelling_crit,
+                  what="Hotelling T² of the control-variate moment differences at T",
+                  why=f"level {ALPHA} of F({tT.diff.size}, {R - tT.diff.size}) (scaled)"),
+    ]
+
+
 def _velocity_error(test: MomentTest, tail: np.ndarray, tt: np.ndarray, T: float) -> float:
     """Smallest PDE velocity error ``s`` the max-|t| test sees: ``min_k det_k/(T |∂_t μ_k|)``."""
     h1, h2 = tt[2] - tt[1], tt[1] - tt[0]
@@ -350,17 +370,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     s_star = _velocity_error(tT, fine["tail"], fine["t"], T)
     cc = {**rows[0], **_pooled_ssw(np.concatenate([r["kept"] for r in rows]), fine["verts"],
                                    fine["mT"], np.random.default_rng([seed, n, R, 7]))}
-    criteria = [
-        Criterion("moments_at_0", t0.max_t, hi=t0.t_crit,
-                  what=f"max |t| of {t0.diff.size} moments at t = 0 (R = {R}, n = {n})",
-                  why=f"Šidák level {ALPHA} of t({R - 1}): the initial tokens are drawn from ρ_0"),
-        Criterion("moments_at_T", tT.max_t, hi=tT.t_crit,
-                  what=f"max |t| of {tT.diff.size} control-variate moments at T = {T:g}",
-                  why=f"Šidák level {ALPHA} of t({R - 1}); PDE error in the denominator"),
-        Criterion("hotelling_at_T", tT.hotelling, hi=tT.hotelling_crit,
-                  what="Hotelling T² of the control-variate moment differences at T",
-                  why=f"level {ALPHA} of F({tT.diff.size}, {R - tT.diff.size}) (scaled)"),
-    ]
+    criteria = moment_criteria(t0, tT, R=R, n=n, T=T)
     mc_med = float(np.median(tT.se_mc))
     # the PDE refined enough: its error below the Monte Carlo one, moment by moment
     pde_to_mc = float(np.max(tT.pde_err / tT.se_mc))

@@ -57,7 +57,7 @@ from ..particles import simulate
 from ..particles.integrators import StochasticIntegrator
 from ..status import Status
 from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
-from .mean_field import ALPHA, RHO0, _draw, _model
+from .mean_field import ALPHA, RHO0, _draw, _model, moment_criteria
 
 logger = logging.getLogger(__name__)
 
@@ -239,15 +239,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     score = _score_test(cv.adjusted, fine["mT_mom"], errT, mode["meshes"][0], D, T, L)
     cv_ratio = float(np.median(tT.se_mc / plain.se_mc))
     criteria = [
-        Criterion("moments_at_0", t0.max_t, hi=t0.t_crit,
-                  what=f"max |t| of {t0.diff.size} moments at t = 0 (R = {R}, n = {n})",
-                  why=f"Šidák level {ALPHA} of t({R - 1}): the initial tokens are drawn from ρ_0"),
-        Criterion("moments_at_T", tT.max_t, hi=tT.t_crit,
-                  what=f"max |t| of {tT.diff.size} control-variate moments at T = {T:g}",
-                  why=f"Šidák level {ALPHA} of t({R - 1}); PDE error in the denominator"),
-        Criterion("hotelling_at_T", tT.hotelling, hi=tT.hotelling_crit,
-                  what="Hotelling T² of the control-variate moment differences at T",
-                  why=f"level {ALPHA} of F({tT.diff.size}, {R - tT.diff.size}) (scaled)"),
+        *moment_criteria(t0, tT, R=R, n=n, T=T),
         Criterion("score_D_at_T", score["z"], lo=-score["t_crit"], hi=score["t_crit"],
                   what="t-score of the control-variate moment differences at T projected on "
                        "∂μ_T/∂D (the locally most powerful direction against a wrong D)",
