@@ -58,15 +58,19 @@ from pathlib import Path
 import numpy as np
 
 from ..attention.heads import Attention
-from ..attention.published import (
-    published_heads,
-    published_ou,
-    sample_published_clusters,
-)
+from ..attention.published import published_heads, published_ou, sample_published_clusters
 from ..attention.schedules import OrnsteinUhlenbeck, Relaxed, Schedule
 from ..infra.parallel import parallel_map
 from ..particles import simulate
-from .base import Criterion, StudyResult, check_fault, conclude, fit_loglog, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    fit_loglog,
+    save_figure,
+    write_study,
+)
 from .helpers import accuracy_criterion, run_accuracy
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL", "OU_RATIO_MAX", "PARTICLE_ACCURACY_MAX"]
@@ -275,9 +279,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         ax[1].set(xscale="log", yscale="log", xlabel="H", ylabel="late mean G²",
                   title="B: head averaging")
         ax[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "asymptotics.png", dpi=120)
-        plt.close(fig)
-        return ["asymptotics.png"]
+        return save_figure(fig, stage, "asymptotics.png")
 
     return write_study(out, result, plot)

@@ -308,6 +308,17 @@ def check_fault(study: str, fault: str | None, faults: Mapping[str, str],
     return fault
 
 
+def read_fault(study: str, fault: str | None, faults: Mapping[str, str],
+               families: Mapping[str, str] | None = None) -> tuple[str | None, float | None]:
+    """A study's ``fault`` validated (:func:`check_fault`) and parsed (:func:`parse_fault`).
+
+    Returns ``(family, size)`` for ``"FAMILY:S"``, ``(name, None)`` for a named fault and
+    ``(None, None)`` without one; an unknown fault raises ``ValueError`` naming the known ones.
+    """
+    check_fault(study, fault, faults, families)
+    return parse_fault(fault, families)
+
+
 def criteria_summary(criteria: Sequence[Criterion], faults: Mapping[str, str],
                      fault: str | None, families: Mapping[str, str] | None = None
                      ) -> dict[str, Any]:
@@ -392,6 +403,19 @@ def study_status(result: StudyResult) -> tuple[Status, str, dict[str, Any]]:
                               "passed": c["ok"], "rule": c["why"]}
                   for c in result.summary.get("criteria", []) if isinstance(c, Mapping)}
     return VERDICT_STATUS[result.decision], "" if result.passed else result.verdict, checks
+
+
+def save_figure(fig: Any, stage: Path, name: str, *, dpi: int = 120) -> list[str]:
+    """Lay out ``fig``, save it as ``stage / name`` at ``dpi`` and close it: ``[name]``.
+
+    The last step of every study's plot callback (the list :func:`write_study` records).
+    """
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(stage / name, dpi=dpi)
+    plt.close(fig)
+    return [name]
 
 
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:

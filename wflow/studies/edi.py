@@ -78,6 +78,7 @@ from .base import (
     conclude,
     fit_loglog,
     parse_fault,
+    save_figure,
     write_study,
 )
 
@@ -428,10 +429,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
             ax[1].xaxis.set_minor_formatter(plt.NullFormatter())
             ax[1].set_xticks(table["pde"]["h"], [f"{h:.3g}" for h in table["pde"]["h"]])
         ax[1].set(xlabel="h (mean cell size)", ylabel="|EDI residual| (absolute)", title="PDE")
-        fig.tight_layout()
-        fig.savefig(stage / "edi.png", dpi=120)
-        plt.close(fig)
-        return ["edi.png"]
+        return save_figure(fig, stage, "edi.png")
 
     return write_study(out, result, plot)
 

@@ -42,15 +42,7 @@ from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
 from ..status import Status
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    write_study,
-)
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +131,7 @@ def _identity_error(x0: np.ndarray, heads: Heads, beta: float, T: float, dt: flo
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Entropy identity for general heads and monotone entropy for scalar heads."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     integrator = "euler" if fault == "euler" else "rk4"
     power = 1.0 if fault == "identity-beta-power" else 2.0
     if fam == "identity-beta":
@@ -253,9 +244,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[2].set(xlabel="t", ylabel="attention entropy",
                   title=f"scalar heads, equiangular tokens (n={ne})")
         ax[2].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "entropy.png", dpi=120)
-        plt.close(fig)
-        return ["entropy.png"]
+        return save_figure(fig, stage, "entropy.png")
 
     return write_study(out, StudyResult(NAME, summary, text, passed), plot)

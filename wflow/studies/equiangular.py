@@ -30,7 +30,15 @@ from ..geometry.sphere import equiangular_tokens
 from ..multihead import early_rate, equiangular_rhs, solve_equiangular
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    check_fault,
+    conclude,
+    parse_fault,
+    save_figure,
+    write_study,
+)
 from .helpers import fit_decay_rate, fit_early_rate
 
 logger = logging.getLogger(__name__)
@@ -183,10 +191,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[0].legend(fontsize=7)
         ax[1].set(xlabel="t", ylabel="1 − γ", ylim=(1e-14, 2),
                   title="late decay vs exp(−2Λt) (dotted)")
-        fig.tight_layout()
-        fig.savefig(stage / "equiangular.png", dpi=120)
-        plt.close(fig)
-        return ["equiangular.png"]
+        return save_figure(fig, stage, "equiangular.png")
 
     for r in rows:  # keep series in the summary as plain lists
         r["series"] = {k: np.asarray(v).tolist() for k, v in r["series"].items()}

@@ -57,15 +57,7 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..status import Status
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    write_study,
-)
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, write_study
 from .edi import PDE_ORDER_TOL
 
 logger = logging.getLogger(__name__)
@@ -167,8 +159,7 @@ def _level(n: int, D_run: float, kind: str) -> dict[str, Any]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """EDI residual of ``F_D`` under joint refinement; judge the order; write the summary."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     D = DIFFUSION
     D_run = D * (1.0 + size) if fam == "laplacian" else D
     if fault == "pde-noiseless":

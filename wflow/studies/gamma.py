@@ -57,6 +57,7 @@ from .base import (
     conclude,
     fit_loglog,
     parse_fault,
+    save_figure,
     write_study,
 )
 from .helpers import accuracy_criterion, run_accuracy
@@ -213,9 +214,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax.loglog(e, e * table["init"]["sup_W2"][0] / e[0], "k:", lw=0.8, label="ε¹")
         ax.set(xlabel="ε", title="weight perturbation (Γ-convergence)")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "gamma.png", dpi=120)
-        plt.close(fig)
-        return ["gamma.png"]
+        return save_figure(fig, stage, "gamma.png")
 
     return write_study(out, result, plot)

@@ -50,15 +50,7 @@ from ..gaussian import (
 )
 from ..infra.guards import GuardError, guard_below_overflow, guard_psd
 from ..status import Status
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    write_study,
-)
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
            "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK", "BIAS_LIMIT_QUICK",
@@ -298,17 +290,13 @@ def _plot(res: ParticleErrors, stage: Path) -> list[str]:
     ax.set_ylabel(f"RMS error at T = {res.T} ({res.reps[-1]}–{res.reps[0]} seeds)")
     ax.set_title("particles vs Gaussian moment ODE")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(stage / "gaussian_particles.png", dpi=110)
-    plt.close(fig)
-    return ["gaussian_particles.png"]
+    return save_figure(fig, stage, "gaussian_particles.png", dpi=110)
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Run the study (``quick``: fewer sizes and seeds), fit, judge and write ``out``."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     kw: dict[str, Any] = {}
     if fault == "time-doubled":
         kw["particle_time_scale"] = 2.0

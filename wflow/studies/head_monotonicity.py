@@ -51,15 +51,7 @@ from ..attention.heads import Attention
 from ..geometry.sphere import normalize
 from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    write_study,
-)
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
 from .helpers import (
     accuracy_criterion,
     approx_orthogonal_heads,
@@ -112,8 +104,7 @@ def _fd(t: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Trajectories below/above ``β*_⊥`` for orthogonal and approximately orthogonal heads."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     vscale = {"time-doubled": 2.0, "value-sign": -1.0}.get(fault or "", 1.0)
     if fam == "velocity":
         vscale = 1.0 + size
@@ -264,9 +255,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         for a in ax:
             a.set_xticks(list(factors), labels=[f"{f:g}" for f in factors])
             a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        fig.tight_layout()
-        fig.savefig(stage / "head_monotonicity.png", dpi=120)
-        plt.close(fig)
-        return ["head_monotonicity.png"]
+        return save_figure(fig, stage, "head_monotonicity.png")
 
     return write_study(out, StudyResult(NAME, summary, text, passed), plot)

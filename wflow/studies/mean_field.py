@@ -75,7 +75,7 @@ from ..geometry.sphere import sample_cells, sample_vmf
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -319,8 +319,7 @@ def _velocity_error(test: MomentTest, tail: np.ndarray, tt: np.ndarray, T: float
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Particles vs PDE moments at 0 and T; judge the three tests; write summary and plot."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     mode = MODES["quick" if quick else "full"]
     n, R, L, L_cv = int(mode["n"]), int(mode["R"]), int(mode["L"]), int(mode["L_cv"])
     T = T_FINAL
@@ -448,9 +447,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[1].semilogy(k, np.abs(tT.diff), "k.", ms=4, label="|particles − PDE|")
         ax[1].set(xlabel="moment index", title=f"errors at T = {T:g}")
         ax[1].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(stage / "mean_field.png", dpi=120)
-        plt.close(fig)
-        return ["mean_field.png"]
+        return save_figure(fig, stage, "mean_field.png")
 
     return write_study(out, result, plot)

@@ -134,7 +134,15 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import (
+    Criterion,
+    StudyResult,
+    conclude,
+    parse_fault,
+    read_fault,
+    save_figure,
+    write_study,
+)
 
 __all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT",
            "DRIFT_RTOL", "ITO_RTOL", "ORDER_RANGE_QUICK", "FAMILY_ALPHA", "N_STATISTICS",
@@ -379,8 +387,7 @@ def _stats(v: np.ndarray) -> tuple[float, float]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Monte-Carlo bias of the balance at several ``dt`` and two ``β``: order, extrapolation."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     n, H, T, batches, per = (40, 2, 0.3, 3, 8) if quick else (100, 4, 1.0, 8, 8)
     dts = [0.06, 0.03, 0.015] if quick else [0.04, 0.02, 0.01, 0.005]
     betas = (BETA, BETA_ALT)
@@ -556,9 +563,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[1].set(xlabel="per-path residual (control variate subtracted)", ylabel="paths",
                   title=f"dt = {dts[-1]:g}")
         ax[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "noisy_edi.png", dpi=120)
-        plt.close(fig)
-        return ["noisy_edi.png"]
+        return save_figure(fig, stage, "noisy_edi.png")
 
     return write_study(out, result, plot)

@@ -56,7 +56,7 @@ from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..particles.integrators import StochasticIntegrator
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, write_study
 from .mean_field import ALPHA, RHO0, _draw, _model, moment_criteria
 
 logger = logging.getLogger(__name__)
@@ -209,8 +209,7 @@ def _score_test(adjusted: np.ndarray, ref: np.ndarray, err: np.ndarray, spec: st
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Noisy particles vs the noisy PDE's moments at 0 and T; judge; write the summary."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     mode = MODES["quick" if quick else "full"]
     n, R, L, L_cv = int(mode["n"]), int(mode["R"]), int(mode["L"]), int(mode["L_cv"])
     T, D = T_FINAL, DIFFUSION

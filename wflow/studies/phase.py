@@ -52,7 +52,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import normalize
 from ..phase import funk_hecke_eigenvalues, k_sharp
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +141,7 @@ def growth_rates(n: int, D: float, beta: float, ls: tuple[int, ...], axis: np.nd
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Fit the growth rates at ``K_#(1 ± 1/4)``, locate ``K_#``; judge; write summary."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     beta = BETA
     d = 3
     n1, n2 = MODES["quick" if quick else "full"]["freq"]

@@ -47,7 +47,7 @@ from ..multihead import (
     dominance_root,
     radial_dominance,
 )
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
 from .helpers import block_heads, spread_tokens
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ def _root_tol(beta: float) -> float:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ``β`` across ``β*`` for ``H = 1..4`` and locate the sign change of the margin."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     n = 16 if quick else 32
     alpha = 1.0
     strength = 1.1 * alpha if fault == "alpha-mismatch" else alpha  # of the heads
@@ -194,9 +193,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                    label="root of sharp margin")
         ax[1].set(xlabel="H", ylabel="β", title=f"critical β (α = {alpha})", xticks=Hs)
         ax[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "radial_dominance.png", dpi=120)
-        plt.close(fig)
-        return ["radial_dominance.png"]
+        return save_figure(fig, stage, "radial_dominance.png")
 
     return write_study(out, StudyResult(NAME, summary, text, passed), plot)

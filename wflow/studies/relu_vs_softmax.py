@@ -41,15 +41,7 @@ from ..attention.heads import Attention, Heads
 from ..attention.kinds import RELU, SOFTMAX, get_kind
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_time, relu_equiangular_time
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    write_study,
-)
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
 from .helpers import particle_clustering_time, reduce_to_span
 
 logger = logging.getLogger(__name__)
@@ -86,8 +78,7 @@ def _linfit(x: np.ndarray, y: np.ndarray) -> float:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Clustering times of softmax and ReLU over ``n`` and ``d`` (equiangular and random starts)."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     beta, lam, thr = 1.0, 1.0, 0.9
     vscale = 2.0 if fault == "time-doubled" else (1.0 + size if fam == "velocity" else 1.0)
     ns = (4, 8) if quick else (4, 8, 16)
@@ -227,9 +218,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[1].yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax[1].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax[1].legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        fig.savefig(stage / "relu_vs_softmax.png", dpi=120)
-        plt.close(fig)
-        return ["relu_vs_softmax.png"]
+        return save_figure(fig, stage, "relu_vs_softmax.png")
 
     return write_study(out, StudyResult(NAME, summary, text, passed), plot)

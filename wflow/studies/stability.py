@@ -110,7 +110,7 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
            "tangent_jacobian", "FAULTS", "FAMILIES", "LIN_TOL", "EPS_LADDER", "GROWTH_TOL",
@@ -397,8 +397,7 @@ def _lognorms(item: tuple) -> tuple[float, float]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Measure the coupling ratios in the linear regime and compare with both bounds."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     n, T, dt = (80, 1.5, 0.05) if quick else (300, 4.0, 0.025)
     beta, scale = 1.0, 0.5
     vscale = 2.0 if fault == "time-doubled" else 1.0
@@ -554,9 +553,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax.set(xlabel="t", ylabel="W2 / coupling ratio (dots: exact W2)", yscale="log",
                title=f"Grönwall stability, ε = {eps:g}")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(stage / "stability.png", dpi=120)
-        plt.close(fig)
-        return ["stability.png"]
+        return save_figure(fig, stage, "stability.png")
 
     return write_study(out, result, plot)

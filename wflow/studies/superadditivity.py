@@ -32,7 +32,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import orthonormal_tokens
 from ..multihead import early_rate, equiangular_rate, lambda_c
 from ..particles import simulate
-from .base import Criterion, StudyResult, check_fault, conclude, parse_fault, write_study
+from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
 from .helpers import accuracy_criterion, fit_early_rate, run_accuracy
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Early rates of heterogeneous vs equal heads on both sides of ``λ_c``."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     vscale = 2.0 if fault == "time-doubled" else (1.0 + size if fam == "velocity" else 1.0)
     kind = "usa" if fault == "no-mobility" else "softmax"  # of the particles
     n, beta = 8, 1.0
@@ -183,9 +182,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         ax[1].set_xticks(xs, labels=labels, rotation=45, ha="right", fontsize=7)
         ax[1].set(ylabel="rate(het)/rate(equal) − 1", title="early-rate gain of heterogeneity")
         ax[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stage / "superadditivity.png", dpi=120)
-        plt.close(fig)
-        return ["superadditivity.png"]
+        return save_figure(fig, stage, "superadditivity.png")
 
     return write_study(out, StudyResult(NAME, summary, text, passed), plot)
