@@ -770,13 +770,13 @@ PHRASES += [("docs/guide/performance.md", "which reproduces the engine's numbers
 
 def _size_power() -> dict:
     """The README's bullet "What a PASS rules out": every number from the size and power
-    measurements (``size_power.json``, ``size_power_edi.json``; written by
-    ``bench/size_power.py --write``, with docs/studies_power.md)."""
+    measurements (``size_power.json``, ``size_power_edi.json``, ``size_power_noisy.json``;
+    written by ``bench/size_power.py --write``, with docs/studies_power.md)."""
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import size_power
 
-    data = size_power.load([RESULTS / "size_power.json", RESULTS / "size_power_edi.json"])
+    data = size_power.load([RESULTS / p.name for p in size_power.ALL_RESULTS])
     return {"bullet": size_power.readme_bullet(data)}
 
 

@@ -19,11 +19,12 @@ Usage (from the repository root)::
         --seeds 20 --modes quick [--power] [--power-seeds 2] [--out FILE] [--merge]
 
 Results: ``bench/results/size_power.json`` (``--merge`` updates the studies measured and
-keeps the others; the ``edi`` study is measured into ``size_power_edi.json``, whose studies
-override). Runs go to a temporary directory. Not a timed benchmark: wall times are
-recorded only to plan the runs.
+keeps the others; the ``edi`` study is measured into ``size_power_edi.json`` and the noisy
+model's studies into ``size_power_noisy.json`` (``--out``), whose studies override). Runs go
+to a temporary directory. Not a timed benchmark: wall times are recorded only to plan the
+runs.
 
-The page docs/studies_power.md is generated whole from the two results files
+The page docs/studies_power.md is generated whole from the three results files
 (:func:`page`: fixed prose without measured numbers, and every number rendered from the
 JSON), and so is the README's bullet "What a PASS rules out" (:func:`readme_bullet`).
 After a measurement, regenerate both::
@@ -58,6 +59,11 @@ logger = logging.getLogger(__name__)
 RESULTS = Path(__file__).resolve().parent / "results" / "size_power.json"
 #: The ``edi`` study's results, measured separately (same schema; its studies override).
 EDI_RESULTS = RESULTS.with_name("size_power_edi.json")
+#: The noisy model's studies (``phase``, ``free-energy``, ``noisy-mean-field``), measured
+#: separately (same schema; read after the two above).
+NOISY_RESULTS = RESULTS.with_name("size_power_noisy.json")
+#: Every results file the page and the README's bullet read, in override order.
+ALL_RESULTS = (RESULTS, EDI_RESULTS, NOISY_RESULTS)
 
 #: Fault sizes scanned for power (absolute values; families with both signs get ``±s``).
 #: The scan bisects this grid assuming that a larger fault of a family is caught when a
@@ -713,9 +719,9 @@ def _cp_numbers() -> dict[str, str]:
 
 
 _INTRO = """\
-<!-- Generated from bench/results/size_power.json and bench/results/size_power_edi.json
-by bench/size_power.py; do not edit by hand. After a measurement, regenerate this page and
-the README's "What a PASS rules out" bullet with:
+<!-- Generated from bench/results/size_power.json, bench/results/size_power_edi.json and
+bench/results/size_power_noisy.json by bench/size_power.py; do not edit by hand. After a
+measurement, regenerate this page and the README's "What a PASS rules out" bullet with:
     {regen}
 tests/test_size_power.py fails when this page differs from the generated text. -->
 
@@ -724,8 +730,8 @@ tests/test_size_power.py fails when this page differs from the generated text. -
 Every `wflow verify STUDY` verdict is a set of named criteria (a measured value and its
 accepted range). This page states, for every study and mode, two measured operating
 characteristics, and every measured number on it is generated from the results files
-`bench/results/size_power.json` and `bench/results/size_power_edi.json` (whose studies
-override the former's):
+`bench/results/size_power.json`, `bench/results/size_power_edi.json` (the `edi` study) and
+`bench/results/size_power_noisy.json` (the noisy model's studies):
 
 * **size**: how often the study FAILS the *correct* solver (false fails over the seeds
   run, with the one-sided 95 % upper bound of the rate);
@@ -988,7 +994,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --merge: rerun the seeds of the studies measured")
     p.add_argument("--markdown", action="store_true",
                    help="print the table from --out and, if present, "
-                        f"{EDI_RESULTS.name} (its studies override)")
+                        f"{EDI_RESULTS.name} and {NOISY_RESULTS.name} (their studies "
+                        "override)")
     p.add_argument("--page", action="store_true",
                    help="print docs/studies_power.md as generated from the results files")
     p.add_argument("--write", action="store_true",
@@ -996,7 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
                         "results files")
     args = p.parse_args(argv)
     if args.markdown or args.page or args.write:
-        data = load([args.out, EDI_RESULTS])
+        data = load([args.out, EDI_RESULTS, NOISY_RESULTS])
         if args.write:
             write_docs(data)
         else:

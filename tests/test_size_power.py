@@ -124,7 +124,7 @@ def test_mean_field_quotes_the_measured_power():
 # --------------------------------------------------------------------------- the page
 def _results() -> dict:
     sp = _script()
-    return sp.load([sp.RESULTS, sp.EDI_RESULTS])
+    return sp.load(list(sp.ALL_RESULTS))
 
 
 def test_the_page_is_the_generated_text():

@@ -1,4 +1,4 @@
-r"""Study ``free-energy``: the EDI of ``F_D = D∫ρ log ρ − E`` on the noisy PDE (theory §9).
+r"""Study ``free-energy``: the EDI of ``F_D = D∫ρ log ρ − E`` on the noisy PDE and JKO (§9).
 
 For unnormalised attention (USA) with symmetric value-aligned heads the noisy PDE
 ``∂_t ρ + div_S(ρ v) = D Δ_S ρ`` is the Wasserstein gradient descent of
@@ -37,14 +37,33 @@ Criteria:
 * ``reconstruction``: the rebuilt residual at ``D_run = D`` equals the solver's
   ``free_edi`` to :data:`RECON_RTOL` of ``|ΔF|`` (round-off of the sums: ``10⁴ eps``).
 
+The JKO (:mod:`wflow.jko.fv`, the energy step then the linearised entropy step, first
+order) runs the same model under joint refinement ``h ∝ τ`` on the ``edi`` study's
+shipped icospheres (:data:`wflow.studies.edi.JKO_LEVELS`: 720, 2 420, 9 680 cells, and
+40 500 in full mode, ``τ = T/2 … T/16``). Its residual is rebuilt at the stated ``D``
+from the cell masses (:func:`jko_free_edi_at`). Criteria:
+
+* ``jko_free_edi_order``: the fitted order in ``τ`` at least ``1 −`` the ``edi`` study's
+  JKO tolerance;
+* ``jko_free_edi_relative``: ``|r|/|ΔF_D|`` on the finest level at most
+  :data:`JKO_REL_MAX`;
+* ``jko_reconstruction``: the rebuilt residual at the JKO's own ``D`` equals its
+  ``balance.free_edi`` (round-off);
+* ``jko_entropy_rate``: without interaction, the entropy step's decay rate of the first
+  harmonic, extrapolated in ``τ``, equals ``2D`` to :data:`RATE_RTOL` on the finest level
+  (:func:`jko_heat_rate`). A first-order EDI cannot see a 1 % entropy weight at these
+  levels (the fault moves the residual by a fraction of its own size); this rate, second order
+  in ``h`` once extrapolated in ``τ``, does.
+
 Reported, not judged: the softmax head's defect (``free_edi_defect`` of the same run with
 kind ``softmax``, over the dissipation): the plain Laplacian is not the softmax-weighted
 flow of ``F_D``, a property of the model, never a discretisation error.
 
 Negative controls: the PDE's Laplacian ``×(1 + s)`` (``laplacian:S``: the solver runs at
 ``D(1 + s)``, the identity is judged at ``D``; documented ``laplacian:0.01`` and
-``laplacian:-0.01``); the PDE with no diffusion (``pde-noiseless``). The JKO with the
-entropy is not part of this study (its free-energy EDI is reported, not judged).
+``laplacian:-0.01``); the PDE with no diffusion (``pde-noiseless``); the JKO's entropy
+weight ``×(1 + s)`` (``jko-entropy:S``, documented ``jko-entropy:0.01`` and
+``jko-entropy:-0.01``: the JKO at ``D(1 + s)``, judged at ``D``).
 """
 
 from __future__ import annotations
@@ -58,7 +77,7 @@ import numpy as np
 from ..attention.heads import Attention, Heads
 from ..status import Status
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, write_study
-from .edi import PDE_ORDER_TOL
+from .edi import JKO_LEVELS, JKO_ORDER_TOL, PDE_ORDER_TOL
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +100,27 @@ REL_MAX = 1e-3
 #: few hundred steps' sums over the cells, ``10⁴ eps``.
 RECON_RTOL = 1e4 * float(np.finfo(np.float64).eps)
 
+#: The JKO's residual is first order (Lie splitting of the energy and entropy steps, upwind
+#: fluxes): the fitted order under joint refinement is at least ``1 − JKO_ORDER_TOL`` (the
+#: ``edi`` study's tolerance; the values on the correct solver: docs/studies_power.md).
+JKO_ORDER = 1.0
+#: Bound on the JKO's ``|r|/|ΔF_D|`` at its finest level: a first-order discretisation
+#: error, about a third of this bound on 9 680 cells (quick; docs/studies_power.md).
+JKO_REL_MAX = 0.03
+#: Bound on the relative error of the JKO entropy step's heat-flow rate (Richardson in
+#: ``τ``) against ``2D``: the finite-volume Laplacian's ``O(h²)`` error, about a tenth of
+#: this bound on 9 680 cells (docs/studies_power.md); a 1 % entropy weight moves the rate
+#: by 1 %, five times the bound.
+RATE_RTOL = 2e-3
+#: Amplitude ``a`` of the heat-rate run's initial density ``(1 + a z)/4π``.
+RATE_AMPLITUDE = 0.2
+
 #: The PDE and the identity are deterministic: the seed enters nowhere.
 SEED_INDEPENDENT = True
 
 #: Icosphere frequencies per mode.
-MODES: dict[str, dict[str, Any]] = {"quick": {"freq": (4, 8, 16)},
-                                    "full": {"freq": (6, 12, 24)}}
+MODES: dict[str, dict[str, Any]] = {"quick": {"freq": (4, 8, 16), "jko": JKO_LEVELS[:3]},
+                                    "full": {"freq": (6, 12, 24), "jko": JKO_LEVELS}}
 
 #: Initial density: two vMF bumps.
 RHO0 = {"type": "vmf", "means": [[0, 0, 1], [1, 0, 0]], "kappas": [2.0, 3.0]}
@@ -96,9 +130,12 @@ FAULTS = {
     "laplacian:0.01": "the PDE's Laplacian ×1.01 (the solver at 1.01 D, the identity at D)",
     "laplacian:-0.01": "the PDE's Laplacian ×0.99 (the solver at 0.99 D, the identity at D)",
     "pde-noiseless": "the PDE without its diffusion (D_run = 0; judged at D)",
+    "jko-entropy:0.01": "the JKO's entropy weight ×1.01 (the JKO at 1.01 D, judged at D)",
+    "jko-entropy:-0.01": "the JKO's entropy weight ×0.99 (the JKO at 0.99 D, judged at D)",
 }
 #: Fault families ``run(fault="FAMILY:S")``.
-FAMILIES = {"laplacian": "the PDE's Laplacian ×(1 + s) (the identity judged at D)"}
+FAMILIES = {"laplacian": "the PDE's Laplacian ×(1 + s) (the identity judged at D)",
+            "jko-entropy": "the JKO's entropy weight ×(1 + s) (the identity judged at D)"}
 
 #: The smallest D_run the reconstruction divides by (a noiseless run is run at this).
 _D_FLOOR = 1e-9
@@ -156,6 +193,113 @@ def _level(n: int, D_run: float, kind: str) -> dict[str, Any]:
     return {"steps": res.steps, "balance": dict(res.balance), "cells": 20 * n * n}
 
 
+def _jko_run(mesh: Any, mass0: np.ndarray, heads: Heads, tau: float, D_run: float) -> Any:
+    """The FV JKO with the entropy ``D_run H`` (one USA head at ``β``) on ``[0, T]``."""
+    from ..jko import JKOOptions, solve_jko
+
+    cen, areas = mesh.gather_owned(mesh.centroids), mesh.gather_owned(mesh.areas)
+    res = solve_jko(mass0, heads, Attention("usa", BETA), points=cen, areas=areas, mesh=mesh,
+                    options=JKOOptions(T=T_FINAL, tau=tau, diffusion=D_run, verify=False,
+                                       progress=False))
+    if res.status != Status.SUCCESS:
+        raise FloatingPointError(f"{NAME}: JKO failed on {areas.size} cells: {res.message}")
+    return res
+
+
+def jko_free_edi_at(mesh: Any, masses: np.ndarray, heads: Heads, tau: float,
+                    D: float) -> dict[str, float]:
+    r"""The JKO's free-energy EDI at the stated ``D``, rebuilt from its cell masses.
+
+    .. math::
+
+        r = F_D(m^N) - F_D(m^0) + \sum_k \tfrac{\tau}{2}\big(I_h(m^k) + I_h(m^{k+1})\big),
+        \quad F_D = D\,H - E,
+
+    with ``H`` the cells' entropy and ``I_h`` the relative Fisher information of
+    :func:`wflow.jko.fv.fv_free_fisher` (USA, value-aligned heads: ``s = 1``). With
+    ``D`` the solver's own this is its ``balance.free_edi`` to round-off.
+
+    Parameters
+    ----------
+    mesh : SphereMesh
+        The mesh of the run.
+    masses : (N + 1, M) array
+        The cell masses at ``t_k = kτ`` (:attr:`wflow.jko.JKOResult.masses`).
+    heads : Heads
+        The run's heads.
+    tau, D : float
+        The step and the stated diffusivity.
+
+    Returns
+    -------
+    dict
+        ``edi`` (``r``), ``dF`` (``ΔF_D``), ``dissipation`` (the trapezoid of ``I_h``).
+    """
+    from ..jko.fv import fv_fields, fv_free_fisher
+    from ..jko.steppers import as_dual
+
+    geo = as_dual(mesh, masses.shape[1])
+    attn = Attention("usa", BETA)
+    F, fisher = [], []
+    for m in masses:
+        psi = fv_fields(geo.centres, m, heads, attn)[:, 0]
+        F.append(D * geo.entropy(m) - 0.5 * float(m @ psi))
+        fisher.append(fv_free_fisher(geo, m, psi, diffusion=D, sign=1))
+    fi = np.asarray(fisher)
+    dissipation = float(0.5 * tau * np.sum(fi[1:] + fi[:-1]))
+    dF = float(F[-1] - F[0])
+    return {"edi": dF + dissipation, "dF": dF, "dissipation": dissipation}
+
+
+def _jko_level(name: str, n: int, D_run: float, D: float) -> dict[str, Any]:
+    """One JKO run on the shipped mesh ``name`` with ``τ = T/n``, judged at ``D``."""
+    from ..geometry.density import initial_density
+    from ..geometry.mesh import load_mesh
+
+    sm = load_mesh(name)
+    areas = sm.gather_owned(sm.areas)
+    heads = Heads.bilinear(np.eye(3))
+    tau = T_FINAL / n
+    res = _jko_run(sm, initial_density(sm, RHO0) * areas, heads, tau, D_run)
+    row = jko_free_edi_at(sm, res.masses, heads, tau, D)
+    own = float(res.balance.get("free_edi", float("nan")))
+    rebuilt = row["edi"] if D_run == D else jko_free_edi_at(sm, res.masses, heads, tau,
+                                                            D_run)["edi"]
+    return {"cells": int(areas.size), "tau": tau, **row,
+            "reconstruction_error": abs(rebuilt - own) / abs(row["dF"])}
+
+
+def jko_heat_rate(name: str, D_run: float, D: float) -> dict[str, float]:
+    """The JKO entropy step's decay rate of ``z`` against ``l(l+1)D = 2D`` (``l = 1``).
+
+    No interaction (zero heads): from ``ρ₀ = (1 + a z)/4π`` the heat flow ``∂_tρ = DΔρ``
+    decays the first moment ``Σ_K m_K z_K`` at the rate ``2D`` exactly (``Δz = −2z`` on
+    ``S²``). The rate fitted over ``[0, T]`` at ``τ = T/4`` and ``T/8`` is extrapolated
+    (Richardson, first order in ``τ``): what remains is the mesh Laplacian's ``O(h²)``.
+
+    Returns
+    -------
+    dict
+        ``rate`` (extrapolated), ``rel_error`` (``rate/(2D) − 1``), ``rates`` at the two
+        steps, ``cells``.
+    """
+    from ..geometry.mesh import load_mesh
+
+    sm = load_mesh(name)
+    cen, areas = sm.gather_owned(sm.centroids), sm.gather_owned(sm.areas)
+    z = cen[:, 2] / np.linalg.norm(cen, axis=1)
+    m0 = areas * (1.0 + RATE_AMPLITUDE * z)
+    m0 = m0 / m0.sum()
+    rates = []
+    for n in (4, 8):
+        res = _jko_run(sm, m0, Heads.bilinear(np.zeros((3, 3))), T_FINAL / n, D_run)
+        a = res.masses @ z
+        rates.append(float(-np.log(a[-1] / a[0]) / T_FINAL))
+    rate = 2.0 * rates[1] - rates[0]
+    return {"rate": rate, "rel_error": rate / (2.0 * D) - 1.0, "rates": rates,
+            "cells": int(areas.size)}
+
+
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """EDI residual of ``F_D`` under joint refinement; judge the order; write the summary."""
@@ -164,7 +308,9 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     D_run = D * (1.0 + size) if fam == "laplacian" else D
     if fault == "pde-noiseless":
         D_run = _D_FLOOR
-    freqs = MODES["quick" if quick else "full"]["freq"]
+    D_jko = D * (1.0 + size) if fam == "jko-entropy" else D
+    mode = MODES["quick" if quick else "full"]
+    freqs = mode["freq"]
     levels = [_level(n, D_run, "usa") for n in freqs]
     rows = [free_edi_at(lv["steps"], D_run, D) for lv in levels]
     r = np.array([row["edi"] for row in rows])
@@ -175,6 +321,13 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     recon = free_edi_at(levels[-1]["steps"], D_run, D_run)["edi"]
     recon_err = abs(recon - own) / abs(dF[-1])
     rel = abs(r[-1]) / abs(dF[-1])
+    # the JKO: its free-energy EDI under joint refinement, and its entropy step's heat rate
+    jko = [_jko_level(name, n, D_jko, D) for name, n in mode["jko"]]
+    rj = np.array([row["edi"] for row in jko])
+    fit_j = fit_loglog([row["tau"] for row in jko], rj)
+    rel_j = abs(rj[-1]) / abs(jko[-1]["dF"])
+    recon_j = max(row["reconstruction_error"] for row in jko)
+    heat = jko_heat_rate(mode["jko"][-1][0], D_jko, D)
     soft = _level(freqs[-2], D, "softmax")["balance"]
     defect = soft.get("free_edi_defect", float("nan"))
     defect_rel = abs(defect) / abs(soft.get("free_dissipation_int", float("nan")))
@@ -190,24 +343,54 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         Criterion("reconstruction", recon_err, hi=RECON_RTOL,
                   what="rebuilt residual at the solver's D against its own free_edi, over "
                        "|ΔF|", why="the same sums in another order: round-off (1e4 eps)"),
+        Criterion("jko_free_edi_order", fit_j.slope, lo=JKO_ORDER - JKO_ORDER_TOL,
+                  what="fitted order of the JKO's F_D EDI residual in τ under joint "
+                       f"refinement over {[row['cells'] for row in jko]} cells",
+                  why=f"the FV JKO with the entropy is first order; the edi study's "
+                      f"tolerance {JKO_ORDER_TOL:g}"),
+        Criterion("jko_free_edi_relative", rel_j, hi=JKO_REL_MAX,
+                  what=f"the JKO's |r|/|ΔF_D| on {jko[-1]['cells']} cells",
+                  why="a first-order discretisation error (Lie splitting, upwind fluxes)"),
+        Criterion("jko_reconstruction", recon_j, hi=RECON_RTOL,
+                  what="the JKO's rebuilt residual at its own D against its "
+                       "balance.free_edi, over |ΔF| (worst level)",
+                  why="the same sums in another order: round-off (1e4 eps)"),
+        Criterion("jko_entropy_rate", abs(heat["rel_error"]), hi=RATE_RTOL,
+                  what=f"|rate/(2D) − 1| of the JKO's heat flow (no interaction) on "
+                       f"{heat['cells']} cells, Richardson in τ",
+                  why="the l = 1 harmonic decays at l(l+1)D = 2D; the mesh Laplacian's "
+                      "O(h²) error remains"),
     ]
     details = (f"One USA head A = V = I, β = {BETA:g}, D = {D:g}, T = {T_FINAL:g}; residuals "
                + ", ".join(f"{c} cells: {x:.3e} (ΔF {f:.4g})" for c, x, f in
                            zip((lv["cells"] for lv in levels), r, dF, strict=True))
-               + f"; fitted order {fit.slope:.2f}. Softmax (reported, not judged: a defect "
-               f"of the model): free_edi_defect {defect:.3e}, {100 * defect_rel:.1f} % of "
-               f"the dissipation. The JKO part awaits solve_jko's entropy.")
+               + f"; fitted order {fit.slope:.2f}. JKO: residuals "
+               + ", ".join(f"{row['cells']} cells τ = {row['tau']:g}: {row['edi']:.3e}"
+                           for row in jko)
+               + f"; fitted order {fit_j.slope:.2f}; heat-flow rate/(2D) − 1 = "
+               f"{heat['rel_error']:.2e} on {heat['cells']} cells. Softmax (reported, not "
+               f"judged: a defect of the model): free_edi_defect {defect:.3e}, "
+               f"{100 * defect_rel:.1f} % of the dissipation.")
     passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
                                      families=FAMILIES, seed_independent=True)
     summary = {"settings": {"beta": BETA, "diffusion": D, "diffusion_run": D_run,
+                            "diffusion_jko": D_jko,
+                            "jko_levels": [list(lv) for lv in mode["jko"]],
                             "T": T_FINAL, "freq": list(freqs), "dt_scale": DT_SCALE,
                             "quick": quick, "seed": seed, "rho0": RHO0},
                **entries,
                "fits": {"order": fit.slope, "order_stderr": fit.stderr,
                         "residual_finest": float(r[-1]), "relative_finest": rel,
-                        "reconstruction_error": recon_err},
+                        "reconstruction_error": recon_err,
+                        "jko_order": fit_j.slope, "jko_order_stderr": fit_j.stderr,
+                        "jko_residual_finest": float(rj[-1]), "jko_relative_finest": rel_j,
+                        "jko_reconstruction_error": recon_j,
+                        "jko_heat_rate": heat["rate"],
+                        "jko_heat_rate_rel_error": heat["rel_error"]},
                "levels": [{"cells": lv["cells"], **row}
                           for lv, row in zip(levels, rows, strict=True)],
+               "jko_levels": jko,
+               "jko_heat": heat,
                "reported": {"softmax_free_edi_defect": defect,
                             "softmax_defect_over_dissipation": defect_rel}}
     return write_study(out, StudyResult(NAME, summary, text, passed))
