@@ -33,7 +33,14 @@ from _common import ROOT, default_threads, load1, parent_machine, peer_env, writ
 
 def scenario(row: dict) -> str:
     """The main job's test scenario (``tests/test_main_job.py``: two softmax heads, the
-    surrogate flow, 720 cells) at the row's sizes, no figures."""
+    surrogate flow, 720 cells) at the row's sizes, no figures; a ``noisy`` row: the shipped
+    noisy default (``wflow/data/noisy_run.toml``: one USA head, ``D = 0.05``, Euler–Maruyama
+    particles, the JKO with the entropy and its 2-row table) at the row's ``n``."""
+    if row.get("noisy"):
+        text = (ROOT / "wflow" / "data" / "noisy_run.toml").read_text()
+        text, k = re.subn(r"(?m)^n_particles = .*$", f"n_particles = {row['n']}", text)
+        assert k == 1
+        return text.replace("[run]\n", "[run]\nrender = false\n", 1)
     sys.path.insert(0, str(ROOT))
     from tests.test_main_job import SCENARIO
 
@@ -51,11 +58,21 @@ ROWS = {
     "1000jko": dict(n=1000, T=1.0, n_saves=5, sps=4, jko=True),
     "10000": dict(n=10000, T=1.0, n_saves=5, sps=4, jko=False),
     "100000": dict(n=100000, T=0.25, n_saves=2, sps=2, jko=False),
+    # the noisy default (its T, saves, steps and JKO are the shipped file's)
+    "noisy1000": dict(n=1000, T=1.0, n_saves=5, sps=4, jko=True, noisy=True),
+    "noisy10000": dict(n=10000, T=1.0, n_saves=5, sps=4, jko=True, noisy=True),
 }
 
 
 def estimate_inputs(row: dict) -> dict:
     """The keyword arguments of ``estimate_main_job`` for a row (as ``wflow run`` calls it)."""
+    if row.get("noisy"):  # noisy_run.toml: one head, dt 0.02, τ = 0.25 (4 steps), D = 0.05
+        from wflow.particles.estimate import fastsum_eligible
+
+        return dict(cells=720, n=row["n"], H=1, T=1.0, dt=0.02, n_saves=5, steps_per_save=4,
+                    jko=True, refinement=2, max_ot_points=6000, w2_dense_max_points=6000,
+                    jko_steps=4, fastsum=fastsum_eligible("usa", 3, "auto"), diffusion=0.05,
+                    integrator="em")
     return dict(cells=720, n=row["n"], H=2, T=row["T"], dt=0.05, n_saves=row["n_saves"],
                 steps_per_save=row["sps"], jko=row["jko"], refinement=2 if row["jko"] else 0,
                 max_ot_points=6000, w2_dense_max_points=6000,

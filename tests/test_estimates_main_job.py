@@ -34,6 +34,36 @@ def test_rows_cover_three_decades_of_particles():
     ns = {r["estimate_inputs"]["n"] for r in _rows()}
     assert {1000, 10000, 100000} <= ns, ns
     assert any(r["estimate_inputs"]["jko"] for r in _rows())
+    # the noisy default (token diffusion: EM particles, CN diffusion, the JKO's entropy)
+    noisy = {r["estimate_inputs"]["n"] for r in _rows()
+             if r["estimate_inputs"].get("diffusion", 0.0) > 0}
+    assert {1000, 10000} <= noisy, noisy
+
+
+def test_the_noisy_rows_are_costed_with_the_inputs_wflow_run_uses(monkeypatch, tmp_path):
+    """The bench's inputs of a noisy row are those ``wflow run`` passes to the estimate on
+    the shipped noisy default (captured at the call; nothing runs after it). Negative
+    control: a row costed without its diffusion differs."""
+    from wflow.apps.main.orchestration import run_main_job
+
+    monkeypatch.syspath_prepend(str(RESULTS.parents[1]))
+    import bench_main_job_estimate as bench
+
+    got: dict = {}
+
+    class Captured(Exception):
+        pass
+
+    def capture(**kw):
+        got.update(kw)
+        raise Captured
+
+    monkeypatch.setattr(main_est, "estimate_main_job", capture)
+    with pytest.raises(Captured):
+        run_main_job(RESULTS.parents[2] / "wflow" / "data" / "noisy_run.toml", tmp_path / "o")
+    mine = bench.estimate_inputs(bench.ROWS["noisy1000"])
+    assert got == mine
+    assert got != {**mine, "diffusion": 0.0}
 
 
 def test_main_job_estimate_within_factor_two_of_measured_cpu():
