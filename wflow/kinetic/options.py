@@ -32,6 +32,11 @@ QUADRATURES: dict[str, float] = {"midpoint": 0.5, "exclusive": 0.0, "inclusive":
 _REFUSED: dict[str, Any] = {"diffusion": 0.0, "rtol": None, "atol": None,
                             "flow": "transformer", "entropy": False, "head_rates": False}
 
+_QUADRATURE_DOC = (
+    "Quadrature of the cumulative measure at ``s_k``: the slices before ``k`` and "
+    "``midpoint`` half of slice ``k`` (order 2 in ``1/S``), ``exclusive`` none of it or "
+    "``inclusive`` all of it (order 1; the strict resp. non-strict mask slice-wise).")
+
 
 def check_pde_options(value: Any, key: str = "kinetic.pde") -> PDEOptions:
     """The :class:`~wflow.pde.PDEOptions` of a kinetic run, refusing what does not apply.
@@ -65,11 +70,8 @@ class KineticOptions:
     S: int = field(default=16, metadata=opt(
         "Number of slices in the position ``s ∈ [0, 1]``; slice ``k`` is centred at "
         "``s_k = (k + ½)/S`` and carries mass ``1/S``.", check=number(1, integer=True)))
-    quadrature: str = field(default="midpoint", metadata=opt(
-        "Quadrature of the cumulative measure at ``s_k``: the slices before ``k`` and "
-        "``midpoint`` half of slice ``k`` (order 2 in ``1/S``), ``exclusive`` none of it or "
-        "``inclusive`` all of it (order 1; the strict resp. non-strict mask slice-wise).",
-        check=choice(*QUADRATURES)))
+    quadrature: str = field(default="midpoint", metadata=opt(_QUADRATURE_DOC,
+                                                              check=choice(*QUADRATURES)))
     alibi: float = field(default=0.0, metadata=opt(
         "Slope ``λ >= 0`` of the limit of the ALiBi bias, ``b(s, s') = −λ (s − s')`` (the "
         "token-level slope times the number of tokens); ``0``: no bias.",

@@ -64,7 +64,7 @@ from ..geometry.mesh import SphereMesh
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog, KernelSums, kernel_sums
-from ..pde.fv import _FV, _allmin
+from ..pde.fv import _FV, check_min_dt, retry_dt, ssp_step
 from ..pde.integrators import TIME_INTEGRATORS
 from ..pde.limiters import check_applicable
 from ..pde.velocity import _global_backend
@@ -226,26 +226,12 @@ class _KineticRun:
                  thetas: dict[float, np.ndarray]) -> tuple[np.ndarray | None, float]:
         """One SSP step of all slices: (new owned masses or ``None``, smallest stage bound)."""
         fv = self.fv
-        m0 = m_glob[:, fv.orig_owned]
-        bmin = self.bound(m0, out0)
 
-        def euler(m_own: np.ndarray, net: np.ndarray, out: np.ndarray) -> np.ndarray | None:
-            mn = m_own + dt * net
-            ok = bool(np.all(dt * out <= m_own)) and bool(np.all(mn >= 0))
-            return mn if _allmin(fv.comm, 1.0 if ok else 0.0) > 0 else None
+        def rates(m_own: np.ndarray, c: float, theta: Any) -> tuple[np.ndarray, np.ndarray]:
+            return self.rates(self.gather(m_own), theta)
 
-        def stage(m_own: np.ndarray, c: float) -> np.ndarray | None:
-            nonlocal bmin
-            if c == 0.0 and m_own is m0:
-                return euler(m0, net0, out0)
-            if c not in thetas:
-                raise ValueError(f"pde.time_integrator: a stage at t + {c}·dt needs the "
-                                 "weights there; schedules give them at c = 0, 1/2, 1")
-            net, out = self.rates(self.gather(m_own), thetas[c])
-            bmin = min(bmin, self.bound(m_own, out))
-            return euler(m_own, net, out)
-
-        return self.integrator.step(m0, stage), bmin
+        return ssp_step(self.integrator, m_glob[:, fv.orig_owned], net0, out0, dt, thetas,
+                        rates, self.bound, fv.comm)
 
 
 def _check_inputs(schedule: Schedule, attn: Attention, opts: KineticOptions,
@@ -323,20 +309,14 @@ def iterate_kinetic(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads
         if t_stop - t - dt <= tol:
             dt = t_stop - t
         while True:
-            if dt < popts.min_dt:
-                raise FloatingPointError(
-                    f"time step {dt:.3e} below min_dt = {popts.min_dt:.1e} at t = {t:.6g}: the "
-                    "positivity (CFL) bound collapsed (velocity too large for the mesh?)")
+            check_min_dt(dt, popts.min_dt, t)
             th_mid, th_new = schedule.advance(theta, t, dt, None)
             m_new, bmin = run.try_step(m_glob, net, out, dt,
                                        {0.0: theta, 0.5: th_mid, 1.0: th_new})
             if m_new is not None:
                 break
             run.rejected += 1
-            dt_new = min(0.5 * dt, popts.cfl * bmin)
-            logger.info("t = %.6g: step %.3e rejected (a stage would break positivity), "
-                        "retrying with %.3e", t, dt, dt_new)
-            dt = dt_new
+            dt = retry_dt(t, dt, bmin, popts.cfl)
         landed = abs((t + dt) - t_stop) <= tol or dt == t_stop - t
         t = float(t_stop) if landed else t + dt
         k += 1
@@ -348,6 +328,15 @@ def iterate_kinetic(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads
         yield KineticState(t, k, dt, m_glob, theta, landed)
         if istop < len(saves):
             net, out = run.rates(m_glob, theta)
+
+
+def _stopped(exc: Exception) -> tuple[Status, str]:
+    """The status of a run the loop stopped: ``MAX_STEPS`` (a ``RuntimeError``) or ``FAILED``."""
+    if isinstance(exc, FloatingPointError):
+        logger.error("kinetic run failed: %s", exc)
+        return Status.FAILED, str(exc)
+    logger.warning("kinetic: %s; raise pde.max_steps or dt", exc)
+    return Status.MAX_STEPS, f"{exc}; raise pde.max_steps or dt"
 
 
 def _split_kwargs(opts: KineticOptions, kwargs: dict[str, Any]) -> KineticOptions:
@@ -430,12 +419,8 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
             if bar is not None:
                 bar.update(st.t - prev_t)
             prev_t = st.t
-    except RuntimeError as exc:
-        status, message = Status.MAX_STEPS, f"{exc}; raise pde.max_steps or dt"
-        logger.warning("kinetic: %s", message)
-    except FloatingPointError as exc:
-        status, message = Status.FAILED, str(exc)
-        logger.error("kinetic run failed: %s", exc)
+    except (RuntimeError, FloatingPointError) as exc:
+        status, message = _stopped(exc)
     finally:
         if bar is not None:
             bar.close()
