@@ -64,10 +64,10 @@ from ..geometry.mesh import SphereMesh
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog, KernelSums, kernel_sums
-from ..pde.fv import _FV, check_min_dt, retry_dt, ssp_step
+from ..pde.fv import FiniteVolumes, check_min_dt, retry_dt, ssp_step
 from ..pde.integrators import TIME_INTEGRATORS
 from ..pde.limiters import check_applicable
-from ..pde.velocity import _global_backend
+from ..pde.velocity import global_backend
 from ..results import finish_history
 from ..status import Status
 from .options import KineticOptions
@@ -132,8 +132,8 @@ def initial_slices(mesh: SphereMesh, rho0: Any, S: int) -> np.ndarray:
 class _SliceVelocities:
     """The ``S`` velocities ``v_{s_k}`` at the edge quadrature points (one kernel call a slice)."""
 
-    def __init__(self, fv: _FV, schedule: Schedule, attn: Attention, cum: CumulativeMeasure,
-                 backend: str, tol: float) -> None:
+    def __init__(self, fv: FiniteVolumes, schedule: Schedule, attn: Attention,
+                 cum: CumulativeMeasure, backend: str, tol: float) -> None:
         self.fv, self.schedule, self.attn, self.cum = fv, schedule, attn, cum
         self.backend, self.tol = backend, tol
         # a masked attention: field_from_sums forms Z and the value sums only (no energy)
@@ -190,11 +190,11 @@ class _KineticRun:
         self.opts = opts
         self.integrator = TIME_INTEGRATORS.resolve(popts.integrator)
         check_applicable(popts)
-        self.fv = _FV(mesh, popts)
+        self.fv = FiniteVolumes(mesh, popts)
         self.cum = CumulativeMeasure(opts.S, opts.self_weight, opts.alibi, bias)
         backend = popts.kernel_backend
         if backend == "auto":
-            backend = _global_backend(self.fv, schedule, attn, popts.kernel_tol)
+            backend = global_backend(self.fv, schedule, attn, popts.kernel_tol)
         self.vel = _SliceVelocities(self.fv, schedule, attn, self.cum, backend,
                                     popts.kernel_tol)
         self.rejected = 0

@@ -183,6 +183,11 @@ class _FV:
         return self.mesh.gather_owned(m_owned)
 
 
+#: The finite-volume discretisation under its public name, for the solvers built on it
+#: (:mod:`wflow.kinetic` runs one density per slice on it).
+FiniteVolumes = _FV
+
+
 def _allmin(comm: Any, x: float) -> float:
     from mpi4py import MPI
 

@@ -80,7 +80,7 @@ from .integrators import TIME_INTEGRATORS
 from .limiters import check_applicable
 from .options import PDEOptions
 from .result import PDEResult
-from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
+from .velocity import VelocityField, _Nonlocal, _Prescribed, global_backend
 
 __all__ = [
     "PDEState",
@@ -154,7 +154,7 @@ class _Run:
             assert schedule is not None and attn is not None
             backend = opts.kernel_backend
             if backend == "auto":
-                backend = _global_backend(self.fv, schedule, attn, opts.kernel_tol)
+                backend = global_backend(self.fv, schedule, attn, opts.kernel_tol)
             self.vel = _Nonlocal(schedule, attn, opts.flow, backend, opts.kernel_tol)
         self.rejected = 0
         self.measure_time = 0.0
