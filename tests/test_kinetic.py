@@ -16,6 +16,8 @@ Measured (icosphere:320 unless said; USA or softmax, ``β = 2``, ALiBi ``λ = 2`
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -264,3 +266,43 @@ def test_order_in_one_over_S_catches_faults(refs, fault):
     p = fitted_order([1.0 / S for S in S_LIST], [e.max() for e in err])
     print(f"fault {fault}: errors {[e.max() for e in err]}, fitted order {p:.3f}")
     assert p < 1.7, p
+
+
+# ----------------------------------------------------------------------------- MPI
+def mpi_case() -> dict[str, np.ndarray]:
+    """Order 2, softmax, ALiBi, four rotating slices on the shipped 720-cell mesh."""
+    sm = load_mesh("sphere_720.msh")
+    res = solve_kinetic(rotating(4), HEADS, Attention("softmax", 2.0), mesh=sm, S=4,
+                        alibi=2.0, T=0.3, dt=0.05, order=2, n_saves=3)
+    assert res.success, res.message
+    return {"rho": res.rho, "mass": res.mass, "steps_t": res.steps["t"],
+            "mean": res.history["mean"], "ranks": np.array(sm.comm.size),
+            "owned": np.array(sm.num_owned)}
+
+
+@pytest.mark.mpi
+def test_two_ranks_equal_serial(tmp_path):
+    """``mpirun -n 2`` (cells over ranks) gives the serial slices to 1e-12."""
+    from .test_pde_mpi import MPIRUN, mpirun
+
+    if not MPIRUN.exists():
+        pytest.skip("mpirun not available")
+    out = tmp_path / "par.npz"
+    r = mpirun(sys.executable, "-m", "tests.test_kinetic", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    serial = mpi_case()
+    with np.load(out) as par:
+        assert int(par["ranks"]) == 2 and 0 < int(par["owned"]) < 720
+        np.testing.assert_allclose(par["steps_t"], serial["steps_t"], rtol=0, atol=1e-12)
+        for k in ("rho", "mass", "mean"):
+            scale = float(np.max(np.abs(serial[k])))
+            np.testing.assert_allclose(par[k], serial[k], rtol=0, atol=1e-12 * scale,
+                                       err_msg=k)
+
+
+if __name__ == "__main__":  # the parallel case: mpirun -n 2 python -m tests.test_kinetic OUT
+    _res = mpi_case()
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        np.savez(sys.argv[1], **_res)
