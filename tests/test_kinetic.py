@@ -73,6 +73,8 @@ def test_options_name_the_key_and_route_keywords():
                         T=0.1, dt=0.05, n_saves=2, order=2)
     assert res.options.S == 2 and res.options.alibi == 1.0 and res.options.pde.order == 2
     assert res.rho.shape == (2, 2, 80) and res.mass.shape == (2, 2)
+    # one kernel call per slice and velocity evaluation (the cumulative sums by prefix sums)
+    assert res.stats["kernel_calls"] == 2 * res.stats["velocity_evals"] > 0
 
 
 def test_refusals_through_the_public_api():
