@@ -123,6 +123,20 @@ def test_softmax_identical_slices_are_the_pde(S, lam):
     assert np.max(np.abs(bad.rho - pde.rho[:, None, :])) > 1e6 * max(err, EPS)
 
 
+def test_softmax_identical_slices_are_the_pde_under_a_schedule():
+    """The same reduction with weights that move (an oscillating schedule, SSP-RK2)."""
+    from wflow.attention.schedules import Oscillating, Parametrisation
+
+    param, theta0 = Parametrisation.from_heads(HEADS, kind="bilinear")
+    sch = Oscillating(param, theta0, amplitude=0.4, omega=2.0)
+    attn = Attention("softmax", 2.0)
+    kw = dict(mesh=mesh(80), T=0.4, dt=0.05, n_saves=3, order=2)
+    kin = solve_kinetic(VMF2, sch, attn, S=2, alibi=1.0, **kw)
+    pde = solve_pde(VMF2, sch, attn, balance=False, **kw)
+    assert kin.success and pde.success and kin.stats["steps"] == pde.stats["steps"]
+    assert np.max(np.abs(kin.rho - pde.rho[:, None, :])) <= 100 * EPS * pde.rho.max()
+
+
 def test_usa_one_slice_is_the_pde_at_half_the_time():
     """``S = 1``, midpoint: the slice feels half its own mass, ``v = ½ v_USA[ρ]``."""
     attn = Attention("usa", 2.0)
