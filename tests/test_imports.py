@@ -29,6 +29,7 @@ RANKS = {
     "wflow.particles": 7,
     "wflow.pde": 7,
     "wflow.jko": 8,
+    "wflow.kinetic": 8,  # the causal kinetic limit: the PDE's finite volumes per slice
     "wflow.gaussian": 7,
     "wflow.models": 8,
     # the noisy model's phase transition: closed forms and continuation (attention, SciPy)

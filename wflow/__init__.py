@@ -204,6 +204,9 @@ __all__ = [
     "Bias",
     "refuse_masked",
     "causal_sums",
+    "solve_kinetic",
+    "KineticOptions",
+    "KineticResult",
     # the main job's particle W₂ (a seeded subsample beyond max_ot_points, with its floor)
     "ParticleW2",
     "particles_w2",
@@ -220,6 +223,7 @@ _LAZY = {  # name -> module; heavy imports (DOLFINx, POT, matplotlib) on first u
     "run_jko": ".apps.jobs.jko", "run_main_job": ".apps.main", "verify": ".studies.registry",
     "TimeIntegrator": ".pde.integrators", "Limiter": ".pde.limiters",
     "JKOScheme": ".jko.schemes",
+    "solve_kinetic": ".kinetic", "KineticOptions": ".kinetic", "KineticResult": ".kinetic",
     "ParticleW2": ".apps.main", "particles_w2": ".apps.main", "resolve_w2": ".apps.main",
 }
 

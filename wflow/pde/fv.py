@@ -39,7 +39,9 @@ Discretisation (cell-centred finite volumes = DG0 on the flat-triangle mesh)
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,6 +50,8 @@ from ..geometry.mesh import SphereMesh
 from ..geometry.sphere import normalize
 from .limiters import LIMITERS
 from .options import PDEOptions
+
+logger = logging.getLogger(__name__)
 
 
 class _FV:
@@ -179,10 +183,82 @@ class _FV:
         return self.mesh.gather_owned(m_owned)
 
 
+#: The finite-volume discretisation under its public name, for the solvers built on it
+#: (:mod:`wflow.kinetic` runs one density per slice on it).
+FiniteVolumes = _FV
+
+
 def _allmin(comm: Any, x: float) -> float:
     from mpi4py import MPI
 
     return x if comm.size == 1 else float(comm.allreduce(x, op=MPI.MIN))
+
+
+def ssp_step(integrator: Any, m0: np.ndarray, net0: np.ndarray, out0: np.ndarray, dt: float,
+             weights: dict[float, Any], rates: Callable[[np.ndarray, float, Any], tuple],
+             bound: Callable[[np.ndarray, np.ndarray], float], comm: Any
+             ) -> tuple[np.ndarray | None, float]:
+    """One SSP step of positivity-checked forward-Euler stages (docs/theory.md §2).
+
+    Parameters
+    ----------
+    integrator : TimeIntegrator
+        Combines the stages (:meth:`~wflow.pde.integrators.TimeIntegrator.step`).
+    m0, net0, out0 : arrays
+        Owned masses at the step's start and their rates ``dm/dt`` and outflows (any
+        shape: ``(no,)`` for one density, ``(S, no)`` for the slices of the kinetic solver).
+    dt : float
+    weights : dict
+        The weight parameters at the stage times ``c ∈ {0, ½, 1}`` (fractions of ``dt``).
+    rates : callable
+        ``rates(m_own, c, theta) -> (net, out)`` at a later stage.
+    bound : callable
+        ``bound(m_own, out)``: the largest positivity-preserving Euler step.
+    comm : MPI communicator
+
+    Returns
+    -------
+    (array or None, float)
+        The new owned masses (``None`` when a stage would break ``Δt · out_K <= m_K`` or
+        ``m_K >= 0`` on any rank) and the smallest stage bound met.
+    """
+    bmin = bound(m0, out0)
+
+    def euler(m_own: np.ndarray, net: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        ok = np.all(dt * out <= m_own)
+        mn = m_own + dt * net
+        ok = ok and bool(np.all(mn >= 0))
+        ok_all = _allmin(comm, 1.0 if ok else 0.0) > 0
+        return mn if ok_all else None
+
+    def stage(m_own: np.ndarray, c: float) -> np.ndarray | None:
+        nonlocal bmin
+        if c == 0.0 and m_own is m0:
+            return euler(m0, net0, out0)
+        if c not in weights:
+            raise ValueError(f"pde.time_integrator: a stage at t + {c}·dt needs the "
+                             "weights there; schedules give them at c = 0, 1/2, 1")
+        net, out = rates(m_own, c, weights[c])
+        bmin = min(bmin, bound(m_own, out))
+        return euler(m_own, net, out)
+
+    return integrator.step(m0, stage), bmin
+
+
+def check_min_dt(dt: float, min_dt: float, t: float) -> None:
+    """``FloatingPointError`` when the step has collapsed below ``min_dt`` (the CFL bound)."""
+    if dt < min_dt:
+        raise FloatingPointError(
+            f"time step {dt:.3e} below min_dt = {min_dt:.1e} at t = {t:.6g}: the "
+            "positivity (CFL) bound collapsed (velocity too large for the mesh?)")
+
+
+def retry_dt(t: float, dt: float, bmin: float, cfl: float) -> float:
+    """The step to retry after ``dt`` was rejected (a stage would break positivity), logged."""
+    dt_new = min(0.5 * dt, cfl * bmin)
+    logger.info("t = %.6g: step %.3e rejected (a stage would break positivity), "
+                "retrying with %.3e", t, dt, dt_new)
+    return dt_new
 
 
 def _allsum(comm: Any, x: Any) -> Any:

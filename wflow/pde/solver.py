@@ -75,12 +75,12 @@ from .accuracy import doubled_step
 from .accuracy import time_order as _time_order
 from .accuracy import tolerance_check as _tolerance_check
 from .diffusion import StrangSplitting
-from .fv import _FV, _allmin, _allsum, _clusters
+from .fv import _FV, _allsum, _clusters, check_min_dt, retry_dt, ssp_step
 from .integrators import TIME_INTEGRATORS
 from .limiters import check_applicable
 from .options import PDEOptions
 from .result import PDEResult
-from .velocity import VelocityField, _global_backend, _Nonlocal, _Prescribed
+from .velocity import VelocityField, _Nonlocal, _Prescribed, global_backend
 
 __all__ = [
     "PDEState",
@@ -154,7 +154,7 @@ class _Run:
             assert schedule is not None and attn is not None
             backend = opts.kernel_backend
             if backend == "auto":
-                backend = _global_backend(self.fv, schedule, attn, opts.kernel_tol)
+                backend = global_backend(self.fv, schedule, attn, opts.kernel_tol)
             self.vel = _Nonlocal(schedule, attn, opts.flow, backend, opts.kernel_tol)
         self.rejected = 0
         self.measure_time = 0.0
@@ -232,32 +232,13 @@ class _Run:
         forward-Euler stages; each stage is checked against the positivity bound.
         """
         fv = self.fv
-        m0 = m_glob[fv.orig_owned]
         th0, th_mid, th1 = thetas
-        weights = {0.0: th0, 0.5: th_mid, 1.0: th1}
-        bmin = fv.bound(m0, out0)
 
-        def euler(m_own: np.ndarray, net: np.ndarray, out: np.ndarray) -> np.ndarray | None:
-            ok = np.all(dt * out <= m_own)
-            mn = m_own + dt * net
-            ok = ok and bool(np.all(mn >= 0))
-            ok_all = _allmin(fv.comm, 1.0 if ok else 0.0) > 0
-            return mn if ok_all else None
+        def rates(m_own: np.ndarray, c: float, theta: Any) -> tuple[np.ndarray, np.ndarray]:
+            return self.stage_rates(fv.gather(m_own), t + dt if c == 1.0 else t + c * dt, theta)
 
-        def stage(m_own: np.ndarray, c: float) -> np.ndarray | None:
-            nonlocal bmin
-            if c == 0.0 and m_own is m0:
-                return euler(m0, net0, out0)
-            if c not in weights:
-                raise ValueError(f"pde.time_integrator: a stage at t + {c}·dt needs the "
-                                 "weights there; schedules give them at c = 0, 1/2, 1")
-            g = fv.gather(m_own)
-            net, out = self.stage_rates(g, t + dt if c == 1.0 else t + c * dt, weights[c])
-            bmin = min(bmin, fv.bound(m_own, out))
-            return euler(m_own, net, out)
-
-        m_new = self.integrator.step(m0, stage)
-        return m_new, bmin
+        return ssp_step(self.integrator, m_glob[fv.orig_owned], net0, out0, dt,
+                        {0.0: th0, 0.5: th_mid, 1.0: th1}, rates, fv.bound, fv.comm)
 
     def doubled_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
                      dt: float, theta: Any, rng: np.random.Generator
@@ -372,10 +353,7 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             if t_stop - t - dt <= tol:
                 dt = t_stop - t
         while True:
-            if dt < opts.min_dt:
-                raise FloatingPointError(
-                    f"time step {dt:.3e} below min_dt = {opts.min_dt:.1e} at t = {t:.6g}: the "
-                    "positivity (CFL) bound collapsed (velocity too large for the mesh?)")
+            check_min_dt(dt, opts.min_dt, t)
             if schedule is not None and ctrl is None:
                 th_mid, th_new = schedule.advance(theta, t, dt, rng)
             else:
@@ -404,10 +382,7 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             if m_new is not None:
                 break
             run.rejected += 1
-            dt_new = min(0.5 * dt, opts.cfl * bmin)
-            logger.info("t = %.6g: step %.3e rejected (a stage would break positivity), "
-                        "retrying with %.3e", t, dt, dt_new)
-            dt = dt_new
+            dt = retry_dt(t, dt, bmin, opts.cfl)
         dnoise = None
         if schedule is not None and schedule.stochastic:
             dnoise = th_new - theta - dt * schedule.drift(theta, t)

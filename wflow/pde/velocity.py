@@ -23,6 +23,7 @@ from .fv import _FV
 
 __all__ = [
     "VelocityField",
+    "global_backend",
     "rotation_velocity",
 ]
 
@@ -85,7 +86,7 @@ class _Prescribed:
         return v
 
 
-def _global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) -> str:
+def global_backend(fv: _FV, schedule: Schedule, attn: Attention, tol: float) -> str:
     """Resolve ``auto`` once from the global problem (rank 0 plans, every rank follows).
 
     The plan depends on the targets (all edge quadrature points), the sources (the cell
