@@ -51,7 +51,7 @@ docs: $(STAMP)
 	@echo "open docs/_build/html/index.html"
 
 test-docs: $(STAMP)
-	$(PY) -m pytest tests/test_docs.py tests/test_readme_blocks.py tests/test_cli_readme.py $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not models" tests/test_docs.py tests/test_readme_blocks.py tests/test_cli_readme.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/bench_kernels.py

@@ -33,3 +33,18 @@ def test_ci_without_docs_is_caught():
                               conf)
     assert not ci_builds_docs(ci, mk, conf.replace('"abort_on_example_error": True',
                                                    '"abort_on_example_error": False'))
+
+
+def ci_runs_site_checks(ci: str) -> bool:
+    """True when CI runs the slow site test (API pages, generated references) by name."""
+    return any("-m slow" in line and "tests/test_docs.py" in line
+               and "site_builds_without_warnings" in line and line.lstrip().startswith("make")
+               for line in ci.splitlines())
+
+
+def test_ci_runs_the_site_checks_the_default_suite_leaves_out():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci_runs_site_checks(ci)
+    # negative control: the CI script without that line
+    assert not ci_runs_site_checks("\n".join(line for line in ci.splitlines()
+                                             if "site_builds_without_warnings" not in line))

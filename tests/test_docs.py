@@ -1,9 +1,11 @@
 """The documentation site builds with warnings as errors (``make docs``).
 
-The default suite builds the whole site with the gallery not executed (``-D
+The slow suite builds the whole site with the gallery not executed (``-D
 plot_gallery=0``): every page, the API reference of every public name, the generated
-references; any warning or broken cross-reference fails (``-n -W``). The slow suite builds
-it with every demo and tutorial executed in quick mode and checks their figures are shown.
+references; any warning or broken cross-reference fails (``-n -W``); and with every demo
+and tutorial executed in quick mode, checking that their figures are shown. Both are
+slow for the default suite (a minute and several); CI runs the first after ``make docs``
+(``.ci/run``), and ``make test-docs`` runs them all.
 A tiny project with one bad reference proves that a broken reference does fail.
 """
 
@@ -32,6 +34,7 @@ def _sphinx(src: Path, out: Path, *extra: str, timeout: float) -> subprocess.Com
                           cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_site_builds_without_warnings(tmp_path):
     r = _sphinx(DOCS, tmp_path, "-D", "plot_gallery=0", timeout=600)
     assert r.returncode == 0, f"sphinx-build failed:\n{r.stdout}\n{r.stderr}"

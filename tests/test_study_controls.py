@@ -87,6 +87,8 @@ CONTROLS = [
     ("free-energy", "laplacian:0.01", "free_edi_order"),
     ("free-energy", "laplacian:-0.01", "free_edi_order"),
     ("free-energy", "pde-noiseless", "free_edi_"),
+    ("free-energy", "jko-entropy:0.01", "jko_entropy_rate"),
+    ("free-energy", "jko-entropy:-0.01", "jko_entropy_rate"),
 ]
 #: Controls that need full mode (the bias is below the quick mode's sampling error) or
 #: run in the slow suite for their cost (test_study_full.py).
@@ -126,7 +128,11 @@ def test_every_documented_fault_is_tested():
 #: (``pde-velocity:0.02``, ``frozen-pde``) and the particle-side ones.
 SLOW_CONTROLS = {("mean-field", "pde-velocity:1"), ("mean-field", "pde-velocity:-0.02"),
                  ("mean-field", "pde-beta-1.5"), ("mean-field", "pde-value-sign"),
-                 ("mean-field", "pde-no-mobility"), ("mean-field", "pde-stop-short:0.5")}
+                 ("mean-field", "pde-no-mobility"), ("mean-field", "pde-stop-short:0.5"),
+                 # the other sign of a family whose first sign the default runs
+                 ("free-energy", "laplacian:-0.01"), ("free-energy", "jko-entropy:-0.01"),
+                 # a quick run of half a minute or more; the default keeps the study's others
+                 ("mean-field", "particles-no-mobility"), ("asymptotics", "no-mobility")}
 
 
 @pytest.mark.parametrize("name, fault, criterion",
@@ -148,8 +154,9 @@ def test_fault_flips_verdict(name, fault, criterion, tmp_path):
 
 
 SEEDED = sorted(n for n in STUDIES if not getattr(load_study(n), "SEED_INDEPENDENT", False))
-#: Seeded studies whose quick run takes minutes: their other seeds run in the slow suite.
-SLOW_SEEDED = {"noisy-mean-field"}
+#: Seeded studies whose quick run takes half a minute or more: their other seeds run in the
+#: slow suite (their size over 100 seeds: bench/size_power.py, docs/studies_power.md).
+SLOW_SEEDED = {"noisy-mean-field", "asymptotics", "mean-field"}
 
 
 def test_seed_independent_studies_say_so(tmp_path):

@@ -59,6 +59,7 @@ def test_verify_gamma_two_ranks_equals_serial(tmp_path):
     assert a["table"] == b["table"] and a["fits"] == b["fits"]
 
 
+@pytest.mark.slow  # a minute or more on 2 cores; gamma's keeps the distributed study in the default
 def test_verify_mean_field_two_ranks_equals_serial(tmp_path):
     a, b = _serial_and_two_ranks("mean-field", tmp_path, 900)
     assert a["passed"] == b["passed"]
