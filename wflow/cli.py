@@ -66,11 +66,11 @@ logger = logging.getLogger("wflow.cli")
 
 #: Commands that distribute their work under ``mpirun -n P`` (rank 0 writes); every other
 #: command refuses to start under mpirun with more than one rank.
-MPI_AWARE = frozenset({"pde", "verify", "reproduce", "particles"})
+MPI_AWARE = frozenset({"pde", "verify", "reproduce", "particles", "kinetic"})
 
 #: Commands that load MPI (DOLFINx meshes, PETSc): MPI is initialised before the CLI
 #: installs its signal handlers, because MPI's initialisation replaces the SIGHUP handler.
-_USES_MPI = frozenset({"pde", "verify", "reproduce", "run", "jko"})
+_USES_MPI = frozenset({"pde", "verify", "reproduce", "run", "jko", "kinetic"})
 
 #: Signals handled like Ctrl-C (exit status 128 + signal).
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))

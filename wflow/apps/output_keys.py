@@ -24,11 +24,14 @@ by the dissipation or the energy budget of the run (unit ``1``); the others are 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..gaussian.spec import SPEC as GAUSSIAN
 from ..infra.output_keys import CONTRACT, KeyTable, OutputKey, commands_of, flatten
 from ..jko.spec import SPEC as JKO
+from ..kinetic.keys import SHARED_SUMMARY_KEYS as _KINETIC_SHARED
+from ..kinetic.spec import SPEC as KINETIC
 from ..particles.spec import SPEC as PARTICLES
 from ..pde.spec import SPEC as PDE
 
@@ -67,7 +70,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "defaults not added)", "as in the scenario", where=_SOLVERS + ", run"),
     K("provenance.**", "versions of wflow, NumPy, SciPy, POT, Python; machine; start time",
       "text", where=_SOLVERS + ", run"),
-    K("solver", "the solver that wrote the file: particles, pde or jko", "text",
+    K("solver", "the solver that wrote the file: particles, pde, jko or kinetic", "text",
       where=_SOLVERS),
     K("seed", "the scenario's master seed (gaussian pretrained: the input samples' seed)",
       "count", where=_SOLVERS + ", gaussian"),
@@ -81,6 +84,7 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("options.**", "the solver's options as used (PDEOptions / JKOOptions fields)",
       "as in the options", where=_SOLVERS),
     *PDE.keys,
+    *KINETIC.keys,
     K("checks.*.value", "the measured value of the named check (solvers: a relative "
       "residual; gaussian reach: a relative error at target.T; a study: its criterion's "
       "value)", "1", where=_CHECKS),
@@ -578,6 +582,21 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     *GAUSSIAN.keys,
 )
 
+
+def _also_written_by(keys: tuple[OutputKey, ...], patterns: Iterable[str],
+                     command: str) -> tuple[OutputKey, ...]:
+    """``keys`` with ``command`` added to the ``where`` of the entries in ``patterns``."""
+    shared = set(patterns)
+    missing = shared - {k.pattern for k in keys}
+    if missing:
+        raise ValueError(f"output keys: {command} shares unknown entries {sorted(missing)}")
+    return tuple(replace(k, where=f"{k.where}, {command}") if k.pattern in shared else k
+                 for k in keys)
+
+
+#: ``wflow kinetic`` writes these entries of the other solvers with the same meaning.
+SUMMARY_KEYS = _also_written_by(SUMMARY_KEYS, _KINETIC_SHARED, "wflow kinetic")
+
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
 CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("t", "time of the row", "time"),
@@ -617,6 +636,7 @@ CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("rho_min", "smallest cell density", "1/area", "≥ 0"),
     K("rho_max", "largest cell density", "1/area"),
     *JKO.columns,
+    *KINETIC.columns,
     K("w2_particles_vs_pde", "exact W₂ between the particles (all, or the subsample of "
       "summary.json w2.points: w2.label) and the PDE's cell masses", "rad", "≥ 0"),
     K("sliced_w2_all_particles_vs_pde", "POT's sliced spherical W₂ of all the particles "

@@ -83,6 +83,7 @@ from ..infra.schema import ScenarioError, Spec, boolean, choice, choice_in, numb
 from ..infra.schema import array as _array
 from ..infra.spec import SOLVERS
 from ..jko import spec as _jko_spec  # noqa: F401  (registers [jko])
+from ..kinetic import spec as _kinetic_spec  # noqa: F401  (registers [kinetic])
 from ..particles.options import PARTICLES_SPEC, ParticleOptions
 from ..particles.spec import SPEC as PARTICLES
 from ..pde import spec as _pde_spec  # noqa: F401  (registers [pde])

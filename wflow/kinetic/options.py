@@ -12,15 +12,16 @@ surrogate flow and the energy-based outputs (the causal system has no energy).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..infra.options import documented, keys_of, opt, schema_of, validate
-from ..infra.schema import ScenarioError, Spec, choice, number
-from ..pde.options import PDEOptions
+from ..infra.schema import ScenarioError, Spec, choice, number, take
+from ..pde.options import PDEOptions, pde_options_from_dict
 
 __all__ = ["KineticOptions", "KINETIC_SCHEMA", "KINETIC_SPEC", "QUADRATURES",
-           "check_pde_options"]
+           "check_pde_options", "KineticTable", "kinetic_table_from_dict"]
 
 #: Quadratures of the cumulative measure ``μ_{s_k} = ∫_0^{s_k} ρ(s') ds'`` at the slice
 #: centre ``s_k``, by the weight of slice ``k`` itself (the slices before it weigh 1):
@@ -96,3 +97,58 @@ KINETIC_SCHEMA: Spec = schema_of(KineticOptions)
 
 #: Keys of the ``[kinetic]`` section.
 KINETIC_SPEC: tuple[str, ...] = keys_of(KineticOptions)
+
+
+@dataclass(frozen=True)
+class KineticTable:
+    """The ``[kinetic]`` table of a scenario and the ``[pde]`` table its slices share.
+
+    ``[kinetic]`` is validated when the scenario loads (every command: a typo is refused
+    at once); its combination with ``[pde]`` (:attr:`options`) when a kinetic run asks for
+    it, since a ``[pde]`` key with no meaning in the causal system (the surrogate flow, say)
+    is right for ``wflow pde``.
+
+    Attributes
+    ----------
+    mesh : str
+        The mesh spec (``[pde] mesh``): every slice lives on it.
+    S, quadrature, alibi
+        ``[kinetic]``'s keys (:class:`KineticOptions`).
+    pde : PDEOptions
+        ``[pde]``'s options as the scenario gives them.
+    alibi_given : bool
+        ``[kinetic] alibi`` was set in the scenario (else the command derives ``λ`` from
+        ``[attention] bias``).
+    """
+
+    mesh: str
+    S: int
+    quadrature: str
+    alibi: float
+    pde: PDEOptions
+    alibi_given: bool = False
+
+    @property
+    def options(self) -> KineticOptions:
+        """The run's :class:`KineticOptions`: ``[pde]`` with ``balance`` and ``clusters`` off.
+
+        Raises
+        ------
+        ScenarioError
+            A ``[pde]`` key with no meaning in the causal system, named ``pde.<key>``
+            (:func:`check_pde_options`).
+        """
+        pde = check_pde_options(replace(self.pde, balance=False, clusters=False), key="pde")
+        return KineticOptions(S=self.S, quadrature=self.quadrature, alibi=self.alibi, pde=pde)
+
+
+def kinetic_table_from_dict(d: Mapping[str, Any] | None, sections: Mapping[str, Any],
+                            seed: int = 0) -> KineticTable:
+    """Validate ``[kinetic]`` into a :class:`KineticTable` (with ``[pde]``'s mesh and options).
+
+    Errors name the key: ``kinetic.<key>`` (at load), ``pde.<key>`` for a ``[pde]`` key
+    with no meaning in the causal system (when :attr:`KineticTable.options` is read).
+    """
+    vals = take(d or {}, KINETIC_SCHEMA, "kinetic")
+    mesh, pde = pde_options_from_dict(sections.get("pde"), seed=seed)
+    return KineticTable(mesh, pde=pde, alibi_given="alibi" in (d or {}), **vals)

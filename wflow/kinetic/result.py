@@ -64,8 +64,12 @@ class KineticResult(SolverResult):
         return self.rho * self.areas[None, None, :] / self.s.size
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (status, final diagnostics, stats)."""
+        """JSON-ready summary (status, the slices' diagnostics at the last time, stats).
+
+        ``final_slices``: each history entry at the last output time, one value per slice
+        (``mean`` ``(S, 3)``, ``rho_min`` and ``rho_max`` ``(S,)``).
+        """
         final = {k: np.asarray(v[-1]).tolist() for k, v in self.history.items() if len(v)}
         return {"status": self.status, "message": self.message, "slices": int(self.s.size),
-                "t_final": float(self.t[-1]) if self.t.size else None, "final": final,
-                "stats": self.stats}
+                "t_final": float(self.t[-1]) if self.t.size else None,
+                "final_slices": final, "stats": self.stats}
