@@ -46,6 +46,8 @@ SECTIONS = {
                                              "wflow.pde.options:pde_options_from_dict"]),
     "jko": ("wflow.jko.options:JKO_SCHEMA", ["wflow.jko.options:JKOOptions",
                                              "wflow.jko.options:jko_table_from_dict"]),
+    "kinetic": ("wflow.kinetic.options:KINETIC_SCHEMA",
+                ["wflow.kinetic.options:KineticOptions"]),
     "run": ("wflow.apps.main.options:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main.options:RunOptions"]),
 }
 

@@ -36,6 +36,7 @@ SECTIONS = {
     "density": "wflow.geometry.density:DENSITY_SCHEMA",
     "pde": "wflow.pde.options:PDEOptions",
     "jko": "wflow.jko.options:JKOOptions",
+    "kinetic": "wflow.kinetic.options:KineticOptions",
     "run": "wflow.apps.main.options:RunOptions",
     "gaussian.run": "wflow.gaussian.options:GaussianRunOptions",
     "gaussian.classify": "wflow.gaussian.options:ClassifyOptions",
