@@ -600,11 +600,14 @@ SUMMARY_KEYS = _also_written_by(SUMMARY_KEYS, _KINETIC_SHARED, "wflow kinetic")
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
 CSV_COLUMNS: tuple[OutputKey, ...] = (
     K("t", "time of the row", "time"),
-    K("E", "energy E(μ_t, t) = Σ_h w_h E_h", "energy"),
+    K("E", "energy E(μ_t, t) = Σ_h w_h E_h (under a causal mask: the exchangeable "
+      "model's energy at the tokens; the causal system has none, and E is recorded, "
+      "not judged)", "energy"),
     K("E_h*", "energy E_h of head h (unweighted)", "energy"),
     K("dEdt_w", "∂_tE: the rate of E through the weights at fixed μ", "energy/time"),
     K("power", "∫<∇ψ, v> dμ: dE/dt at fixed weights along the flow used", "energy/time"),
-    K("slope2", "|∂E|² = ∫ b̂ |P∇ψ|² dμ, the squared metric slope", "energy/time", "≥ 0"),
+    K("slope2", "|∂E|² = ∫ b̂ |P∇ψ|² dμ, the squared metric slope (under a causal mask: "
+      "the exchangeable model's)", "energy/time", "≥ 0"),
     K("speed2", "|μ'|²_b̂ = ∫ |v|²/b̂ dμ, the squared metric speed of the velocity used",
       "energy/time", "≥ 0"),
     K("G2", "G² = ∫ |v|² HM_h(Z_h) dμ, the published engine's record", "energy/time", "≥ 0"),
