@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .schema import ScenarioError
+from .options import opt
+from .schema import ScenarioError, boolean, number
 
 __all__ = [
     "Tolerance",
@@ -42,6 +43,9 @@ __all__ = [
     "richardson_error",
     "StepController",
     "MIN_RTOL",
+    "rtol_field",
+    "atol_field",
+    "adaptive_field",
 ]
 
 #: The smallest ``rtol`` accepted: below ``100 ε`` the error estimate itself (a difference
@@ -116,6 +120,33 @@ class Tolerance:
 # its rounding to float64 (Fraction -> float) is correct, so it does not depend on how the
 # values are split between ranks or ordered.
 _CHUNK = 1 << 26
+
+
+def rtol_field(what: str) -> Any:
+    """The ``rtol`` option of a solver's options dataclass (one declaration for every solver).
+
+    ``None`` or a number in ``[MIN_RTOL, 1)`` (:data:`MIN_RTOL`: below it no step can meet
+    the tolerance), keyword-only; ``what`` says what the solver controls with it, and the
+    documentation adds that ``None`` (with ``atol`` unset) runs today's steps bit for bit.
+    """
+    return field(default=None, kw_only=True, metadata=opt(
+        f"{what} ``None`` (with ``atol`` unset): no accuracy requested, today's steps, bit "
+        "for bit.", check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
+
+
+def atol_field(units: str) -> Any:
+    """The ``atol`` option of a solver's options dataclass: ``None`` or ``>= 0`` in ``units``.
+
+    ``None``: :attr:`Tolerance.atol`'s default when ``rtol`` is set.
+    """
+    return field(default=None, kw_only=True, metadata=opt(
+        f"Absolute tolerance ({units}); ``None``: ``{Tolerance().atol:g}`` when ``rtol`` is "
+        "set.", check=number(0), type="float or None"))
+
+
+def adaptive_field(default: bool, what: str) -> Any:
+    """The ``adaptive`` option of a solver's options dataclass (``what``: its two meanings)."""
+    return field(default=default, kw_only=True, metadata=opt(what, check=boolean))
 
 
 def _exact_bins(x: np.ndarray) -> dict[int, int]:

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
-from ..infra.accuracy import MIN_RTOL, Tolerance
+from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -293,22 +293,17 @@ class JKOOptions:
         ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
         "refuses ``D > 0``. ``0``: today's scheme, bit for bit.",
         check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
-    rtol: float | None = field(default=None, metadata=opt(
+    rtol: float | None = rtol_field(
         "Relative tolerance of the cell densities at ``T`` (error control by step "
         "doubling, :mod:`wflow.jko.accuracy`): each step ``τ`` is judged against two steps "
         "``τ/2``, and the local errors are kept within ``rtol`` per unit time so that the "
         "error at ``T`` meets it. The first and largest step is ``tau``. Schemes that "
-        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``). "
-        "``None`` (with ``atol`` unset): today's steps, bit for bit.",
-        check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
-    atol: float | None = field(default=None, metadata=opt(
-        "Absolute tolerance of the cell densities (units of ``ρ``, per steradian); "
-        "``None``: ``1e-6`` when ``rtol`` is set.", check=number(0), type="float or None"))
-    adaptive: bool = field(default=True, metadata=opt(
+        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``).")
+    atol: float | None = atol_field("units of ``ρ``, per steradian")
+    adaptive: bool = adaptive_field(True, (
         "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
         "the steps ``tau`` and judges the run by the same estimate (the run repeated at "
-        "``tau/2``; status ``inaccurate`` with the ``tau`` that would meet the tolerance).",
-        check=boolean))
+        "``tau/2``; status ``inaccurate`` with the ``tau`` that would meet the tolerance)."))
     progress: bool | None = field(default=None, metadata=opt(
         "tqdm progress bar (``None``: only on a terminal).", toml=False,
         reason="the command line's ``--progress``"))

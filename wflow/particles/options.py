@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..attention.diffusion import check_diffusion
-from ..infra.accuracy import Tolerance
+from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
 from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
@@ -124,23 +124,19 @@ class ParticleOptions:
         check=check_diffusion, toml=False,
         reason="the scenario's ``[attention] diffusion`` (:data:`~wflow.attention.diffusion."
         "DIFFUSION_KEY`)"))
-    rtol: float | None = field(default=None, kw_only=True, metadata=opt(
+    rtol: float | None = rtol_field(
         "Requested relative accuracy of the final tokens (:class:`wflow.infra.accuracy."
         "Tolerance`; the scaled RMS norm of the error of ``x(T)``, per component "
         "``atol + rtol·|x|``). With ``adaptive``: the step controller's target (default "
         "``1e-3``); with fixed steps: the run is judged by a step-doubling estimate of its "
-        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses. "
-        "``None``: no accuracy requested (today's run).",
-        check=number(0, 1, strict_lo=True, strict_hi=True)))
-    atol: float | None = field(default=None, kw_only=True, metadata=opt(
-        "Requested absolute accuracy of the final tokens (radius units; default ``1e-6`` "
-        "when ``rtol`` or ``adaptive`` is set).", check=number(0)))
-    adaptive: bool = field(default=False, kw_only=True, metadata=opt(
+        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses.")
+    atol: float | None = atol_field("radius units; also when ``adaptive`` is set")
+    adaptive: bool = adaptive_field(False, (
         "Adaptive steps: a PI controller (error per unit step over ``[0, T]``) on the "
         "step-doubling estimate of the deterministic integrators (``euler``, ``rk4``), "
         "``dt`` the first and largest step; accepted / rejected counts and the steps in "
         "``ParticleResult.extra[\"adaptive\"]``. Not with token diffusion ``D > 0`` nor "
-        "noisy weights. ``False``: fixed steps ``dt``.", check=boolean))
+        "noisy weights. ``False``: fixed steps ``dt``."))
     ito_balance: bool | None = field(default=None, kw_only=True, metadata=opt(
         "With token diffusion ``D > 0``: record and judge the Itô energy balance of the "
         "tokens (:mod:`wflow.particles.free_energy`: ``E(T) − E(0) = ∫(power + ∂_tE) dt + "

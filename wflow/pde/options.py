@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..attention.diffusion import check_diffusion
-from ..infra.accuracy import MIN_RTOL, Tolerance
+from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -115,20 +115,16 @@ class PDEOptions:
         ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.",
         check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
 
-    rtol: float | None = field(default=None, metadata=opt(
+    rtol: float | None = rtol_field(
         "Relative tolerance of the cell densities (error control, step doubling; "
         "docs/theory.md §2): each step's local-error estimate, in the scaled RMS norm "
         "over the cells, is kept within ``rtol`` per unit time so that the error at ``T`` "
-        "meets it; the step is the controller's, within ``dt`` and the positivity bound. "
-        "``None`` (with ``atol`` unset): today's steps, bit for bit.",
-        check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
-    atol: float | None = field(default=None, metadata=opt(
-        "Absolute tolerance of the cell densities (units of ``ρ``); ``None``: ``1e-6`` when "
-        "``rtol`` is set.", check=number(0), type="float or None"))
-    adaptive: bool = field(default=True, metadata=opt(
+        "meets it; the step is the controller's, within ``dt`` and the positivity bound.")
+    atol: float | None = atol_field("units of ``ρ``")
+    adaptive: bool = adaptive_field(True, (
         "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
         "today's steps and judges the run by the same estimate (status ``inaccurate`` with "
-        "the ``dt`` that would meet the tolerance).", check=boolean))
+        "the ``dt`` that would meet the tolerance)."))
 
     def __post_init__(self) -> None:
         validate(self)
