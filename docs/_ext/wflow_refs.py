@@ -48,7 +48,7 @@ SECTIONS = {
                                              "wflow.jko.options:jko_table_from_dict"]),
     "kinetic": ("wflow.kinetic.options:KINETIC_SCHEMA",
                 ["wflow.kinetic.options:KineticOptions"]),
-    "run": ("wflow.apps.main.options:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.main.options:RunOptions"]),
+    "run": ("wflow.apps.run_table:RUN_SCHEMA|RUN_SPEC", ["wflow.apps.run_table:RunOptions"]),
 }
 
 

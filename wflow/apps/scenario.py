@@ -40,13 +40,14 @@ Schema (defaults in brackets)::
     [particles]  T; dt; integrator; flow; record_every; n_paths; entropy; head_rates;
                  clusters; cluster_cos; kernel_backend; kernel_tol   (see ParticleOptions)
 
-Every solver's section (``[particles]``, ``[pde]``, ``[jko]``: the sections of the
-registered :data:`~wflow.infra.spec.SOLVERS`) is parsed and validated **once, when the
-scenario loads**, by its solver's parser, whatever the command: a typo in ``[jko]`` stops
-``wflow particles`` too (exit status 2, one line naming the key). The typed results are
-:meth:`Scenario.table` (``ParticleOptions``, ``PDETable``, ``JKOTable``). Other sections
-(``mesh``, ``density``, ``run``, ``verify``) are validated by their users; a module may
-declare its own through :func:`register_section`.
+Every section is parsed and validated **once, when the scenario loads**, whatever the
+command: a typo in ``[jko]`` or ``[run]`` stops ``wflow particles`` too (exit status 2,
+one line naming the key). The registered solvers' sections (``[particles]``, ``[pde]``,
+``[jko]``, ``[kinetic]``: :data:`~wflow.infra.spec.SOLVERS`) by their parsers, ``[run]``
+into :class:`~wflow.apps.run_table.RunOptions` and ``[density]`` against
+:data:`~wflow.geometry.density.DENSITY_SCHEMA`; the typed results are
+:meth:`Scenario.table`. A module may declare a section of its own through
+:func:`register_section`.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from ..attention.published import (
     sample_published_clusters,
 )
 from ..attention.schedules import SCHEDULE_TYPES, Schedule, ScheduleContext
+from ..geometry.density import DENSITY_SCHEMA
 from ..geometry.sphere import (
     check_on_sphere,
     equiangular_tokens,
@@ -79,6 +81,7 @@ from ..geometry.sphere import (
     sample_vmf_mixture,
 )
 from ..infra.callables import load_module, resolve_callable
+from ..infra.options import from_table
 from ..infra.schema import ScenarioError, Spec, boolean, choice, choice_in, number, string, take
 from ..infra.schema import array as _array
 from ..infra.spec import SOLVERS
@@ -87,6 +90,7 @@ from ..kinetic import spec as _kinetic_spec  # noqa: F401  (registers [kinetic])
 from ..particles.options import PARTICLES_SPEC, ParticleOptions
 from ..particles.spec import SPEC as PARTICLES
 from ..pde import spec as _pde_spec  # noqa: F401  (registers [pde])
+from .run_table import RunOptions
 
 __all__ = [
     "Scenario",
@@ -264,8 +268,8 @@ SCHEDULE_DOCS: dict[str, str] = {
 }
 CORE_SECTIONS = {"attention": ATTENTION_SCHEMA, "tokens": TOKENS_SCHEMA, "heads": HEADS_SCHEMA,
                  "schedule": SCHEDULE_SCHEMA}
-#: Sections validated by their users (the main job, the densities, the studies).
-KNOWN_SOLVER_SECTIONS = ("mesh", "density", "run", "verify")
+#: Sections of the main job and of the initial density (parsed at load: :class:`Scenario`).
+KNOWN_SOLVER_SECTIONS = ("density", "run")
 
 
 @dataclass(frozen=True)
@@ -284,9 +288,9 @@ class Scenario:
     sections : dict
         Raw sections other than the core ones (``pde``, ``jko``, ``mesh``, …), as read.
     tables : dict
-        Every registered solver's section, parsed and validated once when the scenario is
-        built (:meth:`table`); a scenario built with other ``sections``
-        (``dataclasses.replace``) parses them again.
+        Every registered solver's section, ``run`` and ``density`` (when given), parsed and
+        validated once when the scenario is built (:meth:`table`); a scenario built with
+        other ``sections`` (``dataclasses.replace``) parses them again.
     """
 
     raw: dict
@@ -311,13 +315,17 @@ class Scenario:
             if sec is not None and not isinstance(sec, Mapping):
                 raise ScenarioError(f"{name}: expected a table [{name}]")
             tables[name] = spec.parse(sec, self.sections, self.seed)
+        tables["run"] = from_table(RunOptions, self.sections.get("run"), "run")
+        if "density" in self.sections:  # the keys of the table (files resolved where used)
+            tables["density"] = take(self.sections["density"], DENSITY_SCHEMA, "density")
         object.__setattr__(self, "tables", tables)
 
     def table(self, section: str) -> Any:
-        """The typed, validated ``[section]`` of a registered solver.
+        """The typed, validated ``[section]`` of a registered solver, ``run`` or ``density``.
 
-        ``ParticleOptions``, ``PDETable``, ``JKOTable``: the defaults where the scenario
-        has no such table.
+        ``ParticleOptions``, ``PDETable``, ``JKOTable``, ``KineticTable``, ``RunOptions``:
+        the defaults where the scenario has no such table; ``density``: the validated keys
+        of the ``[density]`` table (absent without one).
         """
         try:
             return self.tables[section]

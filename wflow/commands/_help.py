@@ -37,7 +37,7 @@ SECTIONS = {
     "pde": "wflow.pde.options:PDEOptions",
     "jko": "wflow.jko.options:JKOOptions",
     "kinetic": "wflow.kinetic.options:KineticOptions",
-    "run": "wflow.apps.main.options:RunOptions",
+    "run": "wflow.apps.run_table:RunOptions",
     "gaussian.run": "wflow.gaussian.options:GaussianRunOptions",
     "gaussian.classify": "wflow.gaussian.options:ClassifyOptions",
     "gaussian.particles": "wflow.gaussian.options:GaussianParticleOptions",

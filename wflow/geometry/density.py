@@ -215,7 +215,9 @@ def density_spec_from_scenario(sc: Any) -> dict[str, Any]:
     ``vmf`` samplers), so particles and PDE start from the same distribution.
     """
     if "density" in sc.sections:
-        vals = take(sc.sections["density"], DENSITY_SCHEMA, "density")
+        tables = getattr(sc, "tables", {})  # parsed at load (wflow.apps.scenario)
+        vals = dict(tables["density"]) if "density" in tables else take(
+            sc.sections["density"], DENSITY_SCHEMA, "density")
         if vals["file"] is not None:
             vals["file"] = str(sc.path(vals["file"]))
         if vals["function"] is not None:  # a module beside the scenario resolves there

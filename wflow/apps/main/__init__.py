@@ -48,14 +48,12 @@ refused with the differences named, or replaced with ``overwrite`` (``--overwrit
 output directory itself is written atomically at the end, ``summary.json`` last.
 """
 
+from ..run_table import RUN_SCHEMA, RUN_SPEC, RunOptions
 from .compare import ParticleW2, particles_w2, resolve_w2, w2_label
 from .options import (
     CHECKPOINT_MARKER,
     PHASES,
-    RUN_SCHEMA,
-    RUN_SPEC,
     MainJobResult,
-    RunOptions,
     default_run_scenario,
 )
 from .orchestration import run_main_job

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...status import Verdict
-from .options import RunOptions
+from ..run_table import RunOptions
 
 __all__ = ["ParticleW2", "particles_w2", "resolve_w2", "w2_label", "SSW_PROJECTIONS", "W2_SEED_TAG"]
 

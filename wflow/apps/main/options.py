@@ -6,17 +6,14 @@ Part of the main job (:mod:`wflow.apps.main`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ...infra.options import documented, keys_of, opt, schema_of, validate
-from ...infra.schema import Spec
-from ...particles.integrators import INTEGRATORS
 from ...results import EMPTY, Outcome
 from ...status import Status
-from ..scenario import Scenario, boolean, load_scenario, number
+from ..scenario import Scenario, load_scenario
 
 #: Marker file of a checkpoint folder ``DIR.ckpt`` (written first, removed last).
 CHECKPOINT_MARKER = ".wflow-checkpoint"
@@ -25,46 +22,6 @@ CHECKPOINT_MARKER = ".wflow-checkpoint"
 PHASES = ("pde", "particles", "jko", "pde_surrogate", "jko_refinement", "compare")
 
 
-@documented
-@dataclass(frozen=True)
-class RunOptions:
-    """Validated ``[run]`` section of the main job (keys, defaults: the fields below)."""
-
-    SECTION = "run"
-
-    n_particles: int = field(default=2000, metadata=opt(
-        "Tokens sampled from the initial cell density for the particle phase.",
-        check=number(10, integer=True)))
-    particle_integrator: str = field(default="rk4", metadata=opt(
-        "Integrator of the particle phase (:data:`wflow.particles.integrators.INTEGRATORS`).",
-        check=INTEGRATORS.checker()))
-    particle_steps_per_save: int = field(default=4, metadata=opt(
-        "Particle steps between two PDE output times (``dt = ΔT_save / steps``).",
-        check=number(1, integer=True)))
-    jko: bool = field(default=True, metadata=opt(
-        "Run the JKO phases (``jko``, ``pde_surrogate``, ``jko_refinement``).", check=boolean))
-    render: bool = field(default=True, metadata=opt(
-        "Draw the figures of ``report.md``.", check=boolean))
-    max_ot_points: int = field(default=6000, metadata=opt(
-        "Largest number of support points of a dense exact ``W_2`` (POT network simplex on "
-        "the ``n × m`` cost); larger cell measures use the certified sparse exact solver "
-        "(:func:`wflow.geometry.transport.w2_sphere`, ``method = \"auto\"``). With more "
-        "particles the exact ``W_2`` uses a seeded random subsample of this many, named "
-        "``W₂ (subsample of m of n particles)``, with its sampling floor and POT's sliced "
-        "``W_2`` of all the particles (:func:`wflow.apps.main.particles_w2`; "
-        "``summary.json`` ``w2``).", check=number(100, integer=True)))
-    jko_refinement: int = field(default=2, metadata=opt(
-        "Coarser icospheres of the ``τ/h`` table (JKO and surrogate PDE with ``h ∝ τ``); "
-        "0: no table.", check=number(0, 4, integer=True)))
-
-    def __post_init__(self) -> None:
-        validate(self)
-
-
-#: The ``[run]`` table: ``key -> (default, checker)`` (derived from :class:`RunOptions`).
-RUN_SCHEMA: Spec = schema_of(RunOptions)
-#: Keys of the ``[run]`` table.
-RUN_SPEC: tuple[str, ...] = keys_of(RunOptions)
 
 
 @dataclass(frozen=True)

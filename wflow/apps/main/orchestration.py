@@ -14,14 +14,13 @@ from ...infra.io import (
     OutputError,
     run_directory,
 )
-from ...infra.options import from_table
 from ..scenario import ScenarioError, parse_scenario
 from . import phases
 from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase, _Pieces
 from .compare import _compare
 from .estimate import check_run_estimate
 from .moments import main_job_moments
-from .options import MainJobResult, RunOptions, _load
+from .options import MainJobResult, _load
 from .refinement import _jko_refinement
 from .summary import _summary, _write_outputs
 
@@ -116,7 +115,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                 print(f"run: discarding the checkpoint in {ck.dir} (phases "
                       f"{', '.join(ck.phases())}; pass --resume to continue it instead)",
                       flush=True)
-    ropts = from_table(RunOptions, sc.sections.get("run", {}))
+    ropts = sc.table("run")
 
     from ...geometry.density import density_spec_from_scenario, initial_density
     from ...geometry.mesh import load_mesh

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...status import Status
+from ..run_table import RunOptions
 from ..scenario import Scenario
-from .options import RunOptions
 
 
 def _check_noise(sc: Scenario, ropts: RunOptions) -> None:

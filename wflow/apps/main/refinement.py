@@ -12,10 +12,10 @@ import numpy as np
 
 from ...jko.schemes import SCHEMES
 from ...status import Status
+from ..run_table import RunOptions
 from ..scenario import Scenario
 from . import phases
 from .compare import _at_jko_times, _row, _table_row
-from .options import RunOptions
 from .verdicts import ORDER_MIN_EDI, ORDER_MIN_L1, ORDER_MIN_W2, TIME_TOL
 
 REFINE_RATIO = 1.5
