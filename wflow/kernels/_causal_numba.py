@@ -31,9 +31,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..attention.kinds import CODE_EXP
 from ._fastsum import _CS, _bessel_chunk, _degree_step, _sectoral_step, chunk_buffers
-from ._numba import _FM, _weigh, fexp, weigh_chunk
+from ._rows import _FM, CHUNK, fexp, put_sums, row3_biased, weigh, weigh_chunk
 
 __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_fast_head"]
 
@@ -41,51 +40,16 @@ __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_
 # ------------------------------------------------------------------------ direct
 @njit(fastmath=_FM, cache=True)
 def _rows3(h, r0, r1, qx, ky, my, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    k0 = ky[h, 0]
-    k1 = ky[h, 1]
-    k2 = ky[h, 2]
-    y0 = my[0]
-    y1 = my[1]
-    y2 = my[2]
+    kr = (ky[h, 0], ky[h, 1], ky[h, 2])
+    yr = (my[0], my[1], my[2])
     for i in range(r0, r1):
-        a0 = qx[h, i, 0]
-        a1 = qx[h, i, 1]
-        a2 = qx[h, i, 2]
-        n = lim[i]
-        base = -slope * (i + dpos)
-        z = 0.0
-        v0 = 0.0
-        v1 = 0.0
-        v2 = 0.0
-        sm = 0.0
         br = bias[i] if mode == 2 else bias[0]  # the block's row, or pos_j = slope·j
-        if kind == CODE_EXP:
-            for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
-                e = fexp(s)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        else:
-            for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
-                e = max(s, 0.0)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        Z[h, i] = z
+        z, v0, v1, v2, sm, _, _ = row3_biased(kind, qx[h, i, 0], qx[h, i, 1], qx[h, i, 2], kr,
+                                              yr, m, lim[i], True, -slope * (i + dpos), br)
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
         Y[h, i, 2] = v2
-        if kind != CODE_EXP:
-            P[h, i] = 0.5 * sm  # ReLU: Φ = max(0, ℓ)²/2 = ½ k(ℓ) ℓ
-        S[h, i] = sm
+        put_sums((h, i), z, sm, kind, True, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -112,14 +76,11 @@ def causal_rows3(qx, ky, my, m, lim, items, kind, mode, slope, dpos, bias, Z, Y,
                Z, Y, P, S)
 
 
-_CH = 256  # sources per chunk of the generic kernel (a chunk of scores stays in L1)
-
-
 @njit(fastmath=_FM, cache=True)
 def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
     w = qx.shape[2]
     d = yT.shape[0]
-    sc = np.empty(_CH)
+    sc = np.empty(CHUNK)
     yacc = np.empty(d)
     for i in range(r0, r1):
         N = lim[i]
@@ -127,8 +88,8 @@ def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias,
         z = 0.0
         sm = 0.0
         yacc[:] = 0.0
-        for j0 in range(0, N, _CH):
-            n = min(N, j0 + _CH) - j0
+        for j0 in range(0, N, CHUNK):
+            n = min(N, j0 + CHUNK) - j0
             br = bias[i, j0:j0 + n] if mode == 2 else bias[0, j0:j0 + n]
             for j in range(n):
                 sc[j] = base + br[j]
@@ -137,15 +98,12 @@ def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias,
                 kr = kyT[h, c, j0:j0 + n]
                 for j in range(n):
                     sc[j] += a * kr[j]
-            dz, dsm = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
+            dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
             z += dz
             sm += dsm
-        Z[h, i] = z
         for c in range(d):
             Y[h, i, c] = yacc[c]
-        if kind != CODE_EXP:
-            P[h, i] = 0.5 * sm
-        S[h, i] = sm
+        put_sums((h, i), z, sm, kind, True, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -180,13 +138,10 @@ def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
             base = -slope * (i + dpos)
             for j in range(n):
                 row[j] += base + br[j]
-        z, sm = _weigh(row, m, n, kind)
+        z, sm, _ = weigh(row, m, n, kind)
         for j in range(n, N):
             row[j] = 0.0
-        Z[i] = z
-        if kind != CODE_EXP:
-            P[i] = 0.5 * sm
-        S[i] = sm
+        put_sums(i, z, sm, kind, True, Z, P, S)
 
 
 # -------------------------------------------------------------------- fast sums
