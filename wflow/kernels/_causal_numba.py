@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ._fastsum import _CS, _bessel_chunk, _degree_step, _sectoral_step, chunk_buffers
+from ._fastsum import _CS, chunk_buffers, harmonic_chunk
 from ._rows import _FM, CHUNK, fexp, put_sums, row3_biased, weigh, weigh_chunk
 
 __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_fast_head"]
@@ -146,52 +146,6 @@ def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
 
 # -------------------------------------------------------------------- fast sums
 @njit(fastmath=_FM, cache=True)
-def _chunk(coeffs, X, Yc, Zc, z, g, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r,
-           p1i, p2r, p2i):
-    """One chunk of ``n ≤ _CS`` points through the harmonic recurrences of ``_fastsum``.
-
-    ``coeffs``: sources, ``C[c, lm] += Σ_j g[c, j] i_l(z_j) W_lm(û_j)`` (``X, Yc, Zc`` the
-    directions ``û_j``); else targets, ``acc[c, i] = Σ_lm Re(W_lm(x_i) conj C_lm)`` (``C``
-    scaled by ``4π ε_m``; ``z``, ``g``, ``bes`` unused).
-    """
-    nq = Cr.shape[0]
-    if coeffs:
-        _bessel_chunk(z, L, bes[:, :n])
-    else:
-        acc[:, :] = 0.0
-    inv = 1.0 / math.sqrt(4.0 * math.pi)
-    for j in range(n):
-        mr[j] = inv
-        mi[j] = 0.0
-    for mo in range(L + 1):
-        if mo > 0:
-            _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
-        base = off[mo]
-        for l in range(mo, L + 1):
-            _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
-            idx = base + l - mo
-            if coeffs:
-                br = bes[l]
-                for c in range(nq):
-                    gc = g[c]
-                    sr = 0.0
-                    si = 0.0
-                    for j in range(n):
-                        t = gc[j] * br[j]
-                        sr += t * p1r[j]
-                        si += t * p1i[j]
-                    Cr[c, idx] += sr
-                    Ci[c, idx] += si
-            else:
-                for c in range(nq):
-                    cr = Cr[c, idx]
-                    ci = Ci[c, idx]
-                    ac = acc[c]
-                    for j in range(n):
-                        ac[j] += p1r[j] * cr + p1i[j] * ci
-
-
-@njit(fastmath=_FM, cache=True)
 def _block_near(k0, k1, t0, xT, wb, q, slope, shift, out):
     """Pairs inside one block, directly: targets ``[max(k0, t0), k1)``, sources ``[k0, i + shift)``.
 
@@ -280,9 +234,9 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                     qa = qabs[j0 + j] * wgt
                     sa += qa
                     sb += qa * math.exp(z[j0 + j])
-                _chunk(True, uT[0, j0:j0 + n], uT[1, j0:j0 + n], uT[2, j0:j0 + n],
-                       z[j0:j0 + n], g, n, L, off, a, b, dmm, d1, cr, ci, g, bes, mr, mi,
-                       p1r, p1i, p2r, p2i)
+                harmonic_chunk(True, uT[0, j0:j0 + n], uT[1, j0:j0 + n], uT[2, j0:j0 + n],
+                               z[j0:j0 + n], g, n, L, off, a, b, dmm, d1, cr, ci, g, bes, mr,
+                               mi, p1r, p1i, p2r, p2i)
             Da[t, 0] = sa
             Da[t, 1] = sb
             if near_eval and k1 > t0:
@@ -325,19 +279,12 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                 for k in range(K):
                     Cr[c, k] *= epsf[k]
                     Ci[c, k] *= epsf[k]
-            acc = np.empty((nq, _CS))
-            bes = np.empty((1, 1))
-            mr = np.empty(_CS)
-            mi = np.empty(_CS)
-            p1r = np.empty(_CS)
-            p1i = np.empty(_CS)
-            p2r = np.empty(_CS)
-            p2i = np.empty(_CS)
+            bes, mr, mi, p1r, p1i, p2r, p2i, acc = chunk_buffers(0, nq)
             for i0 in range(k0, k1, _CS):
                 n = min(k1, i0 + _CS) - i0
-                _chunk(False, xT[0, i0:i0 + n], xT[1, i0:i0 + n], xT[2, i0:i0 + n], z[:0],
-                       acc, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r, p1i,
-                       p2r, p2i)
+                harmonic_chunk(False, xT[0, i0:i0 + n], xT[1, i0:i0 + n], xT[2, i0:i0 + n],
+                               z[:0], acc, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi,
+                               p1r, p1i, p2r, p2i)
                 for j in range(n):
                     i = i0 + j
                     f = 1.0 if slope == 0.0 else math.exp(-slope * (i + lead - startseq))

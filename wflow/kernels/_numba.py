@@ -182,10 +182,8 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
     """Targets ``i0 ≤ i < i1``, every head: ``Z, Y, Φ`` (and ``Y'`` with ``Aᵀ`` if not ``sym``)."""
     H = A.shape[0]
     N = m.shape[0]
-    x0 = xT[0]
-    x1 = xT[1]
-    x2 = xT[2]
-    xr = (x0, x1, x2)
+    xr = (xT[0], xT[1], xT[2])
+    x0, x1, x2 = xr
     for i in range(i0, i1):
         xi0 = x0[i]
         xi1 = x1[i]
@@ -221,14 +219,21 @@ def _pair_row(kf, a0, a1, a2, q0, q1, q2, mm, n, eb, z, y0, y1, y2, ph):
     """
     for j in range(n):
         e = kf(a0 * q0[j] + a1 * q1[j] + a2 * q2[j])
-        eb[j] = e
         em = e * mm[j]
         z += em
         y0 += em * q0[j]
         y1 += em * q1[j]
         y2 += em * q2[j]
         ph += 0.5 * e * em
+        eb[j] = e  # last: moved up, the vectoriser (so the rounding) sees another loop
     return z, y0, y1, y2, ph
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def _add_scaled(d, eb, c, n):
+    """``d[j] += eb[j] · c`` for ``j < n`` (a column update of the pair-once sums)."""
+    for j in range(n):
+        d[j] += eb[j] * c
 
 
 @njit(fastmath=_FM, cache=True)
@@ -284,18 +289,10 @@ def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
                                               y2, ph)
             if j0 == i:  # the diagonal pair is counted on the row side only
                 eb[0] = 0.0
-            d = zc[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * mi
-            d = c0[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w0
-            d = c1[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w1
-            d = c2[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w2
+            _add_scaled(zc[j0:j1], eb, mi, n)
+            _add_scaled(c0[j0:j1], eb, w0, n)
+            _add_scaled(c1[j0:j1], eb, w1, n)
+            _add_scaled(c2[j0:j1], eb, w2, n)
             if kind == CODE_RELU:
                 d = pc[j0:j1]
                 for j in range(n):

@@ -91,10 +91,17 @@ _START = (0.0, 0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0.0, 0.0)
 
 
 @njit(cache=True, inline="always")
-def _zero_block(b, PE, PG, PI):
-    PE[b] = 0.0
-    PG[b] = 0.0
-    PI[b] = 0.0
+def _block_rows(b, N, full, PE, PG, PI):
+    """Rows ``[i0, i1)`` of block ``b``; with ``full``, its partials zeroed.
+
+    The partials: ``E_h``, ``∂E_h/∂A_h`` and the Itô sum (``PE``, ``PG``, ``PI``).
+    """
+    if full:
+        PE[b] = 0.0
+        PG[b] = 0.0
+        PI[b] = 0.0
+    i0 = b * PROWS
+    return i0, min(N, i0 + PROWS)
 
 
 @njit(cache=True, inline="always")
@@ -114,14 +121,9 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     H = A.shape[0]
     N = m.shape[0]
     kq = Qm.shape[1]
-    x0 = xT[0]
-    x1 = xT[1]
-    x2 = xT[2]
-    xr = (x0, x1, x2)
-    i0 = b * PROWS
-    i1 = min(N, i0 + PROWS)
-    if full:
-        _zero_block(b, PE, PG, PI)
+    xr = (xT[0], xT[1], xT[2])
+    x0, x1, x2 = xr
+    i0, i1 = _block_rows(b, N, full, PE, PG, PI)
     pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         xi0 = x0[i]
@@ -280,10 +282,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     u = buf[7, :D]
     f = buf[8, :D]
     q = buf[9, :D]
-    i0 = b * PROWS
-    i1 = min(N, i0 + PROWS)
-    if full:
-        _zero_block(b, PE, PG, PI)
+    i0, i1 = _block_rows(b, N, full, PE, PG, PI)
     pw, sl, sp, gsum, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         for c in range(D):
