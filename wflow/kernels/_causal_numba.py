@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._fastsum import _CS, chunk_buffers, harmonic_chunk
-from ._rows import _FM, CHUNK, fexp, put_sums, row3_biased, weigh, weigh_chunk
+from ._rows import _FM, CHUNK, fexp, put_sums, row3_biased, row_chunked, weigh
 
 __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_fast_head"]
 
@@ -78,29 +78,13 @@ def causal_rows3(qx, ky, my, m, lim, items, kind, mode, slope, dpos, bias, Z, Y,
 
 @njit(fastmath=_FM, cache=True)
 def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    w = qx.shape[2]
     d = yT.shape[0]
     sc = np.empty(CHUNK)
     yacc = np.empty(d)
     for i in range(r0, r1):
-        N = lim[i]
-        base = -slope * (i + dpos)
-        z = 0.0
-        sm = 0.0
-        yacc[:] = 0.0
-        for j0 in range(0, N, CHUNK):
-            n = min(N, j0 + CHUNK) - j0
-            br = bias[i, j0:j0 + n] if mode == 2 else bias[0, j0:j0 + n]
-            for j in range(n):
-                sc[j] = base + br[j]
-            for c in range(w):
-                a = qx[h, i, c]
-                kr = kyT[h, c, j0:j0 + n]
-                for j in range(n):
-                    sc[j] += a * kr[j]
-            dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
-            z += dz
-            sm += dsm
+        br = bias[i] if mode == 2 else bias[0]
+        z, sm = row_chunked(kind, qx[h, i], kyT[h], yT, m, lim[i], sc, yacc, True,
+                            -slope * (i + dpos), br)
         for c in range(d):
             Y[h, i, c] = yacc[c]
         put_sums((h, i), z, sm, kind, True, Z, P, S)

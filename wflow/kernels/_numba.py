@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..attention.kinds import CODE_EXP, CODE_RELU
-from ._rows import _FM, CHUNK, fexp, put_sums, relu, row3, scores_chunk, weigh, weigh_chunk
+from ._rows import _FM, CHUNK, fexp, put_sums, relu, row3, row_chunked, weigh
 
 # No process-wide setting on import (issue 26): the OpenMP wait policy of numba's workers
 # is the user's (``OMP_WAIT_POLICY``); the ``wflow`` command sets PASSIVE for its process.
@@ -126,15 +126,7 @@ def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     sc = np.empty(CHUNK)
     yacc = np.empty(d)
     for i in range(i0, i1):
-        z = 0.0
-        sm = 0.0
-        yacc[:] = 0.0
-        for j0 in range(0, N, CHUNK):
-            n = min(N, j0 + CHUNK) - j0
-            scores_chunk(qx[h, i], ky[h], j0, n, sc)
-            dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
-            z += dz
-            sm += dsm
+        z, sm = row_chunked(kind, qx[h, i], ky[h], yT, m, N, sc, yacc, False, 0.0, m)
         for c in range(d):
             Y[h, i, c] = yacc[c]
         put_sums((h, i), z, sm, kind, want_s, Z, P, S)

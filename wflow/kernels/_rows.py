@@ -40,7 +40,7 @@ from numba.extending import intrinsic
 from ..attention.kinds import CODE_EXP
 
 __all__ = ["FASTMATH", "CHUNK", "fexp", "relu", "row3", "row3_biased", "row3_ito", "row5",
-           "weigh", "weigh_chunk", "scores_chunk", "put_sums"]
+           "weigh", "weigh_chunk", "scores_chunk", "row_chunked", "put_sums"]
 
 #: Fast-math flags: contraction to FMA and reassociation (needed to vectorise the sums).
 #: No ``nnan``/``ninf``: NaN and Inf must propagate to the caller's checks.
@@ -296,18 +296,50 @@ def weigh_chunk(sc, mr, yT, j0, n, kind, yacc):
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def scores_chunk(a, kT, j0, n, sc):
-    """``sc[j] = Σ_c a_c kT[c, j0 + j]`` for ``j < n`` (component by component, vectorised)."""
-    D = a.shape[0]
-    r = kT[0, j0:j0 + n]
-    a0 = a[0]
-    for j in range(n):
-        sc[j] = a0 * r[j]
-    for c in range(1, D):
+def _scores(a, kT, j0, n, sc, biased, base, br):
+    if biased:  # from the bias, then every component
+        rb = br[j0:j0 + n]
+        for j in range(n):
+            sc[j] = base + rb[j]
+        c0 = 0
+    else:
+        r = kT[0, j0:j0 + n]
+        a0 = a[0]
+        for j in range(n):
+            sc[j] = a0 * r[j]
+        c0 = 1
+    for c in range(c0, a.shape[0]):
         r = kT[c, j0:j0 + n]
         ac = a[c]
         for j in range(n):
             sc[j] += ac * r[j]
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def scores_chunk(a, kT, j0, n, sc):
+    """``sc[j] = Σ_c a_c kT[c, j0 + j]`` for ``j < n`` (component by component, vectorised)."""
+    _scores(a, kT, j0, n, sc, False, 0.0, sc)
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def row_chunked(kind, a, kT, yT, m, N, sc, yacc, biased, base, br):
+    """One target row of any score width by chunks of :data:`CHUNK` sources: ``(Z, S)``.
+
+    Scores ``s_j = Σ_c a_c kT[c, j]`` (``a`` (w,), ``kT`` (w, N)), with ``biased`` the logits
+    ``ℓ_j = (base + br[j]) + Σ_c a_c kT[c, j]``; ``Y = Σ_j m_j k(ℓ_j) y_j`` into ``yacc``
+    (d,) (``yT`` (d, N)); ``sc`` a scratch of :data:`CHUNK`. Each chunk is summed by
+    :func:`weigh_chunk`, the chunks' sums added in order.
+    """
+    z = 0.0
+    sm = 0.0
+    yacc[:] = 0.0
+    for j0 in range(0, N, CHUNK):
+        n = min(N, j0 + CHUNK) - j0
+        _scores(a, kT, j0, n, sc, biased, base, br)
+        dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
+        z += dz
+        sm += dsm
+    return z, sm
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
