@@ -134,7 +134,9 @@ def _block_near(k0, k1, t0, xT, wb, q, slope, shift, out):
     """Pairs inside one block, directly: targets ``[max(k0, t0), k1)``, sources ``[k0, i + shift)``.
 
     ``xT (3, Ns)`` unit targets, ``wb (3, Ns)`` ``β (u_j − c)``, ``q (4, Ns)`` charges;
-    terms ``q_j e^{x_i·wb_j − slope (i − j)}`` added to ``out[:, i − t0]``.
+    terms ``q_j e^{x_i·wb_j − slope (i − j)}`` added to ``out[:, i − t0]``. Not a
+    :func:`~wflow.kernels._rows.row3_biased` row: the bias ``slope·j`` is computed in the
+    loop (contracted into the sum), and a precomputed row would round differently.
     """
     for i in range(max(k0, t0), k1):
         a0 = xT[0, i]

@@ -23,7 +23,9 @@ Both sum in source order within a row; they agree to rounding (tested in
 the kernel is passed as a function (:func:`fexp` or :func:`relu`) and the options are
 constants of the inlined call, so each caller compiles exactly the loop it needs (an
 accumulator a caller never reads is dropped by the compiler). Everything here is inlined
-(``inline="always"``) but :func:`fexp`, which keeps its own fast-math flags.
+(``inline="always"``) but :func:`fexp`, which keeps its own fast-math flags. numba caches
+each caller against its own file only: after an edit here, delete the cached files
+(``__pycache__/*.nbi``, ``*.nbc``) of the callers, or they keep the old loops.
 
 The exponential is evaluated by :func:`fexp`, an inlined branch-free ``2^k · p(r)`` with
 a degree-10 polynomial on ``|r| ≤ ln2/2`` (relative error ≤ 3e-15 on ``[-708, 709]``, see

@@ -19,10 +19,16 @@ optimises each compiled function together with everything it calls, so every cal
 re-optimises the kernels below it. The thin levels are inlined (``inline="always"``),
 calls never pass literal constants (each literal would compile the callee once more),
 and Monte-Carlo paths run in threads instead of a parallel loop over paths.
-Everything the loop compiles lives in this file (but :func:`wflow.kernels.primitives.fexp`
-and :func:`~wflow.kernels.primitives.row3`): numba's cache checks only the file of each
-function, so a kernel edited in another file would leave a stale cached loop behind (the
-kernel codes of :mod:`wflow.attention.kinds` are frozen for the same reason).
+The attention sums of each token's row are the kernels' own: the row functions of
+:mod:`wflow.kernels.primitives` (:func:`~wflow.kernels.primitives.row3`,
+:func:`~wflow.kernels.primitives.row3_ito`, :func:`~wflow.kernels.primitives.row5`,
+:func:`~wflow.kernels.primitives.scores_chunk`, :func:`~wflow.kernels.primitives.weigh_chunk`,
+from :mod:`wflow.kernels._rows`, which the direct and causal sums call too;
+``tests/test_kernel_rows.py`` pins a state's sums to :func:`wflow.kernels.kernel_sums`).
+Everything else the loop compiles lives in this file: numba's cache checks only the file of
+each function, so a kernel edited in another file leaves a stale cached loop behind (clear
+``__pycache__`` after editing ``_rows.py``; the kernel codes of :mod:`wflow.attention.kinds`
+are frozen for the same reason).
 :func:`state_par` is not cached on its own: a loop compiled against a parallel function
 loaded from numba's cache was cached broken (it crashed the next process; reproduced with
 numba 0.68, tested in ``tests/test_compiled.py``), so the parallel evaluation is always
