@@ -122,7 +122,7 @@ def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
             base = -slope * (i + dpos)
             for j in range(n):
                 row[j] += base + br[j]
-        z, sm, _ = weigh(row, m, n, kind)
+        z, sm, _ = weigh(row, m, n, kind, True)
         for j in range(n, N):
             row[j] = 0.0
         put_sums(i, z, sm, kind, True, Z, P, S)

@@ -160,7 +160,7 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
     """
     b, N = sc.shape
     for i in range(b):
-        z, sm, _ = weigh(sc[i], m, N, kind)
+        z, sm, _ = weigh(sc[i], m, N, kind, True)
         put_sums(i, z, sm, kind, want_s, Z, P, S)
 
 

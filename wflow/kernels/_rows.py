@@ -114,8 +114,12 @@ def relu(s):
 
 # ------------------------------------------------------------------ rows, d <= 3
 @njit(fastmath=_FM, cache=True, inline="always")
-def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, bias, ito):
-    """The source loop of :func:`row3` for the kernel function ``kf`` (see there)."""
+def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, with_phi, bias, ito):
+    """The source loop of :func:`row3` for the kernel function ``kf`` (see there).
+
+    ``S`` is summed for ``scaled`` values only, ``Φ`` with ``with_phi`` only (constants of
+    the inlined call: no caller pays for a sum it does not read).
+    """
     k0, k1, k2 = kr
     y0, y1, y2 = yr
     biased, base, br = bias
@@ -135,8 +139,10 @@ def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, bias, ito):
         em = kv * m[j]
         w = kv if scaled else em
         z += em
-        sm += em * s
-        ph += 0.5 * kv * em
+        if scaled:
+            sm += em * s
+        if with_phi:
+            ph += 0.5 * kv * em
         v0 += w * y0[j]
         v1 += w * y1[j]
         v2 += w * y2[j]
@@ -149,10 +155,10 @@ def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, bias, ito):
 @njit(fastmath=_FM, cache=True, inline="always")
 def _row3(kind, a0, a1, a2, kr, yr, m, n, scaled, bias, ito):
     if kind == CODE_EXP:
-        z, v0, v1, v2, sm, _, tt = _loop3(fexp, a0, a1, a2, kr, yr, m, n,
-                                          scaled, bias, ito)
+        z, v0, v1, v2, sm, _, tt = _loop3(fexp, a0, a1, a2, kr, yr, m, n, scaled, False, bias,
+                                          ito)
         return z, v0, v1, v2, sm, z, tt
-    return _loop3(relu, a0, a1, a2, kr, yr, m, n, scaled, bias, ito)
+    return _loop3(relu, a0, a1, a2, kr, yr, m, n, scaled, not scaled, bias, ito)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
@@ -162,8 +168,10 @@ def row3(kind, a0, a1, a2, kr, yr, m, n, scaled):
     Scores ``s_j = a_0 k_0[j] + a_1 k_1[j] + a_2 k_2[j]`` over the sources ``j < n``
     (``kr = (k_0, k_1, k_2)``, ``yr = (y_0, y_1, y_2)``: component rows); masses ``m``;
     ``kind`` the kernel code; ``scaled``: the values ``y_c`` already carry ``m_j``
-    (``Y = Σ k(s_j) y_j``), else ``Y = Σ m_j k(s_j) y_j``. The last entry is the Itô sum
-    of :func:`row3_ito` (zero here).
+    (``Y = Σ k(s_j) y_j``) and ``S`` is summed (the kernels' convention, ReLU ``Φ = S/2``
+    from it; ``Φ`` returned ``0``), else ``Y = Σ m_j k(s_j) y_j`` and ``Φ`` is summed (the
+    particles'; ``S`` returned ``0``). ``Φ = Z`` for the exponential. The last entry is the
+    Itô sum of :func:`row3_ito` (zero here).
     """
     return _row3(kind, a0, a1, a2, kr, yr, m, n, scaled, (False, 0.0, m),
                  (False, 0.0, 0.0, 0.0, 0.0, m, 0.0))
@@ -189,7 +197,7 @@ def row3_ito(kind, a0, a1, a2, xr, m, n, xi0, xi1, xi2, nxi, nx, gsq):
 
 # ------------------------------------------------------------------------ d = 5
 @njit(fastmath=_FM, cache=True, inline="always")
-def _loop5(kf, a, xi, xT, nx, nxi, m, with_ito, gsq):
+def _loop5(kf, a, xi, xT, nx, nxi, m, with_phi, with_ito, gsq):
     """The source loop of :func:`row5` for the kernel function ``kf``."""
     N = m.shape[0]
     x0 = xT[0]
@@ -219,7 +227,8 @@ def _loop5(kf, a, xi, xT, nx, nxi, m, with_ito, gsq):
         kv = kf(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j])
         e = kv * m[j]
         z += e
-        ph += 0.5 * kv * e
+        if with_phi:
+            ph += 0.5 * kv * e
         y0 += e * x0[j]
         y1 += e * x1[j]
         y2 += e * x2[j]
@@ -240,17 +249,17 @@ def row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
     (exponential kernels).
     """
     if kind == CODE_EXP and not ito:
-        r = _loop5(fexp, a, xi, xT, nx, nxi, m, False, gsq)
+        r = _loop5(fexp, a, xi, xT, nx, nxi, m, False, False, gsq)
     elif kind == CODE_EXP:
-        r = _loop5(fexp, a, xi, xT, nx, nxi, m, True, gsq)
+        r = _loop5(fexp, a, xi, xT, nx, nxi, m, False, True, gsq)
     else:
-        return _loop5(relu, a, xi, xT, nx, nxi, m, False, gsq)
+        return _loop5(relu, a, xi, xT, nx, nxi, m, True, False, gsq)
     return r[0], r[1], r[2], r[3], r[4], r[5], r[0], r[7]
 
 
 # ---------------------------------------------------------------- chunked rows
 @njit(fastmath=_FM, cache=True, inline="always")
-def _weigh(kf, sc, mr, n):
+def _weigh(kf, sc, mr, n, sums_s, with_phi):
     z = 0.0
     sm = 0.0
     ph = 0.0
@@ -259,35 +268,38 @@ def _weigh(kf, sc, mr, n):
         kv = kf(s)
         em = kv * mr[j]
         z += em
-        sm += em * s
-        ph += 0.5 * kv * em
+        if sums_s:
+            sm += em * s
+        if with_phi:
+            ph += 0.5 * kv * em
         sc[j] = em
     return z, sm, ph
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def weigh(sc, mr, n, kind):
+def weigh(sc, mr, n, kind, sums_s):
     """In place ``sc[j] ← m_j k(sc[j])`` (``j < n``); returns ``(Z, S, Φ)`` of these sources.
 
-    ``Z = Σ m_j k(s_j)``, ``S = Σ m_j k(s_j) s_j``, ``Φ = Σ m_j k(s_j)²/2`` (ReLU; ``Z`` for
-    the exponential). The shared inner loop of the chunked kernels.
+    ``Z = Σ m_j k(s_j)``; with ``sums_s`` (a constant: the kernels) ``S = Σ m_j k(s_j) s_j``,
+    else (the particles) ``Φ = Σ m_j k(s_j)²/2`` (ReLU; ``Z`` for the exponential), the
+    other returned ``0``. The shared inner loop of the chunked kernels.
     """
     if kind == CODE_EXP:
-        z, sm, _ = _weigh(fexp, sc, mr, n)
+        z, sm, _ = _weigh(fexp, sc, mr, n, sums_s, False)
         return z, sm, z
-    return _weigh(relu, sc, mr, n)
+    return _weigh(relu, sc, mr, n, sums_s, not sums_s)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def weigh_chunk(sc, mr, yT, j0, n, kind, yacc):
+def weigh_chunk(sc, mr, yT, j0, n, kind, yacc, sums_s):
     """A chunk of sources ``j0 ≤ j < j0 + n``: :func:`weigh`, then ``yacc += Σ_j sc_j y_j``.
 
     ``sc`` (n,) scores in, ``m_j k(s_j)`` out; ``yT`` (d, N) sources, transposed; ``yacc``
-    (d,). Returns ``(Z, S, Φ)`` of the chunk. The inner step of every chunked kernel
-    (``_numba.direct_generic``, ``_causal_numba.causal_rows_generic``, the particle path's
-    states in ``d ≠ 3, 5``).
+    (d,); ``sums_s`` as in :func:`weigh`. Returns ``(Z, S, Φ)`` of the chunk. The inner step
+    of every chunked kernel (``_numba.direct_generic``, ``_causal_numba.causal_rows_generic``,
+    the particle path's states in ``d ≠ 3, 5``).
     """
-    dz, dsm, dph = weigh(sc, mr, n, kind)
+    dz, dsm, dph = weigh(sc, mr, n, kind, sums_s)
     for c in range(yT.shape[0]):
         yr = yT[c, j0:j0 + n]
         acc = 0.0
@@ -338,7 +350,7 @@ def row_chunked(kind, a, kT, yT, m, N, sc, yacc, biased, base, br):
     for j0 in range(0, N, CHUNK):
         n = min(N, j0 + CHUNK) - j0
         _scores(a, kT, j0, n, sc, biased, base, br)
-        dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
+        dz, dsm, _ = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc, True)
         z += dz
         sm += dsm
     return z, sm

@@ -113,7 +113,7 @@ def exp_tile64(sc, m, kind, want_s, Z, S):
     b, n = sc.shape
     for i in range(b):
         if want_s or kind != CODE_EXP:
-            z, sm, _ = weigh(sc[i], m, n, kind)
+            z, sm, _ = weigh(sc[i], m, n, kind, True)
             S[i] += sm
         else:
             row = sc[i]

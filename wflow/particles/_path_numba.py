@@ -334,7 +334,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                     scores_chunk(a, xT, j0, n, sc)
                     if want_ito:
                         scores_chunk(xi, xT, j0, n, gg_)
-                    zc, _, pc = weigh_chunk(sc, mm, xT, j0, n, kind, y if rep == 0 else yp)
+                    zc, _, pc = weigh_chunk(sc, mm, xT, j0, n, kind, y if rep == 0 else yp, False)
                     if want_ito and kind == CODE_EXP:
                         for j in range(n):
                             gij = gg_[j]
