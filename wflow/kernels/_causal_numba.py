@@ -40,12 +40,13 @@ __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_
 # ------------------------------------------------------------------------ direct
 @njit(fastmath=_FM, cache=True)
 def _rows3(h, r0, r1, qx, ky, my, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    kr = (ky[h, 0], ky[h, 1], ky[h, 2])
-    yr = (my[0], my[1], my[2])
+    k0, k1, k2 = ky[h, 0], ky[h, 1], ky[h, 2]
+    y0, y1, y2 = my[0], my[1], my[2]
     for i in range(r0, r1):
         br = bias[i] if mode == 2 else bias[0]  # the block's row, or pos_j = slope·j
-        z, v0, v1, v2, sm, _, _ = row3_biased(kind, qx[h, i, 0], qx[h, i, 1], qx[h, i, 2], kr,
-                                              yr, m, lim[i], True, -slope * (i + dpos), br)
+        z, v0, v1, v2, sm, _, _ = row3_biased(kind, qx[h, i, 0], qx[h, i, 1], qx[h, i, 2], k0,
+                                              k1, k2, y0, y1, y2, m, lim[i], True,
+                                              -slope * (i + dpos), br)
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
         Y[h, i, 2] = v2

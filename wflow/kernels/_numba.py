@@ -77,16 +77,16 @@ def _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S):
     h = t // nblk
     i0 = (t % nblk) * ROWS
     i1 = min(M, i0 + ROWS)
-    kr = (ky[h, 0], ky[h, 1], ky[h, 2])
-    yr = (my[0], my[1], my[2])
+    k0, k1, k2 = ky[h, 0], ky[h, 1], ky[h, 2]
+    y0, y1, y2 = my[0], my[1], my[2]
     for i in range(i0, i1):
         a0 = qx[h, i, 0]
         a1 = qx[h, i, 1]
         a2 = qx[h, i, 2]
         if want_s or kind != CODE_EXP:
-            z, v0, v1, v2, sm, _, _ = row3(kind, a0, a1, a2, kr, yr, m, N, True)
+            z, v0, v1, v2, sm, _, _ = row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, N, True)
         else:  # the exponential without S: one multiply-add less per pair
-            z, v0, v1, v2, _, _, _ = row3(kind, a0, a1, a2, kr, yr, m, N, True)
+            z, v0, v1, v2, _, _, _ = row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, N, True)
             sm = 0.0
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
@@ -174,8 +174,7 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
     """Targets ``i0 ≤ i < i1``, every head: ``Z, Y, Φ`` (and ``Y'`` with ``Aᵀ`` if not ``sym``)."""
     H = A.shape[0]
     N = m.shape[0]
-    xr = (xT[0], xT[1], xT[2])
-    x0, x1, x2 = xr
+    x0, x1, x2 = xT[0], xT[1], xT[2]
     for i in range(i0, i1):
         xi0 = x0[i]
         xi1 = x1[i]
@@ -185,7 +184,7 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
             a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
-            z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, xr, xr, m, N, False)
+            z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, x0, x1, x2, x0, x1, x2, m, N, False)
             Z[h, i] = z
             P[h, i] = ph
             Y[h, 0, i] = y0
@@ -195,7 +194,8 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, xr, xr, m, N, False)
+                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, x0, x1, x2, x0, x1, x2, m, N,
+                                              False)
                 Yp[h, 0, i] = t0
                 Yp[h, 1, i] = t1
                 Yp[h, 2, i] = t2

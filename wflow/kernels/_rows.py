@@ -114,16 +114,14 @@ def relu(s):
 
 # ------------------------------------------------------------------ rows, d <= 3
 @njit(fastmath=_FM, cache=True, inline="always")
-def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, with_phi, bias, ito):
+def _loop3(kf, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, with_phi, biased, base, br,
+           with_ito, xi0, xi1, xi2, nxi, nx, gsq):
     """The source loop of :func:`row3` for the kernel function ``kf`` (see there).
 
-    ``S`` is summed for ``scaled`` values only, ``Φ`` with ``with_phi`` only (constants of
-    the inlined call: no caller pays for a sum it does not read).
+    ``S`` is summed for ``scaled`` values only, ``Φ`` with ``with_phi`` only, the bias with
+    ``biased``, the Itô sum with ``with_ito`` (constants of the inlined call: each caller
+    compiles the loop it needs).
     """
-    k0, k1, k2 = kr
-    y0, y1, y2 = yr
-    biased, base, br = bias
-    with_ito, xi0, xi1, xi2, nxi, nx, gsq = ito
     z = 0.0
     v0 = 0.0
     v1 = 0.0
@@ -153,46 +151,49 @@ def _loop3(kf, a0, a1, a2, kr, yr, m, n, scaled, with_phi, bias, ito):
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def _row3(kind, a0, a1, a2, kr, yr, m, n, scaled, bias, ito):
+def _row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, biased, base, br, with_ito,
+          xi0, xi1, xi2, nxi, nx, gsq):
     if kind == CODE_EXP:
-        z, v0, v1, v2, sm, _, tt = _loop3(fexp, a0, a1, a2, kr, yr, m, n, scaled, False, bias,
-                                          ito)
+        z, v0, v1, v2, sm, _, tt = _loop3(fexp, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n,
+                                          scaled, False, biased, base, br, with_ito, xi0, xi1,
+                                          xi2, nxi, nx, gsq)
         return z, v0, v1, v2, sm, z, tt
-    return _loop3(relu, a0, a1, a2, kr, yr, m, n, scaled, not scaled, bias, ito)
+    return _loop3(relu, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, not scaled, biased,
+                  base, br, with_ito, xi0, xi1, xi2, nxi, nx, gsq)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def row3(kind, a0, a1, a2, kr, yr, m, n, scaled):
+def row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled):
     """One target row, scores of rank ``≤ 3``: ``(Z, Y_0, Y_1, Y_2, S, Φ, 0)`` (module docstring).
 
     Scores ``s_j = a_0 k_0[j] + a_1 k_1[j] + a_2 k_2[j]`` over the sources ``j < n``
-    (``kr = (k_0, k_1, k_2)``, ``yr = (y_0, y_1, y_2)``: component rows); masses ``m``;
-    ``kind`` the kernel code; ``scaled``: the values ``y_c`` already carry ``m_j``
-    (``Y = Σ k(s_j) y_j``) and ``S`` is summed (the kernels' convention, ReLU ``Φ = S/2``
-    from it; ``Φ`` returned ``0``), else ``Y = Σ m_j k(s_j) y_j`` and ``Φ`` is summed (the
-    particles'; ``S`` returned ``0``). ``Φ = Z`` for the exponential. The last entry is the
-    Itô sum of :func:`row3_ito` (zero here).
+    (``k_c``, ``y_c``: component rows); masses ``m``; ``kind`` the kernel code;
+    ``scaled``: the values ``y_c`` already carry ``m_j`` (``Y = Σ k(s_j) y_j``) and ``S`` is
+    summed (the kernels' convention, ReLU ``Φ = S/2`` from it; ``Φ`` returned ``0``), else
+    ``Y = Σ m_j k(s_j) y_j`` and ``Φ`` is summed (the particles'; ``S`` returned ``0``).
+    ``Φ = Z`` for the exponential. The last entry is the Itô sum of :func:`row3_ito` (zero
+    here).
     """
-    return _row3(kind, a0, a1, a2, kr, yr, m, n, scaled, (False, 0.0, m),
-                 (False, 0.0, 0.0, 0.0, 0.0, m, 0.0))
+    return _row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, False, 0.0, m, False,
+                 0.0, 0.0, 0.0, 0.0, m, 0.0)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def row3_biased(kind, a0, a1, a2, kr, yr, m, n, scaled, base, br):
+def row3_biased(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, base, br):
     """:func:`row3` with the logits ``ℓ_j = s_j + (base + br[j])`` (a causal bias row)."""
-    return _row3(kind, a0, a1, a2, kr, yr, m, n, scaled, (True, base, br),
-                 (False, 0.0, 0.0, 0.0, 0.0, m, 0.0))
+    return _row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, True, base, br, False,
+                 0.0, 0.0, 0.0, 0.0, m, 0.0)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
-def row3_ito(kind, a0, a1, a2, xr, m, n, xi0, xi1, xi2, nxi, nx, gsq):
-    """:func:`row3` of a particle state (``kr = yr = xr``, plain) and its Itô row sum.
+def row3_ito(kind, a0, a1, a2, x0, x1, x2, m, n, xi0, xi1, xi2, nxi, nx, gsq):
+    """:func:`row3` of a particle state (``k_c = y_c = x_c``, plain) and its Itô row sum.
 
     Last entry ``Σ_j m_j k(s_j) (|x_i|² |x_j|² + gsq <x_i, x_j>²)`` with ``x_i = ξ``,
     ``|x_i|² = nxi``, ``|x_j|² = nx[j]`` (``Φ'' = k`` of the exponential kernel).
     """
-    return _row3(kind, a0, a1, a2, xr, xr, m, n, False, (False, 0.0, m),
-                 (True, xi0, xi1, xi2, nxi, nx, gsq))
+    return _row3(kind, a0, a1, a2, x0, x1, x2, x0, x1, x2, m, n, False, False, 0.0, m, True,
+                 xi0, xi1, xi2, nxi, nx, gsq)
 
 
 # ------------------------------------------------------------------------ d = 5

@@ -97,17 +97,10 @@ _START = (0.0, 0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0.0, 0.0)
 
 
 @njit(cache=True, inline="always")
-def _block_rows(b, N, full, PE, PG, PI):
-    """Rows ``[i0, i1)`` of block ``b``; with ``full``, its partials zeroed.
-
-    The partials: ``E_h``, ``∂E_h/∂A_h`` and the Itô sum (``PE``, ``PG``, ``PI``).
-    """
-    if full:
-        PE[b] = 0.0
-        PG[b] = 0.0
-        PI[b] = 0.0
-    i0 = b * PROWS
-    return i0, min(N, i0 + PROWS)
+def _zero_block(b, PE, PG, PI):
+    PE[b] = 0.0
+    PG[b] = 0.0
+    PI[b] = 0.0
 
 
 @njit(cache=True, inline="always")
@@ -127,9 +120,13 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     H = A.shape[0]
     N = m.shape[0]
     kq = Qm.shape[1]
-    xr = (xT[0], xT[1], xT[2])
-    x0, x1, x2 = xr
-    i0, i1 = _block_rows(b, N, full, PE, PG, PI)
+    x0 = xT[0]
+    x1 = xT[1]
+    x2 = xT[2]
+    i0 = b * PROWS
+    i1 = min(N, i0 + PROWS)
+    if full:
+        _zero_block(b, PE, PG, PI)
     pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         xi0 = x0[i]
@@ -154,10 +151,11 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
             if kind == CODE_EXP and ito:  # the Itô sum in the same pass
-                z, y0, y1, y2, _, ph, tt = row3_ito(kind, a0, a1, a2, xr, m, N, xi0, xi1, xi2,
-                                                    nxi, nx, gsq)
+                z, y0, y1, y2, _, ph, tt = row3_ito(kind, a0, a1, a2, x0, x1, x2, m, N, xi0,
+                                                    xi1, xi2, nxi, nx, gsq)
             else:
-                z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, xr, xr, m, N, False)
+                z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, x0, x1, x2, x0, x1, x2, m, N,
+                                               False)
                 tt = 0.0
                 if ito:  # ReLU: Φ'' = 1_{s > 0}
                     for j in range(N):
@@ -172,7 +170,8 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, xr, xr, m, N, False)
+                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, x0, x1, x2, x0, x1, x2, m, N,
+                                              False)
                 q0 = 0.5 * (q0 + A[h, 0, 0] * t0 + A[h, 1, 0] * t1 + A[h, 2, 0] * t2)
                 q1 = 0.5 * (q1 + A[h, 0, 1] * t0 + A[h, 1, 1] * t1 + A[h, 2, 1] * t2)
                 q2 = 0.5 * (q2 + A[h, 0, 2] * t0 + A[h, 1, 2] * t1 + A[h, 2, 2] * t2)
@@ -288,7 +287,10 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     u = buf[7, :D]
     f = buf[8, :D]
     q = buf[9, :D]
-    i0, i1 = _block_rows(b, N, full, PE, PG, PI)
+    i0 = b * PROWS
+    i1 = min(N, i0 + PROWS)
+    if full:
+        _zero_block(b, PE, PG, PI)
     pw, sl, sp, gsum, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         for c in range(D):
