@@ -158,8 +158,9 @@ def _row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, biased, base, 
                                           scaled, False, biased, base, br, with_ito, xi0, xi1,
                                           xi2, nxi, nx, gsq)
         return z, v0, v1, v2, sm, z, tt
-    return _loop3(relu, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, not scaled, biased,
-                  base, br, with_ito, xi0, xi1, xi2, nxi, nx, gsq)
+    phi = False if scaled else True  # a constant of the call: not a test in the loop
+    return _loop3(relu, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, n, scaled, phi, biased, base,
+                  br, with_ito, xi0, xi1, xi2, nxi, nx, gsq)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
@@ -288,7 +289,8 @@ def weigh(sc, mr, n, kind, sums_s):
     if kind == CODE_EXP:
         z, sm, _ = _weigh(fexp, sc, mr, n, sums_s, False)
         return z, sm, z
-    return _weigh(relu, sc, mr, n, sums_s, not sums_s)
+    phi = False if sums_s else True  # a constant of the call: not a test in the loop
+    return _weigh(relu, sc, mr, n, sums_s, phi)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")
