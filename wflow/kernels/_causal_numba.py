@@ -31,9 +31,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..attention.kinds import CODE_EXP
-from ._fastsum import _CS, _bessel_chunk, _degree_step, _sectoral_step, chunk_buffers
-from ._numba import _FM, _weigh, fexp, weigh_chunk
+from ._fastsum import _CS, chunk_buffers, harmonic_chunk
+from ._rows import _FM, CHUNK, fexp, put_sums, row3_biased, row_chunked, weigh
 
 __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_fast_head"]
 
@@ -41,51 +40,17 @@ __all__ = ["causal_rows3", "causal_rows_generic", "masked_weigh_block", "causal_
 # ------------------------------------------------------------------------ direct
 @njit(fastmath=_FM, cache=True)
 def _rows3(h, r0, r1, qx, ky, my, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    k0 = ky[h, 0]
-    k1 = ky[h, 1]
-    k2 = ky[h, 2]
-    y0 = my[0]
-    y1 = my[1]
-    y2 = my[2]
+    k0, k1, k2 = ky[h, 0], ky[h, 1], ky[h, 2]
+    y0, y1, y2 = my[0], my[1], my[2]
     for i in range(r0, r1):
-        a0 = qx[h, i, 0]
-        a1 = qx[h, i, 1]
-        a2 = qx[h, i, 2]
-        n = lim[i]
-        base = -slope * (i + dpos)
-        z = 0.0
-        v0 = 0.0
-        v1 = 0.0
-        v2 = 0.0
-        sm = 0.0
         br = bias[i] if mode == 2 else bias[0]  # the block's row, or pos_j = slope·j
-        if kind == CODE_EXP:
-            for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
-                e = fexp(s)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        else:
-            for j in range(n):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + (base + br[j])
-                e = max(s, 0.0)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        Z[h, i] = z
+        z, v0, v1, v2, sm, _, _ = row3_biased(kind, qx[h, i, 0], qx[h, i, 1], qx[h, i, 2], k0,
+                                              k1, k2, y0, y1, y2, m, lim[i], True,
+                                              -slope * (i + dpos), br)
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
         Y[h, i, 2] = v2
-        if kind != CODE_EXP:
-            P[h, i] = 0.5 * sm  # ReLU: Φ = max(0, ℓ)²/2 = ½ k(ℓ) ℓ
-        S[h, i] = sm
+        put_sums((h, i), z, sm, kind, True, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -112,40 +77,18 @@ def causal_rows3(qx, ky, my, m, lim, items, kind, mode, slope, dpos, bias, Z, Y,
                Z, Y, P, S)
 
 
-_CH = 256  # sources per chunk of the generic kernel (a chunk of scores stays in L1)
-
-
 @njit(fastmath=_FM, cache=True)
 def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    w = qx.shape[2]
     d = yT.shape[0]
-    sc = np.empty(_CH)
+    sc = np.empty(CHUNK)
     yacc = np.empty(d)
     for i in range(r0, r1):
-        N = lim[i]
-        base = -slope * (i + dpos)
-        z = 0.0
-        sm = 0.0
-        yacc[:] = 0.0
-        for j0 in range(0, N, _CH):
-            n = min(N, j0 + _CH) - j0
-            br = bias[i, j0:j0 + n] if mode == 2 else bias[0, j0:j0 + n]
-            for j in range(n):
-                sc[j] = base + br[j]
-            for c in range(w):
-                a = qx[h, i, c]
-                kr = kyT[h, c, j0:j0 + n]
-                for j in range(n):
-                    sc[j] += a * kr[j]
-            dz, dsm = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
-            z += dz
-            sm += dsm
-        Z[h, i] = z
+        br = bias[i] if mode == 2 else bias[0]
+        z, sm = row_chunked(kind, qx[h, i], kyT[h], yT, m, lim[i], sc, yacc, True,
+                            -slope * (i + dpos), br)
         for c in range(d):
             Y[h, i, c] = yacc[c]
-        if kind != CODE_EXP:
-            P[h, i] = 0.5 * sm
-        S[h, i] = sm
+        put_sums((h, i), z, sm, kind, True, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -180,68 +123,21 @@ def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
             base = -slope * (i + dpos)
             for j in range(n):
                 row[j] += base + br[j]
-        z, sm = _weigh(row, m, n, kind)
+        z, sm, _ = weigh(row, m, n, kind, True)
         for j in range(n, N):
             row[j] = 0.0
-        Z[i] = z
-        if kind != CODE_EXP:
-            P[i] = 0.5 * sm
-        S[i] = sm
+        put_sums(i, z, sm, kind, True, Z, P, S)
 
 
 # -------------------------------------------------------------------- fast sums
-@njit(fastmath=_FM, cache=True)
-def _chunk(coeffs, X, Yc, Zc, z, g, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r,
-           p1i, p2r, p2i):
-    """One chunk of ``n ≤ _CS`` points through the harmonic recurrences of ``_fastsum``.
-
-    ``coeffs``: sources, ``C[c, lm] += Σ_j g[c, j] i_l(z_j) W_lm(û_j)`` (``X, Yc, Zc`` the
-    directions ``û_j``); else targets, ``acc[c, i] = Σ_lm Re(W_lm(x_i) conj C_lm)`` (``C``
-    scaled by ``4π ε_m``; ``z``, ``g``, ``bes`` unused).
-    """
-    nq = Cr.shape[0]
-    if coeffs:
-        _bessel_chunk(z, L, bes[:, :n])
-    else:
-        acc[:, :] = 0.0
-    inv = 1.0 / math.sqrt(4.0 * math.pi)
-    for j in range(n):
-        mr[j] = inv
-        mi[j] = 0.0
-    for mo in range(L + 1):
-        if mo > 0:
-            _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
-        base = off[mo]
-        for l in range(mo, L + 1):
-            _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
-            idx = base + l - mo
-            if coeffs:
-                br = bes[l]
-                for c in range(nq):
-                    gc = g[c]
-                    sr = 0.0
-                    si = 0.0
-                    for j in range(n):
-                        t = gc[j] * br[j]
-                        sr += t * p1r[j]
-                        si += t * p1i[j]
-                    Cr[c, idx] += sr
-                    Ci[c, idx] += si
-            else:
-                for c in range(nq):
-                    cr = Cr[c, idx]
-                    ci = Ci[c, idx]
-                    ac = acc[c]
-                    for j in range(n):
-                        ac[j] += p1r[j] * cr + p1i[j] * ci
-
-
 @njit(fastmath=_FM, cache=True)
 def _block_near(k0, k1, t0, xT, wb, q, slope, shift, out):
     """Pairs inside one block, directly: targets ``[max(k0, t0), k1)``, sources ``[k0, i + shift)``.
 
     ``xT (3, Ns)`` unit targets, ``wb (3, Ns)`` ``β (u_j − c)``, ``q (4, Ns)`` charges;
-    terms ``q_j e^{x_i·wb_j − slope (i − j)}`` added to ``out[:, i − t0]``.
+    terms ``q_j e^{x_i·wb_j − slope (i − j)}`` added to ``out[:, i − t0]``. Not a
+    :func:`~wflow.kernels._rows.row3_biased` row: the bias ``slope·j`` is computed in the
+    loop (contracted into the sum), and a precomputed row would round differently.
     """
     for i in range(max(k0, t0), k1):
         a0 = xT[0, i]
@@ -325,9 +221,9 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                     qa = qabs[j0 + j] * wgt
                     sa += qa
                     sb += qa * math.exp(z[j0 + j])
-                _chunk(True, uT[0, j0:j0 + n], uT[1, j0:j0 + n], uT[2, j0:j0 + n],
-                       z[j0:j0 + n], g, n, L, off, a, b, dmm, d1, cr, ci, g, bes, mr, mi,
-                       p1r, p1i, p2r, p2i)
+                harmonic_chunk(True, uT[0, j0:j0 + n], uT[1, j0:j0 + n], uT[2, j0:j0 + n],
+                               z[j0:j0 + n], g, n, L, off, a, b, dmm, d1, cr, ci, g, bes, mr,
+                               mi, p1r, p1i, p2r, p2i)
             Da[t, 0] = sa
             Da[t, 1] = sb
             if near_eval and k1 > t0:
@@ -370,19 +266,12 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                 for k in range(K):
                     Cr[c, k] *= epsf[k]
                     Ci[c, k] *= epsf[k]
-            acc = np.empty((nq, _CS))
-            bes = np.empty((1, 1))
-            mr = np.empty(_CS)
-            mi = np.empty(_CS)
-            p1r = np.empty(_CS)
-            p1i = np.empty(_CS)
-            p2r = np.empty(_CS)
-            p2i = np.empty(_CS)
+            bes, mr, mi, p1r, p1i, p2r, p2i, acc = chunk_buffers(0, nq)
             for i0 in range(k0, k1, _CS):
                 n = min(k1, i0 + _CS) - i0
-                _chunk(False, xT[0, i0:i0 + n], xT[1, i0:i0 + n], xT[2, i0:i0 + n], z[:0],
-                       acc, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r, p1i,
-                       p2r, p2i)
+                harmonic_chunk(False, xT[0, i0:i0 + n], xT[1, i0:i0 + n], xT[2, i0:i0 + n],
+                               z[:0], acc, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi,
+                               p1r, p1i, p2r, p2i)
                 for j in range(n):
                     i = i0 + j
                     f = 1.0 if slope == 0.0 else math.exp(-slope * (i + lead - startseq))

@@ -60,7 +60,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from ._numba import _FM, fexp
+from ._rows import _FM, fexp
 
 __all__ = [
     "FastSumResult",
@@ -345,6 +345,53 @@ def chunk_buffers(L, nq):
             np.empty(_CS), np.empty(_CS), np.empty(_CS), np.empty((nq, _CS)))
 
 
+@njit(fastmath=_FM, cache=True)
+def harmonic_chunk(coeffs, X, Yc, Zc, z, g, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r,
+           p1i, p2r, p2i):
+    """One chunk of ``n ≤ _CS`` points through the harmonic recurrences.
+
+    ``coeffs``: sources, ``C[c, lm] += Σ_j g[c, j] i_l(z_j) W_lm(û_j)`` (``X, Yc, Zc`` the
+    directions ``û_j``); else targets, ``acc[c, i] = Σ_lm Re(W_lm(x_i) conj C_lm)`` (``C``
+    scaled by ``4π ε_m``; ``z``, ``g``, ``bes`` unused). The one chunk step of
+    :func:`_coefficients`, :func:`_evaluate` and the causal fast sum.
+    """
+    nq = Cr.shape[0]
+    if coeffs:
+        _bessel_chunk(z, L, bes[:, :n])
+    else:
+        acc[:, :] = 0.0
+    inv = 1.0 / math.sqrt(4.0 * math.pi)
+    for j in range(n):
+        mr[j] = inv
+        mi[j] = 0.0
+    for mo in range(L + 1):
+        if mo > 0:
+            _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
+        base = off[mo]
+        for l in range(mo, L + 1):
+            _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
+            idx = base + l - mo
+            if coeffs:
+                br = bes[l]
+                for c in range(nq):
+                    gc = g[c]
+                    sr = 0.0
+                    si = 0.0
+                    for j in range(n):
+                        t = gc[j] * br[j]
+                        sr += t * p1r[j]
+                        si += t * p1i[j]
+                    Cr[c, idx] += sr
+                    Ci[c, idx] += si
+            else:
+                for c in range(nq):
+                    cr = Cr[c, idx]
+                    ci = Ci[c, idx]
+                    ac = acc[c]
+                    for j in range(n):
+                        ac[j] += p1r[j] * cr + p1i[j] * ci
+
+
 @njit(parallel=True, fastmath=_FM, cache=True)
 def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
     """Accumulate ``C_lm`` (without the ``4π ε_m`` factor) into per-block partial sums.
@@ -364,35 +411,12 @@ def _coefficients(uT, z, q, L, off, a, b, dmm, d1, nblk, Cr, Ci):
         for ch in range(blk, nch, nblk):
             j0 = ch * _CS
             n = min(N, j0 + _CS) - j0
-            X = uT[0, j0:j0 + n]
-            Yc = uT[1, j0:j0 + n]
-            Zc = uT[2, j0:j0 + n]
-            _bessel_chunk(z[j0:j0 + n], L, bes[:, :n])
             for c in range(nq):
                 for j in range(n):
                     g[c, j] = q[c, j0 + j]
-            inv = 1.0 / math.sqrt(4.0 * math.pi)
-            for j in range(n):
-                mr[j] = inv
-                mi[j] = 0.0
-            for mo in range(L + 1):
-                if mo > 0:
-                    _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
-                base = off[mo]
-                for l in range(mo, L + 1):
-                    _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
-                    br = bes[l]
-                    idx = base + l - mo
-                    for c in range(nq):
-                        gc = g[c]
-                        sr = 0.0
-                        si = 0.0
-                        for j in range(n):
-                            t = gc[j] * br[j]
-                            sr += t * p1r[j]
-                            si += t * p1i[j]
-                        cr[c, idx] += sr
-                        ci[c, idx] += si
+            harmonic_chunk(True, uT[0, j0:j0 + n], uT[1, j0:j0 + n], uT[2, j0:j0 + n],
+                           z[j0:j0 + n], g, n, L, off, a, b, dmm, d1, cr, ci, g, bes, mr, mi,
+                           p1r, p1i, p2r, p2i)
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -404,33 +428,10 @@ def _evaluate(xT, L, off, a, b, dmm, d1, Cr, Ci, out):
     for ch in prange(nch):
         i0 = ch * _CS
         n = min(M, i0 + _CS) - i0
-        X = xT[0, i0:i0 + n]
-        Yc = xT[1, i0:i0 + n]
-        Zc = xT[2, i0:i0 + n]
-        mr = np.empty(_CS)
-        mi = np.empty(_CS)
-        p1r = np.empty(_CS)
-        p1i = np.empty(_CS)
-        p2r = np.empty(_CS)
-        p2i = np.empty(_CS)
-        acc = np.zeros((nq, _CS))
-        inv = 1.0 / math.sqrt(4.0 * math.pi)
-        for j in range(n):
-            mr[j] = inv
-            mi[j] = 0.0
-        for mo in range(L + 1):
-            if mo > 0:
-                _sectoral_step(dmm[mo], X, Yc, mr, mi, n)
-            base = off[mo]
-            for l in range(mo, L + 1):
-                _degree_step(l, mo, base, a, b, d1, Zc, mr, mi, p1r, p1i, p2r, p2i, n)
-                idx = base + l - mo
-                for c in range(nq):
-                    cr = Cr[c, idx]
-                    ci = Ci[c, idx]
-                    ac = acc[c]
-                    for j in range(n):
-                        ac[j] += p1r[j] * cr + p1i[j] * ci
+        bes, mr, mi, p1r, p1i, p2r, p2i, acc = chunk_buffers(0, nq)
+        harmonic_chunk(False, xT[0, i0:i0 + n], xT[1, i0:i0 + n], xT[2, i0:i0 + n], mr[:0],
+                       acc, n, L, off, a, b, dmm, d1, Cr, Ci, acc, bes, mr, mi, p1r, p1i, p2r,
+                       p2i)
         for c in range(nq):
             for j in range(n):
                 out[c, i0 + j] = acc[c, j]

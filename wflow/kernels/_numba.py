@@ -11,10 +11,8 @@ registers, so the extra memory is ``O(1)`` per target, and the parallel loop
 runs over (head, target block). Small problems run them with one thread
 (``numba.set_num_threads(1)`` around the call, see :mod:`wflow.kernels`).
 
-The exponential is evaluated by :func:`fexp`, an inlined branch-free
-``2^k · p(r)`` with a degree-10 polynomial on ``|r| ≤ ln2/2`` (relative error
-≤ 3e-15 on ``[-708, 709]``, see the tests) that LLVM vectorises; libm's ``exp``
-is a scalar call and numba without Intel SVML cannot vectorise it.
+Every row is summed by the one source of the row loops, :mod:`wflow.kernels._rows`
+(its exponential :func:`~wflow.kernels._rows.fexp` included).
 
 Kernel codes (the ``kind`` argument): :data:`wflow.attention.kinds.CODE_EXP` (``e^s``:
 softmax, USA) and :data:`~wflow.attention.kinds.CODE_RELU` (``max(0, s)``), the
@@ -24,10 +22,10 @@ softmax, USA) and :data:`~wflow.attention.kinds.CODE_RELU` (``max(0, s)``), the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from ..attention.kinds import CODE_EXP, CODE_RELU
+from ._rows import _FM, CHUNK, fexp, put_sums, relu, row3, row_chunked, weigh
 
 # No process-wide setting on import (issue 26): the OpenMP wait policy of numba's workers
 # is the user's (``OMP_WAIT_POLICY``); the ``wflow`` command sets PASSIVE for its process.
@@ -42,67 +40,8 @@ __all__ = [
     "exp_block",
 ]
 
-#: Fast-math flags: contraction to FMA and reassociation (needed to vectorise the sums).
-#: No ``nnan``/``ninf``: NaN and Inf must propagate to the caller's checks.
-_FM = {"contract", "reassoc", "nsz", "arcp"}
 #: Target rows handled by one parallel work item.
 ROWS = 8
-#: Sources per chunk in the chunked kernels (a chunk of scores stays in L1).
-CHUNK = 256
-
-
-def bitcast(src, dst):
-    """A numba intrinsic reinterpreting the bits of a ``src`` scalar as a ``dst`` scalar."""
-
-    def impl(typingctx, x):
-        sig = dst(src)
-
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(dst))
-
-        return sig, codegen
-
-    return intrinsic(impl)
-
-
-_i64_as_f64 = bitcast(types.int64, types.float64)
-
-
-# Degree-10 polynomial for e^r on |r| <= ln2/2 (Chebyshev interpolant, rel. error 1.6e-15).
-_C0 = 1.0000000000000007
-_C1 = 1.0000000000000033
-_C2 = 0.49999999999981276
-_C3 = 0.16666666666591878
-_C4 = 0.041666666679511064
-_C5 = 0.008333333373313332
-_C6 = 0.0013888885644825215
-_C7 = 0.00019841185367587414
-_C8 = 2.480492104939883e-05
-_C9 = 2.763411179587552e-06
-_C10 = 2.6395126582526755e-07
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # high part of ln 2: k · _LN2_HI is exact for |k| < 2^21
-_LN2_LO = 1.90821492927058770002e-10
-
-
-@njit(fastmath={"contract"}, cache=True)
-def fexp(s):
-    """``e^s`` for ``-708 ≤ s ≤ 709`` (inputs below -708 are clamped): ``2^k · p(s - k ln2)``."""
-    s = max(s, -708.0)
-    kf = np.rint(s * _LOG2E)
-    r = (s - kf * _LN2_HI) - kf * _LN2_LO
-    p = _C10
-    p = p * r + _C9
-    p = p * r + _C8
-    p = p * r + _C7
-    p = p * r + _C6
-    p = p * r + _C5
-    p = p * r + _C4
-    p = p * r + _C3
-    p = p * r + _C2
-    p = p * r + _C1
-    p = p * r + _C0
-    return p * _i64_as_f64((np.int64(kf) + 1023) << 52)
 
 
 @njit(fastmath=_FM, cache=True)
@@ -138,57 +77,21 @@ def _direct3_rows(t, nblk, qx, ky, my, m, kind, want_s, Z, Y, P, S):
     h = t // nblk
     i0 = (t % nblk) * ROWS
     i1 = min(M, i0 + ROWS)
-    k0 = ky[h, 0]
-    k1 = ky[h, 1]
-    k2 = ky[h, 2]
-    y0 = my[0]
-    y1 = my[1]
-    y2 = my[2]
+    k0, k1, k2 = ky[h, 0], ky[h, 1], ky[h, 2]
+    y0, y1, y2 = my[0], my[1], my[2]
     for i in range(i0, i1):
         a0 = qx[h, i, 0]
         a1 = qx[h, i, 1]
         a2 = qx[h, i, 2]
-        z = 0.0
-        v0 = 0.0
-        v1 = 0.0
-        v2 = 0.0
-        sm = 0.0
-        if kind == CODE_EXP and not want_s:
-            for j in range(N):
-                e = fexp(a0 * k0[j] + a1 * k1[j] + a2 * k2[j])
-                z += e * m[j]
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        elif kind == CODE_EXP:
-            for j in range(N):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
-                e = fexp(s)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        else:
-            for j in range(N):
-                s = a0 * k0[j] + a1 * k1[j] + a2 * k2[j]
-                e = max(s, 0.0)
-                em = e * m[j]
-                z += em
-                sm += em * s
-                v0 += e * y0[j]
-                v1 += e * y1[j]
-                v2 += e * y2[j]
-        Z[h, i] = z
+        if want_s or kind != CODE_EXP:
+            z, v0, v1, v2, sm, _, _ = row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, N, True)
+        else:  # the exponential without S: one multiply-add less per pair
+            z, v0, v1, v2, _, _, _ = row3(kind, a0, a1, a2, k0, k1, k2, y0, y1, y2, m, N, True)
+            sm = 0.0
         Y[h, i, 0] = v0
         Y[h, i, 1] = v1
         Y[h, i, 2] = v2
-        if kind == CODE_RELU:
-            # ReLU: k s = max(0, s)² so Φ = ½ Σ m k² = ½ Σ m k s.
-            P[h, i] = 0.5 * sm
-        if want_s:
-            S[h, i] = sm
+        put_sums((h, i), z, sm, kind, want_s, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -211,54 +114,10 @@ def direct3(qx, ky, my, m, kind, want_s, Z, Y, P, S):
 
 
 # --------------------------------------------------------------------------- any d
-@njit(fastmath=_FM, cache=True, inline="always")
-def _weigh(sc, mr, n, kind):
-    """In place ``sc[j] ← m_j k(sc[j])`` (``j < n``); returns ``(Σ m_j k(s_j), Σ m_j k(s_j) s_j)``.
-
-    ``kind``: kernel code (``CODE_EXP``, ``CODE_RELU``). The shared inner loop of the
-    chunked kernels.
-    """
-    z = 0.0
-    sm = 0.0
-    if kind == CODE_EXP:
-        for j in range(n):
-            s = sc[j]
-            em = fexp(s) * mr[j]
-            z += em
-            sm += em * s
-            sc[j] = em
-    else:
-        for j in range(n):
-            s = sc[j]
-            em = max(s, 0.0) * mr[j]
-            z += em
-            sm += em * s
-            sc[j] = em
-    return z, sm
-
-
-@njit(fastmath=_FM, cache=True, inline="always")
-def weigh_chunk(sc, mr, yT, j0, n, kind, yacc):
-    """A chunk of sources ``j0 ≤ j < j0 + n``: :func:`_weigh`, then ``yacc += Σ_j sc_j y_j``.
-
-    ``sc`` (n,) scores in, ``m_j k(s_j)`` out; ``yT`` (d, N) sources, transposed; ``yacc``
-    (d,). Returns ``(Σ m_j k(s_j), Σ m_j k(s_j) s_j)``. The inner step of every chunked
-    kernel (:func:`direct_generic`, the masked ``_causal_numba.causal_rows_generic``).
-    """
-    dz, dsm = _weigh(sc, mr, n, kind)
-    for c in range(yT.shape[0]):
-        yr = yT[c, j0:j0 + n]
-        acc = 0.0
-        for j in range(n):
-            acc += sc[j] * yr[j]
-        yacc[c] += acc
-    return dz, dsm
-
-
 @njit(fastmath=_FM, cache=True)
 def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     """Work item ``t`` of :func:`direct_generic` (one head, ``ROWS`` targets)."""
-    M, k = qx.shape[1], qx.shape[2]
+    M = qx.shape[1]
     d = yT.shape[0]
     N = m.shape[0]
     h = t // nblk
@@ -267,30 +126,10 @@ def _generic_rows(t, nblk, qx, ky, yT, m, kind, want_s, Z, Y, P, S):
     sc = np.empty(CHUNK)
     yacc = np.empty(d)
     for i in range(i0, i1):
-        z = 0.0
-        sm = 0.0
-        yacc[:] = 0.0
-        for j0 in range(0, N, CHUNK):
-            n = min(N, j0 + CHUNK) - j0
-            a = qx[h, i, 0]
-            kr = ky[h, 0, j0:j0 + n]
-            for j in range(n):
-                sc[j] = a * kr[j]
-            for c in range(1, k):
-                a = qx[h, i, c]
-                kr = ky[h, c, j0:j0 + n]
-                for j in range(n):
-                    sc[j] += a * kr[j]
-            dz, dsm = weigh_chunk(sc, m[j0:j0 + n], yT, j0, n, kind, yacc)
-            z += dz
-            sm += dsm
-        Z[h, i] = z
+        z, sm = row_chunked(kind, qx[h, i], ky[h], yT, m, N, sc, yacc, False, 0.0, m)
         for c in range(d):
             Y[h, i, c] = yacc[c]
-        if kind == CODE_RELU:
-            P[h, i] = 0.5 * sm
-        if want_s:
-            S[h, i] = sm
+        put_sums((h, i), z, sm, kind, want_s, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
@@ -321,12 +160,8 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
     """
     b, N = sc.shape
     for i in range(b):
-        z, sm = _weigh(sc[i], m, N, kind)
-        Z[i] = z
-        if kind == CODE_RELU:
-            P[i] = 0.5 * sm
-        if want_s:
-            S[i] = sm
+        z, sm, _ = weigh(sc[i], m, N, kind, True)
+        put_sums(i, z, sm, kind, want_s, Z, P, S)
 
 
 # ------------------------------------------------------- particle step, one pass
@@ -334,46 +169,12 @@ def exp_block(sc, m, kind, want_s, Z, P, S):
 # so the pair-once column updates are contiguous); Z, P, PH (H, n); G (H, n, 3).
 
 
-@njit(fastmath=_FM, cache=True, inline="always")
-def _row3(a0, a1, a2, x0, x1, x2, m, kind):
-    """One target row, ``d ≤ 3``: ``(Z, Y_0, Y_1, Y_2, Φ) = Σ_j m_j (k, k x_j, Φ)(s_j)``.
-
-    ``s_j = a·x_j``; ``kind`` CODE_EXP: ``k = Φ = e^s``, CODE_RELU: ``Φ = k²/2``. Inlined: one
-    vectorised source loop in the caller (also :mod:`wflow.particles._path_numba`).
-    """
-    N = m.shape[0]
-    z = 0.0
-    y0 = 0.0
-    y1 = 0.0
-    y2 = 0.0
-    ph = 0.0
-    if kind == CODE_EXP:
-        for j in range(N):
-            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
-            z += e
-            y0 += e * x0[j]
-            y1 += e * x1[j]
-            y2 += e * x2[j]
-        ph = z
-    else:
-        for j in range(N):
-            k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j], 0.0)
-            e = k * m[j]
-            z += e
-            ph += 0.5 * k * e
-            y0 += e * x0[j]
-            y1 += e * x1[j]
-            y2 += e * x2[j]
-    return z, y0, y1, y2, ph
-
-
 @njit(fastmath=_FM, cache=True)
 def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
     """Targets ``i0 ≤ i < i1``, every head: ``Z, Y, Φ`` (and ``Y'`` with ``Aᵀ`` if not ``sym``)."""
     H = A.shape[0]
-    x0 = xT[0]
-    x1 = xT[1]
-    x2 = xT[2]
+    N = m.shape[0]
+    x0, x1, x2 = xT[0], xT[1], xT[2]
     for i in range(i0, i1):
         xi0 = x0[i]
         xi1 = x1[i]
@@ -383,7 +184,7 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
             a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
-            z, y0, y1, y2, ph = _row3(a0, a1, a2, x0, x1, x2, m, kind)
+            z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, x0, x1, x2, x0, x1, x2, m, N, False)
             Z[h, i] = z
             P[h, i] = ph
             Y[h, 0, i] = y0
@@ -393,10 +194,38 @@ def _rows_sums(i0, i1, xT, A, m, beta, kind, sym, Z, Y, Yp, P):
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                _, t0, t1, t2, _ = _row3(b0, b1, b2, x0, x1, x2, m, kind)
+                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, x0, x1, x2, x0, x1, x2, m, N,
+                                              False)
                 Yp[h, 0, i] = t0
                 Yp[h, 1, i] = t1
                 Yp[h, 2, i] = t2
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def _pair_row(kf, a0, a1, a2, q0, q1, q2, mm, n, eb, z, y0, y1, y2, ph):
+    """Row side of a chunk of pairs (kernel ``kf``): ``eb[j] = k(s_j)``, running sums updated.
+
+    Returns ``(z, y0, y1, y2, ph)`` plus ``Σ m_j k (1, x_j, k/2)``, accumulated onto the
+    running values (the sums of :func:`wflow.kernels._rows.row3`, plain values, continued
+    across chunks; the column side reads ``eb``).
+    """
+    for j in range(n):
+        e = kf(a0 * q0[j] + a1 * q1[j] + a2 * q2[j])
+        em = e * mm[j]
+        z += em
+        y0 += em * q0[j]
+        y1 += em * q1[j]
+        y2 += em * q2[j]
+        ph += 0.5 * e * em
+        eb[j] = e  # last: moved up, the vectoriser (so the rounding) sees another loop
+    return z, y0, y1, y2, ph
+
+
+@njit(fastmath=_FM, cache=True, inline="always")
+def _add_scaled(d, eb, c, n):
+    """``d[j] += eb[j] · c`` for ``j < n`` (a column update of the pair-once sums)."""
+    for j in range(n):
+        d[j] += eb[j] * c
 
 
 @njit(fastmath=_FM, cache=True)
@@ -444,39 +273,18 @@ def _head_sums_pair_once(h, xT, A, m, beta, kind, Z, Y, P, eb):
             q1 = x1[j0:j1]
             q2 = x2[j0:j1]
             mm = m[j0:j1]
-            if kind == CODE_EXP:
-                for j in range(n):
-                    e = fexp(a0 * q0[j] + a1 * q1[j] + a2 * q2[j])
-                    em = e * mm[j]
-                    z += em
-                    y0 += em * q0[j]
-                    y1 += em * q1[j]
-                    y2 += em * q2[j]
-                    eb[j] = e
+            if kind == CODE_EXP:  # Φ = Z: no ph
+                z, y0, y1, y2, _ = _pair_row(fexp, a0, a1, a2, q0, q1, q2, mm, n, eb, z, y0, y1,
+                                             y2, ph)
             else:
-                for j in range(n):
-                    e = max(a0 * q0[j] + a1 * q1[j] + a2 * q2[j], 0.0)
-                    em = e * mm[j]
-                    z += em
-                    ph += 0.5 * e * em
-                    y0 += em * q0[j]
-                    y1 += em * q1[j]
-                    y2 += em * q2[j]
-                    eb[j] = e
+                z, y0, y1, y2, ph = _pair_row(relu, a0, a1, a2, q0, q1, q2, mm, n, eb, z, y0, y1,
+                                              y2, ph)
             if j0 == i:  # the diagonal pair is counted on the row side only
                 eb[0] = 0.0
-            d = zc[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * mi
-            d = c0[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w0
-            d = c1[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w1
-            d = c2[j0:j1]
-            for j in range(n):
-                d[j] += eb[j] * w2
+            _add_scaled(zc[j0:j1], eb, mi, n)
+            _add_scaled(c0[j0:j1], eb, w0, n)
+            _add_scaled(c1[j0:j1], eb, w1, n)
+            _add_scaled(c2[j0:j1], eb, w2, n)
             if kind == CODE_RELU:
                 d = pc[j0:j1]
                 for j in range(n):

@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, types
 
 from ..attention.kinds import CODE_EXP, CODE_RELU
-from ._numba import _FM, _weigh, bitcast, fexp
+from ._rows import _FM, bitcast, fexp, weigh
 
 #: Targets per tile.
 TM = 128
@@ -113,7 +113,7 @@ def exp_tile64(sc, m, kind, want_s, Z, S):
     b, n = sc.shape
     for i in range(b):
         if want_s or kind != CODE_EXP:
-            z, sm = _weigh(sc[i], m, n, kind)
+            z, sm, _ = weigh(sc[i], m, n, kind, True)
             S[i] += sm
         else:
             row = sc[i]

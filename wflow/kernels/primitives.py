@@ -8,8 +8,12 @@ back-ends, so that both sum in the same order and agree bit for bit:
   no ``nnan``/``ninf``, so NaN and Inf reach the callers' checks);
 * :data:`CHUNK` — sources per chunk of the chunked kernels (a chunk of scores stays in L1);
 * :func:`fexp` — the vectorisable ``e^s`` (relative error ≤ 3e-15 on ``[-708, 709]``);
-* :func:`row3` — one target row for ``d ≤ 3``: ``(Z, Y_0, Y_1, Y_2, Φ)`` for a kernel code
-  (:data:`wflow.attention.kinds.CODE_EXP`, :data:`~wflow.attention.kinds.CODE_RELU`);
+* :func:`row3`, :func:`row3_ito`, :func:`row5` — one target row for ``d ≤ 3`` (with the
+  Itô row sum) and ``d = 5``: ``Z, Y, S, Φ`` for a kernel code
+  (:data:`wflow.attention.kinds.CODE_EXP`, :data:`~wflow.attention.kinds.CODE_RELU`), the
+  same row loop as the kernels' direct and causal sums;
+* :func:`scores_chunk`, :func:`weigh_chunk` — a chunk of scores and its weighted sums (the
+  chunked kernels of any width);
 * :func:`euler_path` — calls the compiled explicit-Euler loop for static heads in ``d ≤ 3``
   (from Python; wrapped by :func:`wflow.particles.euler_path`).
 
@@ -17,18 +21,18 @@ The thread and memory helpers (:func:`~wflow.kernels.threads`, :func:`~wflow.ker
 :func:`~wflow.kernels.pair_once`, :func:`~wflow.kernels.raise_bound`,
 :func:`~wflow.kernels.aligned`, :func:`~wflow.kernels.aligned_empty`,
 :func:`~wflow.kernels.particle_heads3`) are public names of :mod:`wflow.kernels` itself.
-The numba functions live in the private :mod:`wflow.kernels._numba` (numba caches each
-function against its own file); this module only names them publicly.
+The numba functions live in the private :mod:`wflow.kernels._rows` (the row loops) and
+:mod:`wflow.kernels._numba` (numba caches each function against its own file); this module
+only names them publicly.
 """
 
 from __future__ import annotations
 
 from . import _numba
-from ._numba import _FM as FASTMATH
-from ._numba import CHUNK, fexp
-from ._numba import _row3 as row3
+from ._rows import CHUNK, FASTMATH, fexp, row3, row3_ito, row5, scores_chunk, weigh_chunk
 
-__all__ = ["FASTMATH", "CHUNK", "fexp", "row3", "euler_path"]
+__all__ = ["FASTMATH", "CHUNK", "fexp", "row3", "row3_ito", "row5", "scores_chunk",
+           "weigh_chunk", "euler_path"]
 
 
 def euler_path(xT, A, V, w, wbar, m, beta, kind, soft, sym, pair_once, surrogate, dt,

@@ -423,28 +423,13 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
         Y[h] = (fac * out[1:]).T
         if scores:
             S[h] = beta * np.einsum("mi,ij,mj->m", x, A[h], Y[h])
-    ok = err <= tol
-    redo = ~ok
-    reason = plan.reason + where + " (one ordered sum of the coefficients)"
-    name = "fastsum"
-    if np.any(redo):
-        idx = np.flatnonzero(redo)
-        failed = [h for h in idx if plan.fast_heads[h]]
-        if failed:
-            ests = ", ".join(f"head {h}: {err[h]:.1e}" for h in failed)
-            reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
-            logger.info("fast summation fell back to direct sums (%s)", ests)
-        Zd, Yd, _, Sd = _ring_sums(comm, x, m, Q[idx], K[idx], beta, kind, "direct", False,
-                                   scores)
-        Z[idx] = Zd
-        Y[idx] = Yd
-        if scores:
-            S[idx] = Sd
-        name = "fastsum+direct" if np.any(ok) else "direct"
-    ests = [float(e) for e in err[ok]] + ([err_direct] if np.any(redo) else [])
-    degs = tuple(int(L) if o else -1 for L, o in zip(degree, ok, strict=True))
+    from .sums import _fast_fallback
+
+    name, reason, err_max, degs = _fast_fallback(
+        Z, Y, S, err <= tol, err, degree, plan.fast_heads,
+        plan.reason + where + " (one ordered sum of the coefficients)", tol, err_direct,
+        lambda idx: _ring_sums(comm, x, m, Q[idx], K[idx], beta, kind, "direct", False, scores))
     if values is not None:  # Σ k W y = W Σ k y (d = 3: the full sums cost the same)
         Y = np.matmul(Y, np.swapaxes(values, 1, 2))
     return KernelSums(Z, Y, Z if potential else None, S,
-                      KernelInfo(name, backend, reason, float(max(ests)), tol, degs, threads(),
-                                 triples))
+                      KernelInfo(name, backend, reason, err_max, tol, degs, threads(), triples))

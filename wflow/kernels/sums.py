@@ -153,30 +153,43 @@ def kernel_sums(
         res = fs.harmonic_sums(x, y, m, A, beta=beta, tol=tol, scores=scores,
                                heads=np.asarray(plan.fast_heads))
     Z, Y, S = res.Z, res.Y, res.S
-    redo = ~res.ok
-    degree = tuple(int(L) if ok else -1 for L, ok in zip(res.degree, res.ok, strict=True))
-    reason = plan.reason
-    name = "fastsum"
-    if np.any(redo):
-        idx = np.flatnonzero(redo)
-        failed = [h for h in idx if plan.fast_heads[h]]
-        if failed:
-            ests = ", ".join(f"head {h}: {res.err_est[h]:.1e}" for h in failed)
-            reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
-            logger.info("fast summation fell back to direct sums (%s)", ests)
-        Zd, Yd, _, Sd = _direct_sums(x, y, m, Q[idx], K[idx], beta, spec, False, scores)
-        Z[idx] = Zd
-        Y[idx] = Yd
-        if scores:
-            S[idx] = Sd
-        name = "fastsum+direct" if np.any(res.ok) else "direct"
-    ests = [float(e) for e in res.err_est[res.ok]] + ([err_direct] if np.any(redo) else [])
-    err = float(max(ests))
+    name, reason, err, degree = _fast_fallback(
+        Z, Y, S, res.ok, res.err_est, res.degree, plan.fast_heads, plan.reason, tol, err_direct,
+        lambda idx: _direct_sums(x, y, m, Q[idx], K[idx], beta, spec, False, scores))
     Phi = Z if potential else None
     if values is not None:  # Σ k W y = W Σ k y (d = 3: the full sums cost the same)
         Y = np.matmul(Y, np.swapaxes(values, 1, 2))
     return KernelSums(Z, Y, Phi, S, KernelInfo(name, backend, reason, err, tol, degree,
                                                threads(), triples))
+
+
+def _fast_fallback(Z, Y, S, ok, err_est, degree, fast_heads, reason, tol, err_direct, direct):
+    """The heads whose fast sum missed ``tol`` summed again directly, in place (any layout).
+
+    ``ok``, ``err_est``, ``degree``, ``fast_heads`` (the plan's): ``(H,)`` per head; ``S``
+    ``None`` without scores; ``direct(idx) → (Z, Y, Φ, S)`` the direct sums of the heads
+    ``idx``. Returns ``(name, reason, err, degree)``: the back-end that ran (``fastsum``,
+    ``fastsum+direct`` or ``direct``), ``reason`` with the failed heads' estimates added,
+    the largest error estimate and the degree of each head (``-1``: summed directly).
+    """
+    redo = ~ok
+    name = "fastsum"
+    if np.any(redo):
+        idx = np.flatnonzero(redo)
+        failed = [h for h in idx if fast_heads[h]]
+        if failed:
+            ests = ", ".join(f"head {h}: {err_est[h]:.1e}" for h in failed)
+            reason += f"; estimate above tol={tol:g} ({ests}), summed directly"
+            logger.info("fast summation fell back to direct sums (%s)", ests)
+        Zd, Yd, _, Sd = direct(idx)
+        Z[idx] = Zd
+        Y[idx] = Yd
+        if S is not None:
+            S[idx] = Sd
+        name = "fastsum+direct" if np.any(ok) else "direct"
+    ests = [float(e) for e in err_est[ok]] + ([err_direct] if np.any(redo) else [])
+    degs = tuple(int(L) if o else -1 for L, o in zip(degree, ok, strict=True))
+    return name, reason, float(max(ests)), degs
 
 
 def _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol, values):

@@ -19,10 +19,16 @@ optimises each compiled function together with everything it calls, so every cal
 re-optimises the kernels below it. The thin levels are inlined (``inline="always"``),
 calls never pass literal constants (each literal would compile the callee once more),
 and Monte-Carlo paths run in threads instead of a parallel loop over paths.
-Everything the loop compiles lives in this file (but :func:`wflow.kernels.primitives.fexp`
-and :func:`~wflow.kernels.primitives.row3`): numba's cache checks only the file of each
-function, so a kernel edited in another file would leave a stale cached loop behind (the
-kernel codes of :mod:`wflow.attention.kinds` are frozen for the same reason).
+The attention sums of each token's row are the kernels' own: the row functions of
+:mod:`wflow.kernels.primitives` (:func:`~wflow.kernels.primitives.row3`,
+:func:`~wflow.kernels.primitives.row3_ito`, :func:`~wflow.kernels.primitives.row5`,
+:func:`~wflow.kernels.primitives.scores_chunk`, :func:`~wflow.kernels.primitives.weigh_chunk`,
+from :mod:`wflow.kernels._rows`, which the direct and causal sums call too;
+``tests/test_kernel_rows.py`` pins a state's sums to :func:`wflow.kernels.kernel_sums`).
+Everything else the loop compiles lives in this file: numba's cache checks only the file of
+each function, so a kernel edited in another file leaves a stale cached loop behind (clear
+``__pycache__`` after editing ``_rows.py``; the kernel codes of :mod:`wflow.attention.kinds`
+are frozen for the same reason).
 :func:`state_par` is not cached on its own: a loop compiled against a parallel function
 loaded from numba's cache was cached broken (it crashed the next process; reproduced with
 numba 0.68, tested in ``tests/test_compiled.py``), so the parallel evaluation is always
@@ -38,7 +44,7 @@ from numba import njit, prange
 
 from ..attention.kinds import CODE_EXP
 from ..kernels import EXP_OVERFLOW
-from ..kernels.primitives import CHUNK, FASTMATH, fexp, row3
+from ..kernels.primitives import CHUNK, FASTMATH, row3, row3_ito, row5, scores_chunk, weigh_chunk
 
 __all__ = ["path_block", "published_frames_into"]
 
@@ -144,23 +150,13 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
             a0 = beta * (A[h, 0, 0] * xi0 + A[h, 1, 0] * xi1 + A[h, 2, 0] * xi2)
             a1 = beta * (A[h, 0, 1] * xi0 + A[h, 1, 1] * xi1 + A[h, 2, 1] * xi2)
             a2 = beta * (A[h, 0, 2] * xi0 + A[h, 1, 2] * xi1 + A[h, 2, 2] * xi2)
-            tt = 0.0
             if kind == CODE_EXP and ito:  # the Itô sum in the same pass
-                z = 0.0
-                y0 = 0.0
-                y1 = 0.0
-                y2 = 0.0
-                for j in range(N):
-                    e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j]) * m[j]
-                    z += e
-                    y0 += e * x0[j]
-                    y1 += e * x1[j]
-                    y2 += e * x2[j]
-                    gij = xi0 * x0[j] + xi1 * x1[j] + xi2 * x2[j]
-                    tt += e * (nxi * nx[j] + gsq * gij * gij)
-                ph = z
+                z, y0, y1, y2, _, ph, tt = row3_ito(kind, a0, a1, a2, x0, x1, x2, m, N, xi0,
+                                                    xi1, xi2, nxi, nx, gsq)
             else:
-                z, y0, y1, y2, ph = row3(a0, a1, a2, x0, x1, x2, m, kind)
+                z, y0, y1, y2, _, ph, _ = row3(kind, a0, a1, a2, x0, x1, x2, x0, x1, x2, m, N,
+                                               False)
+                tt = 0.0
                 if ito:  # ReLU: Φ'' = 1_{s > 0}
                     for j in range(N):
                         sc = a0 * x0[j] + a1 * x1[j] + a2 * x2[j]
@@ -174,7 +170,8 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 b0 = beta * (A[h, 0, 0] * xi0 + A[h, 0, 1] * xi1 + A[h, 0, 2] * xi2)
                 b1 = beta * (A[h, 1, 0] * xi0 + A[h, 1, 1] * xi1 + A[h, 1, 2] * xi2)
                 b2 = beta * (A[h, 2, 0] * xi0 + A[h, 2, 1] * xi1 + A[h, 2, 2] * xi2)
-                _, t0, t1, t2, _ = row3(b0, b1, b2, x0, x1, x2, m, kind)
+                _, t0, t1, t2, _, _, _ = row3(kind, b0, b1, b2, x0, x1, x2, x0, x1, x2, m, N,
+                                              False)
                 q0 = 0.5 * (q0 + A[h, 0, 0] * t0 + A[h, 1, 0] * t1 + A[h, 2, 0] * t2)
                 q1 = 0.5 * (q1 + A[h, 0, 1] * t0 + A[h, 1, 1] * t1 + A[h, 2, 1] * t2)
                 q2 = 0.5 * (q2 + A[h, 0, 2] * t0 + A[h, 1, 2] * t1 + A[h, 2, 2] * t2)
@@ -268,90 +265,6 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     _put(PT, b, (pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad))
 
 
-@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
-def _scores_chunk(a, xT, j0, n, sc):
-    """``sc[j] = Σ_c a_c x_c[j0 + j]`` for ``j < n`` (component by component, vectorised)."""
-    D = a.shape[0]
-    r = xT[0, j0:j0 + n]
-    a0 = a[0]
-    for j in range(n):
-        sc[j] = a0 * r[j]
-    for c in range(1, D):
-        r = xT[c, j0:j0 + n]
-        ac = a[c]
-        for j in range(n):
-            sc[j] += ac * r[j]
-
-
-@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
-def _row5(a, xi, xT, nx, nxi, m, kind, ito, gsq):
-    """One target row and head in ``d = 5``, fused in registers (as ``row3`` for ``d ≤ 3``).
-
-    The published high-dimensional experiments run in ``d = 5``.
-
-    Returns ``(Z, Y_0..Y_4, Φ, Itô row sum)`` for ``s_j = a·x_j``; the Itô sum only with
-    ``ito`` (exponential kernels; ReLU: :func:`_stateg`'s chunked pass).
-    """
-    N = m.shape[0]
-    x0 = xT[0]
-    x1 = xT[1]
-    x2 = xT[2]
-    x3 = xT[3]
-    x4 = xT[4]
-    a0 = a[0]
-    a1 = a[1]
-    a2 = a[2]
-    a3 = a[3]
-    a4 = a[4]
-    z = 0.0
-    y0 = 0.0
-    y1 = 0.0
-    y2 = 0.0
-    y3 = 0.0
-    y4 = 0.0
-    ph = 0.0
-    tt = 0.0
-    if kind == CODE_EXP and not ito:
-        for j in range(N):
-            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]) * m[j]
-            z += e
-            y0 += e * x0[j]
-            y1 += e * x1[j]
-            y2 += e * x2[j]
-            y3 += e * x3[j]
-            y4 += e * x4[j]
-        ph = z
-    elif kind == CODE_EXP:
-        b0 = xi[0]
-        b1 = xi[1]
-        b2 = xi[2]
-        b3 = xi[3]
-        b4 = xi[4]
-        for j in range(N):
-            e = fexp(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j]) * m[j]
-            z += e
-            y0 += e * x0[j]
-            y1 += e * x1[j]
-            y2 += e * x2[j]
-            y3 += e * x3[j]
-            y4 += e * x4[j]
-            g = b0 * x0[j] + b1 * x1[j] + b2 * x2[j] + b3 * x3[j] + b4 * x4[j]
-            tt += e * (nxi * nx[j] + gsq * g * g)
-        ph = z
-    else:
-        for j in range(N):
-            k = max(a0 * x0[j] + a1 * x1[j] + a2 * x2[j] + a3 * x3[j] + a4 * x4[j], 0.0)
-            e = k * m[j]
-            z += e
-            ph += 0.5 * k * e
-            y0 += e * x0[j]
-            y1 += e * x1[j]
-            y2 += e * x2[j]
-            y3 += e * x3[j]
-            y4 += e * x4[j]
-    return z, y0, y1, y2, y3, y4, ph, tt
-
-
 @njit(fastmath=FASTMATH, cache=True, error_model="numpy")
 def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
             surrogate, vel, PE, PG, PI, PT, buf):
@@ -406,7 +319,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                         yp[c] = 0.0
                 want_ito = ito and rep == 0
                 if D == 5 and (kind == CODE_EXP or not want_ito):  # fused in registers
-                    r5 = _row5(a, xi, xT, nx, nxi, m, kind, want_ito, gsq)
+                    r5 = row5(a, xi, xT, nx, nxi, m, kind, want_ito, gsq)
                     if rep == 0:
                         z = r5[0]
                         ph = r5[6]
@@ -420,23 +333,10 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                 for j0 in range(0, N, CHUNK):
                     n = min(N, j0 + CHUNK) - j0
                     mm = m[j0:j0 + n]
-                    _scores_chunk(a, xT, j0, n, sc)
+                    scores_chunk(a, xT, j0, n, sc)
                     if want_ito:
-                        _scores_chunk(xi, xT, j0, n, gg_)
-                    zc = 0.0
-                    pc = 0.0
-                    if kind == CODE_EXP:
-                        for j in range(n):
-                            em = fexp(sc[j]) * mm[j]
-                            zc += em
-                            sc[j] = em
-                    else:
-                        for j in range(n):
-                            k = max(sc[j], 0.0)
-                            em = k * mm[j]
-                            zc += em
-                            pc += 0.5 * k * em
-                            sc[j] = em
+                        scores_chunk(xi, xT, j0, n, gg_)
+                    zc, _, pc = weigh_chunk(sc, mm, xT, j0, n, kind, y if rep == 0 else yp, False)
                     if want_ito and kind == CODE_EXP:
                         for j in range(n):
                             gij = gg_[j]
@@ -446,15 +346,6 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
                             gij = gg_[j]
                             tt += (mm[j] if sc[j] > 0.0 else 0.0) * (nxi * nx[j0 + j]
                                                                        + gsq * gij * gij)
-                    for c in range(D):
-                        xr = xT[c, j0:j0 + n]
-                        acc = 0.0
-                        for j in range(n):
-                            acc += sc[j] * xr[j]
-                        if rep == 0:
-                            y[c] += acc
-                        else:
-                            yp[c] += acc
                     if rep == 0:
                         z += zc
                         ph += pc
