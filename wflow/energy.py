@@ -176,13 +176,10 @@ def masked_field(x: np.ndarray, heads: Heads, attn: Attention, *, m: np.ndarray 
 
     def sums(Q: np.ndarray, K: np.ndarray, potential: bool,
              values: np.ndarray | None = None):
-        s = causal_sums(x, m, Q, K, beta=attn.beta, kind=attn.kind, mask=attn.mask,
-                        bias=attn.bias, potential=potential, backend=backend, tol=tol,
-                        comm=comm)
-        if values is None:
-            return s
-        # Σ_j k W y_j = W Σ_j k y_j: the masked sums are formed at full width
-        return s._replace(Y=np.matmul(s.Y, np.swapaxes(values, 1, 2)))
+        vkw = {} if values is None else {"values": values}
+        return causal_sums(x, m, Q, K, beta=attn.beta, kind=attn.kind, mask=attn.mask,
+                           bias=attn.bias, potential=potential, backend=backend, tol=tol,
+                           comm=comm, **vkw)
 
     guard = None if comm is None else (lambda fn: collective_check(comm, fn))
     return field_from_sums(x, heads, attn, sums, log=log, guard=guard, empty=empty)

@@ -71,7 +71,14 @@ from .plan import (
 )
 from .reference import BLOCK_ELEMS
 from .results import KernelInfo, KernelSums
-from .validation import DEFAULT_TOL, _max_norm, _scores_A, _validate, raise_bound
+from .validation import (
+    DEFAULT_TOL,
+    _max_norm,
+    _scores_A,
+    _validate,
+    _validate_values,
+    raise_bound,
+)
 
 __all__ = ["causal_sums", "plan_causal", "FAST_BLOCK"]
 
@@ -123,10 +130,16 @@ def _bias_bound(b: np.ndarray, lim: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------- NumPy
 def _numpy_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bias, tpos, spos,
-                  potential, scores, block):
-    """The blocked NumPy reference of the causal sums (module docstring)."""
+                  potential, scores, block, values=None):
+    """The blocked NumPy reference of the causal sums (module docstring).
+
+    ``values`` ``(H, r, d)``: each head accumulates ``W_h y_j`` (width ``r``), formed once
+    per head, instead of ``y_j`` (width ``d``).
+    """
     H = Q.shape[0]
     M, d = xt.shape
+    vals = None if values is None else np.einsum("hrd,nd->hnr", values, ys)
+    w = d if values is None else values.shape[1]
     N = ys.shape[0]
     kern = spec.kernel
     expo = kern.exponential
@@ -137,7 +150,7 @@ def _numpy_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bias
     if expo and not isinstance(bias, Bias):
         raise_bound(bound)  # ALiBi ≤ 0 under the mask
     Z = np.zeros((H, M))
-    Y = np.zeros((H, M, d))
+    Y = np.zeros((H, M, w))
     Phi = np.zeros((H, M)) if (potential and not expo) else None
     S = np.zeros((H, M)) if scores else None
     B = max(1, min(max(M, 1), (BLOCK_ELEMS // max(N, 1)) if block is None else int(block)))
@@ -163,7 +176,7 @@ def _numpy_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bias
                 S[h, i0:i1] = (kmat * s) @ m[:nl]
             kmat *= m[:nl]
             Z[h, i0:i1] = kmat.sum(axis=1)
-            Y[h, i0:i1] = kmat @ ys[:nl]
+            Y[h, i0:i1] = kmat @ (ys[:nl] if vals is None else vals[h, :nl])
     if potential and expo:
         Phi = Z
     return Z, Y, Phi, S
@@ -360,12 +373,16 @@ def plan_causal(spec: AttentionKind, mask: Causal, bias, *, H: int, d: int, n: i
 
 # ------------------------------------------------------------------------- ring
 def _ring_causal(comm, x, m, Q, K, beta, spec, mask, bias, offset, backend, potential, scores,
-                 block):
-    """Direct sums over ranks: runs of sources passed down a pipeline, masked runs skipped."""
+                 block, values=None):
+    """Direct sums over ranks: runs of sources passed down a pipeline, masked runs skipped.
+
+    ``values``: the NumPy back-end accumulates them at their width; the compiled one sums at
+    full width (the caller projects).
+    """
     P, rank = comm.Get_size(), comm.Get_rank()
     M, d = x.shape
     fn = _numpy_causal if backend == "numpy" else _direct_causal
-    extra = (block,) if backend == "numpy" else ()
+    extra = (block, values) if backend == "numpy" else ()
     Z, Y, Phi, S = fn(x, x, m, Q, K, beta, spec, mask, bias, offset, offset, potential, scores,
                       *extra)
     Z, Y = Z.copy(), Y.copy()
@@ -409,6 +426,7 @@ def causal_sums(
     backend: str = "auto",
     tol: float = DEFAULT_TOL,
     comm: Any = None,
+    values: np.ndarray | None = None,
 ) -> KernelSums:
     r"""The causal attention sums of tokens in order (module docstring).
 
@@ -446,12 +464,19 @@ def causal_sums(
         Relative tolerance of the fast sum (per target, relative to ``Z_i``).
     comm : mpi4py communicator, optional
         Tokens split over its ranks in rank order (collective: every rank calls).
+    values : (H, r, d) array, optional
+        Value factors ``W_h``: ``Y_h(i) = Σ_{j ≤ i} m_j k(·) W_h x_j``, shape ``(H, n, r)``
+        (heads of value rank ``r``, as :func:`wflow.kernels.kernel_sums`). The NumPy
+        back-end accumulates them at width ``r`` (``O(n² (k + r))`` a head); the compiled
+        and fast sums sum at full width and apply ``W_h`` once per target (``Σ k W y =
+        W Σ k y``), as ``.info.reason`` says.
 
     Returns
     -------
     KernelSums
-        ``Z (H, n)``, ``Y (H, n, d)``, ``Phi``, ``S``; ``.info`` names the back-end. With a
-        strict mask token 0 has ``Z = Y = 0`` (it attends to nothing).
+        ``Z (H, n)``, ``Y (H, n, d)`` (``(H, n, r)`` with ``values``), ``Phi``, ``S``;
+        ``.info`` names the back-end. With a strict mask token 0 has ``Z = Y = 0`` (it
+        attends to nothing).
 
     Raises
     ------
@@ -466,18 +491,23 @@ def causal_sums(
     mk, bs = check_mask_bias(mask, bias)
     P = 1 if comm is None else comm.Get_size()
     if mk is None:
+        vkw = {} if values is None else {"values": values}  # (None: today's call)
         if P > 1:
             from .split import split_sums
 
             return split_sums(x, m, Q, K, comm=comm, beta=beta, kind=kind, potential=potential,
-                              scores=scores, backend=backend, tol=tol)
+                              scores=scores, backend=backend, tol=tol, **vkw)
         from .sums import kernel_sums
 
         return kernel_sums(x, x, m, Q, K, beta=beta, kind=kind, potential=potential,
-                           scores=scores, block=block, backend=backend, tol=tol)
+                           scores=scores, block=block, backend=backend, tol=tol, **vkw)
     x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
     H = Q.shape[0]
     M, d = x.shape
+    values = _validate_values(values, H, d)
+
+    def project(Y: np.ndarray) -> np.ndarray:  # Σ k W y = W Σ k y (summed at full width)
+        return Y if values is None else np.matmul(Y, np.swapaxes(values, 1, 2))
     if P > 1:
         counts = comm.allgather(M)
         n = int(sum(counts))
@@ -510,17 +540,22 @@ def causal_sums(
     name, reason, hs = plan_causal(spec, mk, bs, H=H, d=d, n=n, backend=backend, tol=tol,
                                    scores=scores, dev=lambda: dev, heads=heads)
     where = "" if P == 1 else f"; split over {P} ranks"
+    if values is not None:
+        where += (f"; values at rank {values.shape[1]}" if name == "numpy" else
+                  f"; values of rank {values.shape[1]} applied to the full-width sums")
     if name in ("numpy", "direct"):
         if P > 1:
             Z, Y, Phi, S = _ring_causal(comm, x, m, Q, K, beta, spec, mk, bs, offset, name,
-                                        potential, scores, block)
+                                        potential, scores, block, values)
             where += " (source runs down a pipeline, masked runs skipped)"
         elif name == "numpy":
             Z, Y, Phi, S = _numpy_causal(x, x, m, Q, K, beta, spec, mk, bs, 0, 0, potential,
-                                         scores, block)
+                                         scores, block, values)
         else:
             Z, Y, Phi, S = _direct_causal(x, x, m, Q, K, beta, spec, mk, bs, 0, 0, potential,
                                           scores)
+        if name == "direct":
+            Y = project(Y)
         return KernelSums(Z, Y, Phi, S, KernelInfo(
             name, backend, reason + where, err_direct, tol, (),
             threads() if name == "direct" else 1, pairs))
@@ -566,7 +601,7 @@ def causal_sums(
             S[redo] = Sd
     ests = [float(e) for e in err[ok]] + ([err_direct] if redo.size else [])
     reason += where + (" (exclusive scan of the ranks' coefficient sums)" if P > 1 else "")
-    return KernelSums(Z, Y, Z if potential else None, S, KernelInfo(
+    return KernelSums(Z, project(Y), Z if potential else None, S, KernelInfo(
         label, backend, reason, float(max(ests)), tol, degree, threads(), pairs))
 
 
