@@ -13,7 +13,13 @@ from typing import Any
 
 from ...results import EMPTY, Outcome
 from ...status import Status
+from ..run_table import RUN_SCHEMA, RUN_SPEC, RunOptions
 from ..scenario import Scenario, load_scenario
+
+#: ``[run]``'s options live in :mod:`wflow.apps.run_table` (below the scenario, which parses
+#: them at load); re-exported here, their former home.
+__all__ = ["RUN_SCHEMA", "RUN_SPEC", "RunOptions", "MainJobResult", "CHECKPOINT_MARKER",
+           "PHASES", "default_run_scenario"]
 
 #: Marker file of a checkpoint folder ``DIR.ckpt`` (written first, removed last).
 CHECKPOINT_MARKER = ".wflow-checkpoint"
