@@ -105,8 +105,8 @@ PDE_DT = 0.05
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"n": 1200, "R": 64, "B": 3, "S": 12, "L": 2, "L_cv": 6,
               "meshes": ("icosphere:1280", "icosphere:5120")},
-    "full": {"n": 6000, "R": 96, "B": 6, "S": 24, "L": 2, "L_cv": 6,
-             "meshes": ("icosphere:5120", "icosphere:20480")},
+    "full": {"n": 4800, "R": 96, "B": 6, "S": 24, "L": 2, "L_cv": 6,
+             "meshes": ("icosphere:1280", "icosphere:5120")},
 }
 
 #: Negative controls: ``run(fault=NAME)``.
