@@ -278,20 +278,20 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     mc_med = float(np.median(tT.se_mc))
     K1 = (L + 1) ** 2 - 1
     worst = int(np.argmax(np.abs(tT.t)))
-    details = (
-        f"{B} position bins × {K1} moments (degree ≤ {L}) of {R} replicates × {n} causal "
-        f"tokens (ALiBi slope λ/n, λ = {LAMBDA:g}) against the kinetic limit with {B} slices "
-        f"on {fine['cells']} cells (error from {coarse['cells']} cells and from {2 * B} "
-        f"slices): at T max|t| = {tT.max_t:.2f} (bin {worst // K1}; critical "
-        f"{tT.t_crit:.2f}), Hotelling T² = {tT.hotelling:.1f} (critical "
-        f"{tT.hotelling_crit:.1f}); at t = 0 max|t| = {t0.max_t:.2f}. Control variates "
-        f"({cv.controls}) scale the replicate s.e. by {cv_ratio:.2f} (without them max|t| = "
-        f"{plain.max_t:.2f}, T² = {plain.hotelling:.1f}). Monte Carlo s.e. median "
-        f"{mc_med:.2e}; reference error max {float(np.max(errT)):.2e} (mesh "
-        f"{float(np.max(e_h)):.2e}, slices {float(np.max(e_S)):.2e}).")
+    details = " ".join((
+        f"{B} position bins × {K1} moments (degree ≤ {L}) of {R} replicates × {n} causal",
+        f"tokens (ALiBi slope λ/n, λ = {LAMBDA:g}) against the kinetic limit with {S} slices",
+        f"on {fine['cells']} cells (error from {coarse['cells']} cells and {2 * S} slices):",
+        f"at T max|t| = {tT.max_t:.2f} (bin {worst // K1}; critical {tT.t_crit:.2f}),",
+        f"Hotelling T² = {tT.hotelling:.1f} (critical {tT.hotelling_crit:.1f});",
+        f"at t = 0 max|t| = {t0.max_t:.2f}. Control variates ({cv.controls}) scale the",
+        f"replicate s.e. by {cv_ratio:.2f} (without them max|t| = {plain.max_t:.2f},",
+        f"T² = {plain.hotelling:.1f}). Monte Carlo s.e. median {mc_med:.2e}; reference",
+        f"error max {float(np.max(errT)):.2e} (mesh {float(np.max(e_h)):.2e}, slices",
+        f"{float(np.max(e_S)):.2e})."))
     passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
                                      families=FAMILIES)
-    summary = {"settings": {"n": n, "replicates": R, "bins": B, "slices": B, "degree": L,
+    summary = {"settings": {"n": n, "replicates": R, "bins": B, "slices": S, "degree": L,
                             "T": T_FINAL, "particle_dt": T_FINAL / PARTICLE_STEPS,
                             "alibi_lambda": LAMBDA, "token_slope": LAMBDA / n,
                             "cells": [coarse["cells"], fine["cells"]],
