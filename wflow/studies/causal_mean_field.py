@@ -6,7 +6,7 @@ attends to ``j ≤ i`` with the ALiBi bias ``b(i, j) = −(λ/n)(i − j)``
 ``λ/n``), one softmax head ``A = V = diag(2.4, 1.2, −0.6)``, ``β = 1`` (the model of
 :mod:`wflow.studies.mean_field`), token ``i`` drawn independently from
 ``ρ_0(s_i, ·) = (1 − s_i) ρ_A + s_i ρ_B`` at ``s_i = (i − ½)/n`` (``ρ_A`` the ``mean-field``
-study's :data:`~wflow.studies.mean_field.RHO0`, ``ρ_B`` the bump :data:`RHO0_B`). The initial
+study's ``RHO0``, ``ρ_B`` the bump :data:`RHO0_B`). The initial
 law must depend on the position: with the same density at every position, softmax
 attention normalises the cumulative measure's weight away and every slice follows the
 non-causal transformer PDE whatever the bias (:mod:`wflow.kinetic.solver`), so neither the
@@ -44,7 +44,7 @@ The particles: ``R`` replicates of ``n`` tokens, RK4 with ``dt = T/8``
 (:func:`wflow.particles.simulate`). Control variates (as ``mean-field``,
 :func:`wflow.geometry.moment_test.control_variates`): the harmonics of each token's initial
 position up to degree ``L_cv = 6``, one block of ``(L_cv + 1)² − 1 = 48`` controls per bin
-(``Z_i^{(b)} = B·1[i ∈ b] Y_j(x_i(0))``, :func:`_blocked`); their means are exact: the bin
+(``Z_i^{(b)} = B·1[i ∈ b] Y_j(x_i(0))``, ``_blocked``); their means are exact: the bin
 means of the initial slices' cell moments (``ρ_0`` is linear in ``s``).
 
 Finite ``n``: token ``i`` feels ``i`` tokens, its own among them; the first tokens differ
@@ -55,7 +55,7 @@ control ``mask-shifted`` (the particles with ``Causal(strict=True)``, ``j < i``)
 ``O(log n / n)`` effect concentrated in bin 0.
 
 Criteria (each at level :data:`~wflow.studies.mean_field.ALPHA`,
-:func:`wflow.studies.mean_field.moment_criteria`): ``moments_at_0`` and ``moments_at_T``,
+``mean_field.moment_criteria``): ``moments_at_0`` and ``moments_at_T``,
 ``max |t|`` over all (bin, moment) pairs below the Šidák critical value of ``t(R − 1)``;
 ``hotelling_at_T``, Hotelling's ``T²`` against its ``F(K, R − K)`` critical value.
 
@@ -87,7 +87,7 @@ from .mean_field import ALPHA, RHO0, _model, moment_criteria
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run", "FAULTS", "FAMILIES", "MODES", "LAMBDA"]
+__all__ = ["run", "FAULTS", "FAMILIES", "MODES", "LAMBDA", "RHO0_B"]
 
 NAME = "causal-mean-field"
 
@@ -126,7 +126,7 @@ FAMILIES = {
 }
 
 #: The second initial density: ``ρ_0(s, ·) = (1 − s) ρ_A + s ρ_B`` with ``ρ_A`` the
-#: ``mean-field`` study's :data:`~wflow.studies.mean_field.RHO0` and ``ρ_B`` this vMF bump.
+#: ``mean-field`` study's ``RHO0`` and ``ρ_B`` this vMF bump.
 RHO0_B = {"type": "vmf", "means": [[0.0, -1.0, 0.3]], "kappas": [5.0], "weights": [1.0]}
 
 #: In-process cache of the kinetic levels (deterministic): key -> level data.
@@ -184,7 +184,8 @@ def _bins(mom: np.ndarray, B: int) -> np.ndarray:
 def _blocked(per_bin: list[tuple[np.ndarray, ...]], n: int) -> tuple[np.ndarray, ...]:
     """The cross sums of the blocked token vectors ``B·1[i ∈ b] (Z_i, Y_i)`` (module docstring).
 
-    ``per_bin``: each bin's :func:`token_cross_sums`; the mass entry ``Y_0`` is not blocked.
+    ``per_bin``: each bin's :func:`wflow.geometry.harmonics.token_cross_sums`; the mass
+    entry ``Y_0`` is not blocked.
     """
     B = len(per_bin)
     P = per_bin[0][0].size
