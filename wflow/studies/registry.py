@@ -54,7 +54,9 @@ for _section, _names in (
         # §7: [GA] — Gaussian dynamics
         ("§7", ("gaussian-particles",)),
         # §9: the noisy transformer (token diffusion)
-        ("§9", ("noisy-mean-field", "free-energy", "phase"))):
+        ("§9", ("noisy-mean-field", "free-energy", "phase")),
+        # §10: causal attention (decoder transformers) and its kinetic limit
+        ("§10", ("causal-mean-field",))):
     for _name in _names:
         STUDIES.add(Study(_name, "wflow.studies." + _name.replace("-", "_"), _section),
                     builtin=True)
