@@ -103,7 +103,14 @@ FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              ("noisy-mean-field", "pde-diffusion:0.05"),
              ("noisy-mean-field", "pde-diffusion:-0.05"),
              ("noisy-mean-field", "pde-noiseless"),
-             ("noisy-mean-field", "particles-no-ito-drift")}
+             ("noisy-mean-field", "particles-no-ito-drift"),
+             # causal-mean-field: a cold quick run solves the kinetic limit at 12 and 24
+             # slices on two meshes (one to two minutes): tests/test_study_causal_mean_field.py
+             ("causal-mean-field", "pde-velocity:0.02"),
+             ("causal-mean-field", "pde-velocity:-0.02"),
+             ("causal-mean-field", "pde-velocity:0.01"),
+             ("causal-mean-field", "pde-velocity:-0.01"),
+             ("causal-mean-field", "mask-shifted"), ("causal-mean-field", "bias-slope:0.5")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
 #: Controls of a part that the default skips.
@@ -156,7 +163,7 @@ def test_fault_flips_verdict(name, fault, criterion, tmp_path):
 SEEDED = sorted(n for n in STUDIES if not getattr(load_study(n), "SEED_INDEPENDENT", False))
 #: Seeded studies whose quick run takes half a minute or more: their other seeds run in the
 #: slow suite (their size over 100 seeds: bench/size_power.py, docs/studies_power.md).
-SLOW_SEEDED = {"noisy-mean-field", "asymptotics", "mean-field"}
+SLOW_SEEDED = {"noisy-mean-field", "asymptotics", "mean-field", "causal-mean-field"}
 
 
 def test_seed_independent_studies_say_so(tmp_path):
