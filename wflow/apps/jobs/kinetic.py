@@ -85,7 +85,9 @@ def _table(sc: Any, overrides: dict[str, Any]) -> KineticTable:
     table = replace(table, mesh=table.mesh if mesh is None else mesh,
                     S=table.S if S is None else S,
                     pde=replace(table.pde, **pde) if pde else table.pde)
-    table.options  # noqa: B018  (a [pde] key the causal system has no use for: exit 2 here)
+    # the run's options, built once here: a [pde] key the causal system has no use for
+    # exits 2 naming it, before any estimate (KineticTable.options)
+    _ = table.options
     return table
 
 
