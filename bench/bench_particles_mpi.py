@@ -71,12 +71,18 @@ def _current_rss_mb() -> float:
 
 
 def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = (1, 3),
-              backend: str = "auto", seed: int = 0, engine: str = "auto") -> dict:
-    """In the peer process (every rank): the two runs of the row, per-rank measurements."""
+              backend: str = "auto", seed: int = 0, engine: str = "auto",
+              mask: str = "none") -> dict:
+    """In the peer process (every rank): the two runs of the row, per-rank measurements.
+
+    ``mask = "causal"``: the decoder system (token ``i`` attends to ``j ≤ i``, the tokens in
+    their order; the causal fast sums and their exclusive scan over ranks).
+    """
     import numpy as np
     from mpi4py import MPI
 
     from wflow.attention.heads import Attention, Heads
+    from wflow.attention.mask import get_mask
     from wflow.geometry.sphere import sample_uniform
     from wflow.particles import simulate
 
@@ -84,7 +90,7 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
     P = world.Get_size()
     rng = np.random.default_rng(seed)
     heads = Heads.random_symmetric(H, d, rng, scale=0.5)
-    attn = Attention("softmax", beta)
+    attn = Attention("softmax", beta, mask=get_mask(mask, "mask"))
     dt = 0.01
     # warm-up: compile / load every kernel on a small system with the same settings
     xw = sample_uniform(2000, d, np.random.default_rng(1))
@@ -118,7 +124,7 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
         import os
 
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    return {"n": n, "d": d, "H": H, "beta": beta, "ranks": P, "backend": backend,
+    return {"n": n, "d": d, "H": H, "beta": beta, "mask": mask, "ranks": P, "backend": backend,
             "engine": "python (split over ranks)" if P > 1 else engine,
             "step_wall_s": per["wall_s"], "step_cpu_s": per["cpu_s"],
             "step_comm_s": per["comm_s"], "peak_rss_mb_max": max(r["peak_rss_mb"] for r in ranks),
@@ -143,6 +149,10 @@ ROWS = {
     "d64_n2e4_p1_python": dict(n=20_000, d=64, ranks=1, steps=(1, 2), engine="python"),
     "d64_n2e4_p2": dict(n=20_000, d=64, ranks=2, steps=(1, 2)),
     "d64_n1e5_p2": dict(n=100_000, d=64, ranks=2, steps=(1, 2)),
+    # the decoder system at 10⁶ tokens on S² over 2 ranks (β = 4, H = 4, RK4, the default
+    # diagnostics; target ≤ 1.3 GB per rank), beside the same system without the mask
+    "causal_b4_n1e6_p2": dict(n=1_000_000, beta=4.0, mask="causal", ranks=2, steps=(1, 2)),
+    "b4_n1e6_p2": dict(n=1_000_000, beta=4.0, ranks=2, steps=(1, 2)),
 }
 QUICK = ("n1e5_p1", "n1e5_p2")
 

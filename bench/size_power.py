@@ -20,11 +20,12 @@ Usage (from the repository root)::
 
 Results: ``bench/results/size_power.json`` (``--merge`` updates the studies measured and
 keeps the others; the ``edi`` study is measured into ``size_power_edi.json`` and the noisy
-model's studies into ``size_power_noisy.json`` (``--out``), whose studies override). Runs go
+model's studies into ``size_power_noisy.json`` and the causal model's into
+``size_power_causal.json`` (``--out``), whose studies override). Runs go
 to a temporary directory. Not a timed benchmark: wall times are recorded only to plan the
 runs.
 
-The page docs/studies_power.md is generated whole from the three results files
+The page docs/studies_power.md is generated whole from the four results files
 (:func:`page`: fixed prose without measured numbers, and every number rendered from the
 JSON), and so is the README's bullet "What a PASS rules out" (:func:`readme_bullet`).
 After a measurement, regenerate both::
@@ -62,8 +63,10 @@ EDI_RESULTS = RESULTS.with_name("size_power_edi.json")
 #: The noisy model's studies (``phase``, ``free-energy``, ``noisy-mean-field``), measured
 #: separately (same schema; read after the two above).
 NOISY_RESULTS = RESULTS.with_name("size_power_noisy.json")
+#: The causal model's study (``causal-mean-field``), measured separately (same schema).
+CAUSAL_RESULTS = RESULTS.with_name("size_power_causal.json")
 #: Every results file the page and the README's bullet read, in override order.
-ALL_RESULTS = (RESULTS, EDI_RESULTS, NOISY_RESULTS)
+ALL_RESULTS = (RESULTS, EDI_RESULTS, NOISY_RESULTS, CAUSAL_RESULTS)
 
 #: Fault sizes scanned for power (absolute values; families with both signs get ``±s``).
 #: The scan bisects this grid assuming that a larger fault of a family is caught when a
@@ -994,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --merge: rerun the seeds of the studies measured")
     p.add_argument("--markdown", action="store_true",
                    help="print the table from --out and, if present, "
-                        f"{EDI_RESULTS.name} and {NOISY_RESULTS.name} (their studies "
+                        f"{', '.join(p.name for p in ALL_RESULTS[1:])} (their studies "
                         "override)")
     p.add_argument("--page", action="store_true",
                    help="print docs/studies_power.md as generated from the results files")
@@ -1003,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                         "results files")
     args = p.parse_args(argv)
     if args.markdown or args.page or args.write:
-        data = load([args.out, EDI_RESULTS, NOISY_RESULTS])
+        data = load([args.out, *ALL_RESULTS[1:]])
         if args.write:
             write_docs(data)
         else:

@@ -62,7 +62,7 @@ Criteria (each at level :data:`~wflow.studies.mean_field.ALPHA`,
 Negative controls (``FAULTS``, ``FAMILIES``): the kinetic velocity ``×(1 + s)``
 (``pde-velocity:S``, the value matrix scaled), the kinetic ALiBi slope ``λ(1 + s)``
 (``bias-slope:S``) and ``mask-shifted``. The sizes caught are recorded in
-bench/results/size_power_causal.json (written by bench/causal_size.py).
+bench/results/size_power_causal.json (written by bench/size_power.py).
 """
 
 from __future__ import annotations
