@@ -29,6 +29,8 @@ from .files import (
     current_umask,
     is_disk_full,
     provenance,
+    save_npz,
+    write_csv,
     write_json,
 )
 
@@ -152,6 +154,20 @@ def prepare_output(out: str | Path, *, overwrite: bool = False) -> Path:
     answer.
     """
     return _rank0_decides(lambda: _check_location(out, overwrite=overwrite, probe=True))
+
+
+def write_run_files(stage: Path, summary: Mapping[str, Any], columns: Mapping[str, Any],
+                    arrays: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Write a run's files into its staging folder ``stage`` (of :func:`run_directory`).
+
+    ``summary.json`` (``summary``), ``diagnostics.csv`` (``columns``, one row per
+    output time) and, for each ``name → {key: array}`` of ``arrays``, the archive
+    ``name`` (:func:`~wflow.infra.io.save_npz`), in this order.
+    """
+    write_json(stage / "summary.json", summary)
+    write_csv(stage / "diagnostics.csv", columns)
+    for name, npz in (arrays or {}).items():
+        save_npz(stage / name, **npz)
 
 
 def _rank0_decides(decide: Callable[[], Path]) -> Path:
