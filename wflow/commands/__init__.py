@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +61,10 @@ def add_yes(p: argparse.ArgumentParser, *, mesh: bool = False) -> None:
 
 
 def add_scenario_command(sub: argparse._SubParsersAction, name: str, *, help: str,
-                         description: Any,
-                         scenario: str = "scenario TOML file") -> argparse.ArgumentParser:
-    """Parser of a solver command: ``wflow NAME SCENARIO --out DIR [--overwrite]``.
+                         description: Any, scenario: str = "scenario TOML file",
+                         switches: Mapping[str, str] | None = None,
+                         gif: str | None = None) -> argparse.ArgumentParser:
+    """Parser of a solver command: ``wflow NAME SCENARIO --out DIR [--overwrite] [...]``.
 
     Parameters
     ----------
@@ -72,6 +73,8 @@ def add_scenario_command(sub: argparse._SubParsersAction, name: str, *, help: st
     description : its ``--help`` text, usually :func:`wflow.commands._help.describe`
         (formatted only when the help is printed).
     scenario : the help of the positional ``SCENARIO`` argument.
+    switches : the command's optional extra outputs, ``--FLAG → help`` (on/off flags).
+    gif : with ``--gif`` (:func:`add_gif`): its animation, file name and what it shows.
 
     Returns
     -------
@@ -82,6 +85,10 @@ def add_scenario_command(sub: argparse._SubParsersAction, name: str, *, help: st
     p = sub.add_parser(name, help=help, formatter_class=Formatter, description=description)
     p.add_argument("scenario", help=scenario)
     add_output(p)
+    for flag, what in (switches or {}).items():
+        p.add_argument(flag, action="store_true", help=what)
+    if gif is not None:
+        add_gif(p, gif)
     return p
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from . import add_controls, add_gif, add_scenario_command, finish, prepare_scenario
+from . import add_controls, add_scenario_command, finish, prepare_scenario
 from ._help import describe
 
 
@@ -13,7 +13,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``particles`` subcommand."""
     p = add_scenario_command(
         sub, "particles", help="simulate tokens as interacting particles on the sphere",
-        scenario="scenario TOML file (its tables: below)", description=describe(
+        scenario="scenario TOML file (its tables: below)",
+        switches={"--save-trajectory": "also write trajectory.npz with t and x of shape "
+                  "(steps, n, d)"},
+        gif="tokens.gif (tokens on S², 60 frames)", description=describe(
             "Simulate n tokens on S^{d-1} under multi-head attention with (possibly "
             "time-dependent, possibly noisy) weights, dx_i/dt = Σ_h w_h P_{x_i} V_h f_h(x_i), "
             "and record energies, slopes, the energy balance, radial shadows, entropies and "
@@ -27,9 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
             "columns of the output-key reference); with --save-trajectory DIR/trajectory.npz "
             "(t (steps+1,), x (steps+1, n, d)); with --gif DIR/tokens.gif and DIR/run.png."),
     )
-    p.add_argument("--save-trajectory", action="store_true",
-                   help="also write trajectory.npz with t and x of shape (steps, n, d)")
-    add_gif(p, "tokens.gif (tokens on S², 60 frames)")
     add_controls(p, _main, diffusion="Brownian tokens; needs a stochastic integrator (em, "
                  "strang)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from . import add_controls, add_gif, add_override, add_scenario_command, finish, prepare_scenario
+from . import add_controls, add_override, add_scenario_command, finish, prepare_scenario
 from ._help import describe
 
 
@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = add_scenario_command(
         sub, "pde", help="solve the transformer PDE on a sphere mesh (finite volumes, DOLFINx)",
-        description=describe(
+        switches={"--render": "write PNG snapshots of the density at every output time "
+                  "(pyvista)"},
+        gif="density.gif (the density on the mesh at the output times)", description=describe(
             "Solve ∂_t ρ + div(ρ v[μ_t, Θ_t]) = 0 on a triangulated S² by finite volumes "
             "(DOLFINx) with the heads, attention and weight schedule of the scenario (the "
             "schema shared with `wflow particles`); [density] gives the initial density "
@@ -27,9 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
             "cells), centroids, areas); DIR/density.xdmf + .h5 (ParaView time series); with "
             "--render DIR/render/rho_XXXX.png; with --gif DIR/density.gif and DIR/run.png."),
     )
-    p.add_argument("--render", action="store_true",
-                   help="write PNG snapshots of the density at every output time (pyvista)")
-    add_gif(p, "density.gif (the density on the mesh at the output times)")
     add_override(p, "mesh", "pde")
     add_override(p, "order", "pde", type=int, choices=choices_of(PDEOptions, "order"))
     add_override(p, "T", "pde", type=float)
