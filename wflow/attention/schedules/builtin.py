@@ -14,6 +14,9 @@ import numpy as np
 from ..heads import Heads
 from .base import Parametrisation, Schedule, _check_theta
 
+__all__ = ["Static", "OrnsteinUhlenbeck", "Oscillating", "Relaxed", "Layers", "CallableSchedule",
+           "oscillating_pattern", "as_schedule"]
+
 
 @dataclass(frozen=True, eq=False)
 class Static(Schedule):
