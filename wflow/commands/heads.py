@@ -12,21 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 
+from . import add_action, add_action_command, print_records
+
+#: ``--n`` of the actions that take token counts.
+_N_TOKENS = dict(type=float, nargs="+", required=True, help="number(s) of tokens")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``heads`` subcommand and its sub-subcommands."""
-    p = sub.add_parser(
-        "heads",
-        help="multi-head formulas: critical temperature, λ_c, radial dominance",
+    hs = add_action_command(
+        sub, "heads", help="multi-head formulas: critical temperature, λ_c, radial dominance",
         description="Quantitative multi-head results (docs/theory.md §6): the critical inverse "
         "temperature β* of radial dominance, the convexity threshold λ_c of the early rate φ, "
-        "and a radial-dominance check of given tokens and heads.",
-    )
-    hs = p.add_subparsers(dest="heads_command", metavar="ACTION")
-
-    b = hs.add_parser(
-        "beta-star",
-        help="c*(H) and β* = (1/2α) ln(c*² (n−1)/(1 − c*²))",
+        "and a radial-dominance check of given tokens and heads.")
+    add_action(
+        hs, "beta-star", _beta_star, help="c*(H) and β* = (1/2α) ln(c*² (n−1)/(1 − c*²))",
         description="Critical cosine c*(H) = (sqrt((H−1)²+4) − (H−1))/2 and critical inverse "
         "temperature β* = (1/2α) ln(c*(H)² (n−1) / (1 − c*(H)²)) of radial dominance for n "
         "orthonormal tokens and H identical scalar heads αI (dominance holds iff β ≤ β*). "
@@ -34,55 +34,44 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Every option takes several values, broadcast against each other. H = 1: β* = inf "
         "(no cross-head term). β* <= 0: dominance fails at every β > 0. Domain: integer "
         "H >= 1, integer n >= 2, α > 0 (otherwise exit status 2 naming the argument).",
-    )
-    b.add_argument("--H", type=float, nargs="+", required=True, help="number(s) of heads")
-    b.add_argument("--n", type=float, nargs="+", required=True, help="number(s) of tokens")
-    b.add_argument("--alpha", type=float, nargs="+", default=[1.0],
-                   help="head strength(s) α > 0 (default 1)")
-    b.add_argument("--json", action="store_true",
-                   help="emit a JSON list of records (infinite values as the string 'inf')")
-    b.set_defaults(func=_beta_star)
-
-    lc = hs.add_parser(
-        "lambda-c",
-        help="convexity threshold λ_c of φ(λ) = 2λ/(e^{λβ}+n−1)",
+        arguments={"--H": dict(type=float, nargs="+", required=True, help="number(s) of heads"),
+                   "--n": _N_TOKENS,
+                   "--alpha": dict(type=float, nargs="+", default=[1.0],
+                                   help="head strength(s) α > 0 (default 1)")},
+        json="emit a JSON list of records (infinite values as the string 'inf')")
+    add_action(
+        hs, "lambda-c", _lambda_c, help="convexity threshold λ_c of φ(λ) = 2λ/(e^{λβ}+n−1)",
         description="λ_c = s_c/β, s_c > 2 the root of (s−2)e^s = (n−1)(s+2): φ is concave "
         "below and convex above λ_c (superadditivity of heterogeneous heads for λ̄ > λ_c).",
-    )
-    lc.add_argument("--n", type=float, nargs="+", required=True, help="number(s) of tokens")
-    lc.add_argument("--beta", type=float, nargs="+", default=[1.0],
-                    help="inverse temperature(s) (default 1)")
-    lc.add_argument("--json", action="store_true", help="emit JSON")
-    lc.set_defaults(func=_lambda_c)
-
-    r = hs.add_parser(
-        "radial-dominance",
+        arguments={"--n": _N_TOKENS,
+                   "--beta": dict(type=float, nargs="+", default=[1.0],
+                                  help="inverse temperature(s) (default 1)")})
+    add_action(
+        hs, "radial-dominance", _radial_dominance,
         help="per-head own power, cross-head radial-shadow terms, margins",
         description="For tokens x (n, d) and heads, compute per head the own tangential power, "
         "the exact cross-head radial-shadow term, its Cauchy–Schwarz bound R_h = ∫|∇ψ_h| "
         "Σ_{h'≠h} w_h'|a^{h'}|, the margin own − R_h and whether radial dominance holds "
         "(see wflow.multihead).",
-    )
-    r.add_argument("--tokens", required=True,
-                   help=".npy array (n, d) or .npz with array 'x' (unit vectors)")
-    r.add_argument("--heads", required=True, help=".npz heads file (Q, K, V[, w] or A[, V, w])")
-    r.add_argument("--beta", type=float, required=True, help="inverse temperature β > 0")
-    r.add_argument("--kind", default="softmax",
-                   help="attention kind: a registered name (wflow's: softmax, usa, relu; "
-                   "default softmax) or one that a --modules file registers")
-    r.add_argument("--modules", nargs="+", action="extend", default=[], metavar="MODULE",
-                   help="import these modules first ('path/to/file.py' relative to the "
-                   "current folder, or 'package.module'), e.g. to register attention kinds "
-                   "of your own, as a scenario's top-level `modules` key does")
-    r.add_argument("--json", action="store_true", help="emit JSON")
-    r.set_defaults(func=_radial_dominance)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+        arguments={
+            "--tokens": dict(required=True,
+                             help=".npy array (n, d) or .npz with array 'x' (unit vectors)"),
+            "--heads": dict(required=True,
+                            help=".npz heads file (Q, K, V[, w] or A[, V, w])"),
+            "--beta": dict(type=float, required=True, help="inverse temperature β > 0"),
+            "--kind": dict(default="softmax",
+                           help="attention kind: a registered name (wflow's: softmax, usa, "
+                           "relu; default softmax) or one that a --modules file registers"),
+            "--modules": dict(nargs="+", action="extend", default=[], metavar="MODULE",
+                              help="import these modules first ('path/to/file.py' relative "
+                              "to the current folder, or 'package.module'), e.g. to register "
+                              "attention kinds of your own, as a scenario's top-level "
+                              "`modules` key does")})
 
 
 def _beta_star(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..infra.io import to_jsonable
     from ..multihead import beta_star, beta_star_exact, c_star
 
     H, n, a = np.broadcast_arrays(np.asarray(args.H), np.asarray(args.n), np.asarray(args.alpha))
@@ -98,14 +87,10 @@ def _beta_star(args: argparse.Namespace) -> int:
         recs.append({"H": int(H.flat[i]), "n": int(n.flat[i]), "alpha": float(a.flat[i]),
                      "c_star": float(cs.flat[i]), "beta_star": float(bs.flat[i]),
                      "beta_star_exact": float(be.flat[i]), "note": note})
-    if args.json:
-        print(json.dumps(to_jsonable(recs), indent=2))
-        return 0
-    print(f"{'H':>3} {'n':>6} {'alpha':>8} {'c*(H)':>10} {'beta*':>12} {'beta*_exact':>12}  note")
-    for r in recs:
-        print(f"{r['H']:>3} {r['n']:>6} {r['alpha']:>8.4g} {r['c_star']:>10.6f} "
-              f"{r['beta_star']:>12.6g} {r['beta_star_exact']:>12.6g}  {r['note']}")
-    return 0
+    return print_records(recs, as_json=args.json, note="note", columns=(
+        ("H", "H", 3, ""), ("n", "n", 6, ""), ("alpha", "alpha", 8, ".4g"),
+        ("c*(H)", "c_star", 10, ".6f"), ("beta*", "beta_star", 12, ".6g"),
+        ("beta*_exact", "beta_star_exact", 12, ".6g")))
 
 
 def _lambda_c(args: argparse.Namespace) -> int:
@@ -117,13 +102,9 @@ def _lambda_c(args: argparse.Namespace) -> int:
     lc = np.atleast_1d(lambda_c(n, b))
     recs = [{"n": int(n.flat[i]), "beta": float(b.flat[i]), "lambda_c": float(lc.flat[i]),
              "s_c": float(lc.flat[i] * b.flat[i])} for i in range(n.size)]
-    if args.json:
-        print(json.dumps(recs, indent=2))
-        return 0
-    print(f"{'n':>6} {'beta':>8} {'lambda_c':>12} {'s_c=beta*lambda_c':>18}")
-    for r in recs:
-        print(f"{r['n']:>6} {r['beta']:>8.4g} {r['lambda_c']:>12.8g} {r['s_c']:>18.10g}")
-    return 0
+    return print_records(recs, as_json=args.json, jsonable=False, columns=(
+        ("n", "n", 6, ""), ("beta", "beta", 8, ".4g"), ("lambda_c", "lambda_c", 12, ".8g"),
+        ("s_c=beta*lambda_c", "s_c", 18, ".10g")))
 
 
 def _load_tokens(path: str):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_output, add_yes, finish, prepare
-from ._help import Formatter, describe
+from . import add_controls, add_override, add_scenario_command, finish, prepare_scenario
+from ._help import describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,11 +13,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..infra.options import choices_of
     from ..jko.options import JKOOptions
 
-    p = sub.add_parser(
-        "jko",
+    p = add_scenario_command(
+        sub, "jko",
         help="JKO scheme on a sphere mesh: finite-volume Benamou–Brenier steps (default) or "
         "discrete optimal-transport steps",
-        formatter_class=Formatter,
         description=describe(
             "Compute the gradient flow of the scenario's energy as JKO (minimising-movement) "
             "steps μ_{k+1} = argmin_ν (1/2τ) W²_{b̂_k}(μ_k, ν) − sE(ν, t_{k+1}) on a "
@@ -41,26 +40,19 @@ def register(sub: argparse._SubParsersAction) -> None:
             "centroids, areas; cells in the mesh file's order). No XDMF (`wflow pde` writes "
             "one)."),
     )
-    p.add_argument("scenario", help="scenario TOML file")
-    add_output(p)
-    p.add_argument("--mesh", default=None, help="override [jko] mesh")
-    p.add_argument("--tau", type=float, default=None, help="override [jko] tau")
-    p.add_argument("--T", type=float, default=None, help="override [jko] T")
+    add_override(p, "mesh", "jko")
+    add_override(p, "tau", "jko", type=float)
+    add_override(p, "T", "jko", type=float)
     # no argparse choice list: a scheme registered by the scenario's modules is valid too,
     # and the [jko] table checks the value under this flag's name (exit 2 naming --scheme)
-    p.add_argument("--scheme", default=None, metavar="|".join(choices_of(JKOOptions, "scheme")),
-                   help="override [jko] scheme: fv (finite-volume Benamou–Brenier), ot "
-                   "(discrete optimal transport), auto (fv on a mesh), or a scheme registered "
-                   "by the scenario's modules")
-    p.add_argument("--ot", choices=choices_of(JKOOptions, "ot"), default=None,
-                   help="override [jko] ot (the OT scheme only: refused with scheme fv)")
-    p.add_argument("--diffusion", type=float, default=None, metavar="D",
-                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
-                   ": the entropy D Σ m log(m/σ) in the FV step; refused with scheme ot")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: only on a terminal)")
-    add_yes(p)
-    p.set_defaults(func=_main)
+    add_override(p, "scheme", "jko", metavar="|".join(choices_of(JKOOptions, "scheme")),
+                 note=": fv (finite-volume Benamou–Brenier), ot (discrete optimal "
+                 "transport), auto (fv on a mesh), or a scheme registered by the scenario's "
+                 "modules")
+    add_override(p, "ot", "jko", choices=choices_of(JKOOptions, "ot"),
+                 note=" (the OT scheme only: refused with scheme fv)")
+    add_controls(p, _main, diffusion="the entropy D Σ m log(m/σ) in the FV step; refused "
+                 "with scheme ot")
 
 
 def _free(res) -> str:
@@ -73,10 +65,8 @@ def _free(res) -> str:
 
 def _main(args: argparse.Namespace) -> int:
     from ..apps.jobs.jko import run_jko
-    from ..apps.scenario import load_scenario
 
-    out = prepare(args)
-    sc = load_scenario(args.scenario)
+    out, sc = prepare_scenario(args)
     res = run_jko(sc, out, progress=args.progress,
                   overrides={"tau": args.tau, "T": args.T, "ot": args.ot,
                              "scheme": args.scheme, "mesh": args.mesh,

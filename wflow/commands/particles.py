@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..status import Status
-from . import add_output, add_yes, finish, prepare
-from ._help import Formatter, describe
+from . import add_controls, add_scenario_command, finish, prepare_scenario
+from ._help import describe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``particles`` subcommand."""
-    p = sub.add_parser(
-        "particles",
-        help="simulate tokens as interacting particles on the sphere",
-        formatter_class=Formatter,
-        description=describe(
+    p = add_scenario_command(
+        sub, "particles", help="simulate tokens as interacting particles on the sphere",
+        scenario="scenario TOML file (its tables: below)",
+        switches={"--save-trajectory": "also write trajectory.npz with t and x of shape "
+                  "(steps, n, d)"},
+        gif="tokens.gif (tokens on S², 60 frames)", description=describe(
             "Simulate n tokens on S^{d-1} under multi-head attention with (possibly "
             "time-dependent, possibly noisy) weights, dx_i/dt = Σ_h w_h P_{x_i} V_h f_h(x_i), "
             "and record energies, slopes, the energy balance, radial shadows, entropies and "
@@ -30,36 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
             "columns of the output-key reference); with --save-trajectory DIR/trajectory.npz "
             "(t (steps+1,), x (steps+1, n, d)); with --gif DIR/tokens.gif and DIR/run.png."),
     )
-    p.add_argument("scenario", help="scenario TOML file (its tables: below)")
-    add_output(p)
-    p.add_argument("--save-trajectory", action="store_true",
-                   help="also write trajectory.npz with t and x of shape (steps, n, d)")
-    p.add_argument("--gif", action="store_true",
-                   help="also write tokens.gif (tokens on S², 60 frames) and run.png (E, G², "
-                        "energy balance)")
-    p.add_argument("--diffusion", type=float, default=None, metavar="D",
-                   help="token diffusion D >= 0 (THEORY §8; overrides [attention] diffusion)"
-                   ": Brownian tokens; needs a stochastic integrator (em, strang)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: only on a terminal)")
-    add_yes(p)
-    p.set_defaults(func=_main)
+    add_controls(p, _main, diffusion="Brownian tokens; needs a stochastic integrator (em, "
+                 "strang)")
 
 
 def _main(args: argparse.Namespace) -> int:
     from ..apps.jobs.particles import run_particles
-    from ..apps.scenario import load_scenario
     from ..infra.parallel import comm_rank_size, launched_rank_size
 
     # under mpirun: MPI first (rank 0 decides on the output), the run split over the ranks
     comm, rank, size = comm_rank_size() if launched_rank_size()[1] > 1 else (None, 0, 1)
-    out = prepare(args)
-    sc = load_scenario(args.scenario)
+    out, sc = prepare_scenario(args)
     res = run_particles(sc, out, save_trajectory=args.save_trajectory,
                         progress=args.progress, gif=args.gif, confirm=args.yes,
                         comm=comm if size > 1 else None, diffusion=args.diffusion)
     if rank != 0:
-        return 0 if res.status == Status.SUCCESS else 1
+        return finish("particles", res.status, rank=rank)
     fin = res.final()
     rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
     adj, o = "", getattr(res, "options", None)

@@ -12,52 +12,53 @@ from __future__ import annotations
 import argparse
 import json
 
+from . import add_action, add_action_command, print_records
+
+#: ``--json`` of every action.
+_JSON = "emit a JSON list of records"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``phase`` subcommand and its actions."""
-    p = sub.add_parser(
-        "phase",
+    hs = add_action_command(
+        sub, "phase",
         help="noisy model: tricritical β*, thresholds K_#, K_c, K_f (docs/guide/phase.md)",
         description="The phase transition of one unnormalised head A = V = I with token "
         "diffusion D on S^{d-1}, in the published coupling K = 1/(2D) (Mun & Rosenzweig; "
         "docs/guide/phase.md). The uniform density is linearly unstable for K > K_#(β); "
         "below the tricritical β*(d) the transition is continuous at K_#, above it "
         "discontinuous at K_c (equal free energies), with a fold K_f < K_c < K_# bounding "
-        "the hysteresis window.",
-    )
-    hs = p.add_subparsers(dest="phase_command", metavar="ACTION")
-    b = hs.add_parser("beta-star", help="β*(d), root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d",
-                      description="The tricritical inverse temperature β*(d) for each d.")
-    b.add_argument("--d", type=int, nargs="+", required=True, help="dimension(s) d >= 2")
-    b.add_argument("--json", action="store_true", help="emit a JSON list of records")
-    b.set_defaults(func=_beta_star)
-    q = hs.add_parser(
-        "point", help="K_#, K_c, K_f (and D = 1/(2K)) at given β and d",
+        "the hysteresis window.")
+    add_action(hs, "beta-star", _beta_star,
+               help="β*(d), root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d",
+               description="The tricritical inverse temperature β*(d) for each d.",
+               arguments={"--d": dict(type=int, nargs="+", required=True,
+                                      help="dimension(s) d >= 2")}, json=_JSON)
+    add_action(
+        hs, "point", _point, help="K_#, K_c, K_f (and D = 1/(2K)) at given β and d",
         description="Continues the zonal branch of stationary states from K_# in the order "
         "parameter m (wflow.phase.phase_point) and prints K_#, K_c, K_f, the order "
         "parameters m_c, m_f and the transition's type; D_# = 1/(2K_#) etc. are the same "
-        "thresholds as token diffusions. A continuous transition has no fold (nan).")
-    q.add_argument("--beta", type=float, nargs="+", required=True, help="β > 0")
-    q.add_argument("--d", type=int, nargs="+", default=[3], help="dimension(s) (default 3)")
-    q.add_argument("--json", action="store_true", help="emit a JSON list of records")
-    q.set_defaults(func=_point)
-    r = hs.add_parser(
-        "mesh", help="K_#, K_c, K_f on the full S² mesh under refinement (d = 3)",
+        "thresholds as token diffusions. A continuous transition has no fold (nan).",
+        arguments={"--beta": dict(type=float, nargs="+", required=True, help="β > 0"),
+                   "--d": dict(type=int, nargs="+", default=[3],
+                               help="dimension(s) (default 3)")}, json=_JSON)
+    add_action(
+        hs, "mesh", _mesh,
+        help="K_#, K_c, K_f on the full S² mesh under refinement (d = 3)",
         description="Solves the stationary equation on geodesic icospheres of the given "
         "frequencies (20 n² cells) by Newton's method with pseudo-arclength continuation "
         "through the fold (wflow.phase.mesh_refinement), and prints K_#, K_c, K_f per mesh, "
         "their relative errors against the zonal continuation, the observed order in h "
         "and the Richardson-extrapolated values (three or more meshes). Exit 1 if the "
-        "extrapolated K_c misses the zonal one by more than --rtol or the order is not 2.")
-    r.add_argument("--beta", type=float, nargs="+", required=True,
-                   help="β > β*(3) = 1.816 (discontinuous transitions)")
-    r.add_argument("--refine", type=int, nargs="+", default=[8, 16, 32],
-                   help="icosphere frequencies, increasing (default 8 16 32)")
-    r.add_argument("--rtol", type=float, default=1e-4,
-                   help="agreement demanded of the extrapolated K_c (default 1e-4)")
-    r.add_argument("--json", action="store_true", help="emit a JSON list of records")
-    r.set_defaults(func=_mesh)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+        "extrapolated K_c misses the zonal one by more than --rtol or the order is not 2.",
+        arguments={"--beta": dict(type=float, nargs="+", required=True,
+                                  help="β > β*(3) = 1.816 (discontinuous transitions)"),
+                   "--refine": dict(type=int, nargs="+", default=[8, 16, 32],
+                                    help="icosphere frequencies, increasing (default 8 16 32)"),
+                   "--rtol": dict(type=float, default=1e-4,
+                                  help="agreement demanded of the extrapolated K_c "
+                                  "(default 1e-4)")}, json=_JSON)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -74,17 +75,11 @@ def _beta_star(args: argparse.Namespace) -> int:
 
     _check(args)
     recs = [{"d": int(d), "beta_star": tricritical_beta(int(d))} for d in args.d]
-    if args.json:
-        print(json.dumps(recs, indent=2))
-        return 0
-    print(f"{'d':>4} {'beta*':>16}")
-    for r in recs:
-        print(f"{r['d']:>4} {r['beta_star']:>16.10f}")
-    return 0
+    return print_records(recs, as_json=args.json, jsonable=False,
+                         columns=(("d", "d", 4, ""), ("beta*", "beta_star", 16, ".10f")))
 
 
 def _point(args: argparse.Namespace) -> int:
-    from ..infra.io import to_jsonable
     from ..phase import phase_point
 
     _check(args)
@@ -93,16 +88,10 @@ def _point(args: argparse.Namespace) -> int:
         for beta in args.beta:
             pt = phase_point(float(beta), int(d))
             recs.append({**pt.as_dict(), **pt.diffusions()})
-    if args.json:
-        print(json.dumps(to_jsonable(recs), indent=2))
-        return 0
-    print(f"{'d':>3} {'beta':>8} {'K_#':>13} {'K_c':>13} {'K_f':>13} {'D_#':>11} {'D_c':>11}"
-          "  transition")
-    for r in recs:
-        print(f"{r['d']:>3} {r['beta']:>8.4g} {r['k_sharp']:>13.8g} {r['k_c']:>13.8g} "
-              f"{r['k_fold']:>13.8g} {r['D_sharp']:>11.6g} {r['D_c']:>11.6g}  "
-              f"{r['transition']}")
-    return 0
+    return print_records(recs, as_json=args.json, note="transition", columns=(
+        ("d", "d", 3, ""), ("beta", "beta", 8, ".4g"), ("K_#", "k_sharp", 13, ".8g"),
+        ("K_c", "k_c", 13, ".8g"), ("K_f", "k_fold", 13, ".8g"), ("D_#", "D_sharp", 11, ".6g"),
+        ("D_c", "D_c", 11, ".6g")))
 
 
 def _mesh(args: argparse.Namespace) -> int:

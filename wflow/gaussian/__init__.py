@@ -24,19 +24,13 @@ Rooms, in data-flow order:
 * :mod:`~wflow.gaussian.solver` — :func:`integrate_moments` and its result;
 """
 
+from . import params
 from .asymptotics import RateFit, fit_tail_rate
 from .bures import bures_distance, bures_map, bures_wasserstein_distance
 from .classify import LABELS, Classification, PhaseDiagram, classify, phase_diagram
 from .moments import moment_rhs, psd_factor
 from .options import GaussianScenario, PhaseSpec, load_gaussian_scenario, parse_gaussian_scenario
-from .params import (
-    CallableParams,
-    ConstantParams,
-    GaussianParams,
-    LayerParams,
-    ParamPath,
-    as_param_path,
-)
+from .params import *  # noqa: F403 (its __all__: the parameters and their paths)
 from .particles import ParticleRun, empirical_moments, particle_velocity, simulate_particles
 from .reach import ReachPhase, ReachPlan, ReachResult, plan_controls, principal_rotation, reach
 from .riccati import (
@@ -55,12 +49,7 @@ from .riccati import (
 from .solver import GaussianTrajectory, integrate_moments
 
 __all__ = [
-    "GaussianParams",
-    "ParamPath",
-    "ConstantParams",
-    "CallableParams",
-    "LayerParams",
-    "as_param_path",
+    *params.__all__,  # the parameters and their paths, as the room lists them
     "GaussianTrajectory",
     "moment_rhs",
     "psd_factor",

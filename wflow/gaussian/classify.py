@@ -49,7 +49,7 @@ import scipy.linalg
 
 from ..status import Status
 from .asymptotics import fit_tail_rate
-from .moments import psd_factor
+from .moments import _EPS, psd_factor
 from .params import GaussianParams
 from .riccati import (
     Equilibrium,
@@ -79,7 +79,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_EPS = np.finfo(np.float64).eps
 #: Smallest power-law exponent of ``‖Σ̇‖`` read as convergence: ``∫ t^{−q} dt < ∞`` needs
 #: ``q > 1``; the margin keeps a drifting ``q ≈ 1`` (logarithmic drift) out.
 _Q_MARGIN = 0.05

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_TRACE",
 ]
 
+#: Machine epsilon of float64: the unit of the moment and Riccati tolerances.
 _EPS = np.finfo(np.float64).eps
 
 

@@ -28,6 +28,25 @@ def _ellipse(m: np.ndarray, S: np.ndarray, n: int = 120) -> np.ndarray:
     return (m[:2, None] + (U * np.sqrt(np.clip(lam, 0, None))) @ circ).T
 
 
+def _pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files only; imported when a plot is made)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (PNG, 110 dpi), close it; the path."""
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
 def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = "",
                     closed_form_blowup: float | None = None,
                     equilibrium: tuple[np.ndarray | None, np.ndarray] | None = None) -> Path:
@@ -35,10 +54,7 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
 
     ``equilibrium = (m*, Σ*)`` (``m*`` may be None) is drawn dotted for reference.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     d = traj.m.shape[1]
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -96,11 +112,7 @@ def plot_trajectory(traj: GaussianTrajectory, path: str | Path, *, title: str = 
         ax[2].set_xlabel("t (depth)")
         ax[2].set_title("1/σ(t) (Bernoulli variable; hits 0 at blow-up)")
     fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 _COLORS = {"converges_to_zero": "#2e6f95", "converges": "#4c9f70", "blows_up": "#d1495b",
@@ -110,10 +122,7 @@ _COLORS = {"converges_to_zero": "#2e6f95", "converges": "#4c9f70", "blows_up": "
 
 def plot_phase_diagram(pd: PhaseDiagram, path: str | Path, *, title: str = "") -> Path:
     """Categorical map of the classifier labels over the 2-parameter family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
@@ -135,19 +144,12 @@ def plot_phase_diagram(pd: PhaseDiagram, path: str | Path, *, title: str = "") -
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     methods = sorted(set(pd.methods.ravel().tolist()))
     ax.set_title(f"{title}\nclassifier: {', '.join(methods)}", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_reach(result: ReachResult, path: str | Path, *, title: str = "") -> Path:
     """Planned vs integrated path (ellipses), control sizes, and the distance to the target."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     traj = result.trajectory
     plan = result.plan
@@ -186,8 +188,4 @@ def plot_reach(result: ReachResult, path: str | Path, *, title: str = "") -> Pat
     ax[2].set_xlabel("t (depth)")
     ax[2].set_title(f"W2 to the target (final {result.w2_error:.2e}, {result.status})")
     fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

@@ -51,7 +51,6 @@ __all__ = ["ReachPhase", "ReachPlan", "ReachResult", "plan_controls", "reach",
 
 logger = logging.getLogger(__name__)
 
-_EPS = np.finfo(np.float64).eps
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import scipy.integrate
 import scipy.linalg
 import scipy.optimize
 
-from .moments import moment_rhs, psd_factor
+from .moments import _EPS, moment_rhs, psd_factor
 from .params import GaussianParams
 
 __all__ = [
@@ -61,7 +61,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_EPS = np.finfo(np.float64).eps
 
 
 def scalar_value(V: np.ndarray, *, rtol: float = 1e-12) -> float | None:

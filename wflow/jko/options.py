@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -156,20 +156,21 @@ def auto_steps_bound(T: float, cells: int, *, per_step: float = TAU_CELLS,
     return max(1, math.ceil(T / (per_step * h)))
 
 
-def _tau(v: Any, key: str) -> Any:
-    if v == "auto":
-        return v
-    if isinstance(v, str):
-        raise ScenarioError(f"{key}: expected a number > 0 or \"auto\", got {v!r}")
-    return number(0, strict_lo=True)(v, key)
+def _auto_or(check: Callable[[Any, str], Any], expected: str) -> Callable[[Any, str], Any]:
+    """Validator of a key that is ``"auto"`` or passes ``check`` (``expected``: its words)."""
+
+    def validate(v: Any, key: str) -> Any:
+        if v == "auto":
+            return v
+        if isinstance(v, str):
+            raise ScenarioError(f"{key}: expected {expected} or \"auto\", got {v!r}")
+        return check(v, key)
+
+    return validate
 
 
-def _substeps(v: Any, key: str) -> Any:
-    if v == "auto":
-        return v
-    if isinstance(v, str):
-        raise ScenarioError(f"{key}: expected an integer >= 1 or \"auto\", got {v!r}")
-    return number(1, integer=True)(v, key)
+_tau = _auto_or(number(0, strict_lo=True), "a number > 0")
+_substeps = _auto_or(number(1, integer=True), "an integer >= 1")
 
 
 _MESH_DOC = ("Sphere mesh (default: ``[pde] mesh`` or the shipped default): a path relative to "

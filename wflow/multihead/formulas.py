@@ -63,6 +63,23 @@ def c_star(H: np.ndarray | float, *, errors: Errors = "raise") -> np.ndarray:
     return np.where(bad, np.nan, out)
 
 
+def _heads_domain(H: np.ndarray | float, n: np.ndarray | float, alpha: np.ndarray | float,
+                  errors: Errors, func: str) -> tuple[np.ndarray, ...]:
+    """The domain of the dominance thresholds: ``bad`` and ``H, n, α`` safe to evaluate.
+
+    ``H`` integer ``>= 1``, ``n`` integer ``>= 2``, ``α > 0``, all finite; out of it
+    :func:`_domain` raises (naming ``func`` and the argument) or, with ``errors="nan"``,
+    marks the entry in ``bad``, where ``(H, n, α)`` are replaced by ``(2, 2, 1)`` so that
+    the formulas evaluate (their result there is replaced by ``nan``).
+    """
+    Ha, na, aa = (np.asarray(v, dtype=np.float64) for v in (H, n, alpha))
+    with np.errstate(invalid="ignore"):
+        bad = _domain({"H": Ha, "n": na, "alpha": aa},
+                      {"H": _int_bad(Ha, 1), "n": _int_bad(na, 2),
+                       "alpha": ~np.isfinite(aa) | ~(aa > 0)}, errors, func)
+    return bad, np.where(bad, 2.0, Ha), np.where(bad, 2.0, na), np.where(bad, 1.0, aa)
+
+
 def beta_star(H: np.ndarray | float, n: np.ndarray | float, alpha: np.ndarray | float, *,
               errors: Errors = "raise") -> np.ndarray:
     """Critical inverse temperature ``β* = (1/2α) ln(c*(H)² (n−1) / (1 − c*(H)²))``.
@@ -90,14 +107,7 @@ def beta_star(H: np.ndarray | float, n: np.ndarray | float, alpha: np.ndarray | 
         ``β*`` (``+inf`` for ``H = 1``). A value ``<= 0`` is returned as computed and
         means that dominance fails for every ``β > 0`` (``c*(H)² <= 1/n``).
     """
-    Ha, na, aa = (np.asarray(v, dtype=np.float64) for v in (H, n, alpha))
-    with np.errstate(invalid="ignore"):
-        bad = _domain({"H": Ha, "n": na, "alpha": aa},
-                      {"H": _int_bad(Ha, 1), "n": _int_bad(na, 2),
-                       "alpha": ~np.isfinite(aa) | ~(aa > 0)}, errors, "beta_star")
-    Hs = np.where(bad, 2.0, Ha)
-    ns = np.where(bad, 2.0, na)
-    As = np.where(bad, 1.0, aa)
+    bad, Hs, ns, As = _heads_domain(H, n, alpha, errors, "beta_star")
     c = c_star(Hs)
     # 1 − c² = (H−1) c (the defining quadratic), exact and cancellation-free; 0 for H = 1
     one_minus_c2 = (Hs - 1.0) * c
@@ -114,14 +124,7 @@ def beta_star_exact(H: np.ndarray | float, n: np.ndarray | float, alpha: np.ndar
     ``own ≥ |cross_radial|`` iff ``β ≤ β*_exact``. Same configuration and domain as
     :func:`beta_star`; ``+inf`` for ``H = 1``.
     """
-    Ha, na, aa = (np.asarray(v, dtype=np.float64) for v in (H, n, alpha))
-    with np.errstate(invalid="ignore"):
-        bad = _domain({"H": Ha, "n": na, "alpha": aa},
-                      {"H": _int_bad(Ha, 1), "n": _int_bad(na, 2),
-                       "alpha": ~np.isfinite(aa) | ~(aa > 0)}, errors, "beta_star_exact")
-    Hs = np.where(bad, 2.0, Ha)
-    ns = np.where(bad, 2.0, na)
-    As = np.where(bad, 1.0, aa)
+    bad, Hs, ns, As = _heads_domain(H, n, alpha, errors, "beta_star_exact")
     single = Hs == 1
     out = np.where(single, np.inf,
                    np.log((ns - 1.0) / np.where(single, 1.0, Hs - 1.0)) / (2.0 * As))
@@ -135,14 +138,7 @@ def beta_star_blocks(H: np.ndarray | float, n: np.ndarray | float, alpha: np.nda
     Configuration of :func:`block_heads` with :func:`spread_tokens` (module docstring);
     ``+inf`` for ``H = 1``. ``H c*(H)² < 1`` for every ``H >= 2``.
     """
-    Ha, na, aa = (np.asarray(v, dtype=np.float64) for v in (H, n, alpha))
-    with np.errstate(invalid="ignore"):
-        bad = _domain({"H": Ha, "n": na, "alpha": aa},
-                      {"H": _int_bad(Ha, 1), "n": _int_bad(na, 2),
-                       "alpha": ~np.isfinite(aa) | ~(aa > 0)}, errors, "beta_star_blocks")
-    Hs = np.where(bad, 2.0, Ha)
-    ns = np.where(bad, 2.0, na)
-    As = np.where(bad, 1.0, aa)
+    bad, Hs, ns, As = _heads_domain(H, n, alpha, errors, "beta_star_blocks")
     c2H = Hs * c_star(Hs) ** 2
     single = Hs == 1
     arg = c2H * (ns - 1.0) / np.where(single, 1.0, 1.0 - c2H)

@@ -97,10 +97,19 @@ _START = (0.0, 0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, 0.0, 0.0, 0.0)
 
 
 @njit(cache=True, inline="always")
-def _zero_block(b, PE, PG, PI):
-    PE[b] = 0.0
-    PG[b] = 0.0
-    PI[b] = 0.0
+def _open_block(b, N, full, PE, PG, PI):
+    """Rows ``[i0, i1)`` of block ``b`` (:data:`PROWS` targets of ``N``).
+
+    ``full``: the block's partials of ``E_h``, ``∂E_h/∂A_h`` and the Itô sum
+    (``PE[b]``, ``PG[b]``, ``PI[b]``) are zeroed first.
+    """
+    i0 = b * PROWS
+    i1 = min(N, i0 + PROWS)
+    if full:
+        PE[b] = 0.0
+        PG[b] = 0.0
+        PI[b] = 0.0
+    return i0, i1
 
 
 @njit(cache=True, inline="always")
@@ -123,10 +132,7 @@ def _state3(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     x0 = xT[0]
     x1 = xT[1]
     x2 = xT[2]
-    i0 = b * PROWS
-    i1 = min(N, i0 + PROWS)
-    if full:
-        _zero_block(b, PE, PG, PI)
+    i0, i1 = _open_block(b, N, full, PE, PG, PI)
     pw, sl, sp, gg, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         xi0 = x0[i]
@@ -287,10 +293,7 @@ def _stateg(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, sof
     u = buf[7, :D]
     f = buf[8, :D]
     q = buf[9, :D]
-    i0 = b * PROWS
-    i1 = min(N, i0 + PROWS)
-    if full:
-        _zero_block(b, PE, PG, PI)
+    i0, i1 = _open_block(b, N, full, PE, PG, PI)
     pw, sl, sp, gsum, bs, blo, bhi, qmax, kmax, zbad = _START
     for i in range(i0, i1):
         for c in range(D):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..infra.registry import Method, Registry
 
-__all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "Euler", "SSPRK2", "SSPRK3", "Stage"]
+__all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "ShuOsher", "Euler", "SSPRK2", "SSPRK3", "Stage"]
 
 #: ``stage(m, c)``: the forward-Euler update ``m + Δt·L(m)`` with the rates at
 #: ``t + c·Δt`` (``c = 0``: the step's start, whose rates are already known), or ``None``
@@ -57,59 +57,67 @@ TIME_INTEGRATORS: Registry[TimeIntegrator] = Registry(
     "time integrator", TimeIntegrator, key="pde.time_integrator")
 
 
+#: One row of a Shu–Osher table: the stage time ``c`` and how the stage's Euler update ``e``
+#: of the previous row's result combines with the step's start ``m⁰`` into this row's
+#: result (``None``: ``e`` itself).
+ShuOsherRow = tuple[float, "Callable[[np.ndarray, np.ndarray], np.ndarray] | None"]
+
+
+class ShuOsher(TimeIntegrator):
+    """An SSP method in Shu–Osher form, defined by its table :attr:`rows` alone.
+
+    ``m⁽⁰⁾ = m⁰``; row ``i`` computes ``e = E(m⁽ⁱ⁾, c_i)`` (a forward-Euler stage at
+    ``t + c_i·Δt``) and ``m⁽ⁱ⁺¹⁾ = combine_i(m⁰, e)``; the last is the step's result.
+    ``nodes`` are the rows' stage times (set from ``rows`` for each subclass that
+    declares them).
+    """
+
+    rows: tuple[ShuOsherRow, ...] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:  # noqa: D105
+        super().__init_subclass__(**kwargs)
+        if "rows" in cls.__dict__:
+            cls.nodes = tuple(c for c, _combine in cls.rows)
+
+    def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:  # noqa: D102
+        m = m0
+        for c, combine in self.rows:
+            e = stage(m, c)
+            if e is None:
+                return None
+            m = e if combine is None else combine(m0, e)
+        return m
+
+
 @TIME_INTEGRATORS.register
-class Euler(TimeIntegrator):
+class Euler(ShuOsher):
     """Forward Euler (order 1)."""
 
     name = "euler"
-    nodes = (0.0,)
+    rows = ((0.0, None),)
 
     def order(self) -> int:  # noqa: D102
         return 1
 
-    def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:  # noqa: D102
-        return stage(m0, 0.0)
-
 
 @TIME_INTEGRATORS.register
-class SSPRK2(TimeIntegrator):
+class SSPRK2(ShuOsher):
     """Heun's SSP-RK2: ``m¹ = E(m⁰)``, ``m⁺ = ½m⁰ + ½E(m¹)`` (order 2)."""
 
     name = "ssprk2"
-    nodes = (0.0, 1.0)
+    rows = ((0.0, None), (1.0, lambda m0, e: 0.5 * m0 + 0.5 * e))
 
     def order(self) -> int:  # noqa: D102
         return 2
 
-    def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:  # noqa: D102
-        m1 = stage(m0, 0.0)
-        if m1 is None:
-            return None
-        e1 = stage(m1, 1.0)
-        if e1 is None:
-            return None
-        return 0.5 * m0 + 0.5 * e1
-
 
 @TIME_INTEGRATORS.register
-class SSPRK3(TimeIntegrator):
+class SSPRK3(ShuOsher):
     """Shu–Osher SSP-RK3: ``m² = ¾m⁰ + ¼E(m¹)``, ``m⁺ = ⅓m⁰ + ⅔E(m²)`` (order 3)."""
 
     name = "ssprk3"
-    nodes = (0.0, 1.0, 0.5)
+    rows = ((0.0, None), (1.0, lambda m0, e: 0.75 * m0 + 0.25 * e),
+            (0.5, lambda m0, e: m0 / 3.0 + 2.0 / 3.0 * e))
 
     def order(self) -> int:  # noqa: D102
         return 3
-
-    def step(self, m0: np.ndarray, stage: Stage) -> np.ndarray | None:  # noqa: D102
-        m1 = stage(m0, 0.0)
-        if m1 is None:
-            return None
-        e1 = stage(m1, 1.0)
-        if e1 is None:
-            return None
-        m2 = 0.75 * m0 + 0.25 * e1
-        e2 = stage(m2, 0.5)
-        if e2 is None:
-            return None
-        return m0 / 3.0 + 2.0 / 3.0 * e2

@@ -7,17 +7,21 @@
 :class:`~wflow.status.Claim` (``"reproduced"``, ``"inconclusive"``, ``"not reproduced"``,
 the words written in ``summary.json``), ``checks`` the criteria of the paper's rule, the
 message names the checks that did not pass.
+
+Every reproduction writes its ``out/`` alike (:func:`write_reproduction`): ``report.md``,
+opening with :func:`report_head`, the experiment's own files and ``summary.json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..results import EMPTY, Outcome
 from ..status import Claim
 
-__all__ = ["ClaimOutcome"]
+__all__ = ["ClaimOutcome", "report_head", "write_reproduction"]
 
 
 class ClaimOutcome(Outcome):
@@ -62,3 +66,42 @@ class ClaimOutcome(Outcome):
     def history(self) -> Mapping[str, Any]:
         """Empty (the series are in the reproduction's ``summary.json``)."""
         return EMPTY
+
+
+def report_head(name: str, verdict: str, *, paper: str, claim: str, rule: str) -> list[str]:
+    """The first lines of a reproduction's ``report.md``: title and verdict, paper, claim, rule.
+
+    ``# name — VERDICT``, then ``Paper: …``, ``Claim: ….`` and ``Rule: …``, each followed by
+    an empty line.
+    """
+    return [f"# {name} — {verdict.upper()}", "", f"Paper: {paper}", "", f"Claim: {claim}.", "",
+            f"Rule: {rule}", ""]
+
+
+def write_reproduction(out: Path, name: str, summary: dict[str, Any], sentence: str,
+                       passed: bool, *, report: str,
+                       files: Callable[[Path], list[str]]) -> Any:
+    """Write a reproduction's ``out/`` and return its result (``reproduce_<name>``).
+
+    Parameters
+    ----------
+    out : the output folder, already checked (:func:`wflow.infra.io.prepare_output`,
+        before the experiment ran).
+    name : the experiment's name.
+    summary, sentence, passed : the :class:`~wflow.studies.base.StudyResult`'s content.
+    report : the text of ``report.md``.
+    files : writes the experiment's own files into the staging folder; their names.
+
+    Returns
+    -------
+    The :class:`~wflow.studies.base.StudyResult` written (:func:`wflow.studies.base.write_study`:
+    ``summary.json``, then ``report.md`` and the files of ``files``).
+    """
+    from ..infra.io import atomic_write_text
+    from ..studies.base import StudyResult, write_study
+
+    def write(stage: Path) -> list[str]:
+        atomic_write_text(stage / "report.md", report)
+        return ["report.md", *files(stage)]
+
+    return write_study(out, StudyResult(f"reproduce_{name}", summary, sentence, passed), write)

@@ -59,7 +59,7 @@ import numpy as np
 
 from ..attention.published import torch_cpu_normal
 from ..infra.parallel import comm_rank_size, parallel_map
-from .claims import Claim, ClaimOutcome
+from .claims import Claim, ClaimOutcome, report_head, write_reproduction
 
 __all__ = [
     "PhaseOptions",
@@ -640,8 +640,8 @@ def with_changes(opts: PhaseOptions, **changes: Any) -> PhaseOptions:
 
 
 def _report(summary: dict[str, Any]) -> str:
-    lines = [f"# glpr_phase — {summary['verdict'].upper()}", "", f"Paper: {summary['paper']}", "",
-             f"Claim: {summary['claim']}.", "", f"Rule: {summary['verdict_rule']}", "",
+    lines = [*report_head("glpr_phase", summary["verdict"], paper=summary["paper"],
+                          claim=summary["claim"], rule=summary["verdict_rule"]),
              "Measured:", *[f"- {r}" for r in summary["reasons"]], "",
              f"Negative control (β rows reversed): {summary['control_reversed_beta']}.", "",
              f"{summary['pair_evaluations']:.3g} pair evaluations, "
@@ -665,8 +665,7 @@ def reproduce(*, out: str | Path, options: PhaseOptions | None = None,
     settings; then the figure shows it beside wflow's and the summary counts the records
     that differ. Returns the :class:`~wflow.studies.base.StudyResult`.
     """
-    from ..infra.io import atomic_write_text, prepare_output
-    from ..studies.base import StudyResult, write_study
+    from ..infra.io import prepare_output
 
     opts = options or PhaseOptions()
     out = prepare_output(out, overwrite=overwrite)
@@ -688,10 +687,6 @@ def reproduce(*, out: str | Path, options: PhaseOptions | None = None,
                 res.betas, res.times, ref["P"], res.stderr).verdict}
     sentence = (f"glpr_phase: published claim {v.verdict.upper()} ({'; '.join(v.reasons)}); "
                 f"control with β reversed: {ctl.verdict}.")
-    study = StudyResult("reproduce_glpr_phase", summary, sentence, v.verdict == Claim.REPRODUCED)
-
-    def write(stage: Path) -> list[str]:
-        atomic_write_text(stage / "report.md", _report(summary))
-        return ["report.md", *write_phase(stage, res, v, ctl, published=ref)]
-
-    return write_study(out, study, write)
+    return write_reproduction(out, "glpr_phase", summary, sentence,
+                              v.verdict == Claim.REPRODUCED, report=_report(summary),
+                              files=lambda stage: write_phase(stage, res, v, ctl, published=ref))

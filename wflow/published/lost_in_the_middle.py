@@ -59,7 +59,7 @@ import numpy as np
 from scipy import special
 
 from ..status import Claim
-from .claims import ClaimOutcome
+from .claims import ClaimOutcome, report_head, write_reproduction
 
 __all__ = [
     "DGR_CODE",
@@ -507,8 +507,7 @@ def reproduce(*, out: str | Path, options: LostInTheMiddleOptions | None = None,
     attend to later ones). Each must be NOT REPRODUCED; if either is reproduced the run's
     status is ``inconclusive``. Returns the :class:`~wflow.studies.base.StudyResult`.
     """
-    from ..infra.io import atomic_write_text, prepare_output, save_npz, write_csv
-    from ..studies.base import StudyResult, write_study
+    from ..infra.io import prepare_output, save_npz, write_csv
 
     opts = options or LostInTheMiddleOptions()
     out = prepare_output(out, overwrite=overwrite)
@@ -534,9 +533,14 @@ def reproduce(*, out: str | Path, options: LostInTheMiddleOptions | None = None,
     sentence = (f"lost_in_the_middle: published claim {v.verdict.upper()}; controls "
                 f"(t_crit doubled: {ctl_tc.verdict}; mirrored mask: {ctl_mask.verdict}).")
     passed = v.passed and controls_fail
-    study = StudyResult("reproduce_lost_in_the_middle", summary, sentence, passed)
     if v.passed and not controls_fail:
         summary["negative_control"] = "FAILED: a control was reproduced; the verdict is void"
+    bad = [k for k, c in v.checks.items() if not c["passed"]]
+    report = "\n".join([
+        *report_head("lost_in_the_middle", v.verdict, paper=PAPER, claim=CLAIM, rule=f"{RULE}."),
+        f"Checks: {len(v.checks)}, not passed: {', '.join(bad) or 'none'}.", "",
+        f"Negative controls: t_crit doubled: {ctl_tc.verdict}; mirrored mask: "
+        f"{ctl_mask.verdict}."]) + "\n"
 
     def write(stage: Path) -> list[str]:
         import matplotlib
@@ -567,13 +571,7 @@ def reproduce(*, out: str | Path, options: LostInTheMiddleOptions | None = None,
                  betas=b, t_crit=np.array([tcs[f"{x:.1f}"] for x in b]))
         write_csv(stage / "t_crit.csv", {"beta": b,
                                           "t_crit": np.array([tcs[f"{x:.1f}"] for x in b])})
-        bad = [k for k, c in v.checks.items() if not c["passed"]]
-        atomic_write_text(stage / "report.md", "\n".join([
-            f"# lost_in_the_middle — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
-            f"Claim: {CLAIM}.", "", f"Rule: {RULE}.", "",
-            f"Checks: {len(v.checks)}, not passed: {', '.join(bad) or 'none'}.", "",
-            f"Negative controls: t_crit doubled: {ctl_tc.verdict}; mirrored mask: "
-            f"{ctl_mask.verdict}."]) + "\n")
-        return ["report.md", "lost_in_the_middle.png", "lost_in_the_middle.npz", "t_crit.csv"]
+        return ["lost_in_the_middle.png", "lost_in_the_middle.npz", "t_crit.csv"]
 
-    return write_study(out, study, write)
+    return write_reproduction(out, "lost_in_the_middle", summary, sentence, passed,
+                              report=report, files=write)

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..infra.parallel import parallel_map
 from ..status import Claim
-from .claims import ClaimOutcome
+from .claims import ClaimOutcome, report_head, write_reproduction
 
 __all__ = [
     "StaircaseOptions",
@@ -377,8 +377,7 @@ def write_staircase(stage: Path, opts: StaircaseOptions, runs: list[dict[str, An
 def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
               overwrite: bool = True) -> Any:
     """Run every β, judge and write ``out/``; returns the ``StudyResult``."""
-    from ..infra.io import atomic_write_text, prepare_output
-    from ..studies.base import StudyResult, write_study
+    from ..infra.io import prepare_output
 
     opts = options or StaircaseOptions()
     out = prepare_output(out, overwrite=overwrite)
@@ -392,11 +391,9 @@ def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
                     for b, p in v.per_beta.items())
     sentence = (f"metastable_staircase: published claim {v.verdict.upper()} ({per}); "
                 f"control with straight ramps: {ctl.verdict}.")
-    study = StudyResult("reproduce_metastable_staircase", summary, sentence,
-                        v.verdict == Claim.REPRODUCED)
     report = "\n".join([
-        f"# metastable_staircase — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
-        f"Claim: {CLAIM}.", "", f"Rule: {RULE}", "", f"Measured: {per}.", "",
+        *report_head("metastable_staircase", v.verdict, paper=PAPER, claim=CLAIM, rule=RULE),
+        f"Measured: {per}.", "",
         "| β | full merge at step | plateaus (t_start–t_end: E) | f80 |", "|---|---|---|---|",
         *[f"| {b} | {p['full_merge_record'] + 1} | "
           + ", ".join(f"{q['t_start']:.4f}–{q['t_end']:.4f}: {q['E']:.4f}"
@@ -404,9 +401,6 @@ def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
           for b, p in v.per_beta.items()],
         "", f"Finding: {summary['finding']}.", "",
         f"Negative control (straight ramps): {ctl.verdict}."]) + "\n"
-
-    def write(stage: Path) -> list[str]:
-        atomic_write_text(stage / "report.md", report)
-        return ["report.md", *write_staircase(stage, opts, runs, v)]
-
-    return write_study(out, study, write)
+    return write_reproduction(out, "metastable_staircase", summary, sentence,
+                              v.verdict == Claim.REPRODUCED, report=report,
+                              files=lambda stage: write_staircase(stage, opts, runs, v))

@@ -70,7 +70,7 @@ from scipy.optimize import brentq
 from scipy.special import gamma, iv
 
 from ..status import Claim
-from .claims import ClaimOutcome
+from .claims import ClaimOutcome, write_reproduction
 
 __all__ = [
     "PAPERS",
@@ -518,8 +518,7 @@ def reproduce(*, out: str | Path, options: MunRosenzweigOptions | None = None,
     :class:`~wflow.studies.base.StudyResult` (status ``success`` exactly when every check
     passed).
     """
-    from ..infra.io import atomic_write_text, prepare_output
-    from ..studies.base import StudyResult, write_study
+    from ..infra.io import prepare_output
 
     opts = options or MunRosenzweigOptions()
     out = prepare_output(out, overwrite=overwrite)
@@ -556,7 +555,13 @@ def reproduce(*, out: str | Path, options: MunRosenzweigOptions | None = None,
     sentence = (f"mun_rosenzweig: published claims {v.verdict.upper()}; controls "
                 + ", ".join(f"{k}: {c.verdict}" for k, c in ctl.items())
                 + ("." if controls_fail else " (a control was not refuted: INCONCLUSIVE)."))
-    study = StudyResult("reproduce_mun_rosenzweig", summary, sentence, passed)
+    lines = [f"# mun_rosenzweig — {v.verdict.upper()}", "", f"Papers: {PAPER}.", "",
+             f"Claims: {CLAIM}.", "", f"Rule: {RULE}.", "", "| claim | verdict |", "|---|---|"]
+    lines += [f"| {k} | {x} |" for k, x in v.claims.items()]
+    lines += ["", "Negative controls: " + "; ".join(f"{k}: {c.verdict}"
+                                                    for k, c in ctl.items()) + "."]
+    bad = [k for k, c in checks.items() if not c["passed"]]
+    lines += ["", f"Checks: {len(checks)}, not passed: {', '.join(bad) or 'none'}."]
 
     def write(stage: Path) -> list[str]:
         from ..infra.io import write_json
@@ -568,16 +573,7 @@ def reproduce(*, out: str | Path, options: MunRosenzweigOptions | None = None,
                     "claims": {k: str(x) for k, x in v.claims.items()},
                     "control_claims": {k: {n: str(x) for n, x in c.claims.items()}
                                        for k, c in ctl.items()}})
-        files.append("mun_rosenzweig_numbers.json")
-        lines = [f"# mun_rosenzweig — {v.verdict.upper()}", "", f"Papers: {PAPER}.", "",
-                 f"Claims: {CLAIM}.", "", f"Rule: {RULE}.", "", "| claim | verdict |",
-                 "|---|---|"]
-        lines += [f"| {k} | {x} |" for k, x in v.claims.items()]
-        lines += ["", "Negative controls: " + "; ".join(f"{k}: {c.verdict}"
-                                                        for k, c in ctl.items()) + "."]
-        bad = [k for k, c in checks.items() if not c["passed"]]
-        lines += ["", f"Checks: {len(checks)}, not passed: {', '.join(bad) or 'none'}."]
-        atomic_write_text(stage / "report.md", "\n".join(lines) + "\n")
-        return ["report.md", *files]
+        return [*files, "mun_rosenzweig_numbers.json"]
 
-    return write_study(out, study, write)
+    return write_reproduction(out, "mun_rosenzweig", summary, sentence, passed,
+                              report="\n".join(lines) + "\n", files=write)

@@ -39,7 +39,7 @@ from .base import (
     save_figure,
     write_study,
 )
-from .helpers import fit_decay_rate, fit_early_rate
+from .helpers import VELOCITY_FAMILY, fit_decay_rate, fit_early_rate, value_scale
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,7 @@ FAULTS = {
                    "kind 'usa', same β) while the ODE and the rates are those of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
-FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
-                        "scaled) while the formulas use the nominal heads"}
+FAMILIES = dict(VELOCITY_FAMILY)
 
 
 def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float,
@@ -81,10 +80,8 @@ def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float
     x0 = equiangular_tokens(n, 0.0, d=d, rng=rng)
     heads = Heads.scalar(lambdas, d)
     fam, size = parse_fault(fault, FAMILIES)
-    if fault == "time-doubled":
-        heads = heads.with_(V=2.0 * heads.V)
-    elif fam == "velocity":
-        heads = heads.with_(V=(1.0 + size) * heads.V)
+    if fault == "time-doubled" or fam == "velocity":
+        heads = heads.with_(V=value_scale(fault, fam, size) * heads.V)
     kind = "usa" if fault == "no-mobility" else "softmax"
     res = simulate(x0, heads, Attention(kind, beta), T=T, dt=dt, save_trajectory=True,
                    clusters=False, head_rates=False,

@@ -50,17 +50,8 @@ from ..geometry.transport import w2_sphere
 from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    parse_fault,
-    save_figure,
-    write_study,
-)
-from .helpers import accuracy_criterion, run_accuracy
+from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .helpers import accuracy_criterion, run_accuracy, value_scale
 
 __all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 
@@ -121,14 +112,12 @@ def _traj(item: tuple) -> dict:
     else:
         A = heads.A
     h = Heads.bilinear(A, w=heads.w)
-    fam, size = parse_fault(fault, FAMILIES)
+    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     beta, kind = BETA, "softmax"
     if family != "base" and fault == "no-mobility":
         kind = "usa"
-    elif family != "base" and fault == "time-doubled":
-        h = h.with_(V=2.0 * h.V)
-    elif family != "base" and fam == "velocity":
-        h = h.with_(V=(1.0 + size) * h.V)
+    elif family != "base" and (fault == "time-doubled" or fam == "velocity"):
+        h = h.with_(V=value_scale(fault, fam, size) * h.V)
     elif family != "base" and fam == "beta":
         beta = BETA * (1.0 + size)
     res = simulate(x0, h, Attention(kind, beta), T=T, dt=dt, integrator="rk4",
@@ -141,7 +130,7 @@ def _traj(item: tuple) -> dict:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ε for both families; judge convergence and the rate; write summary and plot."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
+    read_fault(NAME, fault, FAULTS, FAMILIES)  # an unknown fault refused before any run
     n, H, T, dt = (100, 3, 1.5, 0.05) if quick else (300, 3, 4.0, 0.025)
     epss = [0.1, 0.03, 0.01, 0.003] if quick else [0.1, 0.03, 0.01, 0.003, 0.001]
     k0 = len(epss) - ASYMPTOTIC  # the asymptotic range: epss[k0:]

@@ -53,11 +53,13 @@ from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_domi
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
 from .helpers import (
+    VELOCITY_FAMILY,
     accuracy_criterion,
     approx_orthogonal_heads,
     head_overlap,
     run_accuracy,
     spread_tokens,
+    value_scale,
 )
 
 logger = logging.getLogger(__name__)
@@ -77,8 +79,7 @@ FAULTS = {
                    "kind 'usa', same β) while the rate formulas are those of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
-FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
-                        "scaled) while the formulas use the nominal heads"}
+FAMILIES = dict(VELOCITY_FAMILY)
 
 
 def initial_tokens(n: int, H: int, eps: float, rng: np.random.Generator) -> np.ndarray:
@@ -105,9 +106,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Trajectories below/above ``β*_⊥`` for orthogonal and approximately orthogonal heads."""
     fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
-    vscale = {"time-doubled": 2.0, "value-sign": -1.0}.get(fault or "", 1.0)
-    if fam == "velocity":
-        vscale = 1.0 + size
+    vscale = -1.0 if fault == "value-sign" else value_scale(fault, fam, size)
     H, n, alpha, eps = 2, 8, 1.0, 0.3
     d = H * n
     factors = (0.5, 2.5) if quick else (0.25, 0.5, 1.5, 2.5, 4.0)

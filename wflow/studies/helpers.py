@@ -33,6 +33,8 @@ __all__ = [
     "particle_clustering_time",
     "run_accuracy",
     "accuracy_criterion",
+    "VELOCITY_FAMILY",
+    "value_scale",
 ]
 
 logger = logging.getLogger(__name__)
@@ -283,3 +285,19 @@ def accuracy_criterion(worst: float, hi: float = 1.0, why: str = "") -> Criterio
                           "engine's tolerance",
                      why=why or ("the engine's accuracy check at the integrator's balance "
                                  "order: an inaccurate run's numbers are not the theory's"))
+
+
+# ------------------------------------------------------ faults of the particle studies
+#: The fault family of the particle studies: the particle heads' value matrices scaled by
+#: ``1 + s`` (``run(fault="velocity:S")``, sizes scanned by bench/size_power.py).
+VELOCITY_FAMILY = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity "
+                               "and time scaled) while the formulas use the nominal heads"}
+
+
+def value_scale(fault: str | None, family: str | None, size: float) -> float:
+    """Factor of the particle heads' value matrices under a fault (velocity and time).
+
+    ``2`` for the ``time-doubled`` control, ``1 + s`` in the :data:`VELOCITY_FAMILY`
+    (``family``, ``size`` from :func:`wflow.studies.base.read_fault`), else ``1``.
+    """
+    return 2.0 if fault == "time-doubled" else (1.0 + size if family == "velocity" else 1.0)

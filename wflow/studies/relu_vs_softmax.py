@@ -42,7 +42,7 @@ from ..attention.kinds import RELU, SOFTMAX, get_kind
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_time, relu_equiangular_time
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
-from .helpers import particle_clustering_time, reduce_to_span
+from .helpers import VELOCITY_FAMILY, particle_clustering_time, reduce_to_span, value_scale
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +67,7 @@ FAULTS = {
                    "are those of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
-FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
-                        "scaled) while the formulas use the nominal heads"}
+FAMILIES = dict(VELOCITY_FAMILY)
 
 
 def _linfit(x: np.ndarray, y: np.ndarray) -> float:
@@ -80,7 +79,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     """Clustering times of softmax and ReLU over ``n`` and ``d`` (equiangular and random starts)."""
     fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
     beta, lam, thr = 1.0, 1.0, 0.9
-    vscale = 2.0 if fault == "time-doubled" else (1.0 + size if fam == "velocity" else 1.0)
+    vscale = value_scale(fault, fam, size)
     ns = (4, 8) if quick else (4, 8, 16)
     ds = (2**6, 2**12) if quick else (2**6, 2**8, 2**10, 2**12, 2**14)
     seeds = 1 if quick else 4

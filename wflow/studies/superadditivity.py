@@ -33,7 +33,7 @@ from ..geometry.sphere import orthonormal_tokens
 from ..multihead import early_rate, equiangular_rate, lambda_c
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
-from .helpers import accuracy_criterion, fit_early_rate, run_accuracy
+from .helpers import VELOCITY_FAMILY, accuracy_criterion, fit_early_rate, run_accuracy, value_scale
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,7 @@ FAULTS = {
                    "kind 'usa', same β) while the formula Σφ(λ_h) is that of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
-FAMILIES = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity and time "
-                        "scaled) while the formulas use the nominal heads"}
+FAMILIES = dict(VELOCITY_FAMILY)
 
 
 def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 1.0,
@@ -79,7 +78,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Early rates of heterogeneous vs equal heads on both sides of ``λ_c``."""
     fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
-    vscale = 2.0 if fault == "time-doubled" else (1.0 + size if fam == "velocity" else 1.0)
+    vscale = value_scale(fault, fam, size)
     kind = "usa" if fault == "no-mobility" else "softmax"  # of the particles
     n, beta = 8, 1.0
     lc = float(lambda_c(n, beta))

@@ -120,15 +120,8 @@ def _solve(p: dict, table: JKOTable, comm: Any) -> JKOResult:
 
 def _write(scenario: Any, table: JKOTable, p: dict, res: JKOResult, out: str | Path,
            comm: Any) -> None:
-    from ...infra.io import (
-        check_finite,
-        history_columns,
-        provenance,
-        run_directory,
-        save_npz,
-        write_csv,
-        write_json,
-    )
+    from ...infra.io import check_finite, history_columns, provenance, run_directory
+    from ...infra.io.outputs import write_run_files
 
     opts, sm, rho0, schedule, attn = res.options, p["mesh"], p["rho0"], p["schedule"], p["attn"]
     mesh_spec = p["mesh_spec"]
@@ -176,10 +169,8 @@ def _write(scenario: Any, table: JKOTable, p: dict, res: JKOResult, out: str | P
         summary["w2_vs_pde_max"] = float(np.max(w2_pde))
     check_finite("summary.final", summary["final"])
     with run_directory(out) as stage:
-        write_json(stage / "summary.json", summary)
-        write_csv(stage / "diagnostics.csv", cols)
-        save_npz(stage / "density.npz", t=res.t, rho=res.rho, centroids=res.centroids,
-                 areas=res.areas)
+        write_run_files(stage, summary, cols, {"density.npz": {
+            "t": res.t, "rho": res.rho, "centroids": res.centroids, "areas": res.areas}})
     logger.info("jko: wrote %s", out)
 
 

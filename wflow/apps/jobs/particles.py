@@ -15,15 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...infra.estimate import dt_record
-from ...infra.io import (
-    check_finite,
-    history_columns,
-    provenance,
-    run_directory,
-    save_npz,
-    write_csv,
-    write_json,
-)
+from ...infra.io import check_finite, history_columns, provenance, run_directory, save_npz
+from ...infra.io.outputs import write_run_files
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...particles.spec import SPEC
@@ -120,8 +113,7 @@ def _write(scenario: Scenario, opts: Any, p: dict, res: ParticleResult, out: str
         comm.barrier()
         return
     with run_directory(out) as stage:
-        write_json(stage / "summary.json", summary)
-        write_csv(stage / "diagnostics.csv", cols)
+        write_run_files(stage, summary, cols)
         if gif:
             from ..animate import particle_pictures
 

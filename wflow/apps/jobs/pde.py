@@ -181,15 +181,8 @@ def _write(scenario: Any, table: PDETable, p: dict, res: PDEResult, out: str | P
            comm: Any, *, render: bool = False, gif: bool = False) -> None:
     import contextlib
 
-    from ...infra.io import (
-        check_finite,
-        history_columns,
-        provenance,
-        run_directory,
-        save_npz,
-        write_csv,
-        write_json,
-    )
+    from ...infra.io import check_finite, history_columns, provenance, run_directory
+    from ...infra.io.outputs import write_run_files
 
     mesh_spec, sm, density, schedule = p["mesh_spec"], p["mesh"], p["density"], p["schedule"]
     summary = {
@@ -229,10 +222,8 @@ def _write(scenario: Any, table: PDETable, p: dict, res: PDEResult, out: str | P
 
                 pde_pictures(verts, res, stage, stochastic=schedule.stochastic)
         if comm.rank == 0:
-            write_json(stage / "summary.json", summary)
-            write_csv(stage / "diagnostics.csv", cols)
-            save_npz(stage / "density.npz", t=res.t, rho=res.rho, centroids=res.centroids,
-                     areas=res.areas)
+            write_run_files(stage, summary, cols, {"density.npz": {
+                "t": res.t, "rho": res.rho, "centroids": res.centroids, "areas": res.areas}})
         comm.barrier()
     logger.info("pde: wrote %s", out)
 

@@ -34,17 +34,9 @@ Euler–Maruyama (the midpoint is the average of the end points). Jumps of
 
 from __future__ import annotations
 
+from . import builtin
 from .base import Parametrisation, Schedule, WeightStep
-from .builtin import (
-    CallableSchedule,
-    Layers,
-    OrnsteinUhlenbeck,
-    Oscillating,
-    Relaxed,
-    Static,
-    as_schedule,
-    oscillating_pattern,
-)
+from .builtin import *  # noqa: F403 (its __all__: the built-in schedules)
 from .schedule_types import (  # noqa: F401 (importable here as before)
     SCHEDULE_TYPES,
     CallableType,
@@ -60,14 +52,7 @@ from .schedule_types import (  # noqa: F401 (importable here as before)
 __all__ = [
     "Parametrisation",
     "Schedule",
-    "Static",
-    "OrnsteinUhlenbeck",
-    "Oscillating",
-    "Relaxed",
-    "Layers",
-    "CallableSchedule",
-    "oscillating_pattern",
-    "as_schedule",
+    *builtin.__all__,
     "SCHEDULE_TYPES",
     "ScheduleType",
     "ScheduleContext",

@@ -14,6 +14,9 @@ import numpy as np
 from ..heads import Heads
 from .base import Parametrisation, Schedule, _check_theta
 
+__all__ = ["Static", "OrnsteinUhlenbeck", "Oscillating", "Relaxed", "Layers", "CallableSchedule",
+           "oscillating_pattern", "as_schedule"]
+
 
 @dataclass(frozen=True, eq=False)
 class Static(Schedule):
@@ -57,8 +60,25 @@ class Static(Schedule):
         return self.theta0
 
 
+class _DecayingNoise:
+    """The noise amplitude ``σ(t) = σ₀ e^{−γt}`` of a schedule (its fields ``sigma0``, ``gamma``).
+
+    The schedule is stochastic exactly when ``σ₀ > 0``.
+    """
+
+    sigma0: float
+    gamma: float
+
+    @property
+    def stochastic(self) -> bool:  # noqa: D102
+        return self.sigma0 > 0
+
+    def sigma(self, t: float) -> float:  # noqa: D102
+        return self.sigma0 * float(np.exp(-self.gamma * t))
+
+
 @dataclass(frozen=True, eq=False)
-class OrnsteinUhlenbeck(Schedule):
+class OrnsteinUhlenbeck(_DecayingNoise, Schedule):
     """``dθ = −κ(θ − θ_∞) dt + σ₀ e^{−γt} dW`` (γ = 0: plain OU).
 
     With ``σ₀ = 0`` or ``γ > 0`` the path has ``∫_0^∞ |θ̇| dt < ∞`` (the integrable regime).
@@ -89,18 +109,11 @@ class OrnsteinUhlenbeck(Schedule):
                              "parametrisation (θ = A), where the Itô term of the energy "
                              "balance has a closed form")
 
-    @property
-    def stochastic(self) -> bool:  # noqa: D102
-        return self.sigma0 > 0
-
     def initial_theta(self) -> np.ndarray:  # noqa: D102
         return self.theta0
 
     def drift(self, theta: np.ndarray, t: float) -> np.ndarray:  # noqa: D102
         return -self.kappa * (theta - self.theta_inf)
-
-    def sigma(self, t: float) -> float:  # noqa: D102
-        return self.sigma0 * float(np.exp(-self.gamma * t))
 
     def closed_form(self, t: float) -> np.ndarray | None:  # noqa: D102
         if self.stochastic:
@@ -254,7 +267,7 @@ class Layers(Schedule):
 
 
 @dataclass(frozen=True, eq=False)
-class CallableSchedule(Schedule):
+class CallableSchedule(_DecayingNoise, Schedule):
     """Any ``dθ/dt = f(θ, t)`` plus optional noise ``σ(t) = σ₀ e^{−γt}``."""
 
     param: Parametrisation
@@ -273,18 +286,11 @@ class CallableSchedule(Schedule):
             raise ValueError(f"callable schedule: f(θ, t) must return shape {self.theta0.shape}, "
                              f"got {probe.shape}")
 
-    @property
-    def stochastic(self) -> bool:  # noqa: D102
-        return self.sigma0 > 0
-
     def initial_theta(self) -> np.ndarray:  # noqa: D102
         return self.theta0
 
     def drift(self, theta: np.ndarray, t: float) -> np.ndarray:  # noqa: D102
         return np.asarray(self.func(theta, t), dtype=float)
-
-    def sigma(self, t: float) -> float:  # noqa: D102
-        return self.sigma0 * float(np.exp(-self.gamma * t))
 
 
 def as_schedule(heads_or_schedule: Heads | Schedule, *, deterministic: bool = False

@@ -15,7 +15,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from .files import (
     current_umask,
     is_disk_full,
     provenance,
+    save_npz,
+    write_csv,
     write_json,
 )
 
@@ -151,17 +153,40 @@ def prepare_output(out: str | Path, *, overwrite: bool = False) -> Path:
     Under MPI (when :mod:`mpi4py` is loaded) rank 0 decides and every rank gets the same
     answer.
     """
+    return _rank0_decides(lambda: _check_location(out, overwrite=overwrite, probe=True))
+
+
+def write_run_files(stage: Path, summary: Mapping[str, Any], columns: Mapping[str, Any],
+                    arrays: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Write a run's files into its staging folder ``stage`` (of :func:`run_directory`).
+
+    ``summary.json`` (``summary``), ``diagnostics.csv`` (``columns``, one row per
+    output time) and, for each ``name → {key: array}`` of ``arrays``, the archive
+    ``name`` (:func:`~wflow.infra.io.save_npz`), in this order.
+    """
+    write_json(stage / "summary.json", summary)
+    write_csv(stage / "diagnostics.csv", columns)
+    for name, npz in (arrays or {}).items():
+        save_npz(stage / name, **npz)
+
+
+def _rank0_decides(decide: Callable[[], Path]) -> Path:
+    """``decide()``; under MPI (:mod:`mpi4py` loaded, several ranks) on rank 0 only.
+
+    Rank 0's answer, or the message of its :class:`OutputError` (raised again as an
+    :class:`OutputError`), is broadcast, so every rank returns or raises alike.
+    """
     if "mpi4py.MPI" not in sys.modules:
-        return _check_location(out, overwrite=overwrite, probe=True)
+        return decide()
     from ..parallel import comm_rank_size
 
     comm, rank, size = comm_rank_size()
     if size == 1:
-        return _check_location(out, overwrite=overwrite, probe=True)
+        return decide()
     path = err = None
     if rank == 0:
         try:
-            path = _check_location(out, overwrite=overwrite, probe=True)
+            path = decide()
         except OutputError as exc:
             err = str(exc)
     path, err = comm.bcast((path, err), root=0)
@@ -238,22 +263,7 @@ def claim_output(out: str | Path, *, overwrite: bool = False) -> Path:
 
     Under MPI rank 0 claims and every rank gets the same answer.
     """
-    if "mpi4py.MPI" in sys.modules:
-        from ..parallel import comm_rank_size
-
-        comm, rank, size = comm_rank_size()
-        if size > 1:
-            path = err = None
-            if rank == 0:
-                try:
-                    path = _claim(out, overwrite=overwrite)
-                except OutputError as exc:
-                    err = str(exc)
-            path, err = comm.bcast((path, err), root=0)
-            if err is not None:
-                raise OutputError(err)
-            return path
-    return _claim(out, overwrite=overwrite)
+    return _rank0_decides(lambda: _claim(out, overwrite=overwrite))
 
 
 def _claim(out: str | Path, *, overwrite: bool) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...infra.parallel import parallel_map
 from ...status import Claim
-from ..claims import ClaimOutcome
+from ..claims import ClaimOutcome, report_head, write_reproduction
 from .batched import run_case_dim
 from .options import CLAIM, PAPER, RankOptions
 
@@ -221,8 +221,7 @@ def write_ranks(stage: Path, opts: RankOptions, runs: dict[str, dict[int, dict[s
 def reproduce(*, out: str | Path, options: RankOptions | None = None,
               overwrite: bool = True) -> Any:
     """Run both solvers, judge and write ``out/``; returns the ``StudyResult``."""
-    from ...infra.io import atomic_write_text, prepare_output
-    from ...studies.base import StudyResult, write_study
+    from ...infra.io import prepare_output
 
     opts = options or RankOptions()
     out = prepare_output(out, overwrite=overwrite)
@@ -232,11 +231,8 @@ def reproduce(*, out: str | Path, options: RankOptions | None = None,
     summary = summarize(opts, runs, v, ctl)
     sentence = (f"castin_ranks: published claim {v.verdict.upper()} ({'; '.join(v.reasons)}); "
                 f"control with the false bound floor(d/2): {ctl.verdict}.")
-    study = StudyResult("reproduce_castin_ranks", summary, sentence,
-                        v.verdict == Claim.REPRODUCED)
     report = "\n".join([
-        f"# castin_ranks — {v.verdict.upper()}", "", f"Paper: {PAPER}", "",
-        f"Claim: {CLAIM}.", "", f"Rule: {RULE}", "", "Measured:",
+        *report_head("castin_ranks", v.verdict, paper=PAPER, claim=CLAIM, rule=RULE), "Measured:",
         *[f"- {r}" for r in v.reasons], "",
         "| case | d | published histogram (rank 0..d) | exact limit ranks (all attempts) |",
         "|---|---|---|---|",
@@ -244,9 +240,6 @@ def reproduce(*, out: str | Path, options: RankOptions | None = None,
           f"{t['exact_rank_histogram_all_attempts']} |"
           for c, per in summary["cases"].items() for d, t in per.items()],
         "", f"Negative control (bound floor(d/2)): {ctl.verdict}."]) + "\n"
-
-    def write(stage: Path) -> list[str]:
-        atomic_write_text(stage / "report.md", report)
-        return ["report.md", *write_ranks(stage, opts, runs, v)]
-
-    return write_study(out, study, write)
+    return write_reproduction(out, "castin_ranks", summary, sentence,
+                              v.verdict == Claim.REPRODUCED, report=report,
+                              files=lambda stage: write_ranks(stage, opts, runs, v))
