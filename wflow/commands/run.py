@@ -57,6 +57,14 @@ def _main(args: argparse.Namespace) -> int:
     res = run_main_job(args.scenario, out, resume=args.resume is not None,
                        progress=args.progress, overwrite=args.overwrite, confirm=args.yes)
     s = res.summary
+    if "causal_moments" in s:  # a masked scenario: particles vs the kinetic limit
+        m = s["causal_moments"]
+        print(f"run: {res.status} in {s['wall_time_s']['total']:.1f} s — causal particles vs "
+              f"the kinetic limit ({m['bins']} position bins × {m['replicates']} replicates "
+              f"of {s['n_particles']} tokens, {s['slices']} slices): binned moments max|t| "
+              f"{m['max_t_T']:.2f} at T (critical {m['t_crit_T']:.2f}), {m['max_t_0']:.2f} "
+              f"at t = 0 (critical {m['t_crit_0']:.2f}); report: {args.out}/report.md")
+        return finish("run", res.status, s.get("message", ""))
     e = s["edi"]
 
     def rel(block: dict) -> str:

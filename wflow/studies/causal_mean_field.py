@@ -80,6 +80,9 @@ from ..geometry.harmonics import cell_moments, token_cross_sums, token_moment_su
 from ..geometry.moment_test import control_variates, moment_test
 from ..geometry.sphere import sample_cells
 from ..infra.parallel import parallel_map
+from ..kinetic.binned import bin_means as _bins
+from ..kinetic.binned import flat as _flat
+from ..kinetic.binned import token_var as _token_var
 from ..particles import simulate
 from ..status import Status
 from .base import StudyResult, conclude, read_fault, write_study
@@ -171,16 +174,6 @@ def _kinetic_level(spec: str, S: int, heads: Heads, lam: float, quadrature: str,
     return level
 
 
-def _flat(mom: np.ndarray) -> np.ndarray:
-    """``(B, (L+1)²)`` per-bin moments -> ``[mass, bin 0's k ≥ 1, bin 1's, …]``."""
-    return np.concatenate([[mom[0, 0]], mom[:, 1:].ravel()])
-
-
-def _bins(mom: np.ndarray, B: int) -> np.ndarray:
-    """``(S, (L+1)²)`` slice moments -> the ``B`` bins' means (``S/B`` slices each), flat."""
-    return _flat(mom.reshape(B, -1, mom.shape[1]).mean(axis=1))
-
-
 def _blocked(per_bin: list[tuple[np.ndarray, ...]], n: int) -> tuple[np.ndarray, ...]:
     """The cross sums of the blocked token vectors ``B·1[i ∈ b] (Z_i, Y_i)`` (module docstring).
 
@@ -232,12 +225,6 @@ def _replicate(item: tuple) -> dict[str, Any]:
         cross.append(token_cross_sums(x0[sl], xT[sl], L_cv, L))
     return {"m0": np.array(m0b), "q0": np.array(q0b), "mT": np.array(mTb),
             "qT": np.array(qTb), "cv": _blocked(cross, n)}
-
-
-def _token_var(M: np.ndarray, Q: np.ndarray, B: int) -> np.ndarray:
-    """Per-token variance of the blocked moments, ``B q_b − m_b²`` (i.i.d. s.e., reported)."""
-    m, q = M.mean(axis=0), Q.mean(axis=0)
-    return _flat(B * q - m * m)
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0,

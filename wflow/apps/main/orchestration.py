@@ -115,6 +115,11 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                 print(f"run: discarding the checkpoint in {ck.dir} (phases "
                       f"{', '.join(ck.phases())}; pass --resume to continue it instead)",
                       flush=True)
+    if sc.attention_obj().mask is not None:  # a decoder: particles vs the kinetic limit
+        from .causal import run_causal_job
+
+        return run_causal_job(sc, raw, out, ck, fp, resume=resume, progress=progress,
+                              confirm=confirm)
     ropts = sc.table("run")
 
     from ...geometry.density import density_spec_from_scenario, initial_density
