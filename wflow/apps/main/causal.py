@@ -63,7 +63,7 @@ from ...kinetic.binned import (
     token_var,
 )
 from ...status import Status, Verdict, worst_status
-from .checkpoint import _phase, _Pieces
+from .checkpoint import _phase, _Pieces, _session_record
 from .compare import _piece
 from .moments import ALPHA, coarse_cells
 from .options import MainJobResult
@@ -306,12 +306,7 @@ def run_causal_job(sc: Any, raw: dict, out: Path, ck: Any, fp: dict, *, resume: 
     restored_wall = float(sum(timings[k] for k in restored))
     summary = _summary(sc, raw, p, kin, parts, cmp_["moments"], timings,
                        session + restored_wall)
-    summary["warnings"] = warned
-    summary["cpu_time_s"] = {**cpu, "total": float(sum(cpu.values()))}
-    summary["resumed"] = {"resumed": bool(restored), "restored_phases": restored,
-                          "restored_wall_s": restored_wall, "this_session_wall_s": session,
-                          "note": "wall_time_s.total counts the restored phases' recorded "
-                                  "wall times plus this session's"}
+    summary.update(_session_record(warned, cpu, restored, restored_wall, session))
     with run_directory(out) as stage:
         _write(stage, summary, p, kin, parts, cmp_["moments"], render=ropts.render)
     ck.clear()
