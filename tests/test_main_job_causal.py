@@ -159,3 +159,34 @@ def test_a_wrong_kinetic_bias_slope_is_not_a_success(tmp_path, monkeypatch, caps
     assert m["max_t_0"] <= m["t_crit_0"]  # the initial draw is right: the dynamics is not
     assert "binned moments at T" in s["message"]
     assert "wflow run: run inaccurate" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # ~23 s: one run and a half
+def test_an_interrupted_run_resumes_to_the_same_result(example, tmp_path, monkeypatch):
+    """Ctrl-C in the comparison (at replicate 3): the phases and the replicates done are
+    checkpointed; ``resume`` restores them and gives the uninterrupted run's numbers."""
+    import wflow.apps.main.causal as causal
+    from wflow.apps.main import run_main_job
+
+    real = causal._particles
+
+    def interrupted(*args, r, **kw):
+        if r == 3:
+            raise KeyboardInterrupt
+        return real(*args, r=r, **kw)
+
+    monkeypatch.setattr(causal, "_particles", interrupted)
+    out = tmp_path / "o"
+    with pytest.raises(KeyboardInterrupt, match="--resume"):
+        run_main_job(EXAMPLE, out)
+    ckpt = Path(str(out) + ".ckpt")
+    assert {"kinetic.pkl", "particles.pkl", "compare.causal_replicate_2.pkl"} \
+        <= {f.name for f in ckpt.iterdir()}
+    monkeypatch.setattr(causal, "_particles", real)
+    res = run_main_job(None, out, resume=True)
+    assert res.summary["resumed"]["restored_phases"] == ["kinetic", "particles"]
+    want = _summary(example[1])["causal_moments"]
+    got = res.summary["causal_moments"]
+    for key in ("max_t_T", "max_t_0", "ref_error_max"):
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
+    assert not ckpt.exists()
