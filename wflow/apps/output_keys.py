@@ -385,8 +385,9 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "1", where=_RUN),
     K("causal_moments.cells_coarse", "cells of the coarse icosphere of the kinetic "
       "reference's Richardson error", "count", where=_RUN),
-    K("causal_moments.max_t_T", "max |t| over the bins × moments at T: (particles' mean − "
-      "kinetic) / (replicate s.e. ⊕ reference error)", "1", "≥ 0", _RUN),
+    K("causal_moments.max_t_T", "max |t| over the bins × moments at T: (particles' "
+      "control-variate mean − kinetic) / (replicate s.e. ⊕ reference error)", "1", "≥ 0",
+      _RUN),
     K("causal_moments.t_crit_T", "its Šidák critical value of t(R − 1) at alpha: the test "
       "passes when max_t_T ≤ t_crit_T", "1", "> 0", _RUN),
     K("causal_moments.p_T", "the Šidák p-value of max_t_T", "1", "in [0, 1]", _RUN),
@@ -405,6 +406,14 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
       "1", "≥ 0", _RUN),
     K("causal_moments.detectable_T", "smallest moment error the test at T detects, "
       "t_crit (s² + e²)^{1/2}", "1", "≥ 0", _RUN),
+    K("causal_moments.control_degree", "degree L_c of the control variates at T (the "
+      "harmonics of each token's initial position)", "count", where=_RUN),
+    K("causal_moments.controls", "number of controls, B((L_c+1)² − 1)", "count", where=_RUN),
+    K("causal_moments.cv_se_ratio", "median ratio of the control-variate s.e. to the plain "
+      "s.e. at T (< 1: the controls explain the initial draw's fluctuation)", "1", "> 0",
+      _RUN),
+    K("causal_moments.max_t_T_plain", "max |t| at T without control variates (reported, "
+      "not judged)", "1", "≥ 0", _RUN),
     K("causal_moments.finite", "every t and every reference error finite", "bool",
       where=_RUN),
     K("causal_moments.passed", "finite, max_t_T ≤ t_crit_T and max_t_0 ≤ t_crit_0", "bool",

@@ -21,16 +21,23 @@ to ``O(S^{-2})``. The vector over (bins × moments) is laid out behind one mass 
 ``1 + BK`` numbers (:func:`flat`), which is the layout
 :func:`wflow.geometry.moment_test.moment_test` takes when ``1 + BK = (L'+1)²``
 (:func:`layout_degree`; ``L = 2``: ``B = 1, 3, 6, 10, 15, …``, the triangular numbers).
+
+Control variates (:func:`wflow.geometry.moment_test.control_variates`) in this layout:
+the harmonics ``Z_j`` (``1 ≤ j < (L_c+1)²``) of each token's initial position, one block
+of controls per bin, ``Z_i^{(b)} = B·1[i ∈ b] Z(x_i(0))`` against the blocked moments
+``B·1[i ∈ b] Y(x_i(T))`` (:func:`blocked_cross_sums`, :func:`binned_cross_sums`; bins of
+``n/B`` tokens each). Their exact means are the bins' initial kinetic moments
+(:func:`bin_means` of :func:`slice_moments` at degree ``L_c``, the mass entry dropped).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..geometry.harmonics import cell_moments, token_moment_sums
+from ..geometry.harmonics import cell_moments, token_cross_sums, token_moment_sums
 
 __all__ = ["flat", "bin_means", "token_var", "slice_moments", "binned_token_moments",
-           "layout_degree", "bin_edges"]
+           "layout_degree", "bin_edges", "blocked_cross_sums", "binned_cross_sums"]
 
 
 def flat(mom: np.ndarray) -> np.ndarray:
@@ -100,3 +107,44 @@ def layout_degree(B: int, L: int) -> int:
         raise ValueError(f"binned moments: {B} bins of degree {L} give {size} numbers, not a "
                          "square (the moment test's layout)")
     return Lf
+
+
+def blocked_cross_sums(per_bin: list[tuple[np.ndarray, ...]], n: int
+                       ) -> tuple[np.ndarray, ...]:
+    """The cross sums of the blocked token vectors ``B·1[i ∈ b] (Z_i, Y_i)`` (module docstring).
+
+    ``per_bin``: each bin's :func:`wflow.geometry.harmonics.token_cross_sums` (``n/B``
+    tokens each); the mass entry ``Y_0`` is not blocked. Returns ``(S_Z, S_Y, S_ZZ, S_ZY,
+    S_YY)`` of the ``n`` tokens in the flat layout: ``(BP,)``, ``(1 + BK,)``,
+    ``(BP, BP)``, ``(BP, 1 + BK)``, ``(1 + BK,)``.
+    """
+    B = len(per_bin)
+    P = per_bin[0][0].size
+    sz = B * np.concatenate([s[0] for s in per_bin])
+    sy = np.concatenate([[sum(s[1][0] for s in per_bin)],
+                         B * np.concatenate([s[1][1:] for s in per_bin])])
+    syy = np.concatenate([[sum(s[4][0] for s in per_bin)],
+                          B * B * np.concatenate([s[4][1:] for s in per_bin])])
+    K1 = per_bin[0][1].size - 1
+    szz = np.zeros((B * P, B * P))
+    szy = np.zeros((B * P, 1 + B * K1))
+    for b, s in enumerate(per_bin):
+        zb = slice(b * P, (b + 1) * P)
+        szz[zb, zb] = B * B * s[2]
+        szy[zb, 0] = B * s[3][:, 0]
+        szy[zb, 1 + b * K1:1 + (b + 1) * K1] = B * B * s[3][:, 1:]
+    return sz, sy, szz, szy, syy
+
+
+def binned_cross_sums(x_ctrl: np.ndarray, x: np.ndarray, B: int, L_ctrl: int, L: int
+                      ) -> tuple[np.ndarray, ...]:
+    """:func:`blocked_cross_sums` of tokens at two times, ``x_ctrl`` and ``x`` ``(n, 3)``.
+
+    ``B`` must divide ``n`` (bins of ``n/B`` tokens: the blocked layout's weights).
+    """
+    n = int(np.shape(x)[0])
+    if n % int(B):
+        raise ValueError(f"binned cross sums: {B} bins must divide the {n} tokens")
+    e = bin_edges(n, B)
+    return blocked_cross_sums([token_cross_sums(x_ctrl[e[b]:e[b + 1]], x[e[b]:e[b + 1]],
+                                                L_ctrl, L) for b in range(B)], n)

@@ -81,6 +81,7 @@ from ..geometry.moment_test import control_variates, moment_test
 from ..geometry.sphere import sample_cells
 from ..infra.parallel import parallel_map
 from ..kinetic.binned import bin_means as _bins
+from ..kinetic.binned import blocked_cross_sums as _blocked
 from ..kinetic.binned import flat as _flat
 from ..kinetic.binned import token_var as _token_var
 from ..particles import simulate
@@ -172,30 +173,6 @@ def _kinetic_level(spec: str, S: int, heads: Heads, lam: float, quadrature: str,
     while len(_PDE_CACHE) > _CACHE_SIZE:
         _PDE_CACHE.popitem(last=False)
     return level
-
-
-def _blocked(per_bin: list[tuple[np.ndarray, ...]], n: int) -> tuple[np.ndarray, ...]:
-    """The cross sums of the blocked token vectors ``B·1[i ∈ b] (Z_i, Y_i)`` (module docstring).
-
-    ``per_bin``: each bin's :func:`wflow.geometry.harmonics.token_cross_sums`; the mass
-    entry ``Y_0`` is not blocked.
-    """
-    B = len(per_bin)
-    P = per_bin[0][0].size
-    sz = B * np.concatenate([s[0] for s in per_bin])
-    sy = np.concatenate([[sum(s[1][0] for s in per_bin)],
-                         B * np.concatenate([s[1][1:] for s in per_bin])])
-    syy = np.concatenate([[sum(s[4][0] for s in per_bin)],
-                          B * B * np.concatenate([s[4][1:] for s in per_bin])])
-    K1 = per_bin[0][1].size - 1
-    szz = np.zeros((B * P, B * P))
-    szy = np.zeros((B * P, 1 + B * K1))
-    for b, s in enumerate(per_bin):
-        zb = slice(b * P, (b + 1) * P)
-        szz[zb, zb] = B * B * s[2]
-        szy[zb, 0] = B * s[3][:, 0]
-        szy[zb, 1 + b * K1:1 + (b + 1) * K1] = B * B * s[3][:, 1:]
-    return sz, sy, szz, szy, syy
 
 
 def _replicate(item: tuple) -> dict[str, Any]:

@@ -20,12 +20,16 @@ key):
    :data:`REPLICATES` independent particle systems (the main run and ``R − 1`` more, seeds
    ``[seed, 4242, n, r]``) against the bins' kinetic moments, at ``t = 0`` and at ``T``
    (:func:`wflow.geometry.moment_test.moment_test`: ``max_k |t_k|`` against its Šidák
-   critical value of ``t(R − 1)`` at level :data:`~wflow.apps.main.moments.ALPHA`). The
-   kinetic reference's error, added in quadrature to the Monte Carlo standard error, is
-   the Richardson estimate of the mesh ``e_h = |μ^h − μ^{coarse}|/(r² − 1)`` (an icosphere
-   of about half the frequency, :func:`~wflow.apps.main.moments.coarse_cells`; ``r²`` the
-   ratio of the cell counts) and of the slices ``e_S = (4/3)|μ_S − μ_{2S}|`` (order 2 in
-   ``1/S``, on the coarse mesh).
+   critical value of ``t(R − 1)`` at level :data:`~wflow.apps.main.moments.ALPHA`). At
+   ``T`` on control-variate moments (:func:`wflow.geometry.moment_test.control_variates`):
+   the harmonics of each token's initial position up to :data:`CONTROL_DEGREE`, one block
+   per bin, with exact means (the bins' initial kinetic moments), regress the initial
+   sample's fluctuation out, so the test at ``T`` judges the dynamics (the test at
+   ``t = 0`` the draw); the plain test is reported. The kinetic reference's error, added
+   in quadrature to the Monte Carlo standard error, is the Richardson estimate of the mesh
+   ``e_h = |μ^h − μ^{coarse}|/(r² − 1)`` (an icosphere of about half the frequency,
+   :func:`~wflow.apps.main.moments.coarse_cells`; ``r²`` the ratio of the cell counts) and
+   of the slices ``e_S = (4/3)|μ_S − μ_{2S}|`` (order 2 in ``1/S``, on the coarse mesh).
 
 The status is ``success`` only when both phases succeed, both moment tests pass and every
 number of the comparison is finite; else ``inaccurate`` with the failed check named. The
@@ -56,6 +60,7 @@ from ...infra.io import run_directory
 from ...infra.schema import ScenarioError
 from ...kinetic.binned import (
     bin_means,
+    binned_cross_sums,
     binned_token_moments,
     flat,
     layout_degree,
@@ -68,7 +73,7 @@ from .compare import _piece
 from .moments import ALPHA, coarse_cells
 from .options import MainJobResult
 
-__all__ = ["REPLICATES", "DEGREE", "NOT_GRADIENT_FLOW", "bins_of", "check_causal",
+__all__ = ["REPLICATES", "DEGREE", "CONTROL_DEGREE", "NOT_GRADIENT_FLOW", "bins_of", "check_causal",
            "run_causal_job"]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,9 @@ logger = logging.getLogger(__name__)
 REPLICATES = 16
 #: Largest harmonic degree compared per position bin (``(L+1)² − 1 = 8`` moments a bin).
 DEGREE = 2
+#: Degree ``L_c`` of the control variates of the test at ``T``: the harmonics of each
+#: token's initial position, ``(L_c+1)² − 1 = 24`` controls a bin.
+CONTROL_DEGREE = 4
 #: Why the JKO and the EDI are not computed for a masked scenario.
 NOT_GRADIENT_FLOW = ("the causal system is not a gradient flow (token i attends to j ≤ i "
                      "only: the tokens are not exchangeable, so there is no energy identity "
@@ -140,9 +148,9 @@ def check_causal(sc: Any, ropts: Any, *, progress: bool | None = None) -> tuple[
             "and the slices must be one model: set run.n_particles to the n of the bias "
             "(attention.bias n, or tokens.n for a slope)")
     B = bins_of(int(table.S))
-    if n < B * 10:
-        raise ScenarioError(f"run.n_particles: {n} tokens for {B} position bins; give at "
-                            f"least {10 * B}")
+    if n < B * 10 or n % B:
+        raise ScenarioError(f"run.n_particles: {n} tokens for {B} position bins (S = "
+                            f"{table.S} slices); give a multiple of {B}, at least {10 * B}")
     return table, B
 
 
@@ -191,7 +199,7 @@ def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B:
              store: Any) -> dict[str, Any]:
     """The moment test of the particles against the kinetic slices (module docstring)."""
     from ...geometry.mesh import load_mesh
-    from ...geometry.moment_test import moment_test
+    from ...geometry.moment_test import control_variates, moment_test
     from ..jobs.kinetic import _solve
 
     L, R, n = DEGREE, REPLICATES, int(ropts.n_particles)
@@ -218,17 +226,24 @@ def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B:
     def replicate(r: int) -> dict[str, np.ndarray]:
         def one() -> dict[str, np.ndarray]:
             run = parts if r == 0 else _particles(sc, p, kin, ropts, r=r, progress=False)
-            m0, q0 = binned_token_moments(run["x0"], B, L)
-            mT, qT = binned_token_moments(run["res"].x[0], B, L)
-            return {"m0": m0, "q0": q0, "mT": mT, "qT": qT}
+            x0, xT = run["x0"], run["res"].x[0]
+            m0, q0 = binned_token_moments(x0, B, L)
+            mT, qT = binned_token_moments(xT, B, L)
+            return {"m0": m0, "q0": q0, "mT": mT, "qT": qT,
+                    "cv": binned_cross_sums(x0, xT, B, CONTROL_DEGREE, L)}
 
         return one() if r == 0 else _piece(store, f"causal_replicate_{r}", one)
 
     rows = [replicate(r) for r in range(R)]
     stack = {k: np.array([row[k] for row in rows]) for k in ("m0", "q0", "mT", "qT")}
     Lf = layout_degree(B, L)
-    tT = moment_test(np.array([flat(m) for m in stack["mT"]]), refT, n=n, alpha=ALPHA, L=Lf,
-                     ref_error=err, token_var=token_var(stack["mT"], stack["qT"], B))
+    # the controls' exact means: the bins' initial kinetic moments up to L_c (mass dropped)
+    nu = bin_means(slice_moments(verts, kin.masses[0], CONTROL_DEGREE), B)[1:]
+    cv = control_variates([row["cv"] for row in rows], nu, n=n)
+    tT = moment_test(cv.adjusted, refT, n=n, alpha=ALPHA, L=Lf, ref_error=err,
+                     token_var=cv.token_var)
+    plain = moment_test(np.array([flat(m) for m in stack["mT"]]), refT, n=n, alpha=ALPHA,
+                        L=Lf, ref_error=err, token_var=token_var(stack["mT"], stack["qT"], B))
     t0 = moment_test(np.array([flat(m) for m in stack["m0"]]), ref0, n=n, alpha=ALPHA, L=Lf,
                      token_var=token_var(stack["m0"], stack["q0"], B))
     K1 = (L + 1) ** 2 - 1
@@ -244,10 +259,14 @@ def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B:
         "ref_error_max": float(np.max(err)), "mesh_error_max": float(np.max(e_h)),
         "slice_error_max": float(np.max(e_S)),
         "detectable_T": float(np.min(tT.detectable)), "finite": finite,
+        "control_degree": CONTROL_DEGREE, "controls": int(cv.controls),
+        "cv_se_ratio": float(np.median(tT.se_mc / plain.se_mc)),
+        "max_t_T_plain": plain.max_t,
         "passed": bool(finite and tT.max_t <= tT.t_crit and t0.max_t <= t0.t_crit),
         "test_T": tT.as_dict(), "test_0": t0.as_dict(),
         # raw data (written to causal_moments.npz, not to summary.json)
         "_arrays": {"particles_T": stack["mT"], "particles_0": stack["m0"],
+                    "particles_T_cv": cv.adjusted,
                     "kinetic_T": refT, "kinetic_0": ref0, "kinetic_error_T": err},
     }
 
@@ -332,8 +351,10 @@ def _summary(sc: Any, raw: dict, p: dict, kin: Any, parts: dict, mom: dict,
         {"quantity": "particles vs kinetic: binned moments at T, max|t|",
          "value": mom["max_t_T"], "tolerance": tol_T,
          "verdict": Verdict.of(mom["finite"] and mom["max_t_T"] <= mom["t_crit_T"]),
-         "meaning": meaning + ". The tokens near position s follow the kinetic family "
-                              "ρ_t(s, ·): the test of the causal mean-field limit."},
+         "meaning": meaning + ", on control-variate moments (the initial draw's "
+                              "fluctuation regressed out). The tokens near position s follow "
+                              "the kinetic family ρ_t(s, ·): the test of the causal "
+                              "mean-field limit."},
         {"quantity": "particles vs kinetic: binned moments at t = 0, max|t|",
          "value": mom["max_t_0"], "tolerance": f"<= {mom['t_crit_0']:.3g}",
          "verdict": Verdict.of(mom["finite"] and mom["max_t_0"] <= mom["t_crit_0"]),
@@ -429,9 +450,10 @@ def _write(stage: Path, summary: dict, p: dict, kin: Any, parts: dict, mom: dict
         "trajectory.npz": "the main particle run: t (n,), x (n, N, 3), tokens in array "
                           "(position) order",
         "causal_moments.npz": "particles_T, particles_0 (R, B, (L+1)²): each replicate's "
-                              "per-bin mean moments; kinetic_T, kinetic_0, kinetic_error_T "
-                              "(1 + B((L+1)² − 1),): the bins' kinetic moments (mass first) "
-                              "and the reference's error",
+                              "per-bin mean moments; particles_T_cv (R, 1 + B((L+1)² − 1)): "
+                              "their control-variate values at T (flat); kinetic_T, "
+                              "kinetic_0, kinetic_error_T (1 + B((L+1)² − 1),): the bins' "
+                              "kinetic moments (mass first) and the reference's error",
         "diagnostics_kinetic.csv": "one row per output time and slice",
         "diagnostics_particles.csv": "the main particle run's records",
         "report.md": "the report", **({"causal_moments.png": "the figure"} if figs else {})}
@@ -462,7 +484,10 @@ def _report(stage: Path, s: dict, figs: list[str]) -> None:
         f"{(m['degree'] + 1) ** 2 - 1} moments, {m['replicates']} replicates; at T "
         f"max|t| = {m['max_t_T']:.2f} (critical {m['t_crit_T']:.2f}; per bin "
         f"{', '.join(f'{x:.2f}' for x in m['t_per_bin_T'])}), at t = 0 "
-        f"{m['max_t_0']:.2f} (critical {m['t_crit_0']:.2f}). Monte Carlo s.e. median "
+        f"{m['max_t_0']:.2f} (critical {m['t_crit_0']:.2f}). Control variates "
+        f"({m['controls']}, degree ≤ {m['control_degree']}) scale the s.e. at T by "
+        f"{m['cv_se_ratio']:.2f} (without them max|t| = {m['max_t_T_plain']:.2f}). Monte "
+        f"Carlo s.e. median "
         f"{m['se_mc_median']:.2e}; the kinetic reference's error max {m['ref_error_max']:.2e} "
         f"(mesh {m['mesh_error_max']:.2e} against {m['cells_coarse']} cells, slices "
         f"{m['slice_error_max']:.2e} against {2 * s['slices']} slices); smallest detectable "
