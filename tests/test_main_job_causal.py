@@ -192,3 +192,20 @@ def test_an_interrupted_run_resumes_to_the_same_result(example, tmp_path, monkey
     for key in ("max_t_T", "max_t_0", "ref_error_max"):
         assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
     assert not ckpt.exists()
+
+
+def test_the_estimate_covers_the_example(example):
+    """The cost model of the causal run against the example's measured wall time (CPU time
+    of the phases on two loaded cores: within a factor 4 either way), growing with the
+    slices and the tokens."""
+    from wflow.apps.main.causal import REPLICATES
+    from wflow.apps.main.estimate import estimate_causal_job
+
+    s = _summary(example[1])
+    kw = {"cells": 1280, "S": 6, "n": 1200, "H": 1, "T": 1.0, "dt": 0.05, "n_saves": 3,
+          "steps_per_save": 8, "replicates": REPLICATES, "order": 2}
+    est = estimate_causal_job(**kw)
+    measured = s["wall_time_s"]["total"]
+    assert measured / 4 < est.seconds < 4 * measured, (est.describe(), measured)
+    assert estimate_causal_job(**{**kw, "S": 12}).seconds > est.seconds
+    assert estimate_causal_job(**{**kw, "n": 4800}).seconds > est.seconds
