@@ -358,6 +358,72 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     K("verdicts[].tolerance", "what it is judged against", "text", where=_RUN),
     K("verdicts[].verdict", "PASS, FAIL, WARN or defect (expected)", "text", where=_RUN),
     K("verdicts[].meaning", "what the number means", "text", where=_RUN),
+    K("jko.status", "a masked scenario (attention.mask): 'not applicable', the JKO phase is "
+      "not run", "text", where=_RUN),
+    K("jko.reason", "why not: the causal system is not a gradient flow (no energy identity, "
+      "no JKO)", "text", where=_RUN),
+    K("edi.status", "a masked scenario: 'not applicable', no EDI residual is computed",
+      "text", where=_RUN),
+    K("edi.reason", "why not (as jko.reason)", "text", where=_RUN),
+    K("alibi.token_slope", "a masked scenario: the particles' ALiBi slope per token, λ/n "
+      "(0: no bias)", "1", "≥ 0", _RUN),
+    K("checks.kinetic", "a masked scenario: the kinetic phase's checks ({}: its mass and "
+      "positivity are judged in its status)", "as named", where=_RUN),
+    K("kinetic_stats.kernel_calls", "a masked scenario: the kinetic phase's kernel sums (S "
+      "per velocity evaluation)", "count", where=_RUN),
+    K("kinetic_stats.slices", "a masked scenario: the kinetic phase's slices S", "count",
+      where=_RUN),
+    K("causal_moments.bins", "a masked scenario: position bins B of consecutive tokens "
+      "(the largest divisor of S with a square moment layout)", "count", "≥ 1", _RUN),
+    K("causal_moments.slices_per_bin", "kinetic slices S/B averaged per bin", "count",
+      "≥ 1", _RUN),
+    K("causal_moments.degree", "largest harmonic degree L compared per bin ((L+1)² − 1 "
+      "moments)", "count", where=_RUN),
+    K("causal_moments.replicates", "independent causal particle systems R (the main run "
+      "first)", "count", where=_RUN),
+    K("causal_moments.alpha", "level of the moment tests (Šidák over the bins × moments)",
+      "1", where=_RUN),
+    K("causal_moments.cells_coarse", "cells of the coarse icosphere of the kinetic "
+      "reference's Richardson error", "count", where=_RUN),
+    K("causal_moments.max_t_T", "max |t| over the bins × moments at T: (particles' "
+      "control-variate mean − kinetic) / (replicate s.e. ⊕ reference error)", "1", "≥ 0",
+      _RUN),
+    K("causal_moments.t_crit_T", "its Šidák critical value of t(R − 1) at alpha: the test "
+      "passes when max_t_T ≤ t_crit_T", "1", "> 0", _RUN),
+    K("causal_moments.p_T", "the Šidák p-value of max_t_T", "1", "in [0, 1]", _RUN),
+    K("causal_moments.max_t_0", "max |t| at t = 0 (no reference error)", "1", "≥ 0", _RUN),
+    K("causal_moments.t_crit_0", "its critical value", "1", "> 0", _RUN),
+    K("causal_moments.p_0", "the Šidák p-value of max_t_0", "1", "in [0, 1]", _RUN),
+    K("causal_moments.t_per_bin_T", "max |t| at T of each position bin, (B,)", "1", "≥ 0",
+      _RUN),
+    K("causal_moments.se_mc_median", "median replicate standard error of the moments at T",
+      "1", "≥ 0", _RUN),
+    K("causal_moments.ref_error_max", "largest error of the kinetic reference, mesh ⊕ "
+      "slices", "1", "≥ 0", _RUN),
+    K("causal_moments.mesh_error_max", "largest Richardson mesh error "
+      "|μ^h − μ^coarse|/(r² − 1)", "1", "≥ 0", _RUN),
+    K("causal_moments.slice_error_max", "largest slice error (4/3)|μ_S − μ_2S| (coarse mesh)",
+      "1", "≥ 0", _RUN),
+    K("causal_moments.detectable_T", "smallest moment error the test at T detects, "
+      "t_crit (s² + e²)^{1/2}", "1", "≥ 0", _RUN),
+    K("causal_moments.control_degree", "degree L_c of the control variates at T (the "
+      "harmonics of each token's initial position)", "count", where=_RUN),
+    K("causal_moments.controls", "number of controls, B((L_c+1)² − 1)", "count", where=_RUN),
+    K("causal_moments.cv_se_ratio", "median ratio of the control-variate s.e. to the plain "
+      "s.e. at T (< 1: the controls explain the initial draw's fluctuation)", "1", "> 0",
+      _RUN),
+    K("causal_moments.max_t_T_plain", "max |t| at T without control variates (reported, "
+      "not judged)", "1", "≥ 0", _RUN),
+    K("causal_moments.finite", "every t and every reference error finite", "bool",
+      where=_RUN),
+    K("causal_moments.passed", "finite, max_t_T ≤ t_crit_T and max_t_0 ≤ t_crit_0", "bool",
+      where=_RUN),
+    K("causal_moments.test_*.**", "the moment test at T (test_T) and at t = 0 (test_0), "
+      "on the flat layout [mass, bin 0's moments, bin 1's, …]: replicates R, tokens n, "
+      "layout degree L, level alpha; per entry the difference particles − kinetic (diff), "
+      "the replicate s.e. (se_mc), the i.i.d. one (se_iid), the reference error (pde_err) "
+      "and t; max_t, t_crit, p_max_t; Hotelling's T² (NaN when R ≤ entries); the MMD² "
+      "(no meaning in this layout); detectable; se_ratio", "as named", where=_RUN),
     K("study", "the study's name", "text", where="wflow verify, wflow reproduce"),
     K("passed", "every criterion holds", "bool", where="wflow verify, wflow reproduce"),
     K("verdict", "the verdict in words: the criteria and the measured numbers", "text",
@@ -596,6 +662,10 @@ def _also_written_by(keys: tuple[OutputKey, ...], patterns: Iterable[str],
 
 #: ``wflow kinetic`` writes these entries of the other solvers with the same meaning.
 SUMMARY_KEYS = _also_written_by(SUMMARY_KEYS, _KINETIC_SHARED, "wflow kinetic")
+#: ``wflow run`` of a masked scenario writes these entries of ``wflow kinetic`` and the
+#: solvers with the same meaning (:mod:`wflow.apps.main.causal`).
+SUMMARY_KEYS = _also_written_by(SUMMARY_KEYS, ("mask", "alibi.lambda", "alibi.source",
+                                               "slices", "outputs.**"), "wflow run")
 
 #: CSV columns (``diagnostics*.csv``, ``w2*.csv``), first match wins.
 CSV_COLUMNS: tuple[OutputKey, ...] = (

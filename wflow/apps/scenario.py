@@ -190,8 +190,10 @@ ATTENTION_DOCS: dict[str, str] = {
                  "Mun & Rosenzweig's K = 1/(2D). 0: the noiseless model.",
     "mask": "The causal mask of a decoder (THEORY §9): 'causal' (token i attends to j ≤ i, "
             "in the order of the token array), 'causal_strict' (j < i: the first token "
-            "stays at rest) or 'none'. Particles only (the Python loop, also split over MPI "
-            "ranks); the PDE, the JKO and wflow run refuse a mask (no density form).",
+            "stays at rest) or 'none'. The particles run it (the Python loop, also split over "
+            "MPI ranks), wflow kinetic solves its mean-field limit, and wflow run compares "
+            "the two (no JKO, no EDI: not a gradient flow); the PDE and the JKO refuse a "
+            "mask (no density form).",
     "bias": "The positional bias added to the scores under the mask: 'none' or an ALiBi "
             "table {type = 'alibi', slope = s} (b(i, j) = −s(i − j)) or {type = 'alibi', "
             "lam = λ, n = n} (slope λ/n). Needs attention.mask.",

@@ -12,26 +12,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` subcommand."""
     p = sub.add_parser(
         "run",
-        help="the main job: PDE, JKO and particles on one initial density, compared",
+        help="the main job: PDE, JKO and particles on one initial density, compared (with a "
+             "causal mask: particles vs the kinetic limit)",
         formatter_class=Formatter,
         description=describe(
-        "Run the main job on SCENARIO (default: the scenario shipped with the "
-        "package). On the same initial density and heads it solves the transformer PDE on "
-        "the sphere mesh, the JKO scheme and the particle system sampled from the initial "
-        "density, and compares them (EDI residuals of the three solvers, W2 "
-        "particles-vs-PDE and JKO-vs-PDE, mass error, minimum density, wall times, versions, "
-        "seeds). Every section of the scenario is validated before the first "
-        "phase. Completed phases are checkpointed in DIR.ckpt/ with the scenario's "
-        "fingerprint (the files and the source of the callables it names); after Ctrl-C, "
-        "SIGTERM or a crash, `wflow run --resume DIR` continues with the same result, naming "
-        "the restored phases (a SCENARIO given with --resume must equal the checkpointed "
-        "one). Checkpoints are read only with --resume: without it a checkpoint of the same "
-        "scenario is discarded, one of another scenario is refused (or discarded with "
-        "--overwrite).",
+        "Run the main job on SCENARIO (default: the scenario shipped with the package). On "
+        "the same initial density and heads it solves the transformer PDE on the sphere mesh, "
+        "the JKO scheme and the particle system sampled from the initial density, and "
+        "compares them (EDI residuals of the three solvers, W2 particles-vs-PDE and "
+        "JKO-vs-PDE, mass error, minimum density, wall times, versions, seeds). A scenario "
+        "with [attention] mask (a decoder, THEORY §9) runs instead the causal particles "
+        "(tokens in array order) against the kinetic mean-field limit ([kinetic] slices, as "
+        "`wflow kinetic`) and compares the spherical-harmonic moments of the tokens binned by "
+        "position with the slices' (16 replicates, Šidák max|t|); its JKO and EDI are not "
+        "computed, the causal system being no gradient flow (one line says so; [run] jko = "
+        "true is refused). Every section of the scenario is validated before the first phase. "
+        "Completed phases are checkpointed in DIR.ckpt/ with the scenario's fingerprint (the "
+        "files and the source of the callables it names); after Ctrl-C, SIGTERM or a crash, "
+        "`wflow run --resume DIR` continues with the same result, naming the restored phases "
+        "(a SCENARIO given with --resume must equal the checkpointed one). Checkpoints are "
+        "read only with --resume: without it a checkpoint of the same scenario is discarded, "
+        "one of another scenario is refused (or discarded with --overwrite).",
         command="run", sections=("attention", "tokens", "heads", "schedule", "particles",
-                                 "density", "pde", "jko", "run"), detailed=("run",),
+                                 "density", "pde", "jko", "kinetic", "run"),
+        detailed=("run",),
         files="DIR/summary.json; DIR/report.md with figures; the raw data (density.npz, "
-        "trajectory.npz, diagnostics CSVs)."),
+        "trajectory.npz, diagnostics CSVs; with a mask slices.npz, trajectory.npz, "
+        "causal_moments.npz, diagnostics CSVs)."),
     )
     p.add_argument("scenario", nargs="?", default=None,
                    help="scenario TOML (default: the shipped default scenario, or with --resume "
@@ -57,6 +64,14 @@ def _main(args: argparse.Namespace) -> int:
     res = run_main_job(args.scenario, out, resume=args.resume is not None,
                        progress=args.progress, overwrite=args.overwrite, confirm=args.yes)
     s = res.summary
+    if "causal_moments" in s:  # a masked scenario: particles vs the kinetic limit
+        m = s["causal_moments"]
+        print(f"run: {res.status} in {s['wall_time_s']['total']:.1f} s — causal particles vs "
+              f"the kinetic limit ({m['bins']} position bins × {m['replicates']} replicates "
+              f"of {s['n_particles']} tokens, {s['slices']} slices): binned moments max|t| "
+              f"{m['max_t_T']:.2f} at T (critical {m['t_crit_T']:.2f}), {m['max_t_0']:.2f} "
+              f"at t = 0 (critical {m['t_crit_0']:.2f}); report: {args.out}/report.md")
+        return finish("run", res.status, s.get("message", ""))
     e = s["edi"]
 
     def rel(block: dict) -> str:

@@ -80,6 +80,10 @@ from ..geometry.harmonics import cell_moments, token_cross_sums, token_moment_su
 from ..geometry.moment_test import control_variates, moment_test
 from ..geometry.sphere import sample_cells
 from ..infra.parallel import parallel_map
+from ..kinetic.binned import bin_means as _bins
+from ..kinetic.binned import blocked_cross_sums as _blocked
+from ..kinetic.binned import flat as _flat
+from ..kinetic.binned import token_var as _token_var
 from ..particles import simulate
 from ..status import Status
 from .base import StudyResult, conclude, read_fault, write_study
@@ -171,40 +175,6 @@ def _kinetic_level(spec: str, S: int, heads: Heads, lam: float, quadrature: str,
     return level
 
 
-def _flat(mom: np.ndarray) -> np.ndarray:
-    """``(B, (L+1)²)`` per-bin moments -> ``[mass, bin 0's k ≥ 1, bin 1's, …]``."""
-    return np.concatenate([[mom[0, 0]], mom[:, 1:].ravel()])
-
-
-def _bins(mom: np.ndarray, B: int) -> np.ndarray:
-    """``(S, (L+1)²)`` slice moments -> the ``B`` bins' means (``S/B`` slices each), flat."""
-    return _flat(mom.reshape(B, -1, mom.shape[1]).mean(axis=1))
-
-
-def _blocked(per_bin: list[tuple[np.ndarray, ...]], n: int) -> tuple[np.ndarray, ...]:
-    """The cross sums of the blocked token vectors ``B·1[i ∈ b] (Z_i, Y_i)`` (module docstring).
-
-    ``per_bin``: each bin's :func:`wflow.geometry.harmonics.token_cross_sums`; the mass
-    entry ``Y_0`` is not blocked.
-    """
-    B = len(per_bin)
-    P = per_bin[0][0].size
-    sz = B * np.concatenate([s[0] for s in per_bin])
-    sy = np.concatenate([[sum(s[1][0] for s in per_bin)],
-                         B * np.concatenate([s[1][1:] for s in per_bin])])
-    syy = np.concatenate([[sum(s[4][0] for s in per_bin)],
-                          B * B * np.concatenate([s[4][1:] for s in per_bin])])
-    K1 = per_bin[0][1].size - 1
-    szz = np.zeros((B * P, B * P))
-    szy = np.zeros((B * P, 1 + B * K1))
-    for b, s in enumerate(per_bin):
-        zb = slice(b * P, (b + 1) * P)
-        szz[zb, zb] = B * B * s[2]
-        szy[zb, 0] = B * s[3][:, 0]
-        szy[zb, 1 + b * K1:1 + (b + 1) * K1] = B * B * s[3][:, 1:]
-    return sz, sy, szz, szy, syy
-
-
 def _replicate(item: tuple) -> dict[str, Any]:
     """One replicate of ``n`` causal tokens: per-bin moments at 0 and T, the control sums."""
     n, r, seed, B, L, L_cv, verts, mA, mB, slope, strict = item
@@ -232,12 +202,6 @@ def _replicate(item: tuple) -> dict[str, Any]:
         cross.append(token_cross_sums(x0[sl], xT[sl], L_cv, L))
     return {"m0": np.array(m0b), "q0": np.array(q0b), "mT": np.array(mTb),
             "qT": np.array(qTb), "cv": _blocked(cross, n)}
-
-
-def _token_var(M: np.ndarray, Q: np.ndarray, B: int) -> np.ndarray:
-    """Per-token variance of the blocked moments, ``B q_b − m_b²`` (i.i.d. s.e., reported)."""
-    m, q = M.mean(axis=0), Q.mean(axis=0)
-    return _flat(B * q - m * m)
 
 
 def run(*, out: Path, quick: bool = False, seed: int = 0,

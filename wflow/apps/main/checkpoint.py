@@ -262,3 +262,14 @@ def _phase(ck: _Checkpoint, name: str, fn: Callable[[], Any], timings: dict,
     ck.save(name, obj)
     print(f"run: phase {name} done in {wall:.1f} s", flush=True)
     return obj
+
+
+def _session_record(warned: list[dict], cpu: dict[str, float], restored: list[str],
+                    restored_wall: float, session: float) -> dict[str, Any]:
+    """The summary's ``warnings``, ``cpu_time_s`` and ``resumed`` blocks of a run."""
+    return {"warnings": warned,
+            "cpu_time_s": {**cpu, "total": float(sum(cpu.values()))},
+            "resumed": {"resumed": bool(restored), "restored_phases": restored,
+                        "restored_wall_s": restored_wall, "this_session_wall_s": session,
+                        "note": "wall_time_s.total counts the restored phases' recorded "
+                                "wall times plus this session's"}}

@@ -20,7 +20,8 @@ from .compare import w2_label
 
 __all__ = ["BASELINE_BYTES", "STARTUP_SECONDS", "SSW_SECONDS_PER_PROJECTION",
            "SSW_SECONDS_PER_POINT", "RUN_SECONDS", "RUN_PAIR_SECONDS", "RUN_FASTSUM_SECONDS",
-           "particle_run_seconds", "estimate_main_job", "estimate_compare", "check_run_estimate"]
+           "particle_run_seconds", "estimate_main_job", "estimate_compare", "check_run_estimate",
+           "estimate_causal_job", "check_causal_estimate"]
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow run`` loads.
 BASELINE_BYTES = 330 * 2**20
@@ -153,7 +154,7 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
       coarse icosphere of about half the frequency.
     """
     from .compare import SSW_PROJECTIONS
-    from .moments import REPLICATES, levels
+    from .moments import REPLICATES, coarse_cells, levels
 
     M = int(cells)
     m = min(int(n), int(max_ot_points))
@@ -174,8 +175,7 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
     runs = sum((REPLICATES - (1 if nk == int(n) else 0))
                * particle_run_seconds(nk, H, p_steps, n_saves, fastsum)
                for nk in levels(int(n)))
-    freq = max(2, round(math.sqrt(M / 20.0) / 2))
-    coarse = estimate_pde(cells=20 * freq * freq, H=H, T=T, dt=dt, n_saves=n_saves,
+    coarse = estimate_pde(cells=coarse_cells(M), H=H, T=T, dt=dt, n_saves=n_saves,
                           what="moments: coarse pde", startup=False)
     secs = sum(e.seconds for e in parts) + runs + coarse.seconds
     big = max([*parts, coarse], key=lambda e: e.memory)
@@ -206,4 +206,66 @@ def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: 
                             fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
                             diffusion=float(sc.diffusion),
                             integrator=ropts.particle_integrator)
+    check_estimate(est, confirm=confirm)
+
+
+def estimate_causal_job(*, cells: int, S: int, n: int, H: int, T: float, dt: float,
+                        n_saves: int, steps_per_save: int, replicates: int, cfl: float = 0.9,
+                        order: int = 1, integrator=None, max_steps: int = 1_000_000,
+                        particle_integrator: str = "rk4") -> Estimate:
+    """Estimate of the causal main job (``wflow run`` with ``[attention] mask``).
+
+    Its phases, one after the other (:mod:`wflow.apps.main.causal`): the kinetic solve
+    (:func:`~wflow.kinetic.estimate.estimate_kinetic`: ``S`` slices on ``cells`` cells);
+    ``replicates`` causal particle systems of ``n`` tokens, each costed as the main job's
+    particle phase with direct sums (:func:`particle_run_seconds`, the causal sums
+    cost the full ``n² H`` pairs in the Python loop: a bound, the mask halves them);
+    the reference's error, the kinetic solve on the coarse icosphere of about half the
+    frequency with ``S`` and with ``2S`` slices. Memory: the libraries plus the largest
+    phase; time: the start-up plus the sum.
+    """
+    from ...kinetic.estimate import estimate_kinetic
+    from .moments import coarse_cells
+
+    kw = {"H": H, "T": T, "dt": dt, "n_saves": n_saves, "cfl": cfl, "order": order,
+          "integrator": integrator, "max_steps": max_steps, "startup": False}
+    Mc = coarse_cells(int(cells))
+    phases: list[Estimate] = [
+        estimate_kinetic(cells=int(cells), S=S, what="kinetic", **kw),
+        estimate_kinetic(cells=Mc, S=S, what="kinetic (coarse mesh)", **kw),
+        estimate_kinetic(cells=Mc, S=2 * S, what="kinetic (2S slices)", **kw)]
+    p_steps = max(1, n_saves - 1) * steps_per_save
+    part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
+                              save_trajectory=True, integrator=particle_integrator)
+    phases.append(Estimate(
+        "particles", part.memory - particles_estimate.BASELINE_BYTES, part.steps * replicates,
+        replicates * particle_run_seconds(n, H, p_steps, n_saves, False),
+        {k: v for k, v in part.parts.items() if k != "libraries"}))
+    big = max(phases, key=lambda e: e.memory)
+    parts = {"libraries": float(BASELINE_BYTES),
+             **{f"{big.what}: {k}": v for k, v in big.parts.items()}}
+    secs = STARTUP_SECONDS + sum(e.seconds for e in phases)
+    return Estimate("run", float(BASELINE_BYTES) + big.memory, sum(e.steps for e in phases),
+                    secs, parts)
+
+
+def check_causal_estimate(sc: Any, table: Any, cells: int, ropts: Any, *, replicates: int,
+                          confirm: bool) -> None:
+    """:func:`estimate_causal_job` of the scenario on ``cells`` cells; refuses what cannot fit.
+
+    ``table``: the ``[kinetic]`` table as the run uses it
+    (:class:`~wflow.kinetic.options.KineticTable`).
+    """
+    from ...infra.estimate import check_estimate
+
+    o = table.options
+    p = o.pde
+    est = estimate_causal_job(cells=int(cells), S=int(o.S), n=int(ropts.n_particles),
+                              H=int(sc.build_heads().H), T=float(p.T), dt=float(p.dt),
+                              n_saves=int(p.n_saves),
+                              steps_per_save=int(ropts.particle_steps_per_save),
+                              replicates=int(replicates), cfl=float(p.cfl),
+                              order=int(p.order), integrator=p.integrator,
+                              max_steps=int(p.max_steps),
+                              particle_integrator=ropts.particle_integrator)
     check_estimate(est, confirm=confirm)

@@ -29,7 +29,7 @@ from ...geometry.moment_test import moment_test
 from ...status import Status
 
 __all__ = ["REPLICATES", "DEGREE", "ALPHA", "MIN_N", "levels", "compare_moments",
-           "main_job_moments"]
+           "main_job_moments", "coarse_cells"]
 
 #: Independent particle systems per level (the main run is the first at ``n``).
 REPLICATES = 8
@@ -44,6 +44,15 @@ MIN_N = 50
 def levels(n: int) -> list[int]:
     """``[n/16, n/4, n]`` (those with at least :data:`MIN_N` tokens; ``n`` always)."""
     return sorted({int(n)} | {int(n) // k for k in (4, 16) if int(n) // k >= MIN_N})
+
+
+def coarse_cells(cells: int) -> int:
+    """Cells of the icosphere of about half the frequency of a ``cells``-cell mesh (``≥ 80``).
+
+    The reference's Richardson level: ``20 f²`` cells, ``f = max(2, round(√(cells/20)/2))``.
+    """
+    freq = max(2, round(float(np.sqrt(int(cells) / 20.0)) / 2))
+    return 20 * freq * freq
 
 
 def _moments(x: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +154,7 @@ def main_job_moments(mesh, pde, parts: dict, schedule, attn, popts, ropts, sc, *
 
     verts = cells_of(mesh)
     # the PDE's error: against an icosphere of about half the frequency (order 2)
-    freq = max(2, round(float(np.sqrt(verts.shape[0] / 20.0)) / 2))
-    coarse = load_mesh(f"icosphere:{20 * freq * freq}")
+    coarse = load_mesh(f"icosphere:{coarse_cells(verts.shape[0])}")
     rho0 = initial_density(coarse, density_spec_from_scenario(sc), base_dir=sc.base_dir)
     # solved directly (not through phases._run_pde: the ``pde`` phase is the main one)
     from ...pde import solve_pde

@@ -25,7 +25,9 @@ __all__ = ["RUN_SCHEMA", "RUN_SPEC", "RunOptions", "MainJobResult", "CHECKPOINT_
 CHECKPOINT_MARKER = ".wflow-checkpoint"
 
 #: The phases of the main job, in order (their checkpoints are ``<phase>.pkl``).
-PHASES = ("pde", "particles", "jko", "pde_surrogate", "jko_refinement", "compare")
+#: A masked scenario runs ``kinetic``, ``particles``, ``compare``
+#: (:mod:`wflow.apps.main.causal`).
+PHASES = ("pde", "kinetic", "particles", "jko", "pde_surrogate", "jko_refinement", "compare")
 
 
 

@@ -16,7 +16,14 @@ from ...infra.io import (
 )
 from ..scenario import ScenarioError, parse_scenario
 from . import phases
-from .checkpoint import _Checkpoint, _differences, _fingerprint, _phase, _Pieces
+from .checkpoint import (
+    _Checkpoint,
+    _differences,
+    _fingerprint,
+    _phase,
+    _Pieces,
+    _session_record,
+)
 from .compare import _compare
 from .estimate import check_run_estimate
 from .moments import main_job_moments
@@ -115,6 +122,11 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                 print(f"run: discarding the checkpoint in {ck.dir} (phases "
                       f"{', '.join(ck.phases())}; pass --resume to continue it instead)",
                       flush=True)
+    if sc.attention_obj().mask is not None:  # a decoder: particles vs the kinetic limit
+        from .causal import run_causal_job
+
+        return run_causal_job(sc, raw, out, ck, fp, resume=resume, progress=progress,
+                              confirm=confirm)
     ropts = sc.table("run")
 
     from ...geometry.density import density_spec_from_scenario, initial_density
@@ -190,12 +202,7 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
     restored_wall = float(sum(timings[p] for p in restored))
     summary = _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh,
                        session + restored_wall, jref=jref, table=table)
-    summary["warnings"] = warned
-    summary["cpu_time_s"] = {**cpu, "total": float(sum(cpu.values()))}
-    summary["resumed"] = {"resumed": bool(restored), "restored_phases": restored,
-                          "restored_wall_s": restored_wall, "this_session_wall_s": session,
-                          "note": "wall_time_s.total counts the restored phases' recorded "
-                                  "wall times plus this session's"}
+    summary.update(_session_record(warned, cpu, restored, restored_wall, session))
     try:
         with run_directory(out) as stage:
             _write_outputs(stage, pde, parts, jko, cmp_, summary, ropts, mesh)
