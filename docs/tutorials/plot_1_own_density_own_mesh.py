@@ -27,8 +27,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import wflow
-from wflow.geometry.mesh import gmsh_sphere, load_mesh, mesh_stats, write_surface
 from wflow.apps.jobs.pde import write_xdmf
+from wflow.geometry.mesh import gmsh_sphere, load_mesh, mesh_stats, write_surface
 
 work = Path(tempfile.mkdtemp(prefix="wflow-tutorial-"))
 tri = gmsh_sphere(1000)
