@@ -29,7 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,6 +46,7 @@ __all__ = [
     "rtol_field",
     "atol_field",
     "adaptive_field",
+    "ErrorControlled",
 ]
 
 #: The smallest ``rtol`` accepted: below ``100 ε`` the error estimate itself (a difference
@@ -147,6 +148,26 @@ def atol_field(units: str) -> Any:
 def adaptive_field(default: bool, what: str) -> Any:
     """The ``adaptive`` option of a solver's options dataclass (``what``: its two meanings)."""
     return field(default=default, kw_only=True, metadata=opt(what, check=boolean))
+
+
+class ErrorControlled:
+    """Mixin of a solver's options dataclass with :func:`rtol_field` and :func:`atol_field`.
+
+    It gives the options' :attr:`tolerance`, its errors naming the options' scenario
+    section ``SECTION`` (``jko.rtol``, ``pde.atol``). The fields themselves are declared by
+    the dataclass (each solver says what its tolerance controls).
+    """
+
+    SECTION: ClassVar[str]
+    rtol: float | None
+    atol: float | None
+
+    @property
+    def tolerance(self) -> Tolerance | None:
+        """The requested accuracy (``None``: no error control, today's steps)."""
+        if self.rtol is None and self.atol is None:
+            return None
+        return Tolerance.given(self.SECTION, self.rtol, self.atol)
 
 
 def _exact_bins(x: np.ndarray) -> dict[int, int]:

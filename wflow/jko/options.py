@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
-from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
+from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -194,7 +194,7 @@ _SINKHORN = {"scheme": ("ot",), "ot": ("sinkhorn",)}
 
 @documented
 @dataclass(frozen=True)
-class JKOOptions:
+class JKOOptions(ErrorControlled):
     """Options of the JKO scheme (keyword-only in the API)."""
 
     SECTION = "jko"
@@ -318,13 +318,6 @@ class JKOOptions:
         if abs(n - round(n)) > 1e-9 * max(1.0, n) or round(n) < 1:
             raise ValueError(f"jko.T: must be a positive multiple of jko.tau = {self.tau!r}, "
                              f"got T = {self.T!r} (T/τ = {n:.6g})")
-
-    @property
-    def tolerance(self) -> Tolerance | None:
-        """The requested accuracy (``None``: no error control, today's steps)."""
-        if self.rtol is None and self.atol is None:
-            return None
-        return Tolerance.given("jko", self.rtol, self.atol)
 
     @property
     def steps(self) -> int:

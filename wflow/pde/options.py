@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..attention.diffusion import check_diffusion
-from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
+from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -40,7 +40,7 @@ _MESH_DOC = ("Sphere mesh: ``\"default\"`` (``meshes/sphere_2420.msh``), a path 
 
 @documented
 @dataclass(frozen=True)
-class PDEOptions:
+class PDEOptions(ErrorControlled):
     """Options of :func:`solve_pde` (keyword-only in the API)."""
 
     SECTION = "pde"
@@ -128,13 +128,6 @@ class PDEOptions:
 
     def __post_init__(self) -> None:
         validate(self)
-
-    @property
-    def tolerance(self) -> Tolerance | None:
-        """The requested accuracy (``None``: no error control, today's steps)."""
-        if self.rtol is None and self.atol is None:
-            return None
-        return Tolerance.given("pde", self.rtol, self.atol)
 
     @property
     def integrator(self) -> str:
