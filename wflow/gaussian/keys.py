@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from ..infra.output_keys import OutputKey
+from ..infra.output_keys import OutputKey, written_by
 
 __all__ = ["SUMMARY_KEYS", "CSV_COLUMNS"]
 
 _G = "wflow gaussian"
-
-
-def K(pattern: str, meaning: str, unit: str = "1", sign: str = "",
-      where: str = _G) -> OutputKey:
-    """An :class:`OutputKey` of this table: written by ``wflow gaussian`` unless ``where``."""
-    return OutputKey(pattern, meaning, unit, sign, where)
+#: An entry of this table: written by ``wflow gaussian`` unless it names its ``where``.
+K = written_by(_G)
 
 
 #: The ``summary.json`` keys only ``wflow gaussian`` writes (flattened; first match wins).

@@ -19,12 +19,34 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ._entry import _ALL, OutputKey
 
-__all__ = ["OutputKey", "KeyTable", "CONTRACT", "flatten", "commands_of"]
+__all__ = ["OutputKey", "KeyTable", "CONTRACT", "flatten", "commands_of", "written_by"]
+
+
+def written_by(where: str) -> Callable[..., OutputKey]:
+    """The :class:`OutputKey` constructor of the entries that ``where`` writes.
+
+    A key table names the command that writes an entry once per section:
+    ``written_by("wflow jko")("stats.tau", "the JKO step τ", "time")`` is
+    ``OutputKey("stats.tau", "the JKO step τ", "time", where="wflow jko")``. An entry that
+    more commands write passes its own ``where=``.
+
+    Parameters
+    ----------
+    where : str
+        The commands that write the entries (``"wflow run"``, ``"wflow pde, wflow run"``).
+
+    Returns
+    -------
+    callable
+        ``(pattern, meaning, unit="1", sign="", *, where=where) -> OutputKey``.
+    """
+    return partial(OutputKey, where=where)
 
 
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> list[str]:
