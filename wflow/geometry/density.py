@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..infra.schema import ScenarioError, Spec, choice, number, string, take
-from .sphere import normalize, sample_cells
+from .sphere import check_masses, normalize, sample_cells
 
 if TYPE_CHECKING:
     from .mesh import SphereMesh
@@ -119,15 +119,7 @@ def density_values(points: np.ndarray, spec: Any, base_dir: Path | None,
         else:
             raise ValueError(f"density.type: must be one of ['uniform', 'vmf', 'cap', 'file', "
                              f"'callable'], got {typ!r}")
-    vals = np.asarray(vals, dtype=np.float64)
-    if vals.shape != (num_global,):
-        raise ValueError(f"{where}: expected {num_global} cell values, got shape {vals.shape}")
-    if not np.all(np.isfinite(vals)):
-        raise ValueError(f"{where}: contains NaN or Inf")
-    if np.any(vals < 0):
-        raise ValueError(f"{where}: density is negative in {int(np.sum(vals < 0))} cells "
-                         f"(min {vals.min():.3e})")
-    return vals
+    return check_masses(vals, num_global, name=where, what="cell values")
 
 
 def initial_density(mesh: SphereMesh, spec: Any = "uniform", *,

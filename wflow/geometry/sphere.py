@@ -19,6 +19,7 @@ __all__ = [
     "geodesic_distance",
     "pairwise_geodesic",
     "check_on_sphere",
+    "check_masses",
     "sample_uniform",
     "sample_vmf",
     "sample_vmf_mixture",
@@ -86,6 +87,37 @@ def pairwise_geodesic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # θ = 2 atan2(|x - y|, |x + y|) with |x ∓ y|² = 2 ∓ 2<x, y>: no arccos blow-up at ±1
     return 2.0 * np.arctan2(np.sqrt(np.maximum(2.0 - 2.0 * dot, 0.0)),
                             np.sqrt(np.maximum(2.0 + 2.0 * dot, 0.0)))
+
+
+def check_masses(values: np.ndarray, n: int, *, name: str, what: str) -> np.ndarray:
+    """Validate the ``n`` masses (or densities) of a discrete measure; return them as float64.
+
+    Parameters
+    ----------
+    values : (n,) array_like
+        The masses ``m_i ≥ 0`` (cell masses or densities, point weights).
+    n : int
+        How many there must be (cells, points).
+    name : str
+        What the array is, named in the messages (``"w2_sphere: a"``, ``"density.file …"``).
+    what : str
+        What one entry is, plural (``"cell values"``, ``"masses"``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``name``: a shape other than ``(n,)``, a NaN or Inf, a negative entry (how
+        many, and the smallest).
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (n,):
+        raise ValueError(f"{name}: expected {n} {what}, got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name}: contains NaN or Inf")
+    if np.any(v < 0):
+        raise ValueError(f"{name}: {what} must be non-negative, negative in "
+                         f"{int(np.sum(v < 0))} (min {v.min():.3e})")
+    return v
 
 
 def check_on_sphere(x: np.ndarray, *, name: str = "x", tol: float = SPHERE_TOL) -> np.ndarray:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sphere import SPHERE_TOL, check_on_sphere, pairwise_geodesic
+from .sphere import SPHERE_TOL, check_masses, check_on_sphere, pairwise_geodesic
 
 __all__ = ["w2_sphere", "w2_sphere_sparse", "W2Result", "uniform_weights"]
 
@@ -81,13 +81,7 @@ class W2Result:
 def _weights(w: np.ndarray | None, n: int, name: str) -> np.ndarray:
     if w is None:
         return uniform_weights(n)
-    w = np.asarray(w, dtype=np.float64)
-    if w.shape != (n,):
-        raise ValueError(f"w2_sphere: {name} has shape {w.shape}, expected ({n},)")
-    if not np.all(np.isfinite(w)):
-        raise ValueError(f"w2_sphere: {name} contains NaN or Inf")
-    if np.any(w < 0):
-        raise ValueError("w2_sphere: masses must be non-negative")
+    w = check_masses(w, n, name=f"w2_sphere: {name}", what="masses")
     if not w.sum() > 0:
         raise ValueError(f"w2_sphere: {name} has zero total mass")
     return w
