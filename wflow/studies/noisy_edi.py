@@ -384,6 +384,16 @@ def _stats(v: np.ndarray) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size))
 
 
+def _at_beta(beta: float, name: str, value: float, lo: float | None = None,
+             hi: float | None = None, *, what: str, why: str) -> Criterion:
+    """The criterion ``name`` judged at ``β`` (its ``what`` prefixed by ``β = …:``).
+
+    Named ``name`` at the study's :data:`BETA`, ``name_beta{β}`` at the other β.
+    """
+    sfx = "" if beta == BETA else f"_beta{beta:g}"
+    return Criterion(f"{name}{sfx}", value, lo, hi, what=f"β = {beta:g}: {what}", why=why)
+
+
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Monte-Carlo bias of the balance at several ``dt`` and two ``β``: order, extrapolation."""
@@ -409,7 +419,6 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     by_beta: dict = {}
     notes: list[str] = []
     for beta in betas:
-        sfx = "" if beta == BETA else f"_beta{beta:g}"
         # the Itô term as judged: that of the stated law, with the fault's factor / power
         fac = ito_factor * (beta if fault == "ito-beta-squared" else 1.0)
         rows = {}
@@ -469,36 +478,34 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         dd = np.concatenate([rows[d]["drift_engine_minus_model"] for d in dts])
         dd_mean, dd_se = _stats(dd)
         criteria += [
-            Criterion(f"bias_order{sfx}", p, *(ORDER_RANGE_QUICK if quick else ORDER_RANGE),
-                      what=f"β = {beta:g}: fitted order p of the mean residual "
-                           f"E(r − Q) ≈ c·dt^p", why="Euler–Maruyama is of weak order 1"),
-            Criterion(f"bias_at_dt0{sfx}", z_b, hi=Z_ACCEPT,
-                      what=f"β = {beta:g}: |b|/se(b), b the extrapolation of E(r − Q) = "
-                           f"b + c·dt (+ e·dt²) to dt → 0",
-                      why="the balance with Itô and martingale terms is exact in the limit"),
-            Criterion(f"raw_bias_at_dt0{sfx}", z_raw, hi=Z_ACCEPT,
-                      what=f"β = {beta:g}: |b_raw|/se(b_raw) of the raw residual r (no "
-                           f"control variate)",
-                      why="the Itô term of the stated noise law balances the realised "
-                          "noise (the control variate cannot see a wrong law)"),
-            Criterion(f"noise_law{sfx}", z_q, hi=Z_ACCEPT,
-                      what=f"β = {beta:g}: |mean Q|/se, Q the control variate (pooled over "
-                           f"dt; se from the step terms Σ_k Q_k²)",
-                      why="E Q = 0 exactly under the stated noise law"),
-            Criterion(f"drift_matches_model{sfx}", drift_rel, hi=DRIFT_RTOL,
-                      what=f"β = {beta:g}: max over paths and dt of |∫power_engine − "
-                           f"∫power_model| / ∫|power_model| dt, power_model = ∫<∇ψ, v> dμ "
-                           f"with v the stated softmax velocity at the recorded tokens",
-                      why="the balance is a chain rule for any velocity; only this ties the "
-                          "drift to the stated model (round-off on a correct solver)"),
-            Criterion(f"ito_engine_matches_stated{sfx}", ito_rel, hi=ITO_RTOL,
-                      what=f"β = {beta:g}: max over paths and dt of |Itô_engine − "
-                           f"Itô_stated| / Itô_stated",
-                      why="the engine's Itô correction is the stated law's (the balance "
-                          "criteria use the study's own; round-off on a correct solver)"),
-            Criterion(f"ito_detectable{sfx}", z_no, lo=Z_DETECT,
-                      what=f"β = {beta:g}: |b|/se(b) of the same extrapolation without the "
-                           f"Itô term", why="power: the study must see a missing Itô term"),
+            _at_beta(beta, "bias_order", p, *(ORDER_RANGE_QUICK if quick else ORDER_RANGE),
+                     what="fitted order p of the mean residual E(r − Q) ≈ c·dt^p",
+                     why="Euler–Maruyama is of weak order 1"),
+            _at_beta(beta, "bias_at_dt0", z_b, hi=Z_ACCEPT,
+                     what="|b|/se(b), b the extrapolation of E(r − Q) = b + c·dt (+ e·dt²) to "
+                          "dt → 0",
+                     why="the balance with Itô and martingale terms is exact in the limit"),
+            _at_beta(beta, "raw_bias_at_dt0", z_raw, hi=Z_ACCEPT,
+                     what="|b_raw|/se(b_raw) of the raw residual r (no control variate)",
+                     why="the Itô term of the stated noise law balances the realised "
+                         "noise (the control variate cannot see a wrong law)"),
+            _at_beta(beta, "noise_law", z_q, hi=Z_ACCEPT,
+                     what="|mean Q|/se, Q the control variate (pooled over dt; se from the "
+                          "step terms Σ_k Q_k²)",
+                     why="E Q = 0 exactly under the stated noise law"),
+            _at_beta(beta, "drift_matches_model", drift_rel, hi=DRIFT_RTOL,
+                     what="max over paths and dt of |∫power_engine − ∫power_model| / "
+                          "∫|power_model| dt, power_model = ∫<∇ψ, v> dμ with v the stated "
+                          "softmax velocity at the recorded tokens",
+                     why="the balance is a chain rule for any velocity; only this ties the "
+                         "drift to the stated model (round-off on a correct solver)"),
+            _at_beta(beta, "ito_engine_matches_stated", ito_rel, hi=ITO_RTOL,
+                     what="max over paths and dt of |Itô_engine − Itô_stated| / Itô_stated",
+                     why="the engine's Itô correction is the stated law's (the balance "
+                         "criteria use the study's own; round-off on a correct solver)"),
+            _at_beta(beta, "ito_detectable", z_no, lo=Z_DETECT,
+                     what="|b|/se(b) of the same extrapolation without the Itô term",
+                     why="power: the study must see a missing Itô term"),
         ]
         fits[f"beta={beta:g}"] = {
             "order": p, "order_stderr": se_p, "b": b, "b_stderr": se_b, "slope": c,
