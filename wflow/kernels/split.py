@@ -302,24 +302,15 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     from . import _fastsum as fs
     from .direct import threads
     from .results import KernelInfo, KernelSums
-    from .sums import err_float32
-    from .validation import (
-        DEFAULT_TOL,
-        _scores_A,
-        _validate,
-        _validate_dtype,
-        _validate_values,
-        max_rownorm,
-        raise_bound,
-    )
+    from .sums import _require_float32, err_float32
+    from .validation import DEFAULT_TOL, _scores_A, _validate_sums, max_rownorm, raise_bound
 
     tol = DEFAULT_TOL if tol is None else tol
-    x, _, m, Q, K, spec = _validate(x, x, m, Q, K, beta, kind, backend, tol)
+    x, _, m, Q, K, spec, values, dtype = _validate_sums(x, x, m, Q, K, beta, kind, backend,
+                                                        tol, values, dtype)
     P = comm.Get_size()
     M, d = x.shape
     H = Q.shape[0]
-    values = _validate_values(values, H, d)
-    dtype = _validate_dtype(dtype)
     counts = comm.allgather(M)
     n = int(sum(counts))
     offset = int(sum(counts[: comm.Get_rank()]))
@@ -336,10 +327,7 @@ def split_sums(x: np.ndarray, m: np.ndarray, Q: np.ndarray, K: np.ndarray, *, co
     err_direct = max(n, 1) * _EPS
     where = f"; split over {P} ranks"
     if dtype == "float32":
-        if backend not in ("auto", "direct"):
-            raise ValueError(f"dtype: 'float32' runs the direct back-end by tiles; backend="
-                             f"{backend!r} is float64 only (use backend='auto' or 'direct')")
-        spec.require_compiled("dtype='float32'")
+        _require_float32(backend, spec)
         Z, Y, Phi, S = _ring_sums(comm, x, m, Q, K, beta, kind, "direct", potential, scores,
                                   values, dtype)
         return KernelSums(Z, Y, Phi, S, KernelInfo(

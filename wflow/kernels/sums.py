@@ -14,15 +14,7 @@ from .direct import WIDE, _direct_sums, _wide_factors, team, threads, tiled
 from .plan import plan_kernel
 from .reference import _numpy_sums
 from .results import KernelInfo, KernelSums
-from .validation import (
-    DEFAULT_TOL,
-    _scores_A,
-    _validate,
-    _validate_dtype,
-    _validate_values,
-    max_rownorm,
-    raise_bound,
-)
+from .validation import DEFAULT_TOL, _scores_A, _validate_sums, max_rownorm, raise_bound
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +101,9 @@ def kernel_sums(
     KernelSums
         With ``.info`` (:class:`KernelInfo`).
     """
-    x, y, m, Q, K, spec = _validate(x, y, m, Q, K, beta, kind, backend, tol)
+    x, y, m, Q, K, spec, values, dtype = _validate_sums(x, y, m, Q, K, beta, kind, backend,
+                                                        tol, values, dtype)
     H, k, d = Q.shape
-    values = _validate_values(values, H, d)
-    dtype = _validate_dtype(dtype)
     r = d if values is None else values.shape[1]
     M, N = x.shape[0], y.shape[0]
     expo = spec.exponential
@@ -192,12 +183,21 @@ def _fast_fallback(Z, Y, S, ok, err_est, degree, fast_heads, reason, tol, err_di
     return name, reason, float(max(ests)), degs
 
 
-def _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol, values):
-    """``dtype="float32"``: the direct sums by tiles (module :mod:`wflow.kernels._tiled`)."""
+def _require_float32(backend: str, spec) -> None:
+    """Refuse ``dtype="float32"`` where the direct back-end's float32 tiles cannot run.
+
+    A float64-only ``backend`` (``numpy``, ``fastsum``) or a kind without compiled kernels
+    (``spec``) raises, naming the options that work.
+    """
     if backend not in ("auto", "direct"):
         raise ValueError(f"dtype: 'float32' runs the direct back-end by tiles; backend="
                          f"{backend!r} is float64 only (use backend='auto' or 'direct')")
     spec.require_compiled("dtype='float32'")
+
+
+def _float32_sums(x, y, m, Q, K, beta, spec, potential, scores, backend, tol, values):
+    """``dtype="float32"``: the direct sums by tiles (module :mod:`wflow.kernels._tiled`)."""
+    _require_float32(backend, spec)
     H = Q.shape[0]
     M, N = x.shape[0], y.shape[0]
     bound = 0.0

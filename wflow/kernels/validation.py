@@ -124,3 +124,15 @@ def _validate(x, y, m, Q, K, beta, kind, backend, tol):
     if K.shape != Q.shape:
         raise ValueError(f"K: shape {K.shape} must equal Q shape {Q.shape}")
     return x, y, m, Q, K, spec
+
+
+def _validate_sums(x, y, m, Q, K, beta, kind, backend, tol, values, dtype):
+    """:func:`_validate` of a kernel-sums call with its value factors and its dtype.
+
+    Returns ``x, y, m, Q, K, spec, values, dtype`` (``values`` by :func:`_validate_values`,
+    ``dtype`` by :func:`_validate_dtype`), the inputs of :func:`wflow.kernels.kernel_sums`
+    and of its MPI split alike.
+    """
+    x, y, m, Q, K, spec = _validate(x, y, m, Q, K, beta, kind, backend, tol)
+    H, _, d = Q.shape
+    return x, y, m, Q, K, spec, _validate_values(values, H, d), _validate_dtype(dtype)
