@@ -109,6 +109,7 @@ class Kernel:
     Attributes
     ----------
     name : str
+        The kernel's name (``"exp"``, ``"relu"``), named in the kernel log and errors.
     code : int or None
         Integer the compiled kernels branch on (``None``: no compiled code; NumPy only).
     exponential : bool

@@ -171,6 +171,7 @@ class FVGraph:
     Attributes
     ----------
     geo : DualGeometry
+        The mesh's cells and edges the graph is built from.
     ptr, idx : int64 arrays
         Neighbours of cell ``K``: ``idx[ptr[K]:ptr[K+1]]``.
     w : float array

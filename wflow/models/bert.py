@@ -278,7 +278,9 @@ class BertEncoder:
     Attributes
     ----------
     config : BertConfig
+        Sizes of the model (hidden size, heads, layers, …).
     layers : tuple of BertLayer
+        The encoder layers in order, ``config.num_hidden_layers`` of them.
     embeddings : BertEmbeddings or None
         ``None`` when the file holds no embedding tables (the encoder layers still run).
     source : str

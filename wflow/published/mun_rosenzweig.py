@@ -226,6 +226,7 @@ class ClosedForms:
     Attributes
     ----------
     name : str
+        ``"published"`` or the negative control's name (its key in ``CONTROLS``).
     k_sharp : callable
         ``(β, d) -> K_#``.
     beta_star : callable

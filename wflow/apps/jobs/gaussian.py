@@ -54,7 +54,9 @@ class GaussianRun:
     Attributes
     ----------
     scenario : GaussianScenario
+        The scenario as read and validated.
     trajectory : GaussianTrajectory
+        The moment ODE's solution ``(m(t), Σ(t))`` over ``[0, T]``.
     closed_form_blowup_time : float or None
         ``t*`` from the ``V = vI`` closed form (constant parameters only; ``inf``: none
         before ``closed_form_searched_to``; written to JSON as ``null``).
@@ -65,6 +67,7 @@ class GaussianRun:
     particles : dict or None
         Particle check (:func:`particle_check`).
     phase : PhaseDiagram or None
+        The phase diagram of the scenario's ``[phase]`` family (``None``: none asked).
     """
 
     scenario: GaussianScenario
