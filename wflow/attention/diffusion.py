@@ -23,11 +23,13 @@ is ``F_D / D`` with ``K = 1/(2D)`` (:func:`coupling_of`, :func:`diffusion_of`).
 from __future__ import annotations
 
 import math
+from dataclasses import field
 from typing import Any
 
+from ..infra.options import opt
 from ..infra.schema import ScenarioError
 
-__all__ = ["DIFFUSION_KEY", "check_diffusion", "coupling_of", "diffusion_of"]
+__all__ = ["DIFFUSION_KEY", "check_diffusion", "coupling_of", "diffusion_of", "diffusion_field"]
 
 #: The scenario key of the token diffusion (section ``[attention]``).
 DIFFUSION_KEY = "attention.diffusion"
@@ -56,6 +58,19 @@ def check_diffusion(value: Any, key: str = DIFFUSION_KEY) -> float:
     if v < 0.0:
         raise ScenarioError(f"{key}: must be >= 0, got {value!r}")
     return v
+
+
+def diffusion_field(what: str) -> Any:
+    """The ``diffusion`` option of a solver's options dataclass (one declaration for each).
+
+    ``D >= 0`` (:func:`check_diffusion`), default ``0`` (the noiseless model), API only:
+    a scenario gives it once, in ``[attention] diffusion`` (:data:`DIFFUSION_KEY`), for
+    every solver; ``what`` says how the solver applies it.
+    """
+    return field(default=0.0, metadata=opt(
+        what, check=check_diffusion, toml=False,
+        reason="the scenario's ``[attention] diffusion`` (:data:`~wflow.attention.diffusion."
+        "DIFFUSION_KEY`)"))
 
 
 def coupling_of(diffusion: float) -> float:

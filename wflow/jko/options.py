@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from ..attention.diffusion import DIFFUSION_KEY, check_diffusion
+from ..attention.diffusion import DIFFUSION_KEY, diffusion_field
 from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
@@ -288,12 +288,11 @@ class JKOOptions(ErrorControlled):
         "OT, entropic: Sinkhorn stopping threshold (POT ``stopThr``).", applies=_SINKHORN))
     emd_max_iter: int = field(default=10_000_000, metadata=_int1(
         "OT, exact: network-simplex iteration limit."))
-    diffusion: float = field(default=0.0, metadata=opt(
+    diffusion: float = diffusion_field(
         "Token diffusion ``D >= 0`` (:mod:`wflow.attention.diffusion`): the entropy "
         "``D Σ_K m_K log(m_K/σ(K))`` in the FV step (Jordan–Kinderlehrer–Otto's scheme, "
         ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
-        "refuses ``D > 0``. ``0``: today's scheme, bit for bit.",
-        check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
+        "refuses ``D > 0``. ``0``: today's scheme, bit for bit.")
     rtol: float | None = rtol_field(
         "Relative tolerance of the cell densities at ``T`` (error control by step "
         "doubling, :mod:`wflow.jko.accuracy`): each step ``τ`` is judged against two steps "

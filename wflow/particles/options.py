@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..attention.diffusion import check_diffusion
+from ..attention.diffusion import diffusion_field
 from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
 from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
@@ -115,15 +115,12 @@ class ParticleOptions:
         "schedule but callables, direct sums), else Python with a warning for the schedule; "
         "the engine used is in ``ParticleResult.extra[\"engine\"]``.",
         check=choice(*ENGINES)))
-    diffusion: float = field(default=0.0, metadata=opt(
+    diffusion: float = diffusion_field(
         "Token diffusion ``D ≥ 0`` (THEORY §8): each token also moves by a Brownian motion on "
         "the sphere with generator ``D Δ_S`` (units: radius² per unit time), integrated by a "
         "stochastic integrator (``em``, weak order 1; ``strang``, weak order 2) with noise "
         "streams keyed by (seed, token block, step) (:mod:`wflow.particles.noise`). Not the "
-        "weights' OU noise. ``0``: the noiseless model, bit for bit.",
-        check=check_diffusion, toml=False,
-        reason="the scenario's ``[attention] diffusion`` (:data:`~wflow.attention.diffusion."
-        "DIFFUSION_KEY`)"))
+        "weights' OU noise. ``0``: the noiseless model, bit for bit.")
     rtol: float | None = rtol_field(
         "Requested relative accuracy of the final tokens (:class:`wflow.infra.accuracy."
         "Tolerance`; the scaled RMS norm of the error of ``x(T)``, per component "

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..attention.diffusion import check_diffusion
+from ..attention.diffusion import diffusion_field
 from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
@@ -109,11 +109,10 @@ class PDEOptions(ErrorControlled):
         check=choice(*BACKENDS)))
     kernel_tol: float = field(default=1e-10, metadata=opt(
         "Relative tolerance of the fast summation.", check=number(0, strict_lo=True)))
-    diffusion: float = field(default=0.0, metadata=opt(
+    diffusion: float = diffusion_field(
         "Token diffusion ``D >= 0`` (:mod:`wflow.attention.diffusion`): the term ``D Δ_S ρ`` "
         "by two-point fluxes, Crank–Nicolson half-steps around the drift step (Strang, "
-        ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.",
-        check=check_diffusion, toml=False, reason="the scenario's ``[attention] diffusion``"))
+        ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.")
 
     rtol: float | None = rtol_field(
         "Relative tolerance of the cell densities (error control, step doubling; "
