@@ -153,7 +153,7 @@ def adaptive_field(default: bool, what: str) -> Any:
 class ErrorControlled:
     """Mixin of a solver's options dataclass with :func:`rtol_field` and :func:`atol_field`.
 
-    It gives the options' :attr:`tolerance`, its errors naming the options' scenario
+    It gives the options' ``tolerance`` property, its errors naming the options' scenario
     section ``SECTION`` (``jko.rtol``, ``pde.atol``). The fields themselves are declared by
     the dataclass (each solver says what its tolerance controls).
     """
