@@ -53,7 +53,9 @@ residual relative to the dissipation, first order in ``τ``.
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -81,6 +83,7 @@ __all__ = [
     "Claim",
     "Reach",
     "as_status",
+    "failed_run",
 ]
 
 def _member(cls: type, value: str, **attrs: Any) -> Any:
@@ -449,6 +452,25 @@ def worst_status(*statuses: Status | str) -> Status:
     """
     return max((Status(s) for s in statuses), key=_SEVERITY.__getitem__,
                default=Status.SUCCESS)
+
+
+def failed_run(exc: BaseException, what: str, log: logging.Logger,
+               category: type[Warning] | None = None) -> tuple[Status, str]:
+    """The status and message of a run that ``exc`` stopped, reported once.
+
+    Logged as an error on the solver's ``log`` (``"<what> run failed: <exc>"``) and, with
+    a ``category``, warned with the same text, attributed to the caller of the solver
+    (as its own ``warnings.warn(..., stacklevel=2)``).
+
+    Returns
+    -------
+    tuple
+        ``(Status.FAILED, str(exc))``.
+    """
+    log.error("%s run failed: %s", what, exc)
+    if category is not None:
+        warnings.warn(f"{what} run failed: {exc}", category, stacklevel=3)
+    return Status.FAILED, str(exc)
 
 
 def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:

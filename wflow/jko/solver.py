@@ -53,7 +53,7 @@ from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..results import finish_history
-from ..status import Status
+from ..status import Status, failed_run
 from .accuracy import doubling_error, fixed_tau_check, tolerance_check, with_step
 from .energy import _check_heads, energy_gradient
 from .fv import fv_free_fisher, fv_slope2
@@ -538,9 +538,7 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
                            f"missed jko.gap_rtol = {opts.gap_rtol:g}")
             prev = st
     except FloatingPointError as exc:
-        status, message = Status.FAILED, str(exc)
-        logger.error("jko run failed: %s", exc)
-        warnings.warn(f"jko run failed: {exc}", JKOWarning, stacklevel=2)
+        status, message = failed_run(exc, "jko", logger, JKOWarning)
     finally:
         if bar is not None:
             bar.close()

@@ -49,7 +49,7 @@ from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog
-from ..status import Status
+from ..status import Status, failed_run
 from .adaptive import adaptive_grid, check_accuracy_applies, fixed_step_error
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .free_energy import (
@@ -358,8 +358,7 @@ def _simulate_python(x0: np.ndarray, schedule: Schedule, attn: Attention,
             runs.append(_serial_path(x0, schedule, attn, opts, rngs[p], klog, m, S, sign,
                                      grid, rec_idx, bar, path=p))
     except FloatingPointError as exc:
-        status, message = Status.FAILED, str(exc)
-        logger.error("particle run failed: %s", exc)
+        status, message = failed_run(exc, "particle", logger)
     finally:
         if bar is not None:
             bar.close()
@@ -613,8 +612,7 @@ def _simulate_split(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: P
                                traj=[sp.gather_rows(comm, xk) for xk in run.traj])
             runs = [run]
         except FloatingPointError as exc:  # raised on every rank alike (collective checks)
-            status, message = Status.FAILED, str(exc)
-            logger.error("particle run failed: %s", exc)
+            status, message = failed_run(exc, "particle", logger)
         finally:
             if bar is not None:
                 bar.close()

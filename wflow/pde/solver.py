@@ -69,7 +69,7 @@ from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..kernels import kernel_sums
 from ..results import finish_history
-from ..status import Status
+from ..status import Status, failed_run
 from .accuracy import accuracy_check as _accuracy
 from .accuracy import doubled_step
 from .accuracy import time_order as _time_order
@@ -605,9 +605,7 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
         status, message = Status.MAX_STEPS, str(exc)
         warnings.warn(f"pde: {exc}; raise pde.max_steps or dt", UserWarning, stacklevel=2)
     except FloatingPointError as exc:
-        status, message = Status.FAILED, str(exc)
-        logger.error("pde run failed: %s", exc)
-        warnings.warn(f"pde run failed: {exc}", UserWarning, stacklevel=2)
+        status, message = failed_run(exc, "pde", logger, UserWarning)
     finally:
         if bar is not None:
             bar.close()
