@@ -116,11 +116,6 @@ def bins_of(S: int, L: int = DEGREE) -> int:
     return 1  # B = 1 is always a square layout: 1 + (L+1)² − 1
 
 
-def _explicit_jko(sc: Any) -> bool:
-    run = sc.raw.get("run") or {}
-    return bool(run.get("jko", False))
-
-
 def check_causal(sc: Any, ropts: Any, *, progress: bool | None = None) -> tuple[Any, int]:
     """Validate a masked scenario for the main job: ``([kinetic] table, bins B)``.
 
@@ -136,7 +131,7 @@ def check_causal(sc: Any, ropts: Any, *, progress: bool | None = None) -> tuple[
     from ...attention.mask import ALiBi
     from ..jobs.kinetic import _table, limit_alibi
 
-    if _explicit_jko(sc):
+    if (sc.raw.get("run") or {}).get("jko", False):
         raise ScenarioError(f"run.jko: the JKO phase cannot run with attention.mask = "
                             f"{sc.attention.get('mask')!r}: {NOT_GRADIENT_FLOW}; remove "
                             "run.jko (the main job then compares the causal particles with "
