@@ -17,6 +17,8 @@ THEORY §8 (docs/theory.md §9) and Mun & Rosenzweig: one USA head ``A = V = I``
   pseudo-arclength continuation through the fold, ``K_c`` from equal free energies, and
   non-zonal states, Richardson-extrapolated against the zonal values
   (:mod:`~wflow.phase.mesh`);
+* noisy particles at their stationary state against the branch, by batch means
+  (:mod:`~wflow.phase.particles`, :func:`particle_order_parameter`);
 * the noisy PDE's long-time runs against the branches, and the hysteresis loop
   (:mod:`~wflow.phase.relaxation`, imported on first use: it needs the PDE's DOLFINx).
 
@@ -52,6 +54,7 @@ from .mesh import (
     mesh_refinement,
     nonzonal_check,
 )
+from .particles import ParticlePhaseRun, particle_order_parameter, stable_order_parameter
 from .thresholds import funk_hecke_eigenvalues, k_sharp, tricritical_beta
 from .zonal import PhaseError, ZonalModel, ZonalOptions, ZonalState
 
@@ -97,5 +100,8 @@ __all__ = [
     "mesh_phase_point",
     "mesh_refinement",
     "nonzonal_check",
+    "ParticlePhaseRun",
+    "particle_order_parameter",
+    "stable_order_parameter",
     *_LAZY,
 ]

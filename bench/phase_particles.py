@@ -1,0 +1,131 @@
+"""Noisy particles on the phase diagram: the check's size and power, and large-n points.
+
+``python bench/phase_particles.py size [--seeds 100]`` runs
+:func:`wflow.phase.particle_order_parameter` at the small configuration of the tests
+(:data:`wflow.phase.particles.CHECK_CONFIG`) over seeds 0 … S − 1 on the correct model
+(false fails at level 0.003) and its power: the particles' diffusion ``D × (1 + s)`` at
+held-out seeds 1000 … 1004.
+
+``python bench/phase_particles.py points [--n N] [--ranks P]`` runs the large-``n``
+stationary points (β = 1, K = 2.2, continuous; β = 3, K = 0.9 > K_#, discontinuous), each
+``mpirun -n P`` over ranks when ``P > 1``, with the time step halved once as the check of
+the step's bias, and writes the records the phase-diagram demo plots
+(``demos/phase_diagram.py``).
+
+Results: ``bench/results/phase_particles.json`` (merged by section). CPU and wall time and
+the 1-min load are recorded beside every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import RESULTS, load1, parent_machine  # noqa: E402
+
+OUT = RESULTS / "phase_particles.json"
+POINTS = [(1.0, 2.2), (3.0, 0.9)]
+POINT_RUN = {"T": 24.0, "burn": 4.0, "every": 0.5, "batches": 10}
+
+
+def _merge(section: str, payload: dict) -> None:
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    data[section] = payload
+    data["machine"] = parent_machine()
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {OUT} [{section}]")
+
+
+def size(seeds: int) -> None:
+    """False fails over ``seeds`` seeds, and the power against a wrong diffusion."""
+    from wflow.phase.particles import CHECK_CONFIG, particle_order_parameter
+
+    t0, c0, l0 = time.perf_counter(), time.process_time(), load1()
+    zs, fails = [], []
+    for s in range(seeds):
+        r = particle_order_parameter(seed=s, **CHECK_CONFIG)
+        zs.append(r.z)
+        if not r.passed():
+            fails.append(s)
+        print(f"seed {s}: z = {r.z:+.2f} (t_crit {r.t_crit():.2f})", flush=True)
+    power = {}
+    for frac in (-0.1, -0.05, -0.02, 0.02, 0.05, 0.1):
+        caught = []
+        for s in range(1000, 1005):
+            r = particle_order_parameter(seed=s, diffusion=(1 + frac) / 4.4,
+                                         **CHECK_CONFIG)
+            caught.append(not r.passed())
+        power[f"{frac:+g}"] = sum(caught) / len(caught)
+        print(f"D x (1 {frac:+g}): caught {sum(caught)}/5", flush=True)
+    from wflow.phase.particles import ALPHA
+
+    _merge("size", {"config": CHECK_CONFIG, "alpha": ALPHA,
+                    "seeds": seeds, "false_fails": fails, "z": zs,
+                    "power_heldout_1000_1004": power,
+                    "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                    "load1": [l0, load1()]})
+
+
+def _point(beta: float, K: float, n: int, dt: float, ranks: int) -> dict:
+    """One stationary point in a clean process (``mpirun`` over ranks when ``P > 1``)."""
+    code = ("import json,sys,time,resource;from mpi4py import MPI;"
+            "from wflow.phase.particles import particle_order_parameter as p;"
+            "c=MPI.COMM_WORLD;t=time.process_time();"
+            f"r=p({beta},{K},n={n},dt={dt},seed=0,comm=c if c.Get_size()>1 else None,"
+            f"**{POINT_RUN!r});"
+            "cpu=c.allreduce(time.process_time()-t);"
+            "rss=c.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,op=MPI.MAX);"
+            "c.Get_rank()==0 and print('JSON'+json.dumps({**r.as_dict(),'cpu_s':cpu,"
+            "'max_rss_mb':rss/1024}))")
+    py = sys.executable
+    cmd = [py, "-c", code]
+    if ranks > 1:
+        cmd = [str(Path(py).with_name("mpirun")), "-n", str(ranks), *cmd]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "NUMBA_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("JSON"))
+    return json.loads(line[4:])
+
+
+def points(n: int, ranks: int, dt: float) -> None:
+    """The large-``n`` points at ``dt`` and ``dt/2`` (the step's bias)."""
+    rows = []
+    for beta, K in POINTS:
+        for h in (dt, dt / 2):
+            l0 = load1()
+            r = _point(beta, K, n, h, ranks)
+            r["load1"] = [l0, load1()]
+            rows.append(r)
+            print(f"beta={beta} K={K} n={n} dt={h}: m = {r['mean']:.6f} ± {r['se']:.1e} "
+                  f"(branch {r['branch_m']:.6f}, z = {r['z']:+.2f}, {r['seconds']:.0f} s, "
+                  f"CPU {r['cpu_s']:.0f} s)", flush=True)
+    _merge(f"points_n{n}", {"n": n, "ranks": ranks, "run": POINT_RUN, "rows": rows})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    a = sub.add_parser("size")
+    a.add_argument("--seeds", type=int, default=100)
+    b = sub.add_parser("points")
+    b.add_argument("--n", type=int, default=100_000)
+    b.add_argument("--ranks", type=int, default=1)
+    b.add_argument("--dt", type=float, default=0.05)
+    args = ap.parse_args()
+    if args.what == "size":
+        size(args.seeds)
+    else:
+        points(args.n, args.ranks, args.dt)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Noisy particles at their stationary state against the zonal branch (wflow.phase.particles).
+
+The model: one USA head A = V = I on S², token diffusion D = 1/(2K). Above the transition
+the particles' time-averaged order parameter |mean x_i| must equal the stable zonal
+state's m(K) within its batch-means standard error (t(batches − 1) at level 0.003); the
+negative controls run the same particles with a wrong diffusion through the public API.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wflow.phase import k_sharp, phase_point, zonal_branch
+from wflow.phase.particles import (
+    CHECK_CONFIG,
+    batch_means_se,
+    particle_order_parameter,
+    stable_order_parameter,
+    vmf_kappa_of,
+)
+
+#: The small stationary run whose size bench/phase_particles.py measures (β = 1, a
+#: continuous transition, K = 2.2 ≈ 1.62 K_#), without β and K.
+SMALL = {k: v for k, v in CHECK_CONFIG.items() if k not in ("beta", "K")}
+
+
+def test_stable_order_parameter_is_the_branch_state_at_k():
+    beta, K = 1.0, 1.6
+    m = stable_order_parameter(beta, K)
+    # the branch's own state at that m has coupling K (Brent's method to its default tol)
+    assert zonal_branch(beta, 3).solve(m).K == pytest.approx(K, rel=1e-9)
+    assert 0.6 < m < 0.63
+    # below the linear threshold of a continuous transition: the uniform state
+    assert stable_order_parameter(beta, 0.99 * k_sharp(beta, 3)) == 0.0
+
+
+def test_stable_order_parameter_takes_the_upper_branch_past_the_fold():
+    pp = phase_point(3.0, 3)
+    K = 0.5 * (pp.k_fold + pp.k_sharp)
+    m = stable_order_parameter(3.0, K)
+    assert m > pp.m_fold
+    assert stable_order_parameter(3.0, 0.99 * pp.k_fold) == 0.0
+
+
+def test_vmf_kappa_inverts_the_langevin_function():
+    for m in (0.05, 0.3, 0.6158, 0.95):
+        k = vmf_kappa_of(m)
+        assert 1.0 / math.tanh(k) - 1.0 / k == pytest.approx(m, rel=1e-10)
+    assert vmf_kappa_of(0.0) == 0.0
+    with pytest.raises(ValueError, match="m:"):
+        vmf_kappa_of(1.0)
+
+
+def test_batch_means_se_of_independent_draws():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(40000)
+    # 20 batch means of 2000 independent N(0, 1): the s.e. is 1/√40000 = 5e-3 to within
+    # the chi distribution of 19 degrees of freedom (a 40 % window is 4.4 of its s.d.)
+    assert batch_means_se(x, 20) == pytest.approx(5e-3, rel=0.4)
+    with pytest.raises(ValueError, match="batches"):
+        batch_means_se(x[:3], 4)
+
+
+def test_particles_reach_the_branch_order_parameter():
+    run = particle_order_parameter(1.0, 2.2, seed=1, **SMALL)
+    assert run.passed(), (run.mean, run.se, run.branch_m, run.z)
+    assert run.order_parameter.shape == (33,)
+    assert run.t[-1] == pytest.approx(32.0)
+    rec = run.as_dict()
+    assert rec["passed"] is True and rec["n"] == 1000
+
+
+@pytest.mark.parametrize("factor", [2.0, 1.1])
+def test_a_wrong_diffusion_is_caught(factor):
+    # the negative control: the published convention off by 2 (D = 1/K: the branch at
+    # K/2 = 1.1 < K_#, where the cluster dissolves) and a 10 % error in D (the branch at
+    # K/1.1, m 0.80 against 0.837)
+    run = particle_order_parameter(1.0, 2.2, seed=1, diffusion=factor / 4.4, **SMALL)
+    assert not run.passed(), (factor, run.mean, run.se, run.branch_m, run.z)
+
+
+def test_mpi_split_equals_serial_on_one_rank():
+    from mpi4py import MPI
+
+    a = particle_order_parameter(1.0, 1.6, seed=2, n=400, T=1.0, burn=0.5, every=0.25,
+                                 batches=2)
+    b = particle_order_parameter(1.0, 1.6, seed=2, n=400, T=1.0, burn=0.5, every=0.25,
+                                 batches=2, comm=MPI.COMM_SELF)
+    np.testing.assert_array_equal(a.order_parameter, b.order_parameter)
+
+
+@pytest.mark.parametrize("kw, name", [
+    ({"n": 50}, "n"), ({"dt": -1.0}, "dt"), ({"every": 0.33}, "every"),
+    ({"burn": 32.0}, "burn"), ({"T": 32.5}, "T"), ({"diffusion": float("nan")}, "diffusion"),
+])
+def test_bad_input_is_refused_naming_it(kw, name):
+    args = {**SMALL, **kw}
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        particle_order_parameter(1.0, 2.2, **args)

@@ -1,0 +1,305 @@
+r"""Noisy particles at their stationary state against the zonal branch (``d = 3``).
+
+The mean-field limit of ``n`` tokens ``dx_i = P_{x_i}(1/n Σ_j e^{β x_i·x_j} x_j) dt +
+√(2D) P_{x_i} ∘ dW_i`` (one USA head ``A = V = I``, token diffusion ``D = 1/(2K)``,
+:func:`wflow.attention.diffusion.diffusion_of`) is the noisy transformer PDE, whose
+stable stationary states above the transition are the clustered zonal states of
+:mod:`wflow.phase.zonal`. :func:`particle_order_parameter` runs the particle system
+(:func:`wflow.particles.simulate`, the weak-order-2 Strang integrator, optionally split
+over MPI ranks) from a von Mises–Fisher law with the branch's order parameter, lets it
+relax for ``burn`` time units and then records the order parameter
+``m_n(t) = |1/n Σ_i x_i(t)|`` every ``every`` time units until ``T``. Its time average
+``m̄`` estimates the branch's ``m(K)``:
+
+* the standard error is that of batch means (``batches`` consecutive blocks of the
+  recorded series, so the time correlation is inside a block);
+* the check (:meth:`ParticlePhaseRun.passed`): ``|m̄ − m(K)| / se`` against the
+  two-sided ``t(batches − 1)`` quantile at level :data:`ALPHA`;
+* the finite-``n`` bias of ``E m_n`` is ``O(1/n)`` (``(1 − m² − …)/(2 n m)`` for
+  independent tokens), below the standard error for ``n ≥ 10⁴``;
+* the time step's bias of the stationary law is ``O(dt²)`` (weak order 2); the check
+  :attr:`ParticlePhaseRun.z` does not model it, so ``dt`` is chosen where it is below
+  the standard error (measured: :data:`DT_BIAS_NOTE`).
+
+The run records its segments in order: each segment is one :func:`simulate` call of
+``every`` time units from the previous segment's tokens, with its own noise seed
+``SeedSequence([seed, k])`` (``k`` the segment), so a run is reproducible and ``mpirun
+-n P`` equals the serial run to round-off (the noise streams are keyed by token block
+and step, not by rank).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
+
+from ..attention.diffusion import diffusion_of
+from ..geometry.sphere import sample_vmf
+from .thresholds import k_sharp
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ParticlePhaseRun", "particle_order_parameter", "stable_order_parameter",
+           "vmf_kappa_of", "batch_means_se", "CHECK_CONFIG"]
+
+#: Level of :meth:`ParticlePhaseRun.passed` (two-sided, on ``t(batches − 1)``).
+ALPHA = 0.003
+
+#: The small configuration whose size and power ``bench/phase_particles.py size`` measures
+#: (β = 1, a continuous transition, K = 2.2 ≈ 1.62 K_#: ``m = 0.837``; ``n = 1000``).
+#: The order parameter's integrated autocorrelation time there is ≈ 1.9 time units
+#: (measured over ``T = 100``), so each of the 6 batches spans 5 units; with batches of
+#: 0.5 units the batch means understated the error 2.5-fold (``|z|`` up to 9 over 41
+#: seeds). Nearer ``K_#`` the mode is softer and the time longer.
+CHECK_CONFIG: dict[str, Any] = {"beta": 1.0, "K": 2.2, "n": 1000, "T": 32.0, "burn": 2.0,
+                                "every": 1.0, "batches": 6}
+
+#: How the time step's bias was sized (the default ``dt``).
+DT_BIAS_NOTE = ("β = 1, K = 2.2, n = 10⁵: the stationary mean at dt = 0.05 and 0.025 "
+                "agree within their standard errors")
+
+
+def stable_order_parameter(beta: float, K: float, d: int = 3) -> float:
+    """Order parameter ``m(K)`` of the stable clustered zonal state at coupling ``K``.
+
+    The upper branch of :func:`wflow.phase.phase_point` (from the fold ``m_f`` when the
+    transition is discontinuous, from ``m → 0`` when it is continuous), solved for ``K``
+    by Brent's method on ``K(m) − K``; ``0`` (the uniform state) when ``K`` lies below the
+    branch's lowest coupling on its stable part (``K ≤ K_#`` for a continuous transition,
+    ``K < K_f`` for a discontinuous one, where the clustered state is metastable up to
+    ``K_c``).
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature ``β > 0`` of the USA head ``A = V = I``.
+    K : float
+        Published coupling ``K = 1/(2D) > 0``.
+    d : int
+        Ambient dimension.
+
+    Returns
+    -------
+    float
+        ``m ∈ [0, 1)``, dimensionless.
+    """
+    from .branch import phase_point
+
+    zp = phase_point(float(beta), int(d))
+    br = zp.branch
+    lo = float(zp.m_fold) if zp.transition == "discontinuous" else 1e-3
+    k_lo = br.solve(lo).K
+    if K <= k_lo:
+        return 0.0
+    hi = 0.995
+    if br.solve(hi).K < K:
+        raise ValueError(f"K: {K!r} lies beyond the branch's m = {hi} (K = "
+                         f"{br.solve(hi).K:.6g}); choose a smaller coupling")
+    return float(br.solve(float(brentq(lambda m: br.solve(m).K - K, lo, hi))).m)
+
+
+def vmf_kappa_of(m: float) -> float:
+    """Concentration ``κ`` of the von Mises–Fisher law on ``S²`` whose mean length is ``m``.
+
+    ``coth κ − 1/κ = m`` (Langevin function), by Brent's method; ``0`` for ``m = 0``.
+    """
+    if not 0.0 <= m < 1.0:
+        raise ValueError(f"m: expected 0 <= m < 1, got {m!r}")
+    if m == 0.0:
+        return 0.0
+    return float(brentq(lambda k: 1.0 / math.tanh(k) - 1.0 / k - m, 1e-8, 1e4))
+
+
+@dataclass(frozen=True)
+class ParticlePhaseRun:
+    """One stationary particle run against the zonal branch.
+
+    Attributes
+    ----------
+    beta, K, diffusion : float
+        Inverse temperature, coupling and the token diffusion ``D`` the particles ran with.
+    d, n : int
+        Dimension and number of tokens.
+    dt, burn, T, every : float
+        Time step, relaxation time, final time and the recording interval (time units).
+    seed : int
+        Noise and initial-draw seed.
+    t, order_parameter : numpy.ndarray
+        Recording times and ``m_n(t) = |mean x_i(t)|``, shape ``(records,)``.
+    mean, se : float
+        Time average of ``m_n`` over ``t > burn`` and its batch-means standard error.
+    branch_m : float
+        The zonal branch's order parameter at ``K`` (:func:`stable_order_parameter`).
+    batches : int
+        Number of batches of the standard error.
+    ranks : int
+        MPI ranks the tokens were split over.
+    seconds : float
+        Wall time of the run.
+    """
+
+    beta: float
+    K: float
+    diffusion: float
+    d: int
+    n: int
+    dt: float
+    burn: float
+    T: float
+    every: float
+    seed: int
+    t: np.ndarray = field(repr=False)
+    order_parameter: np.ndarray = field(repr=False)
+    mean: float
+    se: float
+    branch_m: float
+    batches: int
+    ranks: int
+    seconds: float
+
+    @property
+    def z(self) -> float:
+        """``(m̄ − m(K)) / se``: the particles' deviation from the branch in standard errors."""
+        return float((self.mean - self.branch_m) / self.se) if self.se > 0 else math.inf
+
+    def t_crit(self, alpha: float = ALPHA) -> float:
+        """Two-sided critical value of ``t(batches − 1)`` at level ``alpha``."""
+        from scipy.stats import t as student
+
+        return float(student.ppf(1.0 - alpha / 2.0, self.batches - 1))
+
+    def passed(self, alpha: float = ALPHA) -> bool:
+        """``|z| ≤ t_crit(alpha)`` and every recorded value finite."""
+        return bool(np.all(np.isfinite(self.order_parameter))
+                    and abs(self.z) <= self.t_crit(alpha))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready record (the series included)."""
+        return {"beta": self.beta, "K": self.K, "diffusion": self.diffusion, "d": self.d,
+                "n": self.n, "dt": self.dt, "burn": self.burn, "T": self.T,
+                "every": self.every, "seed": self.seed, "t": self.t.tolist(),
+                "order_parameter": self.order_parameter.tolist(), "mean": self.mean,
+                "se": self.se, "branch_m": self.branch_m, "z": self.z,
+                "t_crit": self.t_crit(), "passed": self.passed(),
+                "batches": self.batches, "ranks": self.ranks, "seconds": self.seconds}
+
+
+def batch_means_se(series: np.ndarray, batches: int) -> float:
+    """Standard error of the mean of a correlated series by ``batches`` batch means."""
+    s = np.asarray(series, dtype=np.float64)
+    b = int(batches)
+    if b < 2 or s.size < b:
+        raise ValueError(f"batches: need 2 <= batches <= {s.size}, got {batches!r}")
+    usable = (s.size // b) * b
+    means = s[s.size - usable:].reshape(b, -1).mean(axis=1)
+    return float(means.std(ddof=1) / math.sqrt(b))
+
+
+def particle_order_parameter(beta: float, K: float, *, n: int, d: int = 3, dt: float = 0.05,
+                             burn: float = 4.0, T: float = 24.0, every: float = 0.25,
+                             batches: int = 10, seed: int = 0,
+                             diffusion: float | None = None, comm: Any = None,
+                             kernel_backend: str = "auto") -> ParticlePhaseRun:
+    r"""Run ``n`` noisy tokens to their stationary state and average the order parameter.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature ``β > 0`` of the USA head ``A = V = I``.
+    K : float
+        Published coupling; the tokens diffuse with ``D = 1/(2K)`` unless ``diffusion``
+        is given.
+    n : int, keyword-only
+        Number of tokens (``≥ 100``).
+    d : int, keyword-only
+        Ambient dimension (the branch is the zonal reduction in ``d``).
+    dt, burn, T, every : float, keyword-only
+        Time step of the Strang integrator, relaxation time before averaging, final time
+        and recording interval (``every`` a multiple of ``dt``; time units).
+    batches : int, keyword-only
+        Batches of the standard error.
+    seed : int, keyword-only
+        Seed of the initial draw and of the noise segments.
+    diffusion : float or None, keyword-only
+        Override ``D`` (a wrong convention, for negative controls).
+    comm : mpi4py communicator or None, keyword-only
+        Split the tokens over its ranks (collective; every rank gets the result).
+    kernel_backend : str, keyword-only
+        Passed to :class:`wflow.particles.ParticleOptions`.
+
+    Returns
+    -------
+    ParticlePhaseRun
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, named; ``FloatingPointError`` when a segment does not succeed.
+    """
+    from ..attention.heads import Attention, Heads
+    from ..particles import simulate
+    from ..status import Status
+
+    for name, v in (("beta", beta), ("K", K), ("dt", dt), ("T", T), ("every", every)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"{name}: expected a finite number > 0, got {v!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 100:
+        raise ValueError(f"n: expected an integer >= 100, got {n!r}")
+    if not 0 <= burn < T:
+        raise ValueError(f"burn: expected 0 <= burn < T = {T}, got {burn!r}")
+    steps = every / dt
+    if abs(steps - round(steps)) > 1e-9 * steps:
+        raise ValueError(f"every: expected a multiple of dt = {dt}, got {every!r}")
+    steps = int(round(steps))
+    segments = int(round(T / every))
+    if abs(segments * every - T) > 1e-9 * T:
+        raise ValueError(f"T: expected a multiple of every = {every}, got {T!r}")
+    D = diffusion_of(float(K)) if diffusion is None else float(diffusion)
+    if not (math.isfinite(D) and D > 0):
+        raise ValueError(f"diffusion: expected a finite number > 0, got {diffusion!r}")
+    if K <= k_sharp(beta, d):
+        logger.info("K = %g <= K_# = %g: the stable state may be uniform", K, k_sharp(beta, d))
+    m_branch = stable_order_parameter(beta, K, d)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng([int(seed), int(n), 77])
+    axis = np.zeros(d)
+    axis[-1] = 1.0
+    x = sample_vmf(n, axis, vmf_kappa_of(m_branch) if d == 3 else 0.0, rng)
+    heads, attn = Heads.bilinear(np.eye(d)), Attention("usa", float(beta))
+    ts = [0.0]
+    ms = [float(np.linalg.norm(x.mean(axis=0)))]
+    for k in range(segments):
+        noise_seed = int(np.random.SeedSequence([int(seed), k, 78]).generate_state(1)[0])
+        res = simulate(x, heads, attn, T=every, dt=dt, integrator="strang", diffusion=D,
+                       seed=noise_seed, record_every=steps, head_rates=False,
+                       clusters=False, progress=False, ito_balance=False,
+                       kernel_backend=kernel_backend, engine="python",
+                       comm=comm)
+        if res.status != Status.SUCCESS:
+            raise FloatingPointError(f"particles: segment {k} ended {res.status}: "
+                                     f"{res.message}")
+        x = np.asarray(res.x[0])
+        ts.append((k + 1) * every)
+        ms.append(float(np.linalg.norm(x.mean(axis=0))))
+        logger.debug("segment %d/%d: m = %.6f", k + 1, segments, ms[-1])
+    t = np.asarray(ts)
+    op = np.asarray(ms)
+    keep = op[t > burn]
+    run = ParticlePhaseRun(
+        beta=float(beta), K=float(K), diffusion=D, d=int(d), n=int(n), dt=float(dt),
+        burn=float(burn), T=float(T), every=float(every), seed=int(seed), t=t,
+        order_parameter=op, mean=float(keep.mean()), se=batch_means_se(keep, batches),
+        branch_m=m_branch, batches=int(batches),
+        ranks=1 if comm is None else int(comm.Get_size()),
+        seconds=time.perf_counter() - t0)
+    logger.info("particles beta=%g K=%g n=%d: m = %.6f ± %.1e against the branch's %.6f "
+                "(z = %.2f, %.1f s)", beta, K, n, run.mean, run.se, m_branch, run.z,
+                run.seconds)
+    return run
