@@ -32,14 +32,14 @@ def written_by(where: str) -> Callable[..., OutputKey]:
     """The :class:`OutputKey` constructor of the entries that ``where`` writes.
 
     A key table names the command that writes an entry once per section:
-    ``written_by("wflow jko")("stats.tau", "the JKO step τ", "time")`` is
-    ``OutputKey("stats.tau", "the JKO step τ", "time", where="wflow jko")``. An entry that
+    ``written_by("wflow X")("stats.h", "the step", "time")`` is
+    ``OutputKey("stats.h", "the step", "time", where="wflow X")``. An entry that
     more commands write passes its own ``where=``.
 
     Parameters
     ----------
     where : str
-        The commands that write the entries (``"wflow run"``, ``"wflow pde, wflow run"``).
+        The commands that write the entries (``"wflow run"``, ``"wflow X, wflow run"``).
 
     Returns
     -------
