@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import brentq
 
 from ..attention.diffusion import diffusion_of
 from ..attention.heads import Attention, Heads
@@ -149,12 +148,11 @@ def relax_pde(beta: float, K: float, *, frequency: int = 4, start: str = "unifor
 
 def _branch_order_parameter(beta: float, K: float, frequency: int) -> tuple[float, float]:
     """``(mesh, zonal)`` order parameters of the upper (clustered) branch at ``K``."""
-    from .branch import phase_point
+    from .particles import stable_state
 
-    zp = phase_point(beta, 3)
-    br = zp.branch
-    lo = zp.m_fold if zp.transition == "discontinuous" else 1e-3
-    zs = br.solve(float(brentq(lambda m: br.solve(m).K - K, lo, 0.995)))
+    zs = stable_state(beta, K, 3)
+    if zs is None:
+        raise ValueError(f"K: {K!r} lies below the stable clustered branch at beta = {beta}")
     model = MeshModel(beta, options=MeshOptions(frequency=frequency))
     st = model.solve(model.zonal_guess(zs.c, K), K)
     return st.order_parameter, float(zs.m)
