@@ -1,0 +1,105 @@
+"""The particles' own bias in the study ``noisy-mean-field``: time step and number of tokens.
+
+The study compares the mean moments of ``n`` noisy particles (Strang, step ``h``) with
+the noisy PDE's. Those means differ from the PDE's by the integrator's weak error and by
+the propagation-of-chaos bias, ``a h² + b/n`` to leading order. This script measures both
+along the study's own score direction ``g = ∂μ_T/∂D``: each configuration ``(n, T/h, R,
+seed)`` runs ``R`` replicates exactly as the study does (its ``_replicate``, control
+variates and ``_score_test``) and records the fitted relative error
+``(D̂ − D)/D`` and its standard error; a weighted least-squares fit of
+``(D̂ − D)/D = a (16h/T)² + b (1000/n)`` over the configurations gives ``a`` (the time-step
+bias at ``h = T/16``) and ``b`` (the chaos bias at ``n = 1000``), with the fit's χ².
+
+Usage (from the repository root; about 25 min of CPU for the default five rows)::
+
+    PYTHONPATH=$PWD .venv/bin/python bench/noisy_mean_field_bias.py \\
+        [--rows 1000,16,384,900 ...] [--out bench/results/noisy_mean_field_bias.json]
+
+A row is ``n,steps,R,seed``. Not a timed benchmark; the PDE levels are cached in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import wflow.studies.noisy_mean_field as nmf  # noqa: E402
+from wflow.geometry.harmonics import cell_moments  # noqa: E402
+from wflow.geometry.moment_test import control_variates  # noqa: E402
+from wflow.infra.parallel import parallel_map  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "noisy_mean_field_bias.json"
+#: The configurations measured (n, particle steps over T, replicates, seed).
+ROWS = ("1000,16,384,900", "1000,8,384,901", "250,16,1536,902", "1000,32,768,910",
+        "250,32,3072,911")
+#: Moment degree and control-variate degree of the measurement (the study's quick mode
+#: at the time of the measurement: L = 3).
+L, L_CV = 3, 8
+MESHES = ("icosphere:5120", "icosphere:20480")
+
+
+def _replicate(item: tuple) -> dict[str, Any]:
+    """The study's replicate at ``steps`` particle steps (the last entry of ``item``)."""
+    nmf.PARTICLE_STEPS = item[-1]
+    return nmf._replicate(item[:-1])
+
+
+def measure(row: str) -> dict[str, Any]:
+    """One configuration ``n,steps,R,seed``: the fitted relative error of ``D``."""
+    n, steps, R, seed = (int(v) for v in row.split(","))
+    D, T = nmf.DIFFUSION, nmf.T_FINAL
+    coarse, fine = (nmf._pde_level(s, D, T, L) for s in MESHES)
+    err = np.abs(fine["mT_mom"] - coarse["mT_mom"]) / (fine["cells"] / coarse["cells"] - 1)
+    nu = cell_moments(fine["verts"], fine["m0"], L_CV)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = parallel_map(_replicate, [(n, r, seed, T, L, L_CV, fine["verts"], fine["m0"], D,
+                                      False, steps) for r in range(R)])
+    cv = control_variates([r["cv"] for r in rows], nu, n=n)
+    s = nmf._score_test(cv.adjusted, fine["mT_mom"], err, MESHES[0], D, T, L)
+    return {"n": n, "steps": steps, "R": R, "seed": seed, "z": s["z"],
+            "dD_rel": (s["D_fit"] - D) / D, "se_rel": s["D_se"] / D,
+            "wall_s": time.perf_counter() - t0, "cpu_s_parent": time.process_time() - c0}
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Weighted least squares of ``dD_rel = a (16/steps)² + b (1000/n)``."""
+    A = np.array([[(16.0 / r["steps"]) ** 2, 1000.0 / r["n"]] for r in rows])
+    y = np.array([r["dD_rel"] for r in rows])
+    s = np.array([r["se_rel"] for r in rows])
+    W = A / s[:, None]
+    coef = np.linalg.lstsq(W, y / s, rcond=None)[0]
+    se = np.sqrt(np.diag(np.linalg.inv(W.T @ W)))
+    resid = (A @ coef - y) / s
+    return {"a_at_h_T_over_16": float(coef[0]), "a_se": float(se[0]),
+            "b_at_n_1000": float(coef[1]), "b_se": float(se[1]),
+            "chi2": float(resid @ resid), "dof": len(rows) - 2,
+            "model": "dD_rel = a (16 h / T)^2 + b (1000 / n)"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="+", default=list(ROWS), help="n,steps,R,seed")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    measured = []
+    for row in args.rows:
+        measured.append(measure(row))
+        print(json.dumps(measured[-1]), flush=True)
+    out = {"study": "noisy-mean-field", "diffusion": nmf.DIFFUSION, "degree": L,
+           "rows": measured, "fit": fit(measured) if len(measured) >= 3 else None}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out["fit"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
