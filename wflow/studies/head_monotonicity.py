@@ -52,6 +52,7 @@ from ..geometry.sphere import normalize
 from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .faults import no_mobility_fault, time_doubled_fault
 from .helpers import (
     VELOCITY_FAMILY,
     accuracy_criterion,
@@ -71,12 +72,11 @@ DROP_TOL = 1e-12
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
-    "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
-                    "fast) while the rate formulas use the nominal heads",
+    "time-doubled": time_doubled_fault("while the rate formulas use the nominal heads"),
     "value-sign": "the particle heads have negated values (V = −A: energy descent) while "
                   "the rate formulas use the nominal heads",
-    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
-                   "kind 'usa', same β) while the rate formulas are those of softmax",
+    "no-mobility": no_mobility_fault("the particles drop",
+                                     "while the rate formulas are those of softmax"),
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
