@@ -71,8 +71,7 @@ from .base import (
     save_figure,
     write_study,
 )
-from .faults import no_mobility_fault
-from .helpers import accuracy_criterion, run_accuracy
+from .helpers import accuracy_criterion, no_mobility_fault, run_accuracy
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL", "OU_RATIO_MAX", "PARTICLE_ACCURACY_MAX"]
 

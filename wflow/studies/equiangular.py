@@ -39,8 +39,14 @@ from .base import (
     save_figure,
     write_study,
 )
-from .faults import no_mobility_fault, time_doubled_fault
-from .helpers import VELOCITY_FAMILY, fit_decay_rate, fit_early_rate, value_scale
+from .helpers import (
+    VELOCITY_FAMILY,
+    fit_decay_rate,
+    fit_early_rate,
+    no_mobility_fault,
+    time_doubled_fault,
+    value_scale,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -51,8 +51,13 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
-from .faults import no_mobility_fault, time_doubled_fault
-from .helpers import accuracy_criterion, run_accuracy, value_scale
+from .helpers import (
+    accuracy_criterion,
+    no_mobility_fault,
+    run_accuracy,
+    time_doubled_fault,
+    value_scale,
+)
 
 __all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 

@@ -52,14 +52,15 @@ from ..geometry.sphere import normalize
 from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
-from .faults import no_mobility_fault, time_doubled_fault
 from .helpers import (
     VELOCITY_FAMILY,
     accuracy_criterion,
     approx_orthogonal_heads,
     head_overlap,
+    no_mobility_fault,
     run_accuracy,
     spread_tokens,
+    time_doubled_fault,
     value_scale,
 )
 

@@ -111,7 +111,7 @@ from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
 from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
-from .faults import no_mobility_fault, time_doubled_fault
+from .helpers import no_mobility_fault, time_doubled_fault
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
            "tangent_jacobian", "FAULTS", "FAMILIES", "LIN_TOL", "EPS_LADDER", "GROWTH_TOL",

@@ -33,7 +33,6 @@ from ..geometry.sphere import orthonormal_tokens
 from ..multihead import early_rate, equiangular_rate, lambda_c
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
-from .faults import no_mobility_fault, time_doubled_fault
 from .helpers import VELOCITY_FAMILY, accuracy_criterion, fit_early_rate, run_accuracy, value_scale
 
 logger = logging.getLogger(__name__)
@@ -50,11 +49,12 @@ SEED_INDEPENDENT = True
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
-    "time-doubled": time_doubled_fault("while the formula uses the nominal strengths"),
+    "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
+                    "fast) while the formula uses the nominal strengths",
     "equal-heads": "the 'heterogeneous' particle runs use the equal strengths (no "
                    "heterogeneity), so the measured gain vanishes",
-    "no-mobility": no_mobility_fault("the particles drop",
-                                     "while the formula Σφ(λ_h) is that of softmax"),
+    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
+                   "kind 'usa', same β) while the formula Σφ(λ_h) is that of softmax",
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
