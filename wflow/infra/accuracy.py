@@ -46,6 +46,7 @@ __all__ = [
     "rtol_field",
     "atol_field",
     "adaptive_field",
+    "error_control_fields",
     "ErrorControlled",
 ]
 
@@ -149,6 +150,38 @@ def adaptive_field(default: bool, what: str) -> Any:
     """The ``adaptive`` option of a solver's options dataclass (``what``: its two meanings)."""
     return field(default=default, kw_only=True, metadata=opt(what, check=boolean))
 
+
+
+def error_control_fields(rtol: str, *, atol: str, adaptive: bool,
+                         adaptive_what: str) -> tuple[Any, Any, Any]:
+    """The ``rtol``, ``atol`` and ``adaptive`` options of a solver's options dataclass, together.
+
+    The three always come together (error control by step doubling); a solver says what
+    each means for it and unpacks them onto its annotated names::
+
+        rtol: float | None
+        atol: float | None
+        adaptive: bool
+        rtol, atol, adaptive = error_control_fields("...", atol="units", adaptive=True,
+                                                    adaptive_what="...")
+
+    Parameters
+    ----------
+    rtol : str
+        What the solver controls with ``rtol`` (:func:`rtol_field`).
+    atol : str
+        The units of ``atol`` (:func:`atol_field`).
+    adaptive : bool
+        The default of ``adaptive``.
+    adaptive_what : str
+        Its two meanings (:func:`adaptive_field`).
+
+    Returns
+    -------
+    tuple
+        The three dataclass fields, in the order ``rtol``, ``atol``, ``adaptive``.
+    """
+    return rtol_field(rtol), atol_field(atol), adaptive_field(adaptive, adaptive_what)
 
 class ErrorControlled:
     """Mixin of a solver's options dataclass with :func:`rtol_field` and :func:`atol_field`.

@@ -36,7 +36,7 @@ from typing import Any
 
 from .schema import ScenarioError
 
-__all__ = ["Registry", "UnknownName", "WrongMethod", "Names", "Method"]
+__all__ = ["Registry", "UnknownName", "WrongMethod", "Names", "Method", "OrderedMethod"]
 
 
 def _reimported(old: type, new: type) -> bool:
@@ -75,6 +75,22 @@ class Method:
         """What outputs record of an object given in place of a name: name and class."""
         return {"name": str(self), "class": f"{type(self).__module__}.{type(self).__qualname__}"}
 
+
+
+class OrderedMethod(Method):
+    """A method with an order of accuracy, declared once per class.
+
+    A subclass sets ``declared_order``; :meth:`order` returns it (one reading for every
+    family of such methods). ``None``, the default: the subclass overrides :meth:`order`.
+    """
+
+    declared_order: int | None = None
+
+    def order(self) -> int:
+        """Order of accuracy in time: ``declared_order``."""
+        if self.declared_order is None:
+            raise NotImplementedError
+        return self.declared_order
 
 class Names(Sequence[str]):
     """The names of a registry, read from it at each use (a live view, never a copy).

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..attention.diffusion import DIFFUSION_KEY, diffusion_field
-from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
+from ..infra.accuracy import ErrorControlled, error_control_fields
 from ..infra.options import Extra, documented, inapplicable, keys_of, opt, schema_of, validate
 from ..infra.schema import ScenarioError, Spec, boolean, choice, number, string, take
 from .schemes import SCHEMES, JKOScheme  # discretisations of the step (the registry)
@@ -293,14 +293,16 @@ class JKOOptions(ErrorControlled):
         "``D Σ_K m_K log(m_K/σ(K))`` in the FV step (Jordan–Kinderlehrer–Otto's scheme, "
         ":func:`wflow.jko.fv.fv_step`) and its free-energy EDI per step; the OT scheme "
         "refuses ``D > 0``. ``0``: today's scheme, bit for bit.")
-    rtol: float | None = rtol_field(
+    rtol: float | None
+    atol: float | None
+    adaptive: bool
+    rtol, atol, adaptive = error_control_fields(
         "Relative tolerance of the cell densities at ``T`` (error control by step "
         "doubling, :mod:`wflow.jko.accuracy`): each step ``τ`` is judged against two steps "
         "``τ/2``, and the local errors are kept within ``rtol`` per unit time so that the "
         "error at ``T`` meets it. The first and largest step is ``tau``. Schemes that "
-        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``).")
-    atol: float | None = atol_field("units of ``ρ``, per steradian")
-    adaptive: bool = adaptive_field(True, (
+        "declare ``error_control`` only (the FV step; the OT step locks at small ``τ``).",
+        atol="units of ``ρ``, per steradian", adaptive=True, adaptive_what=(
         "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
         "the steps ``tau`` and judges the run by the same estimate (the run repeated at "
         "``tau/2``; status ``inaccurate`` with the ``tau`` that would meet the tolerance)."))

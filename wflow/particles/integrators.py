@@ -49,7 +49,7 @@ from ..energy import (
     slope_terms,
 )
 from ..geometry.sphere import normalize
-from ..infra.registry import Method, Registry
+from ..infra.registry import OrderedMethod, Registry
 from ..kernels import KernelLog, plan_kernel
 
 __all__ = [
@@ -204,7 +204,7 @@ CODE_RK4 = 1
 CODE_EM = 2
 
 
-class ParticleIntegrator(Method):
+class ParticleIntegrator(OrderedMethod):
     """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
 
     Attributes
@@ -220,15 +220,14 @@ class ParticleIntegrator(Method):
         default): no compiled code, the run takes the Python engine. Read with
         :func:`compiled_code`, from the class's own body only: a subclass that redefines
         ``step`` does not inherit its parent's code.
+    declared_order : int or None
+        What :meth:`order` returns, the order of accuracy in time (checked by a fitted-order
+        test; :class:`~wflow.infra.registry.OrderedMethod`).
     """
 
     name: str = ""
     weights: WeightStep = WeightStep.RK4
     compiled_code: int | None = None
-
-    def order(self) -> int:
-        """Order of accuracy in time (checked by a fitted-order test)."""
-        raise NotImplementedError
 
     def stages(self) -> int:
         """Evaluations of the field per step (the cost estimate's work per step).
@@ -266,9 +265,7 @@ class Euler(ParticleIntegrator):
     name = "euler"
     weights = WeightStep.EULER
     compiled_code = CODE_EULER
-
-    def order(self) -> int:  # noqa: D102
-        return 1
+    declared_order = 1
 
     def step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
              theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
@@ -283,9 +280,7 @@ class RK4(ParticleIntegrator):
     name = "rk4"
     weights = WeightStep.RK4
     compiled_code = CODE_RK4
-
-    def order(self) -> int:  # noqa: D102
-        return 4
+    declared_order = 4
 
     def stages(self) -> int:  # noqa: D102
         return 4
@@ -332,12 +327,10 @@ class EulerMaruyama(StochasticIntegrator):
     weights = "euler"
     draws = 1
     compiled_code = CODE_EM
+    declared_order = 1
 
     #: the noiseless step (``D = 0``) is explicit Euler's, the same function
     step = Euler.step
-
-    def order(self) -> int:  # noqa: D102
-        return 1
 
     def noisy_step(self, x: np.ndarray, h: float, k1: np.ndarray, heads: Heads,  # noqa: D102
                    theta: np.ndarray, theta_mid: np.ndarray, theta_new: np.ndarray,
@@ -364,12 +357,10 @@ class StrangHeat(StochasticIntegrator):
     name = "strang"
     weights = "rk4"
     draws = 2
+    declared_order = 2
 
     #: the noiseless step (``D = 0``) is RK4's, the same function
     step = RK4.step
-
-    def order(self) -> int:  # noqa: D102
-        return 2
 
     def stages(self) -> int:
         """Field evaluations per step: RK4's four from ``B_{h/2}(x)`` and the state's."""

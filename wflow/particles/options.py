@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..attention.diffusion import diffusion_field
-from ..infra.accuracy import Tolerance, adaptive_field, atol_field, rtol_field
+from ..infra.accuracy import Tolerance, error_control_fields
 from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
@@ -121,14 +121,16 @@ class ParticleOptions:
         "stochastic integrator (``em``, weak order 1; ``strang``, weak order 2) with noise "
         "streams keyed by (seed, token block, step) (:mod:`wflow.particles.noise`). Not the "
         "weights' OU noise. ``0``: the noiseless model, bit for bit.")
-    rtol: float | None = rtol_field(
+    rtol: float | None
+    atol: float | None
+    adaptive: bool
+    rtol, atol, adaptive = error_control_fields(
         "Requested relative accuracy of the final tokens (:class:`wflow.infra.accuracy."
         "Tolerance`; the scaled RMS norm of the error of ``x(T)``, per component "
         "``atol + rtol·|x|``). With ``adaptive``: the step controller's target (default "
         "``1e-3``); with fixed steps: the run is judged by a step-doubling estimate of its "
-        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses.")
-    atol: float | None = atol_field("radius units; also when ``adaptive`` is set")
-    adaptive: bool = adaptive_field(False, (
+        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses.",
+        atol="radius units; also when ``adaptive`` is set", adaptive=False, adaptive_what=(
         "Adaptive steps: a PI controller (error per unit step over ``[0, T]``) on the "
         "step-doubling estimate of the deterministic integrators (``euler``, ``rk4``), "
         "``dt`` the first and largest step; accepted / rejected counts and the steps in "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..infra.registry import Method, Registry
+from ..infra.registry import OrderedMethod, Registry
 
 __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "ShuOsher", "Euler", "SSPRK2", "SSPRK3", "Stage"]
 
@@ -24,7 +24,7 @@ __all__ = ["TIME_INTEGRATORS", "TimeIntegrator", "ShuOsher", "Euler", "SSPRK2", 
 #: when that stage would break the positivity bound.
 Stage = Callable[[np.ndarray, float], "np.ndarray | None"]
 
-class TimeIntegrator(Method):
+class TimeIntegrator(OrderedMethod):
     """A strong-stability-preserving explicit Runge–Kutta method.
 
     Attributes
@@ -33,14 +33,13 @@ class TimeIntegrator(Method):
         The name in ``PDEOptions.time_integrator`` / ``[pde] time_integrator``.
     nodes : tuple of float
         The stage times ``c`` (fractions of ``Δt``) the method evaluates at, in order.
+    declared_order : int or None
+        What :meth:`order` returns, the order of accuracy in time
+        (:class:`~wflow.infra.registry.OrderedMethod`).
     """
 
     name: str = ""
     nodes: tuple[float, ...] = ()
-
-    def order(self) -> int:
-        """Order of accuracy in time."""
-        raise NotImplementedError
 
     def stages(self) -> int:
         """Right-hand-side evaluations per step: one per node (the cost estimate's work)."""
@@ -94,10 +93,8 @@ class Euler(ShuOsher):
     """Forward Euler (order 1)."""
 
     name = "euler"
+    declared_order = 1
     rows = ((0.0, None),)
-
-    def order(self) -> int:  # noqa: D102
-        return 1
 
 
 @TIME_INTEGRATORS.register
@@ -105,10 +102,8 @@ class SSPRK2(ShuOsher):
     """Heun's SSP-RK2: ``m¹ = E(m⁰)``, ``m⁺ = ½m⁰ + ½E(m¹)`` (order 2)."""
 
     name = "ssprk2"
+    declared_order = 2
     rows = ((0.0, None), (1.0, lambda m0, e: 0.5 * m0 + 0.5 * e))
-
-    def order(self) -> int:  # noqa: D102
-        return 2
 
 
 @TIME_INTEGRATORS.register
@@ -116,8 +111,6 @@ class SSPRK3(ShuOsher):
     """Shu–Osher SSP-RK3: ``m² = ¾m⁰ + ¼E(m¹)``, ``m⁺ = ⅓m⁰ + ⅔E(m²)`` (order 3)."""
 
     name = "ssprk3"
+    declared_order = 3
     rows = ((0.0, None), (1.0, lambda m0, e: 0.75 * m0 + 0.25 * e),
             (0.5, lambda m0, e: m0 / 3.0 + 2.0 / 3.0 * e))
-
-    def order(self) -> int:  # noqa: D102
-        return 3

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..attention.diffusion import diffusion_field
-from ..infra.accuracy import ErrorControlled, adaptive_field, atol_field, rtol_field
+from ..infra.accuracy import ErrorControlled, error_control_fields
 from ..infra.options import Extra, documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number, string, take
 from ..kernels import BACKENDS
@@ -114,13 +114,15 @@ class PDEOptions(ErrorControlled):
         "by two-point fluxes, Crank–Nicolson half-steps around the drift step (Strang, "
         ":mod:`wflow.pde.diffusion`); ``0``: today's solver, bit for bit.")
 
-    rtol: float | None = rtol_field(
+    rtol: float | None
+    atol: float | None
+    adaptive: bool
+    rtol, atol, adaptive = error_control_fields(
         "Relative tolerance of the cell densities (error control, step doubling; "
         "docs/theory.md §2): each step's local-error estimate, in the scaled RMS norm "
         "over the cells, is kept within ``rtol`` per unit time so that the error at ``T`` "
-        "meets it; the step is the controller's, within ``dt`` and the positivity bound.")
-    atol: float | None = atol_field("units of ``ρ``")
-    adaptive: bool = adaptive_field(True, (
+        "meets it; the step is the controller's, within ``dt`` and the positivity bound.",
+        atol="units of ``ρ``", adaptive=True, adaptive_what=(
         "With ``rtol``/``atol``: choose each step by the error controller; ``False`` takes "
         "today's steps and judges the run by the same estimate (status ``inaccurate`` with "
         "the ``dt`` that would meet the tolerance)."))

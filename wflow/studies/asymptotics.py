@@ -71,7 +71,7 @@ from .base import (
     save_figure,
     write_study,
 )
-from .helpers import accuracy_criterion, run_accuracy
+from .helpers import accuracy_criterion, no_mobility_fault, run_accuracy
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL", "OU_RATIO_MAX", "PARTICLE_ACCURACY_MAX"]
 
@@ -107,8 +107,7 @@ FAULTS = {
                           "static heads, an integrable path, G² decays",
     "shared-noise": "Part B's OU heads are all equal and driven by one noise: the head "
                     "average removes nothing, G² does not fall with H",
-    "no-mobility": "every run drops the softmax mobility 1/Z (unnormalised attention, kind "
-                   "'usa', same β)",
+    "no-mobility": no_mobility_fault("every run drops"),
 }
 
 

@@ -39,7 +39,14 @@ from .base import (
     save_figure,
     write_study,
 )
-from .helpers import VELOCITY_FAMILY, fit_decay_rate, fit_early_rate, value_scale
+from .helpers import (
+    VELOCITY_FAMILY,
+    fit_decay_rate,
+    fit_early_rate,
+    no_mobility_fault,
+    time_doubled_fault,
+    value_scale,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +73,9 @@ SEED_INDEPENDENT = True
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
     "euler": "the particles are integrated with explicit Euler (order 1) instead of RK4",
-    "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
-                    "fast) while the ODE and the rates use the nominal strengths",
-    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
-                   "kind 'usa', same β) while the ODE and the rates are those of softmax",
+    "time-doubled": time_doubled_fault("while the ODE and the rates use the nominal strengths"),
+    "no-mobility": no_mobility_fault("the particles drop",
+                                     "while the ODE and the rates are those of softmax"),
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)

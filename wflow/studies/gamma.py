@@ -51,7 +51,13 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
-from .helpers import accuracy_criterion, run_accuracy, value_scale
+from .helpers import (
+    accuracy_criterion,
+    no_mobility_fault,
+    run_accuracy,
+    time_doubled_fault,
+    value_scale,
+)
 
 __all__ = ["run", "FAULTS", "FAMILIES", "RATE_TOL", "CONV_FRACTION", "ASYMPTOTIC"]
 
@@ -74,13 +80,14 @@ ASYMPTOTIC = 3
 FAULTS = {
     "non-vanishing": f"the perturbation does not vanish: A^ε = A + (ε + {OFFSET})Δ and "
                      f"(1 − ε − {OFFSET})A, so Θ^ε does not converge to Θ",
-    "time-doubled": "the perturbed flows run with every value matrix doubled (time runs "
-                    "twice as fast) against the unperturbed reference",
+    "time-doubled": time_doubled_fault("against the unperturbed reference",
+                                       who="the perturbed flows run with every value matrix "
+                                           "doubled"),
     "velocity:0.05": "the perturbed flows run with every value matrix ×1.05 (velocity and "
                      "time ×1.05) against the unperturbed reference",
     "beta:0.03": "the perturbed flows run at β ×1.03 against the unperturbed reference",
-    "no-mobility": "the perturbed flows drop the softmax mobility 1/Z (unnormalised "
-                   "attention, kind 'usa', same β) against the softmax reference",
+    "no-mobility": no_mobility_fault("the perturbed flows drop",
+                                     "against the softmax reference"),
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {

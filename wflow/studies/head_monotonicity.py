@@ -57,8 +57,10 @@ from .helpers import (
     accuracy_criterion,
     approx_orthogonal_heads,
     head_overlap,
+    no_mobility_fault,
     run_accuracy,
     spread_tokens,
+    time_doubled_fault,
     value_scale,
 )
 
@@ -71,12 +73,11 @@ DROP_TOL = 1e-12
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
-    "time-doubled": "the particle heads have doubled value matrices (time runs twice as "
-                    "fast) while the rate formulas use the nominal heads",
+    "time-doubled": time_doubled_fault("while the rate formulas use the nominal heads"),
     "value-sign": "the particle heads have negated values (V = −A: energy descent) while "
                   "the rate formulas use the nominal heads",
-    "no-mobility": "the particles drop the softmax mobility 1/Z (unnormalised attention, "
-                   "kind 'usa', same β) while the rate formulas are those of softmax",
+    "no-mobility": no_mobility_fault("the particles drop",
+                                     "while the rate formulas are those of softmax"),
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)

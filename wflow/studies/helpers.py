@@ -2,7 +2,9 @@
 
 Head builders, token layouts, fitted rates and clustering times of the [MH] studies; the
 particle engine's accuracy check as a criterion (:func:`run_accuracy`,
-:func:`accuracy_criterion`).
+:func:`accuracy_criterion`); the negative controls several studies share
+(:data:`VELOCITY_FAMILY`, :func:`value_scale`, and the words of the ``time-doubled`` and
+``no-mobility`` controls, :func:`time_doubled_fault`, :func:`no_mobility_fault`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = [
     "run_accuracy",
     "accuracy_criterion",
     "VELOCITY_FAMILY",
+    "time_doubled_fault",
+    "no_mobility_fault",
     "value_scale",
 ]
 
@@ -292,6 +296,44 @@ def accuracy_criterion(worst: float, hi: float = 1.0, why: str = "") -> Criterio
 #: ``1 + s`` (``run(fault="velocity:S")``, sizes scanned by bench/size_power.py).
 VELOCITY_FAMILY = {"velocity": "the particle heads have value matrices ×(1 + s) (velocity "
                                "and time scaled) while the formulas use the nominal heads"}
+
+
+def time_doubled_fault(then: str,
+                       who: str = "the particle heads have doubled value matrices") -> str:
+    """The words of the ``time-doubled`` control: every value matrix ×2.
+
+    Parameters
+    ----------
+    then : str
+        What stays nominal, from ``"while"`` or ``"against"`` on (the theory side).
+    who : str
+        What runs doubled, with its verb.
+
+    Returns
+    -------
+    str
+        ``"{who} (time runs twice as fast) {then}"``: one description for every study.
+    """
+    return f"{who} (time runs twice as fast) {then}"
+
+
+def no_mobility_fault(who: str, then: str = "") -> str:
+    """The words of the ``no-mobility`` control: the softmax mobility ``1/Z`` dropped.
+
+    Parameters
+    ----------
+    who : str
+        What drops it, with its verb (``"the particles drop"``).
+    then : str
+        What stays softmax, from ``"while"`` or ``"against"`` on; ``""``: nothing added.
+
+    Returns
+    -------
+    str
+        One description for every study (unnormalised attention, kind ``usa``, same ``β``).
+    """
+    words = f"{who} the softmax mobility 1/Z (unnormalised attention, kind 'usa', same β)"
+    return f"{words} {then}" if then else words
 
 
 def value_scale(fault: str | None, family: str | None, size: float) -> float:

@@ -111,6 +111,7 @@ from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
 from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
+from .helpers import no_mobility_fault, time_doubled_fault
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
            "tangent_jacobian", "FAULTS", "FAMILIES", "LIN_TOL", "EPS_LADDER", "GROWTH_TOL",
@@ -127,8 +128,9 @@ EPS_LADDER = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
 
 #: Negative controls: ``run(fault=NAME)``.
 FAULTS = {
-    "time-doubled": "the particle solver runs with every value matrix doubled (time runs "
-                    "twice as fast) while the bounds use the nominal heads",
+    "time-doubled": time_doubled_fault("while the bounds use the nominal heads",
+                                       who="the particle solver runs with every value matrix "
+                                           "doubled"),
     "coarse-eps": "the coupling size is fixed at ε = 0.05 instead of being chosen in the "
                   "measured linear regime",
     "velocity:-0.05": "the particle solver runs with every value matrix ×0.95 (a solver 5 % "
@@ -136,8 +138,8 @@ FAULTS = {
     "dropped-head": "the particle solver drops the last of the three heads while the bounds "
                     "use all three",
     "euler": "the particle solver integrates with explicit Euler instead of RK4",
-    "no-mobility": "the particle solver drops the softmax mobility 1/Z (unnormalised "
-                   "attention, kind 'usa', same β) while the bounds use softmax",
+    "no-mobility": no_mobility_fault("the particle solver drops",
+                                     "while the bounds use softmax"),
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
