@@ -21,17 +21,16 @@ to ``T`` by the weak-order-2 integrator ``"strang"`` (RK4 with exact heat-kernel
 increments, :class:`wflow.particles.integrators.StrangHeat`; ``dt = T/32``), each with its
 own keyed noise stream (``ParticleOptions.seed`` from the study's seed and the replicate).
 
-The particles' own biases (measured, bench/results/noisy_mean_field_bias.json). The mean
-moments of ``n`` particles at step ``h`` differ from the PDE's by ``a h² + b/n`` (weak order
-2; propagation of chaos). Projected on ``∂μ_T/∂D`` and read as a relative error in ``D``,
-a fit over five configurations (``n`` ∈ {250, 1000}, ``T/h`` ∈ {8, 16, 32}, 192 to 3072
-replicates each, seeds 900–911) gives ``a h² = 0.49 % ± 0.09 %`` at ``h = T/16`` and
-``b/n = 0.20 % ± 0.06 %`` at ``n = 1000``. At ``h = T/16`` (this study's step until
-December 2026) that bias was 0.9 standard errors of the quick run's score: its median
-``z`` over 78 seeds was +0.92. At ``h = T/32`` the time-step part is ``0.12 %`` and the
-remaining bias in the quick mode is about ``0.3 %`` of ``D``, half a standard error. The
-PDE's own errors are below ``0.1 %`` (mesh: ``−0.03 %`` on the fine icosphere by
-Richardson; time: ``−0.005 %``, halving the CFL number twice).
+The particles' own biases. The mean moments of ``n`` particles at step ``h`` differ from
+the PDE's by ``a h² + b/n`` to leading order (weak order 2; propagation of chaos). Read
+along ``∂μ_T/∂D`` as a relative error in ``D`` (bench/results/noisy_mean_field_bias.json:
+5 configurations, ``n`` ∈ {250, 1000}, ``T/h`` ∈ {8, 16, 32}, 384 to 3072 replicates
+each): ``a h² = 0.49 % ± 0.09 %`` at ``h = T/16`` and ``b/n = 0.20 % ± 0.06 %`` at
+``n = 1000``; the PDE's own error, ``−0.03 %`` (mesh, Richardson) and ``−0.005 %`` (time
+step), is negligible. At ``h = T/16`` the particles' bias was about 0.9 standard errors of
+the quick mode's score (its size then: 2 false fails in 78 seeds, kept in
+noisy_mean_field_bias.json); at
+``h = T/32`` it is about ``0.3 %`` of ``D``, half a standard error.
 
 Criteria (each at level ``α``; as ``mean-field``): ``moments_at_0``, ``moments_at_T``
 (max ``|t|`` against the Šidák critical value of ``t(R − 1)``) and ``hotelling_at_T``
