@@ -10,11 +10,14 @@ flow's error is ≤ ``rtol`` at three requested tolerances; negative controls fa
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
+from wflow.apps.output_keys import contract_problems, flatten, unexplained
+from wflow.cli import main
 from wflow.published import metastable_staircase as ms
 from wflow.published import staircase_flow as sf
 from wflow.published.staircase_flow import (
@@ -132,3 +135,31 @@ def test_options_are_keyword_only_and_the_tolerance_reads_them():
     assert o.published() == ms.StaircaseOptions(betas=o.betas, max_iter=10, lr=2e-5)
     run = staircase_flow(500, o)  # a horizon before the first merge: stops at s_max
     assert run.stop == "s_max" and run.merges == [] and run.s_end == pytest.approx(2e-4)
+
+
+def test_cli_adaptive_adds_the_comparison_to_the_published_reproduction(tmp_path, capsys):
+    """``wflow reproduce metastable_staircase --quick --adaptive``: the published summary
+    (checks, verdict unchanged) plus an ``adaptive`` block whose keys are declared."""
+    out = tmp_path / "a"
+    assert main(["reproduce", "metastable_staircase", "--quick", "--adaptive",
+                 "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert s["status"] == "success" and s["verdict"] == "reproduced"
+    assert not contract_problems(s, "reproduce") and not unexplained(flatten(s))
+    a = s["adaptive"]
+    assert a["status"] == "success" and a["rtol"] == 1e-6
+    assert set(a["per_beta"]) == {"500", "4000"}
+    assert all(p["steps"] <= 10_000 and p["max_dt"] <= a["tolerance"]
+               for p in a["per_beta"].values())
+    assert "Adaptive flow: " in (out / "report.md").read_text(encoding="utf-8")
+    assert "adaptive flow: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["glpr_phase", "--adaptive"],
+                                  ["metastable_staircase", "--rtol", "1e-4"],
+                                  ["metastable_staircase", "--adaptive", "--rtol", "0"]])
+def test_cli_refuses_adaptive_where_it_means_nothing(args, tmp_path):
+    out = tmp_path / "x"
+    assert main(["reproduce", *args, "--quick", "--out", str(out)]) == 2
+    assert not out.exists()
+

@@ -12,7 +12,7 @@ figure, the iteration is the explicit Euler scheme, step ``lr``, of the flow
     e^{\beta(\cos(\theta_i - \theta_j) - 1)},
 
 (angles in radians, ``s`` dimensionless, ``n = 5``). This module integrates that flow with an
-embedded Runge–Kutta pair (SciPy's :class:`~scipy.integrate.DOP853` stepper by default) under
+embedded Runge–Kutta pair (SciPy's ``scipy.integrate.DOP853`` stepper by default) under
 the ``rtol``/``atol`` a user asks for, and applies the published merge rule (``θ_k ← θ_j`` for
 ``j < k`` in order when ``|θ_j − θ_k| < merge_dist``) as an event: the first ``s`` at which
 ``‖g‖ < merge_grad`` *and* two distinct angles lie within ``merge_dist`` (the published test
@@ -75,6 +75,7 @@ __all__ = [
     "StaircaseComparison",
     "compare_staircase",
     "merge_time_tolerance",
+    "adaptive_summary",
     "DISCRETISATION_LR",
     "FLOW_ERROR_PER_RTOL",
 ]
@@ -88,7 +89,7 @@ DISCRETISATION_LR = 6.0
 FLOW_ERROR_PER_RTOL = 1.0
 
 _METHODS = {"DOP853": DOP853, "RK45": RK45, "RK23": RK23}
-#: A step moves no adjacent pair by more than this fraction of its gap (see :func:`_leg`).
+#: A step moves no adjacent pair by more than this fraction of its gap (see ``_leg``).
 GAP_FRACTION = 0.5
 
 
@@ -172,7 +173,10 @@ class StaircaseFlowOptions:
 
     @classmethod
     def quick(cls, **changes: Any) -> StaircaseFlowOptions:
-        """:meth:`StaircaseOptions.quick`'s run: β = 500, 4000 and 20 000 steps."""
+        """The quick published run: β = 500, 4000 and 20 000 steps.
+
+        As :meth:`~wflow.published.metastable_staircase.StaircaseOptions.quick`.
+        """
         base: dict[str, Any] = {"betas": (500, 4000), "max_iter": 20_000}
         base.update(changes)
         return cls(**base)
@@ -264,7 +268,7 @@ def _leg(pos: np.ndarray, mult: np.ndarray, s0: float, beta: float,
     """Integrate the clusters ``pos`` from ``s0`` to the next merge event (or the end).
 
     The embedded pair (``opts.method``) steps under ``rtol``/``atol`` with one more cap:
-    no adjacent pair of clusters closes more than :data:`GAP_FRACTION` of its gap in one
+    no adjacent pair of clusters closes more than ``GAP_FRACTION`` of its gap in one
     step (``h ≤ ½ gap/|v_a − v_b|``). Two clusters alone meet at a constant speed, where
     the error estimate is zero, and ``g/‖g‖`` flips sign at the meeting: without the cap a
     step can jump across it and the merge event with it. The event function is
@@ -339,7 +343,8 @@ def staircase_flow(beta: float, opts: StaircaseFlowOptions | None = None, *,
     opts : StaircaseFlowOptions, optional
         Tolerances, thresholds and ``s_max`` (default: published thresholds, ``rtol = 1e-6``).
     theta0 : (n,) array, optional
-        Initial angles in radians (default :func:`published_theta0` of ``opts.beta0``).
+        Initial angles in radians (default
+        :func:`~wflow.published.metastable_staircase.published_theta0` of ``opts.beta0``).
 
     Returns
     -------
@@ -483,3 +488,35 @@ def compare_staircase(opts: StaircaseFlowOptions | None = None, *,
                     b, dt, tol, run.steps, pub_steps)
     ok = all(p["passed"] for p in per.values())
     return StaircaseComparison("success" if ok else "failed", tol, per, opts)
+
+
+def adaptive_summary(published: StaircaseOptions, *, rtol: float = 1e-6) -> dict[str, Any]:
+    """The ``adaptive`` block of ``wflow reproduce metastable_staircase --adaptive``.
+
+    :func:`compare_staircase` of the flow (same β, ``lr``, horizon and thresholds as
+    ``published``, the requested ``rtol``) with the published run.
+
+    Returns
+    -------
+    dict
+        ``status`` (``"success"``/``"failed"``), ``rtol``, ``tolerance`` (``s``), ``rule``,
+        ``sentence`` and ``per_beta`` (``max_dt``, ``steps``, ``rejected``, ``nfev``,
+        ``published_steps``, ``flow_merges``, ``passed``).
+    """
+    opts = StaircaseFlowOptions(betas=tuple(published.betas), rtol=rtol, lr=published.lr,
+                                max_iter=published.max_iter, beta0=published.beta0,
+                                merge_grad=published.merge_grad,
+                                merge_dist=published.merge_dist)
+    c = compare_staircase(opts, reference=published)
+    keep = ("max_dt", "steps", "rejected", "nfev", "published_steps", "flow_merges", "passed")
+    per = {b: {k: p[k] for k in keep} for b, p in c.per_beta.items()}
+    sentence = (f"dθ/ds = log β·g/‖g‖ at rtol = {rtol:g}: {c.status}; "
+                + "; ".join(f"β = {b}: {p['steps']} steps, max |Δ merge time| = "
+                            f"{p['max_dt']:.3g}" for b, p in per.items())
+                + f" (tolerance {c.tolerance:.3g} = {DISCRETISATION_LR:g}·lr + "
+                  f"{FLOW_ERROR_PER_RTOL:g}·rtol + atol)")
+    return {"status": c.status, "rtol": rtol, "tolerance": c.tolerance,
+            "rule": "success when, for every β, the flow has the published merges and each "
+                    "merge time agrees with lr·record within the tolerance, in at most "
+                    f"{opts.max_steps} accepted steps",
+            "sentence": sentence, "per_beta": per}
