@@ -589,6 +589,13 @@ SUMMARY_KEYS: tuple[OutputKey, ...] = (
     REPRO("wall_s.*", "metastable_staircase: wall time per β", "s"),
     REPRO("finding", "metastable_staircase: what the reproduction found about the published "
           "code", "text"),
+    REPRO("adaptive.*", "metastable_staircase --adaptive: the flow dθ/ds = log β·g/‖g‖ under "
+          "error control against the published merge times (status, rtol, tolerance in "
+          "rescaled time, rule, sentence)", "as named"),
+    REPRO("adaptive.per_beta.*.*", "metastable_staircase --adaptive: per β the largest "
+          "|Δ merge time| (rescaled time), accepted and rejected steps, evaluations, the "
+          "published steps to the full merge, the flow's merges [s, token i, token j] and "
+          "whether the β passed", "as named"),
     REPRO("differences_from_published", "what differs from the published code, and why", "text"),
     REPRO("run_wall_time_s", "wall time of all runs", "s", "≥ 0"),
     REPRO("t_crit.**", "lost_in_the_middle: per β the threshold t_crit(β) = 2(1 − e^{−λ}) "

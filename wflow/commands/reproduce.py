@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..status import Status
 from . import add_output, finish, prepare
@@ -71,6 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tolerance of the verdict on a slope [0.25]")
     p.add_argument("--published", default=None, metavar="NPZ",
                    help="glpr_phase: the published code's counts at the same settings")
+    p.add_argument("--adaptive", action="store_true",
+                   help="metastable_staircase: also integrate its continuous limit "
+                        "dθ/ds = log β·g/‖g‖ under error control and compare its merge times "
+                        "with the published ones (summary.json's adaptive block)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="with --adaptive: the flow's relative tolerance [1e-6]")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bars (default: only on a terminal)")
     p.set_defaults(func=_main)
@@ -115,6 +122,13 @@ def _field(args: argparse.Namespace) -> int:
               "experiments", file=sys.stderr)
         return 2
     name = args.experiments[0]
+    if (args.adaptive or args.rtol is not None) and name != "metastable_staircase":
+        print("wflow reproduce: --adaptive and --rtol are options of metastable_staircase",
+              file=sys.stderr)
+        return 2
+    if args.rtol is not None and not args.adaptive:
+        print("wflow reproduce: --rtol is the tolerance of --adaptive", file=sys.stderr)
+        return 2
     mod = importlib.import_module(FIELD[name][0])
     opts_cls = {"glpr_phase": "PhaseOptions", "castin_ranks": "RankOptions",
                 "metastable_staircase": "StaircaseOptions",
@@ -127,10 +141,20 @@ def _field(args: argparse.Namespace) -> int:
     comm_rank_size()
     opts = cls.quick(**changes) if args.quick else cls(**changes)
     out = prepare(args)
-    kw = {"published": args.published} if name == "glpr_phase" else {}
+    kw: dict[str, Any] = {"published": args.published} if name == "glpr_phase" else {}
+    if args.adaptive:
+        from functools import partial
+
+        from ..published.staircase_flow import StaircaseFlowOptions, adaptive_summary
+
+        rtol = 1e-6 if args.rtol is None else args.rtol
+        StaircaseFlowOptions(rtol=rtol)  # a bad rtol is refused before the output is touched
+        kw["adaptive"] = partial(adaptive_summary, rtol=rtol)
     res = mod.reproduce(out=out, options=opts, **kw)
     if comm_rank_size()[1] == 0:
         print(res.verdict)
+        if "adaptive" in res.summary:
+            print(f"adaptive flow: {res.summary['adaptive']['sentence']}")
         print(f"wrote {args.out}/summary.json, report.md and {len(res.figures) - 1} other files")
         return finish("reproduce", res.status, res.message)
     return 0 if res.status == Status.SUCCESS else 1

@@ -8,6 +8,10 @@
   :mod:`~wflow.published.lost_in_the_middle`, :mod:`~wflow.published.mun_rosenzweig` — more
   papers' public experiments and claims
   (``wflow reproduce NAME``, docs/reproduce_field.md; :data:`FIELD`), imported on demand.
+* :mod:`~wflow.published.staircase_flow` — a variant with a name of its own: the metastable
+  staircase's continuous-time limit under a requested ``rtol`` (45–90 adaptive steps per β
+  against the published 10⁶), and :func:`~wflow.published.staircase_flow.compare_staircase`
+  of its merge times with the published ones (#42).
 
 This package sits above the studies (its reproductions write a ``StudyResult``) and imports
 nothing eagerly.

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -375,8 +376,16 @@ def write_staircase(stage: Path, opts: StaircaseOptions, runs: list[dict[str, An
 
 
 def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
-              overwrite: bool = True) -> Any:
-    """Run every β, judge and write ``out/``; returns the ``StudyResult``."""
+              overwrite: bool = True,
+              adaptive: Callable[[StaircaseOptions], dict[str, Any]] | None = None) -> Any:
+    """Run every β, judge and write ``out/``; returns the ``StudyResult``.
+
+    ``adaptive``: a comparison run on the same options whose dict is added to
+    ``summary.json`` under ``adaptive`` and named in the report (``wflow reproduce
+    metastable_staircase --adaptive``:
+    :func:`wflow.published.staircase_flow.adaptive_summary`, the flow's merge times against
+    the published ones). The published runs, checks and verdict are unchanged by it.
+    """
     from ..infra.io import prepare_output
 
     opts = options or StaircaseOptions()
@@ -386,6 +395,10 @@ def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
     v = judge_staircase(series, lr=opts.lr)
     ctl = control_ramp(series, lr=opts.lr)
     summary = summarize(opts, runs, v, ctl)
+    extra = []
+    if adaptive is not None:
+        summary["adaptive"] = adaptive(opts)
+        extra = ["", f"Adaptive flow: {summary['adaptive']['sentence']}"]
     per = "; ".join(f"β = {b}: {len(p['plateaus'])} plateaus over "
                     f"{100 * p['plateau_fraction']:.0f}% of {p['records']} records"
                     for b, p in v.per_beta.items())
@@ -400,7 +413,7 @@ def reproduce(*, out: str | Path, options: StaircaseOptions | None = None,
                       for q in p["plateaus"]) + f" | {p['f80']:.3f} |"
           for b, p in v.per_beta.items()],
         "", f"Finding: {summary['finding']}.", "",
-        f"Negative control (straight ramps): {ctl.verdict}."]) + "\n"
+        f"Negative control (straight ramps): {ctl.verdict}.", *extra]) + "\n"
     return write_reproduction(out, "metastable_staircase", summary, sentence,
                               v.verdict == Claim.REPRODUCED, report=report,
                               files=lambda stage: write_staircase(stage, opts, runs, v))
