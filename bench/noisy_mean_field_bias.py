@@ -16,6 +16,10 @@ Usage (from the repository root; about 25 min of CPU for the default five rows):
         [--rows 1000,16,384,900 ...] [--out bench/results/noisy_mean_field_bias.json]
 
 A row is ``n,steps,R,seed``. Not a timed benchmark; the PDE levels are cached in-process.
+``--pde-only`` adds the PDE's own errors to an existing results file; ``--power SEED ...
+[--faults F ...]`` runs the quick study under each fault at those (held-out) seeds and
+writes ``bench/results/noisy_mean_field_power.json`` (caught or not, the score and the
+fitted ``D`` with its standard error).
 """
 
 from __future__ import annotations
@@ -101,6 +105,42 @@ def pde_errors() -> dict[str, float]:
             "time": rel(small - fine["mT_mom"])}
 
 
+def power(seeds: list[int], faults: list[str], out: Path) -> dict[str, Any]:
+    """The quick study under each fault at held-out ``seeds``: caught or not, with its score.
+
+    Written to ``out`` after every run (a partial run keeps what it measured).
+    """
+    import tempfile
+
+    from wflow.studies.registry import load_study
+
+    study = load_study("noisy-mean-field")
+    data: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    runs = data.setdefault("runs", {})
+    with tempfile.TemporaryDirectory(prefix="nmf_power_") as d:
+        for fault in faults:
+            for seed in seeds:
+                key = f"{fault}@{seed}"
+                if key in runs:
+                    continue
+                t0 = time.perf_counter()
+                res = study.run(out=Path(d) / key.replace(":", "_"), quick=True, seed=seed,
+                                fault=fault)
+                fits = json.loads((Path(d) / key.replace(":", "_") / "summary.json")
+                                  .read_text())["fits"]
+                runs[key] = {"fault": fault, "seed": seed, "caught": res.passed is False,
+                             "verdict": res.verdict.split(". ")[0], "score_t": fits["score_t"],
+                             "D_fit": fits["D_fit"], "D_fit_se": fits["D_fit_se"],
+                             "wall_s": time.perf_counter() - t0}
+                print(json.dumps(runs[key]), flush=True)
+                out.write_text(json.dumps(data, indent=1) + "\n")
+    every = sorted({r["fault"] for r in runs.values()})
+    data["caught"] = {f: f"{sum(r['caught'] for r in runs.values() if r['fault'] == f)}/"
+                         f"{sum(1 for r in runs.values() if r['fault'] == f)}" for f in every}
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Weighted least squares of ``dD_rel = a (16/steps)² + b (1000/n)``."""
     A = np.array([[(16.0 / r["steps"]) ** 2, 1000.0 / r["n"]] for r in rows])
@@ -120,9 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", nargs="+", default=list(ROWS), help="n,steps,R,seed")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--power", type=int, nargs="+", default=None, metavar="SEED",
+                   help="run the quick study under --faults at these (held-out) seeds")
+    p.add_argument("--faults", nargs="+", default=["pde-diffusion:0.02",
+                                                   "pde-diffusion:-0.02"])
+    p.add_argument("--power-out", type=Path, default=RESULTS.with_name(
+        "noisy_mean_field_power.json"))
     p.add_argument("--pde-only", action="store_true",
                    help="only the PDE's errors, merged into an existing --out")
     args = p.parse_args(argv)
+    if args.power:
+        print(json.dumps(power(args.power, args.faults, args.power_out)["caught"]))
+        return 0
     if args.pde_only:
         out = json.loads(args.out.read_text())
         out["pde"] = pde_errors()
