@@ -308,11 +308,11 @@ def _leg(pos: np.ndarray, mult: np.ndarray, s0: float, beta: float,
     while solver.status == "running" and steps < budget:
         solver.max_step = cap(solver.y, solver.f)
         before = calls[0]
-        solver.step()
+        failure = solver.step()  # SciPy's OdeSolver: a message when the step failed
         attempts += (calls[0] - before) // solver.n_stages
-        if solver.status == "failed":
+        if failure is not None:
             raise RuntimeError(f"staircase_flow: the {opts.method} step failed at "
-                               f"s = {solver.t:.6g}, β = {beta:g}")
+                               f"s = {solver.t:.6g}, β = {beta:g}: {failure}")
         steps += 1
         phi_new = event(solver.y)
         if phi > 0 >= phi_new:
