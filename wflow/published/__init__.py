@@ -11,7 +11,7 @@
 * :mod:`~wflow.published.staircase_flow` — a variant with a name of its own: the metastable
   staircase's continuous-time limit under a requested ``rtol`` (45–90 adaptive steps per β
   against the published 10⁶), and :func:`~wflow.published.staircase_flow.compare_staircase`
-  of its merge times with the published ones (#42).
+  of its merge times with the published ones.
 
 This package sits above the studies (its reproductions write a ``StudyResult``) and imports
 nothing eagerly.

@@ -119,7 +119,7 @@ class StaircaseFlowOptions:
     merge_grad, merge_dist : float
         Published merging thresholds (``10e-6`` on ``‖g‖``, ``10e-4`` rad).
     max_steps : int
-        Accepted steps allowed per β (issue 42: 10⁴); a run past it stops and says so.
+        Accepted steps allowed per β (10⁴); a run past it stops and says so.
     """
 
     betas: tuple[float, ...] = (500, 1000, 1500, 2000, 3000, 4000)
