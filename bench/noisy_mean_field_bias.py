@@ -51,9 +51,16 @@ MESHES = ("icosphere:5120", "icosphere:20480")
 
 
 def _replicate(item: tuple) -> dict[str, Any]:
-    """The study's replicate at ``steps`` particle steps (the last entry of ``item``)."""
-    nmf.PARTICLE_STEPS = item[-1]
-    return nmf._replicate(item[:-1])
+    """The study's replicate at ``steps`` particle steps (the last entry of ``item``).
+
+    The study's step count is restored afterwards, so a later study run in this process
+    (``--power``) takes the study's own ``dt``.
+    """
+    saved, nmf.PARTICLE_STEPS = nmf.PARTICLE_STEPS, item[-1]
+    try:
+        return nmf._replicate(item[:-1])
+    finally:
+        nmf.PARTICLE_STEPS = saved
 
 
 def measure(row: str) -> dict[str, Any]:

@@ -151,7 +151,6 @@ def adaptive_field(default: bool, what: str) -> Any:
     return field(default=default, kw_only=True, metadata=opt(what, check=boolean))
 
 
-
 def error_control_fields(rtol: str, *, atol: str, adaptive: bool,
                          adaptive_what: str) -> tuple[Any, Any, Any]:
     """The ``rtol``, ``atol`` and ``adaptive`` options of a solver's options dataclass, together.
@@ -182,6 +181,7 @@ def error_control_fields(rtol: str, *, atol: str, adaptive: bool,
         The three dataclass fields, in the order ``rtol``, ``atol``, ``adaptive``.
     """
     return rtol_field(rtol), atol_field(atol), adaptive_field(adaptive, adaptive_what)
+
 
 class ErrorControlled:
     """Mixin of a solver's options dataclass with :func:`rtol_field` and :func:`atol_field`.

@@ -76,7 +76,6 @@ class Method:
         return {"name": str(self), "class": f"{type(self).__module__}.{type(self).__qualname__}"}
 
 
-
 class OrderedMethod(Method):
     """A method with an order of accuracy, declared once per class.
 
@@ -91,6 +90,7 @@ class OrderedMethod(Method):
         if self.declared_order is None:
             raise NotImplementedError
         return self.declared_order
+
 
 class Names(Sequence[str]):
     """The names of a registry, read from it at each use (a live view, never a copy).
