@@ -2,9 +2,10 @@
 
 A key table is a sequence of :class:`OutputKey` entries, each naming a key pattern, its
 meaning, its unit and its sign convention, and the commands that write it (``where``).
-Each solver declares its own entries (``wflow/<solver>/keys.py``); the one table of every
-key wflow writes is assembled above the solvers (:mod:`wflow.apps.output_keys`). This
-module is the generic machinery only: it names no solver.
+Each solver owns its entries: a data file (``wflow/data/output_keys/<solver>.toml``, read
+by :func:`load_keys` from ``wflow/<solver>/keys.py``); the one table of every key wflow
+writes is assembled above the solvers (:mod:`wflow.apps.output_keys`). This module is the
+generic machinery only: it names no solver.
 
 Patterns
 --------
@@ -19,34 +20,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._entry import _ALL, OutputKey
+from ._load import KEYS_DIR, KeySource, load_keys, parse_keys
 
-__all__ = ["OutputKey", "KeyTable", "CONTRACT", "flatten", "commands_of", "written_by"]
-
-
-def written_by(where: str) -> Callable[..., OutputKey]:
-    """The :class:`OutputKey` constructor of the entries that ``where`` writes.
-
-    A key table names the command that writes an entry once per section:
-    ``written_by("wflow X")("stats.h", "the step", "time")`` is
-    ``OutputKey("stats.h", "the step", "time", where="wflow X")``. An entry that
-    more commands write passes its own ``where=``.
-
-    Parameters
-    ----------
-    where : str
-        The commands that write the entries (``"wflow run"``, ``"wflow X, wflow run"``).
-
-    Returns
-    -------
-    callable
-        ``(pattern, meaning, unit="1", sign="", *, where=where) -> OutputKey``.
-    """
-    return partial(OutputKey, where=where)
+__all__ = ["OutputKey", "KeyTable", "KeySource", "CONTRACT", "KEYS_DIR", "flatten",
+           "commands_of", "load_keys", "parse_keys"]
 
 
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> list[str]:
