@@ -288,3 +288,16 @@ def sphere(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     """``n`` uniform points on ``S^{d-1}``."""
     x = rng.standard_normal((n, d))
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def toml_text(doc: dict) -> str:
+    """A scenario's TOML text from a dict: top-level keys, then one table per dict value.
+
+    Every value is written as JSON, which TOML reads alike (numbers, strings, booleans,
+    arrays of them).
+    """
+    out = [f"{k} = {json.dumps(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    for sec, kv in doc.items():
+        if isinstance(kv, dict):
+            out += [f"[{sec}]", *(f"{k} = {json.dumps(v)}" for k, v in kv.items())]
+    return "\n".join(out) + "\n"

@@ -79,7 +79,8 @@ def test_error_control_counts_in_the_estimate():
 
     base, fixed, adaptive = est(), est(rtol=1e-3, adaptive=False), est(rtol=1e-3)
     assert fixed[0] == base[0] and fixed[1] == pytest.approx(3 * base[1])  # + the τ/2 run
-    assert adaptive[0] == 1000 and adaptive[1] == pytest.approx(1.5 * 100 * base[1])  # T/rtol
+    # the controller's steps, 0.75 T²/rtol (wflow.jko.estimate.adaptive_steps)
+    assert adaptive[0] == 750 and adaptive[1] == pytest.approx(1.5 * 75 * base[1])
 
 
 def test_a_given_tau_records_its_own_diffusive_spread():

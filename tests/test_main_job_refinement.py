@@ -2,7 +2,8 @@
 
 Four FV levels (320, 500, 720, 980 cells; h ∝ τ), W₂ and L¹ of the JKO against the
 surrogate PDE on the same mesh at the JKO times, the JKO's EDI residual, each with a fitted
-order and a verdict (thresholds: wflow/apps/main/verdicts.py, ``ORDER_MIN_*``). Negative
+order and a verdict (thresholds: the theoretical order minus a measured margin,
+wflow/apps/main/verdicts.py, ``ORDER_MARGIN``). Negative
 controls are injected through the public API the main job calls
 (``wflow.apps.jobs.jko.run_jko_scenario``; the FV step ``wflow.jko.steppers.fv_step``), perturbing
 only the JKO: β × 1.03, a JKO that steps 1.1τ while it says τ, recorded times
@@ -121,8 +122,9 @@ def test_correct_scheme_passes_every_refinement_verdict(tmp_path, seed, weights)
     assert [r["cells"] for r in tab["rows"]] == [320, 500, 720, 980]
     assert all(r["scheme"] == "fv" and r["locked_steps"] == 0 for r in tab["rows"])
     assert tab["shrinks_w2"] and tab["shrinks_l1"] and tab["shrinks_edi"]
-    assert tab["order_w2"] > mj_verdicts.ORDER_MIN_W2 + 0.2, tab["order_w2"]
-    assert tab["order_l1"] > mj_verdicts.ORDER_MIN_L1 + 0.1, tab["order_l1"]
+    # above the thresholds theory − measured margin (verdicts.ORDER_MARGIN)
+    assert tab["order_w2"] > mj_verdicts.ORDER_MIN_W2, tab["order_w2"]
+    assert tab["order_l1"] > mj_verdicts.ORDER_MIN_L1, tab["order_l1"]
     assert tab["order_edi"] > 1.0, tab["order_edi"]  # first order (measured 2.1)
     # the OT cross-check: the coarsest level once more, reported, not a row of the fit
     ot = tab["ot_crosscheck"]

@@ -14,11 +14,27 @@ from ..pde.estimate import PDE_PAIR_SECONDS
 from .options import AutoSteps, JKOTable
 from .schemes import SCHEMES, JKOScheme
 
-__all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_jko", "estimate_run"]
+__all__ = ["FV_CELL_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "ADAPTIVE_STEPS",
+           "adaptive_steps", "estimate_jko", "estimate_run"]
 
-#: Seconds per cell and step of the finite-volume JKO step (0.32 s per step at 40 500
-#: cells, ``docs/jko.md``).
-FV_CELL_SECONDS = 8e-6
+#: CPU seconds per cell and step of the finite-volume JKO step: 4.7 ms a step solve on 320
+#: cells and 12 ms on 720 (two softmax heads; the adaptive rows of
+#: ``bench/results/bench_jko_estimate.json``, where the steps dominate the start-up; the
+#: earlier 8e-6 came from 0.32 s a step at 40 500 cells and ran 1.7–1.9× low on these).
+FV_CELL_SECONDS = 1.4e-5
+
+#: The adaptive JKO's kept steps, ``N ≈ ADAPTIVE_STEPS · T²/rtol`` (:func:`adaptive_steps`).
+#: The controller keeps each pair's local error ``e ≈ C h²`` (tolerances) within ``h/T``
+#: (:mod:`wflow.jko.accuracy`), so ``h ≈ rtol/(C' T)`` and ``N = T/h ∝ T²/rtol``, with
+#: ``C'`` the squared rate ``(|v|/ℓ)²`` of the flow (``ℓ`` the density's length scale), of
+#: order 1 for heads of unit norm. Measured ``N·rtol/T²``: 0.60–0.77 on the shipped
+#: default's two softmax heads (``T = 2``, 320 and 720 cells, rtol 1e-2 to 1e-3), 0.76–0.88
+#: on one USA head at β = 2 (``T = 0.4``, 320 and 2 420 cells;
+#: ``bench/results/bench_jko_estimate.json``), 1.0–1.09 on the accuracy test's problem
+#: (tests/test_jko_accuracy.py: 16 to 1 610 steps at rtol 1e-2 to 1e-4). The former
+#: ``T/rtol`` ran 0.3× to 1.5× the steps (linear in ``T``, where the controller is
+#: quadratic).
+ADAPTIVE_STEPS = 0.75
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow jko`` loads (NumPy,
 #: numba, DOLFINx, PETSc, POT), measured on the smallest runs of the calibration grid.
@@ -71,6 +87,24 @@ def estimate_jko(*, cells: int, H: int = 1, steps: float, inner: int = 20,
     return Estimate(what, sum(parts.values()), steps, secs, parts)
 
 
+def adaptive_steps(T: float, rtol: float) -> float:
+    """Kept steps of the adaptive JKO at ``rtol`` over ``[0, T]``: ``ADAPTIVE_STEPS·T²/rtol``.
+
+    Parameters
+    ----------
+    T : float
+        Final time (the scenario's time units).
+    rtol : float
+        The requested relative tolerance.
+
+    Returns
+    -------
+    float
+        The step count (at least 1); see :data:`ADAPTIVE_STEPS` for its measured range.
+    """
+    return max(1.0, ADAPTIVE_STEPS * float(T) ** 2 / float(rtol))
+
+
 def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
     """:func:`estimate_jko` of a run of the ``[jko]`` table on ``cells`` cells, ``H`` heads.
 
@@ -84,9 +118,9 @@ def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
       that a run refused for its cost (:func:`~wflow.infra.estimate.check_estimate`: memory,
       or above an hour in batch mode) says which key made it absurd.
     * **Error control** (``rtol``/``atol``): fixed steps cost ``3×`` (the run at ``τ/2``
-      judges it); adaptive steps are the controller's, at least the rule's and about
-      ``T/rtol`` for a first-order scheme (measured ``0.4–5.7 · T/rtol`` on 320 cells,
-      one USA head and two softmax heads), at ``1.5`` step solves a kept step.
+      judges it); adaptive steps are the controller's, at least the rule's and
+      :func:`adaptive_steps` (``≈ 0.75 T²/rtol``, measured 0.6–1.1× of it), at ``1.5``
+      step solves a kept step.
     """
     s = table.settings
     verify = s["verify"]
@@ -102,7 +136,7 @@ def estimate_run(table: JKOTable, *, cells: int, H: int) -> Estimate:
     if s.get("rtol") is not None or s.get("atol") is not None:
         if s.get("adaptive", True):
             rtol = s.get("rtol") or Tolerance().rtol
-            steps, work = max(steps, table.T / float(rtol)), 1.5
+            steps, work = max(steps, adaptive_steps(table.T, float(rtol))), 1.5
         else:
             work = 3.0
     return estimate_jko(cells=int(cells), H=int(H), steps=steps, what=what, work=work,

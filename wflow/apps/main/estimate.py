@@ -69,23 +69,27 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                       steps_per_save: int, jko: bool, refinement: int,
                       max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
                       jko_steps: int | None = None, fastsum: bool = False,
-                      diffusion: float = 0.0, integrator: str = "rk4") -> Estimate:
+                      diffusion: float = 0.0, integrator: str = "rk4",
+                      jko_verify: bool | None = None) -> Estimate:
     """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
 
-    The phases run one after the other: the memory is the libraries plus the largest
-    phase, the time the start-up plus the sum. The JKO step count is ``jko_steps`` when
-    known (``T/τ``), else :func:`~wflow.jko.options.auto_steps_bound` (``tau = "auto"``'s
-    rule with ``|v|max <= 1``: an upper bound). The ``τ/h`` table's
-    row ``k`` (``1..refinement``) runs the JKO and the surrogate PDE with ``N_k ≈ N/1.5^k``
-    steps on ``M_k ≈ M N_k²/N²`` cells and ``N_k + 1`` cell-vs-cell ``W₂``; the coarsest
-    row once more with the OT scheme. The comparison: :func:`estimate_compare` (its
-    ``W₂``, their floor and sliced ``W₂``, the moment test's replicate particle systems and
-    coarse PDE). A ``W₂`` is dense up to ``w2_dense_max_points`` support points, certified
-    sparse beyond (:func:`estimate_w2`; the default, no limit: every ``W₂`` dense).
-    ``fastsum``: the particles' kernel plan may choose the spherical-harmonic fast
-    summation (:func:`~wflow.particles.estimate.fastsum_eligible`). ``diffusion``: the token
-    diffusion ``D`` (the PDE's Crank–Nicolson solves, the particles' noise draws, and the
-    refusal of a diffusive step that makes the run absurd, naming ``attention.diffusion``);
+    The phases run one after the other: the memory is the libraries plus the largest phase,
+    the time the start-up plus the sum. The JKO step count is ``jko_steps`` when known
+    (``T/τ``), else :func:`~wflow.jko.options.auto_steps_bound` (``tau = "auto"``'s rule
+    with ``|v|max <= 1``: an upper bound). The ``τ/h`` table's rows are its levels
+    (:func:`~wflow.apps.main.refinement._levels`: ``M_k`` cells, ``N_k`` steps): each runs
+    the JKO (the POT referee only with ``jko_verify``) and the surrogate PDE (the scenario's
+    ``dt``) and ``N_k + 1`` cell-vs-cell ``W₂``; the coarsest row once more with the OT
+    scheme. ``jko_verify``: the scenario's ``[jko] verify`` (``None``: the main JKO's
+    referee up to 2 500 cells, as the solver's default). The comparison:
+    :func:`estimate_compare` (its ``W₂``, their floor and sliced ``W₂``, the moment test's
+    replicate particle systems and coarse PDE). A ``W₂`` is dense up to
+    ``w2_dense_max_points`` support points, certified sparse beyond (:func:`estimate_w2`;
+    the default, no limit: every ``W₂`` dense). ``fastsum``: the particles' kernel plan may
+    choose the spherical-harmonic fast summation
+    (:func:`~wflow.particles.estimate.fastsum_eligible`). ``diffusion``: the token diffusion
+    ``D`` (the PDE's Crank–Nicolson solves, the particles' noise draws, and the refusal of a
+    diffusive step that makes the run absurd, naming ``attention.diffusion``);
     ``integrator``: the particle phase's (``run.particle_integrator``).
     """
     M = float(cells)
@@ -102,21 +106,24 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                            {k: v for k, v in part.parts.items() if k != "libraries"}))
     if jko:
         N = float(jko_steps) if jko_steps else float(auto_steps_bound(T, cells))
-        phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False))
+        phases.append(estimate_jko(cells=cells, H=H, steps=N, startup=False,
+                                   verify_max_cells=(2500 if jko_verify is None else
+                                                     cells if jko_verify else 0)))
         phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
                                    what="pde_surrogate", startup=False,
                                    diffusion=diffusion))
-        seen, last = {N}, None
-        for k in range(1, int(refinement) + 1):
-            Nk = max(1, math.floor(N / 1.5 ** k + 0.5))
-            if Nk in seen:
-                continue
-            seen.add(Nk)
-            n_ico = max(2, math.floor(math.sqrt(M / 20.0) * Nk / N + 0.5))
-            Mk = 20 * n_ico * n_ico
+        last = None
+        from .refinement import _levels
+
+        # the table's own levels (icospheres n_k = n/r^k, N_k ≈ N n_k/n steps), the POT
+        # referee off unless the scenario sets [jko] verify, the surrogate PDE at the
+        # scenario's dt with an output at every JKO time
+        for k, (Mk, Nk) in enumerate(_levels(int(M), max(1, round(N)), int(refinement)),
+                                     start=1):
             phases.append(estimate_jko(cells=Mk, H=H, steps=Nk, startup=False,
-                                       what=f"table row {k} jko"))
-            phases.append(estimate_pde(cells=Mk, H=H, T=T, dt=T / Nk, n_saves=Nk + 1,
+                                       what=f"table row {k} jko",
+                                       verify_max_cells=Mk if jko_verify else 0))
+            phases.append(estimate_pde(cells=Mk, H=H, T=T, dt=dt, n_saves=Nk + 1,
                                        what=f"table row {k} pde", startup=False,
                                        diffusion=diffusion))
             phases.append(estimate_w2(Mk, Mk, calls=Nk + 1, dense_max_points=w2_dense_max_points,
@@ -194,10 +201,11 @@ def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: 
     from .phases import _jko_table
 
     H = int(sc.build_heads().H)
-    jko_steps = None
+    jko_steps, jko_verify = None, None
     if ropts.jko:  # a given τ: its step count, else the most steps of the "auto" rule
         table = _jko_table(sc, popts).check(crosscheck=bool(ropts.jko_refinement))
         jko_steps = table.steps_bound(int(cells))
+        jko_verify = table.settings["verify"]
     est = estimate_main_job(cells=int(cells), n=ropts.n_particles, H=H,
                             T=float(popts.T), dt=float(popts.dt), n_saves=int(popts.n_saves),
                             steps_per_save=ropts.particle_steps_per_save, jko=ropts.jko,
@@ -205,7 +213,7 @@ def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: 
                             w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
                             fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
                             diffusion=float(sc.diffusion),
-                            integrator=ropts.particle_integrator)
+                            integrator=ropts.particle_integrator, jko_verify=jko_verify)
     check_estimate(est, confirm=confirm)
 
 

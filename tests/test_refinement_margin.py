@@ -1,0 +1,126 @@
+"""The refinement verdicts' thresholds: the theoretical order minus a measured margin.
+
+``wflow.apps.main.verdicts.ORDER_MARGIN`` must be what ``bench/refinement_margin.py``
+measured (``bench/results/refinement_margin.json``: the fitted orders of ≥ 100 correct main
+jobs, held-out correct and faulty runs), and the verdicts must read it. Nothing is run
+here but the verdict functions on stored numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from wflow.apps.main import refinement as mj_refinement
+from wflow.apps.main import verdicts as mj_verdicts
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "refinement_margin.json"
+MAIN_JOB = RESULTS.parent / "bench_main_job.json"
+W2 = "JKO refinement: order of max_k W₂(JKO, PDE) in τ"
+L1 = "JKO refinement: order of max_k L¹(JKO, PDE) in τ"
+EDI = "JKO refinement: order of JKO Σ|EDI_k| (relative) in τ"
+
+
+@pytest.fixture(scope="module")
+def bench(request):
+    import sys
+
+    sys.path.insert(0, str(RESULTS.parents[1]))
+    try:
+        import refinement_margin
+    finally:
+        sys.path.remove(str(RESULTS.parents[1]))
+    return refinement_margin
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return json.loads(RESULTS.read_text())
+
+
+def test_the_margin_is_measured_over_at_least_100_correct_runs(data):
+    s = data["summary"]
+    cal = [r for r in data["rows"] if r["fault"] is None and r["seed"] < 10_000]
+    assert s["calibration_runs"] == len(cal) >= 100
+    assert {r["template"] for r in cal} == {"usa", "softmax", "default"}
+    assert len({(r["template"], r["seed"]) for r in cal}) == len(cal)  # distinct draws
+    for r in data["rows"]:  # CPU and wall time beside each row
+        assert r["cpu_s"] > 0 and r["wall_s"] > 0
+
+
+def test_the_stored_summary_is_what_its_rows_give(bench, data):
+    # through JSON, as stored (tuples → lists); the sums of times are exact in the same order
+    assert json.loads(json.dumps(bench.summarise(data["rows"]))) == data["summary"]
+
+
+def test_the_code_reads_the_measured_margin(data):
+    s = data["summary"]
+    assert mj_verdicts.ORDER_MARGIN == pytest.approx(s["margin"], abs=1e-12)
+    assert mj_verdicts.THEORY_ORDER == s["theory"]
+    for key, name in (("w2", "ORDER_MIN_W2"), ("l1", "ORDER_MIN_L1"), ("edi", "ORDER_MIN_EDI")):
+        assert getattr(mj_verdicts, name) == pytest.approx(s["threshold"][key], abs=1e-12)
+        assert getattr(mj_refinement, name) == getattr(mj_verdicts, name)
+
+
+def test_a_margin_that_the_runs_do_not_support_is_refused(bench, data):
+    """Negative control: one more correct run, 0.1 below the smallest order measured,
+    moves the measured margin: the constant no longer equals it."""
+    cal = [r for r in data["rows"] if r["fault"] is None and r["seed"] < 10_000]
+    worst = min(cal, key=lambda r: r["order_w2"] if r["order_w2"] is not None else math.inf)
+    extra = {**worst, "seed": 9_999, "order_w2": worst["order_w2"] - 0.1}
+    moved = bench.summarise([*data["rows"], extra])["margin"]
+    assert moved["w2"] > mj_verdicts.ORDER_MARGIN["w2"]
+
+
+def test_no_calibration_run_fails_an_order_threshold(data):
+    """The false-fail rate of the order thresholds: 0 of N (one-sided 95 % bound 3 % at
+    N = 100); the held-out correct runs too."""
+    s = data["summary"]
+    thr = s["threshold"]
+    for r in data["rows"]:
+        if r["fault"] is None:
+            for k in ("w2", "l1", "edi"):
+                assert r[f"order_{k}"] >= thr[k] - 1e-12, (r["template"], r["seed"], k)
+    assert s["false_fail_bound_95"] <= 0.031
+
+
+def _verdicts_of(tab: dict) -> dict[str, str]:
+    got: dict[str, str] = {}
+    mj_verdicts._refinement_verdicts(
+        lambda q, v, t, verdict, m: got.__setitem__(q, verdict), tab, "PDE")
+    return got
+
+
+def test_the_verdicts_pass_above_the_threshold_and_fail_below():
+    """A four-level table whose numbers fall at the order theory − margin ± 0.02."""
+    for key, q in (("w2", W2), ("l1", L1), ("edi", EDI)):
+        for delta, want in ((0.02, "PASS"), (-0.02, "FAIL")):
+            p = mj_verdicts.THEORY_ORDER[key] - mj_verdicts.ORDER_MARGIN[key] + delta
+            rows = [{"cells": 20 * n * n, "tau": 1.0 / n, "time_error": 0.0,
+                     "w2_max": n ** -1.5, "l1_max": n ** -1.5, "edi_abs_relative": n ** -1.5,
+                     f"{key}_max" if key != "edi" else "edi_abs_relative": float(n) ** -p}
+                    for n in (4, 5, 6, 7)]
+            assert _verdicts_of(mj_refinement._fit_table(rows, None))[q] == want, (key, delta)
+
+
+def test_the_shipped_default_passes_at_the_thresholds():
+    """The shipped default's measured orders (2 420 cells, ``bench_main_job.json``)."""
+    orders = json.loads(MAIN_JOB.read_text())["runs"][0]["numbers"]["orders"]
+    assert orders["w2"] >= mj_verdicts.ORDER_MIN_W2
+    assert orders["l1"] >= mj_verdicts.ORDER_MIN_L1
+    assert orders["edi"] >= mj_verdicts.ORDER_MIN_EDI
+
+
+def test_the_faults_are_caught_at_held_out_seeds(data):
+    """Power: β × 1.03 and a JKO stepping 1.1τ (USA family), b̂ → 1 (both softmax families)
+    are caught at every held-out seed; the held-out correct runs pass. Not caught (stated
+    in ``ORDER_MARGIN``'s docstring): β × 1.03 and 1.1τ on the default family."""
+    p = data["summary"]["power"]
+    for fam in ("beta/usa", "tau/usa", "mobility/softmax", "mobility/default"):
+        assert p[fam]["runs"] >= 2 and p[fam]["caught"] == p[fam]["runs"], (fam, p[fam])
+    assert p["beta/default"]["caught"] == p["tau/default"]["caught"] == 0
+    held = data["summary"]["heldout_correct"]
+    assert held["runs"] >= 6 and held["false_fails"] == 0
