@@ -53,16 +53,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    import contextlib
+    import io
+
     from ..apps.main import run_main_job
+    from ..infra.parallel import launched_rank_size
 
     if args.resume:  # --resume DIR
         if args.out != "out/run" and args.out != args.resume:
             raise ValueError(f"--resume {args.resume}: differs from --out {args.out} (give the "
                              "output folder once)")
         args.out = args.resume
-    out = prepare(args)
-    res = run_main_job(args.scenario, out, resume=args.resume is not None,
-                       progress=args.progress, overwrite=args.overwrite, confirm=args.yes)
+    out = prepare(args)  # collective under mpirun: rank 0 decides
+    rank = launched_rank_size()[0]
+    with contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext():
+        # under mpirun (a masked scenario only) every rank runs the job; rank 0 speaks
+        res = run_main_job(args.scenario, out, resume=args.resume is not None,
+                           progress=args.progress, overwrite=args.overwrite,
+                           confirm=args.yes)
+    if rank:
+        return finish("run", res.status, rank=rank)
     s = res.summary
     if "causal_moments" in s:  # a masked scenario: particles vs the kinetic limit
         m = s["causal_moments"]
