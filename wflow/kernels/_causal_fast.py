@@ -21,6 +21,11 @@ FAST_BLOCK = 64
 #: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most:
 #: the streaming memory, ``O(K)`` per block of the wave.
 _WAVE_BYTES = 32 << 20
+#: Bytes a rank may hold to keep its blocks' coefficients ``D_b`` from its
+#: coefficients-only pass for its full pass (``16 K + 2`` doubles a block of
+#: :data:`FAST_BLOCK` tokens: 351 MB for 5·10⁵ tokens at degree 36), instead of computing
+#: them twice; above it they are computed again (the same numbers, bit for bit).
+KEEP_BYTES = 512 << 20
 
 
 def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
@@ -89,6 +94,11 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
         out = np.zeros((4, M))
         est = np.zeros((2, M))
+        nb = (nh + M + B - 1) // B  # blocks of the sequence [S0, offset + M)
+        keep = P > 1 and M > 0 and nb * (16 * Kc + 2) * 8 <= KEEP_BYTES
+        kr = np.zeros((nb if keep else 0, 4, Kc))
+        ki = np.zeros((nb if keep else 0, 4, Kc))
+        ka = np.zeros((nb if keep else 0, 2))
         if P > 1:
             # coefficients-only pass over this rank's tokens; the exclusive scan in rank order
             loc = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
@@ -97,7 +107,8 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
                 lead = offset - S0
                 cn.causal_fast_head(xsT[:, nh:], uT[:, nh:], z[nh:], wb[:, nh:], q[:, nh:],
                                     qabs[nh:], 0, lead, B, wave, L, *tabs, epsf, slope,
-                                    mask.shift, *loc, False, out, est, *bufs)
+                                    mask.shift, *loc, False, out, est, *bufs, kr, ki, ka,
+                                    1 if keep else 0, 0)
                 g_last = (offset + M - 1) // B
             parts = comm.allgather((g_last, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]))
             g0 = S0 // B
@@ -115,8 +126,10 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
                     carry_i += f * di
                     aux += f * da
         if M:
+            # block 0 holds the halo in this pass, not in the coefficients-only one: computed
             cn.causal_fast_head(xsT, uT, z, wb, q, qabs, nh, 0, B, wave, L, *tabs, epsf, slope,
-                                mask.shift, carry_r, carry_i, aux, True, out, est, *bufs)
+                                mask.shift, carry_r, carry_i, aux, True, out, est, *bufs, kr,
+                                ki, ka, 2 if keep else 0, 1 if nh else 0)
         inner = out[0]
         tail = fs.bessel_tail(zR, L)
         with np.errstate(divide="ignore", invalid="ignore"):
