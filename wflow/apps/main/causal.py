@@ -39,6 +39,12 @@ theirs): ``λ × 0`` → ``max|t|`` 60.6, ``× 0.75`` → 9.2, ``× 0.8`` → 7.
 caught; ``× 0.9`` (4.25), ``× 1.1`` (1.65) and ``× 1.25`` (4.17) not caught: the
 reference's error (mesh and slices, ``1.8e-3``) sets the resolution.
 
+Under ``mpirun -n P wflow run`` (:mod:`wflow.apps.main.ranks`) the kinetic solves run on
+meshes distributed over the ranks and every particle system with its tokens split over
+them (:func:`wflow.particles.simulate` with ``comm``); every rank holds the gathered
+results and computes the same comparison, equal to the serial run's to round-off; rank 0
+writes.
+
 The status is ``success`` only when both phases succeed, both moment tests pass and every
 number of the comparison is finite; else ``inaccurate`` with the failed check named. The
 particle run's token slope must be the limit's: ``slope · n = λ`` (else the scenario is
