@@ -1,6 +1,8 @@
 """The causal main job's files: ``report.md``, the figure and the raw data (private).
 
-Part of :mod:`wflow.apps.main.causal` (its docstring describes the job); rank 0 writes.
+Part of :mod:`wflow.apps.main.causal` (its docstring describes the job; the degree and the
+reason the JKO is not computed are read from the summary, so this module does not import
+it); rank 0 writes.
 """
 
 from __future__ import annotations
@@ -10,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from .causal import DEGREE, NOT_GRADIENT_FLOW
-
 __all__: list[str] = []
 
 
 def _figure(plt, mom: dict):
     """Per position bin: the particles' mean moments (± 2 s.e.) and the kinetic ones at T."""
     arr = mom["_arrays"]
-    B, K = mom["bins"], (DEGREE + 1) ** 2
+    B, K = mom["bins"], (mom["degree"] + 1) ** 2
     pT = arr["particles_T"]  # (R, B, K)
     mean, se = pT.mean(axis=0), pT.std(axis=0, ddof=1) / np.sqrt(pT.shape[0])
     kin_T = arr["kinetic_T"][1:].reshape(B, K - 1)
@@ -87,7 +87,7 @@ def _report(stage: Path, s: dict, figs: list[str]) -> None:
         f"({s['alibi']['source']}; token slope {s['alibi']['token_slope']:g}), "
         f"{s['attention']} attention, {s['heads']} head(s); {s['n_particles']} tokens, "
         f"{s['slices']} slices on {s['mesh']['cells']} cells.", "",
-        f"JKO and EDI: not computed — {NOT_GRADIENT_FLOW}.", "",
+        f"JKO and EDI: not computed — {s['jko']['reason']}.", "",
         "| phase | status | message |", "|---|---|---|",
         *(f"| {k} | {v['status']} | {_cell(v['message']) or '—'} |"
           for k, v in s["statuses"].items()), "",
