@@ -92,10 +92,12 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
     heads = Heads.random_symmetric(H, d, rng, scale=0.5)
     attn = Attention("softmax", beta, mask=get_mask(mask, "mask"))
     dt = 0.01
-    # warm-up: compile / load every kernel on a small system with the same settings
+    # warm-up: compile / load every kernel on a small system with the same settings (and
+    # the fast sums, which "auto" leaves out at this size: else compiled in the first run)
     xw = sample_uniform(2000, d, np.random.default_rng(1))
-    simulate(xw, heads, attn, T=dt, dt=dt, kernel_backend=backend,
-             comm=world if P > 1 else None, engine=engine)
+    for kb in dict.fromkeys([backend] + (["fastsum"] if d == 3 and backend == "auto" else [])):
+        simulate(xw, heads, attn, T=dt, dt=dt, kernel_backend=kb,
+                 comm=world if P > 1 else None, engine=engine)
     x0 = sample_uniform(n, d, rng)
     rss0 = _current_rss_mb()
     runs = []
@@ -153,6 +155,12 @@ ROWS = {
     # diagnostics; target ≤ 1.3 GB per rank), beside the same system without the mask
     "causal_b4_n1e6_p2": dict(n=1_000_000, beta=4.0, mask="causal", ranks=2, steps=(1, 2)),
     "b4_n1e6_p2": dict(n=1_000_000, beta=4.0, ranks=2, steps=(1, 2)),
+    # the same pair at 10⁵ tokens, on one rank and on two (the causal step's cost against
+    # the unmasked one; ``--code`` runs a row on another checkout, e.g. the code before)
+    "causal_b4_n1e5_p1": dict(n=100_000, beta=4.0, mask="causal", ranks=1, steps=(1, 2)),
+    "b4_n1e5_p1": dict(n=100_000, beta=4.0, ranks=1, steps=(1, 2)),
+    "causal_b4_n1e5_p2": dict(n=100_000, beta=4.0, mask="causal", ranks=2, steps=(1, 2)),
+    "b4_n1e5_p2": dict(n=100_000, beta=4.0, ranks=2, steps=(1, 2)),
 }
 QUICK = ("n1e5_p1", "n1e5_p2")
 
@@ -162,11 +170,17 @@ QUICK = ("n1e5_p1", "n1e5_p2")
 _KEEP = ("OPENBLAS_L2_SIZE",)
 
 
-def run_row(name: str, spec: dict, threads: int = 1) -> dict:
-    """One row in its own process (``mpirun -n P`` for ``P > 1``)."""
+def run_row(name: str, spec: dict, threads: int = 1, code: str | None = None) -> dict:
+    """One row in its own process (``mpirun -n P`` for ``P > 1``).
+
+    ``code``: a folder holding the ``wflow`` package to import instead of this checkout's
+    (a copy of an earlier commit: ``git archive REV wflow | tar -x -C DIR``).
+    """
     import os
 
     extra = {k: os.environ[k] for k in _KEEP if k in os.environ}
+    if code is not None:
+        extra["PYTHONPATH"] = os.pathsep.join([str(Path(code).resolve()), str(HERE)])
     spec = dict(spec)
     P = int(spec.pop("ranks"))
     python = sys.executable
@@ -200,14 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="only the n = 1e5 rows")
     ap.add_argument("--rows", nargs="*", default=None, help=f"rows to run ({', '.join(ROWS)})")
     ap.add_argument("--out", default=str(RESULTS / "particles_mpi.json"))
+    ap.add_argument("--code", default=None,
+                    help="folder of the wflow package to run (default: this checkout)")
+    ap.add_argument("--tag", default="", help="suffix of the rows' names in the results")
     args = ap.parse_args(argv)
     names = args.rows or (list(QUICK) if args.quick else list(ROWS))
     path = Path(args.out)
     old = json.loads(path.read_text()) if path.is_file() else {}
     rows = dict(old.get("rows", {}))
     for name in names:
-        rec = run_row(name, ROWS[name])
-        rows[name] = rec
+        rec = run_row(name, ROWS[name], code=args.code)
+        rec["code"] = args.code or "this checkout"
+        rows[name + args.tag] = rec
         print(f"{name:14s} n={rec['n']:>8d} d={rec['d']:<3d} P={rec['ranks']} "
               f"step {rec['step_wall_s']:8.2f} s wall, {rec['step_cpu_s']:8.2f} s cpu, "
               f"{rec['step_comm_s']:6.2f} s in MPI; peak RSS {rec['peak_rss_mb_max']:7.0f} MB "

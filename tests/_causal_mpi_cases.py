@@ -78,9 +78,52 @@ def main(out: str) -> None:
             res[f"par_{name}_Y"] = np.concatenate(Ys, axis=1)
             res[f"par_{name}_backend"] = np.array(par.info.backend)
             res[f"ser_{name}_backend"] = np.array(ser.info.backend)
+    res.update(_kept_or_recomputed(comm))
     if rank == 0:
         res["ranks"] = np.array(P)
         np.savez(out, **res)
+
+
+def _kept_or_recomputed(comm) -> dict:
+    """The fast cases with each rank's block coefficients kept between its two passes (the
+    default), computed twice (``KEEP_BYTES = 0``) and, as a fault, kept with the halo's
+    block 0 reused from the coefficients-only pass (``keep_from = 0``): ``<mode>_<case>_Z``,
+    ``_Y`` gathered on rank 0, and ``<mode>_modes`` the keep modes the full passes ran."""
+    import wflow.kernels._causal_fast as cf
+    import wflow.kernels._causal_numba as cn
+    from wflow import causal_sums
+    from wflow.infra.parallel import split_range
+
+    real_head, real_keep = cn.causal_fast_head, cf.KEEP_BYTES
+    res = {}
+    for mode in ("kept", "recomputed", "fault"):
+        seen = []
+
+        def head(*args, fault=mode == "fault", seen=seen):
+            seen.append(int(args[-2]))
+            if fault and args[-2] == 2:
+                args = (*args[:-1], 0)
+            return real_head(*args)
+
+        cn.causal_fast_head = head
+        cf.KEEP_BYTES = 0 if mode == "recomputed" else real_keep
+        try:
+            for name, (x, Q, K, kw, _) in cases().items():
+                if kw.get("backend") != "fastsum" or name.startswith("bad"):
+                    continue
+                n = x.shape[0]
+                a, b = split_range(n, comm.Get_size(), comm.Get_rank())
+                par = causal_sums(x[a:b], np.full(b - a, 1.0 / n), Q, K, comm=comm, **kw)
+                Zs, Ys = comm.gather(par.Z, root=0), comm.gather(par.Y, root=0)
+                if comm.Get_rank() == 0:
+                    res[f"{mode}_{name}_Z"] = np.concatenate(Zs, axis=1)
+                    res[f"{mode}_{name}_Y"] = np.concatenate(Ys, axis=1)
+        finally:
+            cn.causal_fast_head, cf.KEEP_BYTES = real_head, real_keep
+        modes = comm.gather(sorted(set(seen)), root=0)
+        if comm.Get_rank() == 0:
+            res[f"{mode}_modes"] = np.array(sorted({v for r in modes for v in r}))
+    return res
 
 
 if __name__ == "__main__":

@@ -353,6 +353,23 @@ def test_negative_control_split_run_with_a_fault_is_caught(mpi_cases, name):
     assert _split_err(mpi_cases, name) > 1e6 * 2 * n * EPS
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("name", ["fast", "fast_strict", "fast_steep"])
+def test_kept_block_coefficients_equal_the_recomputed_ones(mpi_cases, name):
+    """Each rank keeps its blocks' coefficients from its coefficients-only pass for its full
+    pass (one coefficient pass instead of two): the same numbers, bit for bit, as computing
+    them again. Negative control: block 0, which holds the earlier rank's halo only in the
+    full pass, reused as well (a fault) gives other sums."""
+    d = mpi_cases
+    assert list(d["kept_modes"]) == [1, 2] and list(d["recomputed_modes"]) == [0]
+    for c in "ZY":
+        np.testing.assert_array_equal(d[f"kept_{name}_{c}"], d[f"recomputed_{name}_{c}"])
+        np.testing.assert_array_equal(d[f"kept_{name}_{c}"], d[f"par_{name}_{c}"])
+    n = d[f"ser_{name}_Z"].shape[1]
+    bad = np.max(np.abs(d[f"fault_{name}_Z"] - d[f"recomputed_{name}_Z"]))
+    assert bad > 1e3 * n * EPS * np.max(d[f"recomputed_{name}_Z"]), bad
+
+
 @pytest.mark.parametrize("backend", ["direct", "fastsum"])
 def test_result_does_not_depend_on_the_thread_count(backend):
     """Rows are summed serially in source order, blocks' coefficients and the scan in block

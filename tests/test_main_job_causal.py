@@ -112,6 +112,27 @@ def _variant(tmp_path: Path, old: str, new: str) -> Path:
     return p
 
 
+def interrupt_at_replicate_3(monkeypatch, scenario: Path, out: Path) -> None:
+    """Run the main job of ``scenario`` into ``out`` with Ctrl-C at replicate 3 of the
+    comparison: the phases and replicates 1–2 are left checkpointed (asserted)."""
+    import wflow.apps.main.causal as causal
+    from wflow.apps.main import run_main_job
+
+    real = causal._particles
+
+    def interrupted(*args, r, **kw):
+        if r == 3:
+            raise KeyboardInterrupt
+        return real(*args, r=r, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(causal, "_particles", interrupted)
+        with pytest.raises(KeyboardInterrupt, match="--resume"):
+            run_main_job(scenario, out)
+    assert {"kinetic.pkl", "particles.pkl", "compare.causal_replicate_2.pkl"} \
+        <= {f.name for f in Path(str(out) + ".ckpt").iterdir()}
+
+
 def _one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -166,24 +187,11 @@ def test_a_wrong_kinetic_bias_slope_is_not_a_success(tmp_path, monkeypatch, caps
 def test_an_interrupted_run_resumes_to_the_same_result(example, tmp_path, monkeypatch):
     """Ctrl-C in the comparison (at replicate 3): the phases and the replicates done are
     checkpointed; ``resume`` restores them and gives the uninterrupted run's numbers."""
-    import wflow.apps.main.causal as causal
     from wflow.apps.main import run_main_job
 
-    real = causal._particles
-
-    def interrupted(*args, r, **kw):
-        if r == 3:
-            raise KeyboardInterrupt
-        return real(*args, r=r, **kw)
-
-    monkeypatch.setattr(causal, "_particles", interrupted)
     out = tmp_path / "o"
-    with pytest.raises(KeyboardInterrupt, match="--resume"):
-        run_main_job(EXAMPLE, out)
+    interrupt_at_replicate_3(monkeypatch, EXAMPLE, out)
     ckpt = Path(str(out) + ".ckpt")
-    assert {"kinetic.pkl", "particles.pkl", "compare.causal_replicate_2.pkl"} \
-        <= {f.name for f in ckpt.iterdir()}
-    monkeypatch.setattr(causal, "_particles", real)
     res = run_main_job(None, out, resume=True)
     assert res.summary["resumed"]["restored_phases"] == ["kinetic", "particles"]
     want = _summary(example[1])["causal_moments"]

@@ -66,7 +66,7 @@ logger = logging.getLogger("wflow.cli")
 
 #: Commands that distribute their work under ``mpirun -n P`` (rank 0 writes); every other
 #: command refuses to start under mpirun with more than one rank.
-MPI_AWARE = frozenset({"pde", "verify", "reproduce", "particles", "kinetic"})
+MPI_AWARE = frozenset({"pde", "verify", "reproduce", "particles", "kinetic", "run"})
 
 #: Commands that load MPI (DOLFINx meshes, PETSc): MPI is initialised before the CLI
 #: installs its signal handlers, because MPI's initialisation replaces the SIGHUP handler.

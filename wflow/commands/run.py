@@ -26,7 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`wflow kinetic`) and compares the spherical-harmonic moments of the tokens binned by "
         "position with the slices' (16 replicates, Šidák max|t|); its JKO and EDI are not "
         "computed, the causal system being no gradient flow (one line says so; [run] jko = "
-        "true is refused). Every section of the scenario is validated before the first phase. "
+        "true is refused); it runs under `mpirun -n P wflow run` too (the kinetic meshes "
+        "and the tokens split over the ranks, the serial numbers to round-off, rank 0 "
+        "writing; an exchangeable scenario exits 2 there). Every section of the scenario is "
+        "validated before the first phase. "
         "Completed phases are checkpointed in DIR.ckpt/ with the scenario's fingerprint (the "
         "files and the source of the callables it names); after Ctrl-C, SIGTERM or a crash, "
         "`wflow run --resume DIR` continues with the same result, naming the restored phases "
@@ -53,16 +56,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    import contextlib
+    import io
+
     from ..apps.main import run_main_job
+    from ..infra.parallel import launched_rank_size
 
     if args.resume:  # --resume DIR
         if args.out != "out/run" and args.out != args.resume:
             raise ValueError(f"--resume {args.resume}: differs from --out {args.out} (give the "
                              "output folder once)")
         args.out = args.resume
-    out = prepare(args)
-    res = run_main_job(args.scenario, out, resume=args.resume is not None,
-                       progress=args.progress, overwrite=args.overwrite, confirm=args.yes)
+    out = prepare(args)  # collective under mpirun: rank 0 decides
+    rank = launched_rank_size()[0]
+    with contextlib.redirect_stdout(io.StringIO()) if rank else contextlib.nullcontext():
+        # under mpirun (a masked scenario only) every rank runs the job; rank 0 speaks
+        res = run_main_job(args.scenario, out, resume=args.resume is not None,
+                           progress=args.progress, overwrite=args.overwrite,
+                           confirm=args.yes)
+    if rank:
+        return finish("run", res.status, rank=rank)
     s = res.summary
     if "causal_moments" in s:  # a masked scenario: particles vs the kinetic limit
         m = s["causal_moments"]

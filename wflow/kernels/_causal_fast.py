@@ -21,6 +21,11 @@ FAST_BLOCK = 64
 #: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most:
 #: the streaming memory, ``O(K)`` per block of the wave.
 _WAVE_BYTES = 32 << 20
+#: Bytes a rank may hold to keep its blocks' coefficients ``D_b`` from its
+#: coefficients-only pass for its full pass (``16 K + 2`` doubles a block of
+#: :data:`FAST_BLOCK` tokens: 351 MB for 5·10⁵ tokens at degree 36), instead of computing
+#: them twice; above it they are computed again (the same numbers, bit for bit).
+KEEP_BYTES = 512 << 20
 
 
 def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
@@ -66,6 +71,7 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
     q = np.ascontiguousarray(np.vstack([ms[None, :], (ms[:, None] * xs).T]))
     qabs = np.ascontiguousarray(np.abs(q).max(axis=0))
     decay_of = lambda k: math.exp(-slope * k)  # noqa: E731 - one expression, same as the scan
+    store = np.empty(0)
     for h, (c, zR, L, use) in enumerate(heads):
         if not use:
             continue
@@ -89,15 +95,30 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
         out = np.zeros((4, M))
         est = np.zeros((2, M))
+        nb = (nh + M + B - 1) // B  # blocks of the sequence [S0, offset + M)
+        keep = P > 1 and M > 0 and nb * (16 * Kc + 2) * 8 <= KEEP_BYTES
+        if keep:  # one buffer for every head (written in full by the coefficients pass)
+            size = nb * (8 * Kc + 2)
+            if store.size < size:
+                store = np.empty(size)
+            kr = store[: nb * 4 * Kc].reshape(nb, 4, Kc)
+            ki = store[nb * 4 * Kc: nb * 8 * Kc].reshape(nb, 4, Kc)
+            ka = store[nb * 8 * Kc: size].reshape(nb, 2)
+        else:
+            kr = ki = np.zeros((0, 4, Kc))
+            ka = np.zeros((0, 2))
         if P > 1:
             # coefficients-only pass over this rank's tokens; the exclusive scan in rank order
             loc = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
             g_last = -1
             if M:
                 lead = offset - S0
-                cn.causal_fast_head(xsT[:, nh:], uT[:, nh:], z[nh:], wb[:, nh:], q[:, nh:],
-                                    qabs[nh:], 0, lead, B, wave, L, *tabs, epsf, slope,
-                                    mask.shift, *loc, False, out, est, *bufs)
+                # contiguous copies (a view past the halo is not: numba would compile the
+                # strided variant, measured 25 % slower)
+                own = [np.ascontiguousarray(v[..., nh:]) for v in (xsT, uT, z, wb, q, qabs)]
+                cn.causal_fast_head(*own, 0, lead, B, wave, L, *tabs, epsf, slope,
+                                    mask.shift, *loc, False, out, est, *bufs, kr, ki, ka,
+                                    1 if keep else 0, 0)
                 g_last = (offset + M - 1) // B
             parts = comm.allgather((g_last, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]))
             g0 = S0 // B
@@ -115,8 +136,10 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
                     carry_i += f * di
                     aux += f * da
         if M:
+            # block 0 holds the halo in this pass, not in the coefficients-only one: computed
             cn.causal_fast_head(xsT, uT, z, wb, q, qabs, nh, 0, B, wave, L, *tabs, epsf, slope,
-                                mask.shift, carry_r, carry_i, aux, True, out, est, *bufs)
+                                mask.shift, carry_r, carry_i, aux, True, out, est, *bufs, kr,
+                                ki, ka, 2 if keep else 0, 1 if nh else 0)
         inner = out[0]
         tail = fs.bessel_tail(zR, L)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -164,7 +164,7 @@ def _block_near(k0, k1, t0, xT, wb, q, slope, shift, out):
 @njit(parallel=True, cache=True)
 def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dmm, d1, epsf,
                      slope, shift, carry_r, carry_i, aux, near_eval, out, est, lo_r, lo_i, lo_aux,
-                     last_r, last_i, last_aux):
+                     last_r, last_i, last_aux, keep_r, keep_i, keep_a, keep_mode, keep_from):
     """Causal harmonic sums of one head over one sequence of tokens (serial, or one rank's).
 
     Parameters
@@ -187,6 +187,13 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
     est : (2, Ns − t0)  far ``Σ qabs w`` and ``Σ qabs w e^{z}`` per target (estimate).
     lo_r, lo_i, lo_aux : the carry at the start of the last block (out);
     last_r, last_i, last_aux : the last block's own coefficients (out).
+    keep_r, keep_i : (nb, 4, K), keep_a : (nb, 2)  every block's own coefficients ``D_b``
+                  (and its two estimate sums), kept between two calls over the same blocks
+                  (a rank's coefficients-only pass, then its full pass): ``keep_mode`` 0
+                  unused (may be empty), 1 written, 2 read instead of computed for the
+                  blocks ``b ≥ keep_from`` (block 0 of a full pass with a halo holds more
+                  tokens than in the coefficients-only pass: computed). Bit for bit the
+                  same ``D_b`` as computed: the same tokens, chunks and order.
     """
     Ns = z.shape[0]
     K = carry_r.shape[1]
@@ -207,6 +214,14 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
             endseq = (blk + 1) * B
             cr = Dr[t]
             ci = Di[t]
+            if keep_mode == 2 and blk >= keep_from:
+                cr[:, :] = keep_r[blk]
+                ci[:, :] = keep_i[blk]
+                Da[t, 0] = keep_a[blk, 0]
+                Da[t, 1] = keep_a[blk, 1]
+                if near_eval and k1 > t0:
+                    _block_near(k0, k1, t0, xT, wb, q, slope, shift, out)
+                continue
             cr[:, :] = 0.0
             ci[:, :] = 0.0
             bes, mr, mi, p1r, p1i, p2r, p2i, g = chunk_buffers(L, nq)
@@ -226,6 +241,11 @@ def causal_fast_head(xT, uT, z, wb, q, qabs, t0, lead, B, wave, L, off, a, b, dm
                                mi, p1r, p1i, p2r, p2i)
             Da[t, 0] = sa
             Da[t, 1] = sb
+            if keep_mode == 1:
+                keep_r[blk] = cr
+                keep_i[blk] = ci
+                keep_a[blk, 0] = sa
+                keep_a[blk, 1] = sb
             if near_eval and k1 > t0:
                 _block_near(k0, k1, t0, xT, wb, q, slope, shift, out)
         # exclusive scan in block order (serial): D_t becomes the carry at block w0 + t

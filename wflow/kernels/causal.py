@@ -40,9 +40,11 @@ Back-ends (``backend=``):
     else ``"direct"`` (``"numpy"`` for kinds without compiled code).
 
 Over MPI ranks (``comm``: each rank holds a contiguous run of the tokens, in rank order):
-the fast sum computes each rank's coefficient sums (a coefficients-only pass), gathers
-them and forms, in rank order, the exclusive scan up to the rank's first block (the
-prefix of every earlier rank); tokens of an earlier rank inside that block travel as a
+the fast sum computes each rank's coefficient sums (a coefficients-only pass, which keeps
+every block's coefficients for the full pass when they fit in
+:data:`~wflow.kernels._causal_fast.KEEP_BYTES`: one coefficient pass, as in the serial
+run), gathers them and forms, in rank order, the exclusive scan up to the rank's first
+block (the prefix of every earlier rank); tokens of an earlier rank inside that block travel as a
 halo of ``< B`` tokens and are summed directly, as in the serial run. The direct sums pass
 source runs down a pipeline (rank ``q`` to ``q + 1``), each rank adding only the runs of
 ranks ``q ≤ r`` (the fully masked runs above the diagonal are neither sent nor summed).

@@ -39,6 +39,12 @@ theirs): ``λ × 0`` → ``max|t|`` 60.6, ``× 0.75`` → 9.2, ``× 0.8`` → 7.
 caught; ``× 0.9`` (4.25), ``× 1.1`` (1.65) and ``× 1.25`` (4.17) not caught: the
 reference's error (mesh and slices, ``1.8e-3``) sets the resolution.
 
+Under ``mpirun -n P wflow run`` (:mod:`wflow.apps.main.ranks`) the kinetic solves run on
+meshes distributed over the ranks and every particle system with its tokens split over
+them (:func:`wflow.particles.simulate` with ``comm``); every rank holds the gathered
+results and computes the same comparison, equal to the serial run's to round-off; rank 0
+writes.
+
 The status is ``success`` only when both phases succeed, both moment tests pass and every
 number of the comparison is finite; else ``inaccurate`` with the failed check named. The
 particle run's token slope must be the limit's: ``slope · n = λ`` (else the scenario is
@@ -64,7 +70,6 @@ from typing import Any
 
 import numpy as np
 
-from ...infra.io import run_directory
 from ...infra.schema import ScenarioError
 from ...kinetic.binned import (
     bin_means,
@@ -179,8 +184,11 @@ def _tokens(p: dict, m0: np.ndarray, n: int, rng: np.random.Generator) -> np.nda
 
 
 def _particles(sc: Any, p: dict, kin: Any, ropts: Any, *, r: int,
-               progress: bool | None) -> dict:
-    """Causal particle system ``r`` (``0``: the main run, with its trajectory)."""
+               progress: bool | None, comm: Any = None) -> dict:
+    """Causal particle system ``r`` (``0``: the main run, with its trajectory).
+
+    ``comm``: the tokens split over its ranks (every rank draws all ``n``, the same).
+    """
     from ...particles import simulate
 
     n = int(ropts.n_particles)
@@ -192,14 +200,14 @@ def _particles(sc: Any, p: dict, kin: Any, ropts: Any, *, r: int,
     res = simulate(x0, p["schedule"], sc.attention_obj(), T=T, dt=T / steps,
                    integrator=ropts.particle_integrator, record_every=every,
                    save_trajectory=r == 0, head_rates=False, seed=sc.seed,
-                   progress=progress if r == 0 else False)
+                   progress=progress if r == 0 else False, comm=comm)
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle phase failed: {res.message}")
     return {"res": res, "x0": x0}
 
 
 def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B: int, *,
-             store: Any) -> dict[str, Any]:
+             store: Any, comm: Any = None) -> dict[str, Any]:
     """The moment test of the particles against the kinetic slices (module docstring)."""
     from ...geometry.mesh import load_mesh
     from ...geometry.moment_test import control_variates, moment_test
@@ -228,7 +236,8 @@ def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B:
 
     def replicate(r: int) -> dict[str, np.ndarray]:
         def one() -> dict[str, np.ndarray]:
-            run = parts if r == 0 else _particles(sc, p, kin, ropts, r=r, progress=False)
+            run = parts if r == 0 else _particles(sc, p, kin, ropts, r=r, progress=False,
+                                                  comm=comm)
             x0, xT = run["x0"], run["res"].x[0]
             m0, q0 = binned_token_moments(x0, B, L)
             mT, qT = binned_token_moments(xT, B, L)
@@ -275,11 +284,13 @@ def _compare(sc: Any, p: dict, table: Any, kin: Any, parts: dict, ropts: Any, B:
 
 
 def run_causal_job(sc: Any, raw: dict, out: Path, ck: Any, fp: dict, *, resume: bool,
-                   progress: bool | None, confirm: bool) -> MainJobResult:
+                   progress: bool | None, confirm: bool, comm: Any = None) -> MainJobResult:
     """The main job of a masked scenario (module docstring): validate, run, compare, write.
 
     Called by :func:`wflow.apps.main.run_main_job` under its checkpoint lock; the phases
     ``kinetic``, ``particles`` and ``compare`` are checkpointed as the other phases.
+    ``comm`` (under mpirun): the meshes distributed and the tokens split over its ranks,
+    every rank holding the gathered results; rank 0 writes (:mod:`wflow.apps.main.ranks`).
     """
     from ..jobs.kinetic import _build, _solve
     from ..jobs.mesh import mesh_size, mesh_size_of
@@ -316,10 +327,10 @@ def run_causal_job(sc: Any, raw: dict, out: Path, ck: Any, fp: dict, *, resume: 
     try:
         kin = phase("kinetic", kinetic)["res"]
         parts = phase("particles", lambda: _particles(sc, p, kin, ropts, r=0,
-                                                      progress=progress))
+                                                      progress=progress, comm=comm))
         pieces = _Pieces(ck, "compare")
         cmp_ = phase("compare", lambda: {"moments": _compare(sc, p, table, kin, parts, ropts,
-                                                             B, store=pieces)})
+                                                             B, store=pieces, comm=comm)})
     except KeyboardInterrupt as exc:
         exc.args = (f"completed phases are checkpointed in {ck.dir}; continue with: "
                     f"wflow run --resume {out}",)
@@ -329,8 +340,12 @@ def run_causal_job(sc: Any, raw: dict, out: Path, ck: Any, fp: dict, *, resume: 
     summary = _summary(sc, raw, p, kin, parts, cmp_["moments"], timings,
                        session + restored_wall)
     summary.update(_session_record(warned, cpu, restored, restored_wall, session))
-    with run_directory(out) as stage:
-        _write(stage, summary, p, kin, parts, cmp_["moments"], render=ropts.render)
+    if comm is None or comm.Get_rank() == 0:
+        from ...infra.io import run_directory
+        from .causal_report import _write
+
+        with run_directory(out) as stage:
+            _write(stage, summary, p, kin, parts, cmp_["moments"], render=ropts.render)
     ck.clear()
     return MainJobResult(summary["status"], summary, out)
 
@@ -402,99 +417,3 @@ def _summary(sc: Any, raw: dict, p: dict, kin: Any, parts: dict, mom: dict,
     check_finite("summary.causal_moments", {k: public[k] for k in (
         "max_t_T", "t_crit_T", "max_t_0", "t_crit_0", "ref_error_max", "se_mc_median")})
     return summary
-
-
-def _figure(plt, mom: dict):
-    """Per position bin: the particles' mean moments (± 2 s.e.) and the kinetic ones at T."""
-    arr = mom["_arrays"]
-    B, K = mom["bins"], (DEGREE + 1) ** 2
-    pT = arr["particles_T"]  # (R, B, K)
-    mean, se = pT.mean(axis=0), pT.std(axis=0, ddof=1) / np.sqrt(pT.shape[0])
-    kin_T = arr["kinetic_T"][1:].reshape(B, K - 1)
-    kin_0 = arr["kinetic_0"][1:].reshape(B, K - 1)
-    fig, axes = plt.subplots(1, B, figsize=(min(3.2 * B, 16), 3.4), squeeze=False,
-                             sharey=True)
-    k = np.arange(1, K)
-    for b, ax in enumerate(axes[0]):
-        ax.plot(k, kin_0[b], "s", color="0.7", ms=4, label="kinetic, t = 0")
-        ax.plot(k, kin_T[b], "o", mfc="none", color="C0", label="kinetic, T")
-        ax.errorbar(k + 0.15, mean[b, 1:], yerr=2 * se[b, 1:], fmt=".", color="C3",
-                    label=f"particles, T (mean ± 2 s.e., R = {pT.shape[0]})")
-        ax.set_title(f"bin {b}: s ∈ ({b / B:.2f}, {(b + 1) / B:.2f}]", fontsize=9)
-        ax.set_xlabel("moment k (real Y_k, degree ≤ 2)")
-        ax.axhline(0.0, color="0.85", lw=0.8)
-    axes[0][0].set_ylabel("moment")
-    axes[0][0].legend(fontsize=7)
-    return fig
-
-
-def _write(stage: Path, summary: dict, p: dict, kin: Any, parts: dict, mom: dict, *,
-           render: bool) -> None:
-    from ...infra.io import history_columns, save_npz, write_csv, write_json
-    from ..report import _fig
-
-    pres = parts["res"]
-    write_csv(stage / "diagnostics_particles.csv", history_columns(pres.t, pres.history))
-    mean = np.asarray(kin.history["mean"])  # (n_t, S, 3)
-    nt, S = kin.mass.shape
-    write_csv(stage / "diagnostics_kinetic.csv", {
-        "t": np.repeat(kin.t, S), "slice": np.tile(np.arange(S), nt), "s": np.tile(kin.s, nt),
-        "mass": kin.mass.ravel(), "mean_x": mean[..., 0].ravel(),
-        "mean_y": mean[..., 1].ravel(), "mean_z": mean[..., 2].ravel()})
-    save_npz(stage / "slices.npz", t=kin.t, s=kin.s, rho=kin.rho, mass=kin.mass,
-             centroids=kin.centroids, areas=kin.areas)
-    save_npz(stage / "trajectory.npz", t=pres.t, x=pres.trajectory[0])
-    arr = mom["_arrays"]
-    save_npz(stage / "causal_moments.npz", **arr)
-    figs = [_fig(stage / "causal_moments.png", lambda plt: _figure(plt, mom))] if render else []
-    summary["outputs"] = {
-        "slices.npz": "kinetic: t (n,), s (S,), rho (n, S, M) the density of each slice "
-                      "(Σ_K ρ_K |K| = 1), mass (n, S), centroids (M, 3), areas (M,)",
-        "trajectory.npz": "the main particle run: t (n,), x (n, N, 3), tokens in array "
-                          "(position) order",
-        "causal_moments.npz": "particles_T, particles_0 (R, B, (L+1)²): each replicate's "
-                              "per-bin mean moments; particles_T_cv (R, 1 + B((L+1)² − 1)): "
-                              "their control-variate values at T (flat); kinetic_T, "
-                              "kinetic_0, kinetic_error_T (1 + B((L+1)² − 1),): the bins' "
-                              "kinetic moments (mass first) and the reference's error",
-        "diagnostics_kinetic.csv": "one row per output time and slice",
-        "diagnostics_particles.csv": "the main particle run's records",
-        "report.md": "the report", **({"causal_moments.png": "the figure"} if figs else {})}
-    _report(stage, summary, figs)
-    write_json(stage / "summary.json", summary)  # last: a folder with it is complete
-
-
-def _report(stage: Path, s: dict, figs: list[str]) -> None:
-    from ...infra.io import atomic_write_text
-    from ..report import _cell, _num
-
-    m = s["causal_moments"]
-    lines = [
-        "# wflow run — causal attention: particles vs the kinetic limit", "",
-        f"**Status: {s['status']}**" + (f" — {s['message']}" if s["message"] else ""), "",
-        f"Mask `{s['mask']}`, ALiBi limit slope λ = {s['alibi']['lambda']:g} "
-        f"({s['alibi']['source']}; token slope {s['alibi']['token_slope']:g}), "
-        f"{s['attention']} attention, {s['heads']} head(s); {s['n_particles']} tokens, "
-        f"{s['slices']} slices on {s['mesh']['cells']} cells.", "",
-        f"JKO and EDI: not computed — {NOT_GRADIENT_FLOW}.", "",
-        "| phase | status | message |", "|---|---|---|",
-        *(f"| {k} | {v['status']} | {_cell(v['message']) or '—'} |"
-          for k, v in s["statuses"].items()), "",
-        "| quantity | value | tolerance | verdict | meaning |", "|---|---|---|---|---|",
-        *(f"| {_cell(v['quantity'])} | {_num(v['value'])} | {v['tolerance']} | "
-          f"{v['verdict']} | {_cell(v['meaning'])} |" for v in s["verdicts"]), "",
-        f"The moment test: {m['bins']} position bins ({m['slices_per_bin']} slices each) × "
-        f"{(m['degree'] + 1) ** 2 - 1} moments, {m['replicates']} replicates; at T "
-        f"max|t| = {m['max_t_T']:.2f} (critical {m['t_crit_T']:.2f}; per bin "
-        f"{', '.join(f'{x:.2f}' for x in m['t_per_bin_T'])}), at t = 0 "
-        f"{m['max_t_0']:.2f} (critical {m['t_crit_0']:.2f}). Control variates "
-        f"({m['controls']}, degree ≤ {m['control_degree']}) scale the s.e. at T by "
-        f"{m['cv_se_ratio']:.2f} (without them max|t| = {m['max_t_T_plain']:.2f}). Monte "
-        f"Carlo s.e. median "
-        f"{m['se_mc_median']:.2e}; the kinetic reference's error max {m['ref_error_max']:.2e} "
-        f"(mesh {m['mesh_error_max']:.2e} against {m['cells_coarse']} cells, slices "
-        f"{m['slice_error_max']:.2e} against {2 * s['slices']} slices); smallest detectable "
-        f"moment error {m['detectable_T']:.2e}.", "",
-        *(f"![{f}]({f})" for f in figs), "",
-        f"Wall time {s['wall_time_s']['total']:.1f} s.", ""]
-    atomic_write_text(stage / "report.md", "\n".join(lines))

@@ -65,23 +65,30 @@ def run_main_job(scenario: str | Path | None, out: str | Path, *, resume: bool =
         the exception keeps its type (:class:`wflow.cli.Terminated` for SIGTERM/SIGHUP).
     """
     from ...infra import lock
+    from .ranks import on_rank0, world
 
     out = Path(out)
     ck = _Checkpoint(out)
-    ck.check()
-    try:
-        lock.acquire(ck.dir, what="checkpoint")
-    except lock.LockedError as exc:
-        raise OutputError(str(exc)) from None
+    comm = world()  # under mpirun: rank 0 locks and writes (wflow.apps.main.ranks)
+
+    def claim() -> None:
+        ck.check()
+        try:
+            lock.acquire(ck.dir, what="checkpoint")
+        except lock.LockedError as exc:
+            raise OutputError(str(exc)) from None
+
+    on_rank0(comm, claim)
     try:
         return _run_locked(scenario, out, ck, resume=resume, progress=progress,
-                           overwrite=overwrite, confirm=confirm)
+                           overwrite=overwrite, confirm=confirm, comm=comm)
     finally:
-        lock.release(ck.dir)
+        if comm is None or comm.Get_rank() == 0:
+            lock.release(ck.dir)
 
 
 def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
-                overwrite: bool, confirm: bool) -> MainJobResult:
+                overwrite: bool, confirm: bool, comm: Any = None) -> MainJobResult:
     ck.check()  # again, under the lock
     if resume:
         meta = ck.meta()
@@ -124,9 +131,14 @@ def _run_locked(scenario, out: Path, ck: _Checkpoint, *, resume: bool, progress,
                       flush=True)
     if sc.attention_obj().mask is not None:  # a decoder: particles vs the kinetic limit
         from .causal import run_causal_job
+        from .ranks import RankCheckpoint
 
-        return run_causal_job(sc, raw, out, ck, fp, resume=resume, progress=progress,
-                              confirm=confirm)
+        return run_causal_job(sc, raw, out, ck if comm is None else RankCheckpoint(ck, comm),
+                              fp, resume=resume, progress=progress, confirm=confirm,
+                              comm=comm)
+    from .ranks import refuse_unmasked
+
+    refuse_unmasked(comm)
     ropts = sc.table("run")
 
     from ...geometry.density import density_spec_from_scenario, initial_density
