@@ -12,6 +12,11 @@ stationary points (β = 1, K = 2.2, continuous; β = 3, K = 0.9 > K_#, discontin
 the step's bias, and writes the records the phase-diagram demo plots
 (``demos/phase_diagram.py``).
 
+``python bench/phase_particles.py step [--n N] [--reps R]`` times one Strang step at
+``n`` tokens (one process, one thread; the fast summation on S²) with the fast
+summation's set-up cache off and on (:data:`wflow.kernels._fastsum.PLAN_CACHE`),
+alternating ``R`` times in one process, and checks the tokens agree bit for bit.
+
 Results: ``bench/results/phase_particles.json`` (merged by section). CPU and wall time and
 the 1-min load are recorded beside every row.
 """
@@ -96,19 +101,78 @@ def _point(beta: float, K: float, n: int, dt: float, ranks: int) -> dict:
     return json.loads(line[4:])
 
 
-def points(n: int, ranks: int, dt: float) -> None:
-    """The large-``n`` points at ``dt`` and ``dt/2`` (the step's bias)."""
-    rows = []
-    for beta, K in POINTS:
+def points(n: int, ranks: int, dt: float, only: list[int] | None = None) -> None:
+    """The large-``n`` points at ``dt`` and ``dt/2`` (the step's bias).
+
+    Each row is merged into section ``points`` as soon as it is done (a run cut short
+    keeps its finished rows); a row replaces an earlier one of the same
+    ``(beta, K, n, dt, ranks)``.
+    """
+    for i, (beta, K) in enumerate(POINTS):
+        if only is not None and i not in only:
+            continue
         for h in (dt, dt / 2):
             l0 = load1()
             r = _point(beta, K, n, h, ranks)
             r["load1"] = [l0, load1()]
-            rows.append(r)
             print(f"beta={beta} K={K} n={n} dt={h}: m = {r['mean']:.6f} ± {r['se']:.1e} "
                   f"(branch {r['branch_m']:.6f}, z = {r['z']:+.2f}, {r['seconds']:.0f} s, "
                   f"CPU {r['cpu_s']:.0f} s)", flush=True)
-    _merge(f"points_n{n}", {"n": n, "ranks": ranks, "run": POINT_RUN, "rows": rows})
+            data = json.loads(OUT.read_text()) if OUT.exists() else {}
+            key = (r["beta"], r["K"], r["n"], r["dt"], r["ranks"])
+            rows = [q for q in data.get("points", {}).get("rows", [])
+                    if (q["beta"], q["K"], q["n"], q["dt"], q["ranks"]) != key]
+            _merge("points", {"run": POINT_RUN, "rows": [*rows, r]})
+
+
+def step(n: int, reps: int) -> None:
+    """One Strang step at ``n`` tokens, the set-up cache off and on, alternating."""
+    import numpy as np
+
+    from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.sphere import sample_vmf
+    from wflow.kernels import _fastsum as fs
+    from wflow.particles import simulate
+    from wflow.phase.particles import stable_order_parameter, vmf_kappa_of
+
+    rows = []
+    for beta, K in POINTS:
+        x0 = sample_vmf(n, np.array([0.0, 0.0, 1.0]),
+                        vmf_kappa_of(stable_order_parameter(beta, K)),
+                        np.random.default_rng([n, 77]))
+        kw = {"integrator": "strang", "diffusion": 1.0 / (2.0 * K), "seed": 1,
+              "head_rates": False, "clusters": False, "progress": False,
+              "ito_balance": False, "engine": "python", "T": 0.05, "dt": 0.05}
+        heads, attn = Heads.bilinear(np.eye(3)), Attention("usa", beta)
+        simulate(x0, heads, attn, **kw)  # compile / cache load, both table layouts
+        fs.PLAN_CACHE.enabled = False
+        simulate(x0, heads, attn, **kw)
+        times = {"off": [], "on": []}
+        outs = {}
+        for _ in range(reps):
+            for mode in ("off", "on"):
+                fs.PLAN_CACHE.enabled = mode == "on"
+                fs.PLAN_CACHE.clear()
+                l0, t0, c0 = load1(), time.perf_counter(), time.process_time()
+                res = simulate(x0, heads, attn, **kw)
+                times[mode].append({"wall_s": time.perf_counter() - t0,
+                                    "cpu_s": time.process_time() - c0, "load1": l0})
+                outs[mode] = np.asarray(res.x[-1])
+                if mode == "on":
+                    hits, misses = fs.PLAN_CACHE.hits, fs.PLAN_CACHE.misses
+        fs.PLAN_CACHE.enabled = True
+        same = outs["off"].tobytes() == outs["on"].tobytes()
+        row = {"beta": beta, "K": K, "n": n, "dt": 0.05, "reps": reps, "bitwise_equal": same,
+               "plan_hits": hits, "plan_misses": misses, **{
+                   f"{k}_{mode}": float(np.median([t[k] for t in times[mode]]))
+                   for mode in times for k in ("wall_s", "cpu_s")}, "samples": times}
+        row["cpu_ratio_off_on"] = row["cpu_s_off"] / row["cpu_s_on"]
+        rows.append(row)
+        print(f"beta={beta} n={n}: step CPU {row['cpu_s_off']:.3f} s (cache off) / "
+              f"{row['cpu_s_on']:.3f} s (on) = {row['cpu_ratio_off_on']:.2f}x, wall "
+              f"{row['wall_s_off']:.3f} / {row['wall_s_on']:.3f} s, bitwise equal {same}, "
+              f"plan hits {hits} misses {misses}", flush=True)
+    _merge("step", {"threads": 1, "rows": rows})
 
 
 def main() -> None:
@@ -120,11 +184,17 @@ def main() -> None:
     b.add_argument("--n", type=int, default=100_000)
     b.add_argument("--ranks", type=int, default=1)
     b.add_argument("--dt", type=float, default=0.05)
+    b.add_argument("--only", type=int, nargs="*", help="indices into POINTS (default all)")
+    c = sub.add_parser("step")
+    c.add_argument("--n", type=int, default=100_000)
+    c.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     if args.what == "size":
         size(args.seeds)
+    elif args.what == "step":
+        step(args.n, args.reps)
     else:
-        points(args.n, args.ranks, args.dt)
+        points(args.n, args.ranks, args.dt, args.only)
 
 
 if __name__ == "__main__":
