@@ -47,7 +47,8 @@ from .thresholds import k_sharp
 logger = logging.getLogger(__name__)
 
 __all__ = ["ParticlePhaseRun", "particle_order_parameter", "stable_order_parameter",
-           "vmf_kappa_of", "batch_means_se", "CHECK_CONFIG"]
+           "vmf_kappa_of", "batch_means_se", "CHECK_CONFIG", "ParticlePoint",
+           "check_particle_point", "load_particle_points"]
 
 #: Level of :meth:`ParticlePhaseRun.passed` (two-sided, on ``t(batches − 1)``).
 ALPHA = 0.003
@@ -201,6 +202,101 @@ class ParticlePhaseRun:
                 "se": self.se, "branch_m": self.branch_m, "z": self.z,
                 "t_crit": self.t_crit(), "passed": self.passed(),
                 "batches": self.batches, "ranks": self.ranks, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class ParticlePoint:
+    """A recorded particle point checked against the continuation's stable state.
+
+    Attributes
+    ----------
+    beta, K : float
+        Inverse temperature and coupling of the run.
+    n, ranks, batches : int
+        Tokens, MPI ranks and batches of the standard error.
+    dt : float
+        Time step of the Strang integrator (time units).
+    mean, se : float
+        The particles' time-averaged order parameter ``m̄`` and its batch-means
+        standard error (dimensionless).
+    branch_m : float
+        ``m(K)`` of the stable zonal state, recomputed here
+        (:func:`stable_order_parameter`; the record's own copy is not read).
+    z, t_crit : float
+        ``(m̄ − m(K)) / se`` and the two-sided ``t(batches − 1)`` quantile at ``alpha``.
+    passed : bool
+        ``|z| ≤ t_crit`` with ``m̄`` and ``se`` finite and ``se > 0``.
+    """
+
+    beta: float
+    K: float
+    n: int
+    ranks: int
+    batches: int
+    dt: float
+    mean: float
+    se: float
+    branch_m: float
+    z: float
+    t_crit: float
+    passed: bool
+
+
+def check_particle_point(record: dict[str, Any], *, alpha: float = ALPHA,
+                         d: int = 3) -> ParticlePoint:
+    r"""Check one recorded point (:meth:`ParticlePhaseRun.as_dict`) against the branch.
+
+    The verdict of :meth:`ParticlePhaseRun.passed` from the record's ``beta``, ``K``,
+    ``mean``, ``se`` and ``batches``: ``|m̄ − m(K)| ≤ t_{1−α/2}(batches − 1) · se``, with
+    ``m(K)`` of the stable state recomputed by the continuation at the record's ``(β, K)``
+    (so a record whose ``β`` or ``K`` is not the one the particles ran at fails, whatever
+    ``branch_m`` it carries).
+
+    Parameters
+    ----------
+    record : dict
+        Needs ``beta``, ``K``, ``n``, ``dt``, ``mean``, ``se``, ``batches`` (``ranks``
+        defaults to 1).
+    alpha : float, keyword-only
+        Two-sided level.
+    d : int, keyword-only
+        Ambient dimension of the branch.
+
+    Returns
+    -------
+    ParticlePoint
+    """
+    from scipy.stats import t as student
+
+    beta, K = float(record["beta"]), float(record["K"])
+    mean, se, b = float(record["mean"]), float(record["se"]), int(record["batches"])
+    m = stable_order_parameter(beta, K, d)
+    ok = math.isfinite(mean) and math.isfinite(se) and se > 0
+    z = (mean - m) / se if ok else math.inf
+    tc = float(student.ppf(1.0 - alpha / 2.0, b - 1))
+    return ParticlePoint(beta=beta, K=K, n=int(record["n"]), ranks=int(record.get("ranks", 1)),
+                         batches=b, dt=float(record["dt"]), mean=mean, se=se, branch_m=m,
+                         z=float(z), t_crit=tc, passed=bool(ok and abs(z) <= tc))
+
+
+def load_particle_points(path: Any, section: str = "points", *,
+                         alpha: float = ALPHA) -> list[ParticlePoint] | None:
+    """The points of ``section`` of a results file, each checked (:func:`check_particle_point`).
+
+    ``path``: a JSON file as ``bench/phase_particles.py points`` writes it (section
+    ``{"rows": [record, ...]}``). Returns ``None`` when the file or the section is missing
+    (the caller says so); a section without rows gives ``[]``.
+    """
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        return None
+    sec = json.loads(p.read_text()).get(section)
+    if sec is None:
+        return None
+    return [check_particle_point(r, alpha=alpha) for r in sec.get("rows", [])]
 
 
 def batch_means_se(series: np.ndarray, batches: int) -> float:
