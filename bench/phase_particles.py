@@ -17,6 +17,10 @@ the step's bias, and writes the records the phase-diagram demo plots
 summation's set-up cache off and on (:data:`wflow.kernels._fastsum.PLAN_CACHE`),
 alternating ``R`` times in one process, and checks the tokens agree bit for bit.
 
+``python bench/phase_particles.py cost [--n N] [--ranks P] [--steps S]`` runs each point
+for ``S`` steps only, and records the seconds per step and the CPU estimate of a full
+point (``dt`` and ``dt/2``).
+
 Results: ``bench/results/phase_particles.json`` (merged by section). CPU and wall time and
 the 1-min load are recorded beside every row.
 """
@@ -79,13 +83,15 @@ def size(seeds: int) -> None:
                     "load1": [l0, load1()]})
 
 
-def _point(beta: float, K: float, n: int, dt: float, ranks: int) -> dict:
+def _point(beta: float, K: float, n: int, dt: float, ranks: int,
+           run: dict | None = None) -> dict:
     """One stationary point in a clean process (``mpirun`` over ranks when ``P > 1``)."""
+    run = POINT_RUN if run is None else run
     code = ("import json,sys,time,resource;from mpi4py import MPI;"
             "from wflow.phase.particles import particle_order_parameter as p;"
             "c=MPI.COMM_WORLD;t=time.process_time();"
             f"r=p({beta},{K},n={n},dt={dt},seed=0,comm=c if c.Get_size()>1 else None,"
-            f"**{POINT_RUN!r});"
+            f"**{run!r});"
             "cpu=c.allreduce(time.process_time()-t);"
             "rss=c.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,op=MPI.MAX);"
             "c.Get_rank()==0 and print('JSON'+json.dumps({**r.as_dict(),'cpu_s':cpu,"
@@ -123,6 +129,33 @@ def points(n: int, ranks: int, dt: float, only: list[int] | None = None) -> None
             rows = [q for q in data.get("points", {}).get("rows", [])
                     if (q["beta"], q["K"], q["n"], q["dt"], q["ranks"]) != key]
             _merge("points", {"run": POINT_RUN, "rows": [*rows, r]})
+
+
+def cost(n: int, ranks: int, steps: int) -> None:
+    """Seconds per Strang step of each point at ``n`` tokens: a short run of ``steps`` steps.
+
+    The cost of a full point is ``(T/dt)(1 + 2)`` such steps (``dt`` and ``dt/2``); the
+    short run includes the start (initial draw, the branch, numba's cache load).
+    """
+    dt = 0.05
+    run = {"T": steps * dt, "burn": 0.0, "every": steps * dt / 2, "batches": 2}
+    rows = []
+    for beta, K in POINTS:
+        l0 = load1()
+        r = _point(beta, K, n, dt, ranks, run)
+        row = {k: r[k] for k in ("beta", "K", "n", "dt", "ranks", "seconds", "cpu_s",
+                                 "max_rss_mb")}
+        row.update(steps=steps, load1=[l0, load1()], wall_per_step_s=r["seconds"] / steps,
+                   cpu_per_step_s=r["cpu_s"] / steps)
+        full = POINT_RUN["T"] / dt * 3
+        row["full_point_cpu_s_estimate"] = row["cpu_per_step_s"] * full
+        rows.append(row)
+        print(f"beta={beta} n={n} ranks={ranks}: {row['wall_per_step_s']:.2f} s wall, "
+              f"{row['cpu_per_step_s']:.2f} s CPU (all ranks) per step; a point at dt and "
+              f"dt/2: ~{row['full_point_cpu_s_estimate']:.0f} CPU s", flush=True)
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    old = [q for q in data.get("cost", {}).get("rows", []) if q["n"] != n]
+    _merge("cost", {"rows": [*old, *rows]})
 
 
 def step(n: int, reps: int) -> None:
@@ -185,12 +218,18 @@ def main() -> None:
     b.add_argument("--ranks", type=int, default=1)
     b.add_argument("--dt", type=float, default=0.05)
     b.add_argument("--only", type=int, nargs="*", help="indices into POINTS (default all)")
+    e = sub.add_parser("cost")
+    e.add_argument("--n", type=int, default=1_000_000)
+    e.add_argument("--ranks", type=int, default=2)
+    e.add_argument("--steps", type=int, default=10)
     c = sub.add_parser("step")
     c.add_argument("--n", type=int, default=100_000)
     c.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     if args.what == "size":
         size(args.seeds)
+    elif args.what == "cost":
+        cost(args.n, args.ranks, args.steps)
     elif args.what == "step":
         step(args.n, args.reps)
     else:
