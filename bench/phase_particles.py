@@ -84,13 +84,13 @@ def size(seeds: int) -> None:
 
 
 def _point(beta: float, K: float, n: int, dt: float, ranks: int,
-           run: dict | None = None) -> dict:
+           run: dict | None = None, seed: int = 0) -> dict:
     """One stationary point in a clean process (``mpirun`` over ranks when ``P > 1``)."""
     run = POINT_RUN if run is None else run
     code = ("import json,sys,time,resource;from mpi4py import MPI;"
             "from wflow.phase.particles import particle_order_parameter as p;"
             "c=MPI.COMM_WORLD;t=time.process_time();"
-            f"r=p({beta},{K},n={n},dt={dt},seed=0,comm=c if c.Get_size()>1 else None,"
+            f"r=p({beta},{K},n={n},dt={dt},seed={seed},comm=c if c.Get_size()>1 else None,"
             f"**{run!r});"
             "cpu=c.allreduce(time.process_time()-t);"
             "rss=c.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,op=MPI.MAX);"
@@ -107,27 +107,29 @@ def _point(beta: float, K: float, n: int, dt: float, ranks: int,
     return json.loads(line[4:])
 
 
-def points(n: int, ranks: int, dt: float, only: list[int] | None = None) -> None:
+def points(n: int, ranks: int, dt: float, only: list[int] | None = None, seed: int = 0,
+           halve: bool = True) -> None:
     """The large-``n`` points at ``dt`` and ``dt/2`` (the step's bias).
 
     Each row is merged into section ``points`` as soon as it is done (a run cut short
     keeps its finished rows); a row replaces an earlier one of the same
-    ``(beta, K, n, dt, ranks)``.
+    ``(beta, K, n, dt, ranks, seed)``. ``halve=False`` runs ``dt`` only (another seed's
+    replicate).
     """
     for i, (beta, K) in enumerate(POINTS):
         if only is not None and i not in only:
             continue
-        for h in (dt, dt / 2):
+        for h in (dt, dt / 2) if halve else (dt,):
             l0 = load1()
-            r = _point(beta, K, n, h, ranks)
+            r = _point(beta, K, n, h, ranks, seed=seed)
             r["load1"] = [l0, load1()]
             print(f"beta={beta} K={K} n={n} dt={h}: m = {r['mean']:.6f} ± {r['se']:.1e} "
                   f"(branch {r['branch_m']:.6f}, z = {r['z']:+.2f}, {r['seconds']:.0f} s, "
                   f"CPU {r['cpu_s']:.0f} s)", flush=True)
             data = json.loads(OUT.read_text()) if OUT.exists() else {}
-            key = (r["beta"], r["K"], r["n"], r["dt"], r["ranks"])
+            key = (r["beta"], r["K"], r["n"], r["dt"], r["ranks"], r["seed"])
             rows = [q for q in data.get("points", {}).get("rows", [])
-                    if (q["beta"], q["K"], q["n"], q["dt"], q["ranks"]) != key]
+                    if (q["beta"], q["K"], q["n"], q["dt"], q["ranks"], q["seed"]) != key]
             _merge("points", {"run": POINT_RUN, "rows": [*rows, r]})
 
 
@@ -218,6 +220,8 @@ def main() -> None:
     b.add_argument("--ranks", type=int, default=1)
     b.add_argument("--dt", type=float, default=0.05)
     b.add_argument("--only", type=int, nargs="*", help="indices into POINTS (default all)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--no-halve", action="store_true", help="dt only (a replicate)")
     e = sub.add_parser("cost")
     e.add_argument("--n", type=int, default=1_000_000)
     e.add_argument("--ranks", type=int, default=2)
@@ -233,7 +237,7 @@ def main() -> None:
     elif args.what == "step":
         step(args.n, args.reps)
     else:
-        points(args.n, args.ranks, args.dt, args.only)
+        points(args.n, args.ranks, args.dt, args.only, args.seed, not args.no_halve)
 
 
 if __name__ == "__main__":
