@@ -65,10 +65,10 @@ def particle_table(path: Path) -> list | None:
               "bench/phase_particles.py points); none drawn")
         return None
     print(f"particle points ({path.name}): order parameter against the stable branch m(K)")
-    print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'m (particles)':>22} "
+    print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'seed':>4} {'m (particles)':>22} "
           f"{'m(K) branch':>12} {'z':>7}  verdict")
     for p in pts:
-        print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} "
+        print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} {p.seed:4d} "
               f"{p.mean:12.6f} ± {p.se:.1e} {p.branch_m:12.6f} {p.z:+7.2f}  "
               f"{'agrees' if p.passed else 'DIFFERS'} (|z| <= {p.t_crit:.2f})")
     return pts
@@ -183,7 +183,8 @@ def _draw_particles(ax, pts: list | None, d: int) -> float:
                        color="C2" if p.passed else "C3", alpha=0.35, lw=4)
     ax[2].axhline(0.0, color="k", lw=0.8)
     ax[2].set_xticks(range(len(pts)),
-                     [f"β={p.beta:g}, K={p.K:g}\nn={p.n:.0e}, dt={p.dt:g}" for p in pts],
+                     [f"β={p.beta:g}, K={p.K:g}\nn={p.n:.0e}, dt={p.dt:g}"
+                      + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
                      fontsize=7)
     ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),
               title="particles − branch (bars: s.e.; bands: t_crit · s.e.)")

@@ -216,6 +216,8 @@ class ParticlePoint:
         Tokens, MPI ranks and batches of the standard error.
     dt : float
         Time step of the Strang integrator (time units).
+    seed : int
+        The run's seed (``0`` where the record has none).
     mean, se : float
         The particles' time-averaged order parameter ``m̄`` and its batch-means
         standard error (dimensionless).
@@ -234,6 +236,7 @@ class ParticlePoint:
     ranks: int
     batches: int
     dt: float
+    seed: int
     mean: float
     se: float
     branch_m: float
@@ -256,7 +259,7 @@ def check_particle_point(record: dict[str, Any], *, alpha: float = ALPHA,
     ----------
     record : dict
         Needs ``beta``, ``K``, ``n``, ``dt``, ``mean``, ``se``, ``batches`` (``ranks``
-        defaults to 1).
+        defaults to 1, ``seed`` to 0).
     alpha : float, keyword-only
         Two-sided level.
     d : int, keyword-only
@@ -275,7 +278,8 @@ def check_particle_point(record: dict[str, Any], *, alpha: float = ALPHA,
     z = (mean - m) / se if ok else math.inf
     tc = float(student.ppf(1.0 - alpha / 2.0, b - 1))
     return ParticlePoint(beta=beta, K=K, n=int(record["n"]), ranks=int(record.get("ranks", 1)),
-                         batches=b, dt=float(record["dt"]), mean=mean, se=se, branch_m=m,
+                         batches=b, dt=float(record["dt"]),
+                         seed=int(record.get("seed", 0)), mean=mean, se=se, branch_m=m,
                          z=float(z), t_crit=tc, passed=bool(ok and abs(z) <= tc))
 
 
