@@ -40,7 +40,7 @@ from wflow.phase import (
     tricritical_beta,
     zonal_branch,
 )
-from wflow.phase.particles import load_particle_points
+from wflow.phase.particles import extrapolate_dt, load_particle_points
 
 #: The particle points the demo draws (written by ``bench/phase_particles.py points``).
 POINTS_FILE = Path(__file__).resolve().parents[1] / "bench" / "results" / "phase_particles.json"
@@ -57,16 +57,34 @@ def _nan_to_none(x):
     return x
 
 
+def _with_limits(pts: list) -> list:
+    """The points, each pair at ``dt`` and ``dt/2`` followed by its limit ``dt → 0``."""
+    out = []
+    for p in pts:
+        out.append(p)
+        for q in pts:  # p the fine run of a pair: its coarse run q
+            if ((q.beta, q.K, q.n, q.seed) == (p.beta, p.K, p.n, p.seed)
+                    and p.dt * 2.0 == q.dt):
+                out.append(extrapolate_dt(q, p))
+    return out
+
+
 def particle_table(path: Path) -> list | None:
-    """Print the particle points of ``path`` against the stable branch; ``None`` if absent."""
+    """Print the particle points of ``path`` against the stable branch; ``None`` if absent.
+
+    Each pair of runs at ``dt`` and ``dt/2`` is followed by its Richardson limit
+    (``dt = 0`` in the table; :func:`wflow.phase.particles.extrapolate_dt`).
+    """
     pts = load_particle_points(path)
     if pts is None:
         print(f"particle points: {path} has no 'points' section (run "
               "bench/phase_particles.py points); none drawn")
         return None
-    print(f"particle points ({path.name}): order parameter against the stable branch m(K)")
-    print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'seed':>4} {'m (particles)':>22} "
-          f"{'m(K) branch':>12} {'z':>7}  verdict")
+    pts = _with_limits(pts)
+    print(f"particle points ({path.name}): order parameter against the stable branch m(K) "
+          "(dt = 0: Richardson's limit of dt and dt/2)")
+    print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'seed':>4} "
+          f"{'m (particles)':>22} {'m(K) branch':>12} {'z':>7}  verdict")
     for p in pts:
         print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} {p.seed:4d} "
               f"{p.mean:12.6f} ± {p.se:.1e} {p.branch_m:12.6f} {p.z:+7.2f}  "
@@ -171,19 +189,22 @@ def _draw_particles(ax, pts: list | None, d: int) -> float:
                    ha="center", va="center", transform=ax[2].transAxes)
         ax[2].set_axis_off()
         return 0.0
-    ax[0].plot([p.beta for p in pts], [p.K for p in pts], "k*", ms=9, label="particles")
+    runs = [p for p in pts if p.dt > 0]
+    ax[0].plot([p.beta for p in runs], [p.K for p in runs], "k*", ms=9, label="particles")
     ax[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.1))
-    kk = [p.K / k_sharp(p.beta, d) for p in pts]
-    ax[1].errorbar(kk, [p.mean for p in pts], yerr=[p.se for p in pts], fmt="k*", ms=7,
+    kk = [p.K / k_sharp(p.beta, d) for p in runs]
+    ax[1].errorbar(kk, [p.mean for p in runs], yerr=[p.se for p in runs], fmt="k*", ms=7,
                    capsize=3, label="particles (± s.e.)", zorder=5)
     for i, p in enumerate(pts):
-        ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.se], fmt="o" if p.passed else "x",
+        mk = ("D" if p.dt == 0 else "o") if p.passed else "x"
+        ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.se], fmt=mk,
                        color="C2" if p.passed else "C3", capsize=4)
         ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.t_crit * p.se], fmt="none",
                        color="C2" if p.passed else "C3", alpha=0.35, lw=4)
     ax[2].axhline(0.0, color="k", lw=0.8)
     ax[2].set_xticks(range(len(pts)),
-                     [f"β={p.beta:g}, K={p.K:g}\nn={p.n:.0e}, dt={p.dt:g}"
+                     [f"β={p.beta:g}, K={p.K:g}\nn={p.n:.0e}, "
+                      + (f"dt={p.dt:g}" if p.dt else "dt→0")
                       + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
                      fontsize=7)
     ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,3 +113,18 @@ def test_a_missing_points_file_is_said_and_draws_nothing(tmp_path, capsys):
     result, stars, ax = _drawn_points(mod, tmp_path, tmp_path / "none.json")
     assert "none drawn" in capsys.readouterr().out
     assert result["particle_points"] is None and stars == [] and not ax[2].axison
+
+
+def test_a_pair_at_dt_and_half_dt_gets_its_limit_in_the_table(tmp_path, capsys):
+    data = json.loads(FIXTURE.read_text())
+    a = data["points"]["rows"][0]
+    data["points"]["rows"] = [a, {**a, "dt": a["dt"] / 2, "mean": a["mean"] + 3e-4}]
+    f = tmp_path / "pair.json"
+    f.write_text(json.dumps(data))
+    result, stars, ax = _drawn_points(_load(), tmp_path, f)
+    pts = result["particle_points"]
+    assert [p["dt"] for p in pts] == [0.05, 0.025, 0.0]
+    # Richardson (order 2): (4 m_{dt/2} − m_dt) / 3 = m_dt + 4e-4
+    assert pts[2]["mean"] == pytest.approx(a["mean"] + 4e-4, abs=1e-12)
+    assert len(stars[0]) == 2  # the limit is no run: not on the diagram
+    assert "Richardson" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from wflow.phase.particles import (
     CHECK_CONFIG,
     batch_means_se,
     check_particle_point,
+    extrapolate_dt,
     load_particle_points,
     particle_order_parameter,
     stable_order_parameter,
@@ -139,3 +140,25 @@ def test_points_are_loaded_and_checked_from_a_results_file(tmp_path):
     assert load_particle_points(tmp_path / "missing.json") is None
     (tmp_path / "other.json").write_text('{"size": {}}')
     assert load_particle_points(tmp_path / "other.json") is None
+
+
+def test_the_step_bias_is_extrapolated_away():
+    m = stable_order_parameter(3.0, 0.9)
+    se, bias = 1e-4, 4e-3  # a bias c dt² of 40 s.e. at dt = 0.05, 10 at dt/2
+    rec = {"beta": 3.0, "K": 0.9, "n": 100000, "batches": 10, "se": se}
+    coarse = check_particle_point({**rec, "dt": 0.05, "mean": m + bias})
+    fine = check_particle_point({**rec, "dt": 0.025, "mean": m + bias / 4})
+    assert not coarse.passed and not fine.passed
+    lim = extrapolate_dt(coarse, fine)
+    # (4 (m + b/4) − (m + b)) / 3 = m up to the rounding of the four numbers (|m| eps / se)
+    assert lim.passed and abs(lim.z) < 1e-9 and lim.dt == 0.0
+    assert lim.se == pytest.approx(math.sqrt(17) * se / 3, rel=1e-12)
+    # equal batch variances: Welch–Satterthwaite gives 289/257 · 9 = 10.1 → 10 d.o.f.
+    assert lim.batches == 11
+    # negative control: the wrong order (a first-order bias assumed) misses the branch
+    assert not extrapolate_dt(coarse, fine, order=1).passed
+    with pytest.raises(ValueError, match="^dt:"):
+        extrapolate_dt(coarse, check_particle_point({**rec, "dt": 0.02, "mean": m}))
+    with pytest.raises(ValueError, match="^points:"):
+        extrapolate_dt(coarse, check_particle_point({**rec, "dt": 0.025, "mean": m,
+                                                     "K": 0.95}))

@@ -59,6 +59,7 @@ from .particles import (
     ParticlePhaseRun,
     ParticlePoint,
     check_particle_point,
+    extrapolate_dt,
     load_particle_points,
     particle_order_parameter,
     stable_order_parameter,
@@ -114,5 +115,6 @@ __all__ = [
     "ParticlePoint",
     "check_particle_point",
     "load_particle_points",
+    "extrapolate_dt",
     *_LAZY,
 ]

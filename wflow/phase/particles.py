@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ParticlePhaseRun", "particle_order_parameter", "stable_order_parameter",
            "vmf_kappa_of", "batch_means_se", "CHECK_CONFIG", "ParticlePoint",
-           "check_particle_point", "load_particle_points"]
+           "check_particle_point", "load_particle_points", "extrapolate_dt"]
 
 #: Level of :meth:`ParticlePhaseRun.passed` (two-sided, on ``t(batches − 1)``).
 ALPHA = 0.003
@@ -281,6 +281,61 @@ def check_particle_point(record: dict[str, Any], *, alpha: float = ALPHA,
                          batches=b, dt=float(record["dt"]),
                          seed=int(record.get("seed", 0)), mean=mean, se=se, branch_m=m,
                          z=float(z), t_crit=tc, passed=bool(ok and abs(z) <= tc))
+
+
+def extrapolate_dt(coarse: ParticlePoint, fine: ParticlePoint, *, order: int = 2,
+                   alpha: float = ALPHA) -> ParticlePoint:
+    r"""Richardson's extrapolation ``dt → 0`` of two points at ``dt`` and ``dt/2``.
+
+    With the stationary law's bias ``c dtᵖ`` (``p = order``; 2 for the Strang scheme, weak
+    order 2) the limit is ``m₀ = (2ᵖ m̄_{dt/2} − m̄_{dt}) / (2ᵖ − 1)``; the runs are
+    independent (their own noise), so ``se₀ = √(4ᵖ se_{dt/2}² + se_{dt}²) / (2ᵖ − 1)``, and the
+    check's ``t`` quantile takes the Welch–Satterthwaite degrees of freedom (rounded down)
+    of the two batch-means variances. The bias ``m̄_{dt} − m₀`` of the coarse run is
+    ``(m̄_{dt} − m̄_{dt/2}) 2ᵖ / (2ᵖ − 1)``.
+
+    Parameters
+    ----------
+    coarse, fine : ParticlePoint
+        The same ``(β, K, n)`` at ``dt`` and ``dt/2``.
+    order : int, keyword-only
+        Order ``p`` of the step's bias.
+    alpha : float, keyword-only
+        Two-sided level of the verdict.
+
+    Returns
+    -------
+    ParticlePoint
+        ``dt = 0``, ``mean = m₀``, ``se = se₀``, ``batches`` one more than the degrees of
+        freedom; ``z``, ``t_crit``, ``passed`` against the branch as in
+        :func:`check_particle_point`.
+
+    Raises
+    ------
+    ValueError
+        The two points differ in ``β``, ``K`` or ``n``, or ``fine.dt ≠ coarse.dt / 2``.
+    """
+    from scipy.stats import t as student
+
+    if (coarse.beta, coarse.K, coarse.n) != (fine.beta, fine.K, fine.n):
+        raise ValueError("points: expected the same (beta, K, n), got "
+                         f"{(coarse.beta, coarse.K, coarse.n)} and "
+                         f"{(fine.beta, fine.K, fine.n)}")
+    if not math.isclose(fine.dt, coarse.dt / 2.0, rel_tol=1e-12):
+        raise ValueError(f"dt: expected the fine step {coarse.dt / 2.0!r}, got {fine.dt!r}")
+    f = 2.0 ** int(order)
+    mean = (f * fine.mean - coarse.mean) / (f - 1.0)
+    a, b = (f * fine.se / (f - 1.0)) ** 2, (coarse.se / (f - 1.0)) ** 2
+    se = math.sqrt(a + b)
+    df = (a + b) ** 2 / (a * a / (fine.batches - 1) + b * b / (coarse.batches - 1))
+    df = max(1, int(math.floor(df)))
+    ok = math.isfinite(mean) and math.isfinite(se) and se > 0
+    z = (mean - fine.branch_m) / se if ok else math.inf
+    tc = float(student.ppf(1.0 - alpha / 2.0, df))
+    return ParticlePoint(beta=fine.beta, K=fine.K, n=fine.n, ranks=fine.ranks, batches=df + 1,
+                         dt=0.0, seed=fine.seed, mean=float(mean), se=float(se),
+                         branch_m=fine.branch_m, z=float(z), t_crit=tc,
+                         passed=bool(ok and abs(z) <= tc))
 
 
 def load_particle_points(path: Any, section: str = "points", *,
