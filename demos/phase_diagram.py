@@ -203,12 +203,13 @@ def _draw_particles(ax, pts: list | None, d: int) -> float:
                        color="C2" if p.passed else "C3", alpha=0.35, lw=4)
     ax[2].axhline(0.0, color="k", lw=0.8)
     ax[2].set_xticks(range(len(pts)),
-                     [f"β={p.beta:g}, K={p.K:g}\nn={p.n:.0e}, "
-                      + (f"dt={p.dt:g}" if p.dt else "dt→0")
+                     [f"β={p.beta:g}\nK={p.K:g}\n" + (f"dt={p.dt:g}" if p.dt else "dt→0")
                       + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
                      fontsize=7)
+    ns = ", ".join(f"{n:.0e}" for n in sorted({p.n for p in pts}))
     ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),
-              title="particles − branch (bars: s.e.; bands: t_crit · s.e.)")
+              title=f"particles (n = {ns}) − branch\n(bars: s.e.; bands: t_crit · s.e.; "
+                    "◆: Richardson dt → 0)")
     return max(kk)
 
 
