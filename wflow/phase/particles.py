@@ -69,8 +69,8 @@ DT_BIAS_NOTE = ("measured at n = 1e5: at beta = 3, K = 0.9 the stationary order 
                 "is biased by -6.70e-3 at dt = 0.05 and -1.65e-3 at dt = 0.025 (ratio 4.05: "
                 "second order, 150 and 36 standard errors); Richardson's limit of the two "
                 "(extrapolate_dt) is 0.5 standard errors from the branch. At beta = 1, "
-                "K = 2.2 the two runs lie 3.1 standard errors below and 2.5 above the branch: "
-                "no dt^2 pattern above the noise")
+                "K = 2.2 the runs (two seeds) lie within 3.1 standard errors of the branch, on "
+                "both sides, with no dt^2 pattern above that scatter")
 
 
 def stable_order_parameter(beta: float, K: float, d: int = 3) -> float:
