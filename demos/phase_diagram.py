@@ -10,10 +10,17 @@ clustered state wins from K_c on (equal free energies), K_f < K_c < K_#.
 
 The script continues the zonal branch in m (wflow.phase), prints K_#, K_c, K_f against β
 for d = 3, the exponents, and the dichotomy at β* ± 2 % for d = 2, 3, 4, 8; with --out it
-writes phase_diagram.png (K against β, and the branches m against K/K_#) and
-phase_diagram.json (the raw numbers).
+writes phase_diagram.png (K against β, the branches m against K/K_#, and the noisy
+particles' order parameter against the stable branch) and phase_diagram.json (the raw
+numbers).
 
-Run: python demos/phase_diagram.py [--quick] [--out DIR]
+Particle points: the stationary runs of ``bench/phase_particles.py points`` (section
+``points`` of bench/results/phase_particles.json, or --points FILE), each checked against
+the continuation's stable state m(K) (wflow.phase.particles.check_particle_point: |m̄ − m(K)|
+within t(batches − 1) standard errors at level 0.003), printed as a table and drawn with
+their standard errors. A missing file or section is said, and no point is drawn.
+
+Run: python demos/phase_diagram.py [--quick] [--out DIR] [--points FILE]
 """
 
 from __future__ import annotations
@@ -27,11 +34,16 @@ import numpy as np
 
 from wflow.phase import (
     check_dichotomy,
+    k_sharp,
     order_parameter_exponent,
     phase_diagram,
     tricritical_beta,
     zonal_branch,
 )
+from wflow.phase.particles import extrapolate_dt, load_particle_points
+
+#: The particle points the demo draws (written by ``bench/phase_particles.py points``).
+POINTS_FILE = Path(__file__).resolve().parents[1] / "bench" / "results" / "phase_particles.json"
 
 
 def _nan_to_none(x):
@@ -45,7 +57,42 @@ def _nan_to_none(x):
     return x
 
 
-def main(quick: bool = False, out: Path | None = None) -> dict:
+def _with_limits(pts: list) -> list:
+    """The points, each pair at ``dt`` and ``dt/2`` followed by its limit ``dt → 0``."""
+    out = []
+    for p in pts:
+        out.append(p)
+        for q in pts:  # p the fine run of a pair: its coarse run q
+            if ((q.beta, q.K, q.n, q.seed) == (p.beta, p.K, p.n, p.seed)
+                    and p.dt * 2.0 == q.dt):
+                out.append(extrapolate_dt(q, p))
+    return out
+
+
+def particle_table(path: Path) -> list | None:
+    """Print the particle points of ``path`` against the stable branch; ``None`` if absent.
+
+    Each pair of runs at ``dt`` and ``dt/2`` is followed by its Richardson limit
+    (``dt = 0`` in the table; :func:`wflow.phase.particles.extrapolate_dt`).
+    """
+    pts = load_particle_points(path)
+    if pts is None:
+        print(f"particle points: {path} has no 'points' section (run "
+              "bench/phase_particles.py points); none drawn")
+        return None
+    pts = _with_limits(pts)
+    print(f"particle points ({path.name}): order parameter against the stable branch m(K) "
+          "(dt = 0: Richardson's limit of dt and dt/2)")
+    print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'seed':>4} "
+          f"{'m (particles)':>22} {'m(K) branch':>12} {'z':>7}  verdict")
+    for p in pts:
+        print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} {p.seed:4d} "
+              f"{p.mean:12.6f} ± {p.se:.1e} {p.branch_m:12.6f} {p.z:+7.2f}  "
+              f"{'agrees' if p.passed else 'DIFFERS'} (|z| <= {p.t_crit:.2f})")
+    return pts
+
+
+def main(quick: bool = False, out: Path | None = None, points: Path = POINTS_FILE) -> dict:
     d = 3
     bs = tricritical_beta(d)
     betas = (np.array([1.0, 1.5, bs, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0]) if quick else
@@ -73,6 +120,8 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
               "exponent_below": exps["below"], "exponent_at": exps["at"],
               "discontinuous": int(sum(t == "discontinuous" for t in diag.transition)),
               "dichotomy": dich, "diagram": diag.as_dict()}
+    pts = particle_table(Path(points))
+    result["particle_points"] = None if pts is None else [vars(p) for p in pts]
     if out is not None:
         import matplotlib
 
@@ -86,7 +135,12 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
             branches[label] = {"beta": b, "m": br.m.tolist(),
                                "K_over_K_sharp": (br.K * 2 * br.model.lam[1] / b).tolist(),
                                "free_energy_gap": br.free_energy_gap.tolist()}
-        fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+        for b in sorted({p.beta for p in pts or []} - {br["beta"] for br in branches.values()}):
+            br = zonal_branch(b, d, m=np.linspace(0.002, 0.95, 120 if quick else 400))
+            branches[f"β = {b:g}"] = {"beta": b, "m": br.m.tolist(),
+                                      "K_over_K_sharp": (br.K * 2 * br.model.lam[1] / b).tolist(),
+                                      "free_energy_gap": br.free_energy_gap.tolist()}
+        fig, ax = plt.subplots(1, 3, figsize=(16, 4.2))
         # from the tricritical point on (K_f = K_c = K_# at β*), the curves of the
         # discontinuous side; K_c = K_# on the continuous side
         up = diag.beta >= bs
@@ -111,9 +165,11 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
             if p is not None:
                 ax[1].plot([p.k_c / p.k_sharp] * 2, [0, p.m_c], color=col, ls="--", lw=0.8)
                 ax[1].plot(p.k_fold / p.k_sharp, p.m_fold, "o", color=col, ms=4)
+        kmax = _draw_particles(ax, pts, d)
         ax[1].axvline(1.0, color="gray", lw=0.6)
-        ax[1].set(xlabel="K / K_#", ylabel="order parameter m = |∫x dμ|", xlim=(0.4, 1.6),
-                  ylim=(0, 1), title="zonal branches (dots: folds, dashed: K_c)")
+        ax[1].set(xlabel="K / K_#", ylabel="order parameter m = |∫x dμ|",
+                  xlim=(0.4, max(1.6, kmax + 0.05)), ylim=(0, 1),
+                  title="zonal branches (dots: folds, dashed: K_c)")
         ax[1].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "phase_diagram.png", dpi=120)
@@ -123,9 +179,45 @@ def main(quick: bool = False, out: Path | None = None) -> dict:
     return result
 
 
+def _draw_particles(ax, pts: list | None, d: int) -> float:
+    """The particle points: on the diagram, on the branches, and against the branch.
+
+    Returns the largest ``K/K_#`` of the points (0 without points).
+    """
+    if not pts:
+        ax[2].text(0.5, 0.5, "no particle points\n(bench/phase_particles.py points)",
+                   ha="center", va="center", transform=ax[2].transAxes)
+        ax[2].set_axis_off()
+        return 0.0
+    runs = [p for p in pts if p.dt > 0]
+    ax[0].plot([p.beta for p in runs], [p.K for p in runs], "k*", ms=9, label="particles")
+    ax[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.1))
+    kk = [p.K / k_sharp(p.beta, d) for p in runs]
+    ax[1].errorbar(kk, [p.mean for p in runs], yerr=[p.se for p in runs], fmt="k*", ms=7,
+                   capsize=3, label="particles (± s.e.)", zorder=5)
+    for i, p in enumerate(pts):
+        mk = ("D" if p.dt == 0 else "o") if p.passed else "x"
+        ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.se], fmt=mk,
+                       color="C2" if p.passed else "C3", capsize=4)
+        ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.t_crit * p.se], fmt="none",
+                       color="C2" if p.passed else "C3", alpha=0.35, lw=4)
+    ax[2].axhline(0.0, color="k", lw=0.8)
+    ax[2].set_xticks(range(len(pts)),
+                     [f"β={p.beta:g}\nK={p.K:g}\n" + (f"dt={p.dt:g}" if p.dt else "dt→0")
+                      + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
+                     fontsize=7)
+    ns = ", ".join(f"{n:.0e}" for n in sorted({p.n for p in pts}))
+    ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),
+              title=f"particles (n = {ns}) − branch\n(bars: s.e.; bands: t_crit · s.e.; "
+                    "◆: Richardson dt → 0)")
+    return max(kk)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small, runs in seconds")
     ap.add_argument("--out", type=Path, default=None, help="directory for the figure and data")
+    ap.add_argument("--points", type=Path, default=POINTS_FILE,
+                    help="results file with the particle points (section 'points')")
     a = ap.parse_args()
-    main(quick=a.quick, out=a.out)
+    main(quick=a.quick, out=a.out, points=a.points)

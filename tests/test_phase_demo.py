@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,8 +40,11 @@ def _load():
     return mod
 
 
+FIXTURE = ROOT / "tests" / "data" / "phase_particles_points.json"
+
+
 def test_phase_diagram_demo_quick(tmp_path):
-    result = _load().main(quick=True, out=tmp_path)
+    result = _load().main(quick=True, out=tmp_path, points=FIXTURE)
     for key, want in PINNED.items():
         if isinstance(want, tuple):
             np.testing.assert_allclose(result[key], want[0], rtol=0, atol=want[1], err_msg=key)
@@ -55,3 +59,72 @@ def test_phase_diagram_demo_quick(tmp_path):
     assert abs(data["k_c_beta3"] - PINNED["k_c_beta3"]) < 1e-12
     # negative control: the published "fold" label of 0.61687 is not our fold
     assert abs(result["k_fold_beta3"] - 0.61687) > 1e-3
+    # the fixture's particle points, each with its verdict against the branch
+    pts = result["particle_points"]
+    assert [(p["beta"], p["K"], p["passed"]) for p in pts] == [(1.0, 2.2, True),
+                                                              (3.0, 0.9, False)]
+    assert data["particle_points"][0]["se"] == 1.2e-4
+
+
+def _drawn_points(mod, tmp_path, points):
+    """The (x, y) of the particle markers on each panel of the demo's figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    orig = plt.subplots
+
+    def spy(*a, **k):
+        fig, ax = orig(*a, **k)
+        figs.append(ax)
+        return fig, ax
+
+    plt.subplots = spy
+    try:
+        result = mod.main(quick=True, out=tmp_path, points=points)
+    finally:
+        plt.subplots = orig
+    ax = figs[0]
+    stars = [ln.get_xydata().tolist() for a in ax[:2] for ln in a.get_lines()
+             if ln.get_marker() == "*"]
+    return result, stars, ax
+
+
+def test_the_demo_draws_the_points_of_the_file(tmp_path, capsys):
+    mod = _load()
+    result, stars, ax = _drawn_points(mod, tmp_path, FIXTURE)
+    out = capsys.readouterr().out
+    assert "agrees" in out and "DIFFERS" in out
+    # diagram: (β, K) of each point; branches: (K/K_#, m̄)
+    k1, k3 = mod.k_sharp(1.0, 3), mod.k_sharp(3.0, 3)
+    np.testing.assert_allclose(stars[0], [[1.0, 2.2], [3.0, 0.9]])
+    np.testing.assert_allclose(stars[1], [[2.2 / k1, 0.83662], [0.9 / k3, 0.9490]])
+    assert ax[2].axison
+    for key, want in PINNED.items():  # the points change none of the pinned numbers
+        got = result[key]
+        np.testing.assert_allclose(got, want[0] if isinstance(want, tuple) else want,
+                                   rtol=1e-9, atol=want[1] if isinstance(want, tuple) else 0)
+
+
+def test_a_missing_points_file_is_said_and_draws_nothing(tmp_path, capsys):
+    mod = _load()
+    result, stars, ax = _drawn_points(mod, tmp_path, tmp_path / "none.json")
+    assert "none drawn" in capsys.readouterr().out
+    assert result["particle_points"] is None and stars == [] and not ax[2].axison
+
+
+def test_a_pair_at_dt_and_half_dt_gets_its_limit_in_the_table(tmp_path, capsys):
+    data = json.loads(FIXTURE.read_text())
+    a = data["points"]["rows"][0]
+    data["points"]["rows"] = [a, {**a, "dt": a["dt"] / 2, "mean": a["mean"] + 3e-4}]
+    f = tmp_path / "pair.json"
+    f.write_text(json.dumps(data))
+    result, stars, ax = _drawn_points(_load(), tmp_path, f)
+    pts = result["particle_points"]
+    assert [p["dt"] for p in pts] == [0.05, 0.025, 0.0]
+    # Richardson (order 2): (4 m_{dt/2} − m_dt) / 3 = m_dt + 4e-4
+    assert pts[2]["mean"] == pytest.approx(a["mean"] + 4e-4, abs=1e-12)
+    assert len(stars[0]) == 2  # the limit is no run: not on the diagram
+    assert "Richardson" in capsys.readouterr().out

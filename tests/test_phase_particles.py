@@ -9,6 +9,7 @@ negative controls run the same particles with a wrong diffusion through the publ
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,9 @@ from wflow.phase import k_sharp, phase_point, zonal_branch
 from wflow.phase.particles import (
     CHECK_CONFIG,
     batch_means_se,
+    check_particle_point,
+    extrapolate_dt,
+    load_particle_points,
     particle_order_parameter,
     stable_order_parameter,
     vmf_kappa_of,
@@ -100,3 +104,61 @@ def test_bad_input_is_refused_naming_it(kw, name):
     args = {**SMALL, **kw}
     with pytest.raises(ValueError, match=f"^{name}:"):
         particle_order_parameter(1.0, 2.2, **args)
+
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "phase_particles_points.json"
+
+
+def test_a_recorded_point_is_checked_against_the_recomputed_branch():
+    m = stable_order_parameter(1.0, 2.2)
+    rec = {"beta": 1.0, "K": 2.2, "n": 100000, "dt": 0.05, "batches": 10, "mean": m + 2e-4,
+           "se": 1e-4, "branch_m": -1.0}  # the record's own branch_m is never read
+    p = check_particle_point(rec)
+    # z from the same four numbers: exact up to the rounding of m + 2e-4 (|m| eps / se)
+    assert p.z == pytest.approx(2.0, abs=1e-11) and p.passed and p.ranks == 1
+    assert p.t_crit == pytest.approx(4.0240, abs=1e-4)  # t(9) at 0.9985
+    assert not check_particle_point({**rec, "mean": m + 5e-4}).passed  # z = 5 > 4.02
+    # negative controls: β off by 5 % (the branch moves by 1.2e-2, 120 s.e.) and a record
+    # without a usable standard error
+    off = check_particle_point({**rec, "beta": 1.05})
+    assert not off.passed and abs(off.z) > 50
+    assert not check_particle_point({**rec, "se": 0.0}).passed
+    assert not check_particle_point({**rec, "se": float("nan")}).passed
+
+
+def test_the_verdict_of_a_run_record_is_the_runs_own():
+    run = particle_order_parameter(1.0, 1.6, seed=2, n=400, T=2.0, burn=0.5, every=0.25,
+                                   batches=2)
+    p = check_particle_point(run.as_dict())
+    assert p.passed == run.passed() and p.z == run.z and p.branch_m == run.branch_m
+
+
+def test_points_are_loaded_and_checked_from_a_results_file(tmp_path):
+    pts = load_particle_points(FIXTURE)
+    assert [p.passed for p in pts] == [True, False]  # the second row is 7.9 s.e. off
+    assert pts[1].z == pytest.approx((0.9490 - stable_order_parameter(3.0, 0.9)) / 1e-4)
+    assert load_particle_points(tmp_path / "missing.json") is None
+    (tmp_path / "other.json").write_text('{"size": {}}')
+    assert load_particle_points(tmp_path / "other.json") is None
+
+
+def test_the_step_bias_is_extrapolated_away():
+    m = stable_order_parameter(3.0, 0.9)
+    se, bias = 1e-4, 4e-3  # a bias c dt² of 40 s.e. at dt = 0.05, 10 at dt/2
+    rec = {"beta": 3.0, "K": 0.9, "n": 100000, "batches": 10, "se": se}
+    coarse = check_particle_point({**rec, "dt": 0.05, "mean": m + bias})
+    fine = check_particle_point({**rec, "dt": 0.025, "mean": m + bias / 4})
+    assert not coarse.passed and not fine.passed
+    lim = extrapolate_dt(coarse, fine)
+    # (4 (m + b/4) − (m + b)) / 3 = m up to the rounding of the four numbers (|m| eps / se)
+    assert lim.passed and abs(lim.z) < 1e-9 and lim.dt == 0.0
+    assert lim.se == pytest.approx(math.sqrt(17) * se / 3, rel=1e-12)
+    # equal batch variances: Welch–Satterthwaite gives 289/257 · 9 = 10.1 → 10 d.o.f.
+    assert lim.batches == 11
+    # negative control: the wrong order (a first-order bias assumed) misses the branch
+    assert not extrapolate_dt(coarse, fine, order=1).passed
+    with pytest.raises(ValueError, match="^dt:"):
+        extrapolate_dt(coarse, check_particle_point({**rec, "dt": 0.02, "mean": m}))
+    with pytest.raises(ValueError, match="^points:"):
+        extrapolate_dt(coarse, check_particle_point({**rec, "dt": 0.025, "mean": m,
+                                                     "K": 0.95}))

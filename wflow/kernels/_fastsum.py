@@ -60,6 +60,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from ._plan_cache import PlanCache
 from ._rows import _FM, fexp
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "harmonic_sums",
     "ROUNDOFF_KAPPA",
     "MAX_DEGREE",
+    "PLAN_CACHE",
 ]
 
 logger = logging.getLogger(__name__)
@@ -278,6 +280,15 @@ def enclosing_centre(u: np.ndarray) -> tuple[np.ndarray, float]:
 
 # ---------------------------------------------------------------- harmonic tables
 def _tables(L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Recurrence coefficients of degree ``L`` (:data:`PLAN_CACHE`, read-only arrays).
+
+    They depend on ``L`` only, not on the points: built once per degree
+    (:func:`_build_tables`) and shared by every later evaluation.
+    """
+    return PLAN_CACHE.tables(int(L))
+
+
+def _build_tables(L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Recurrence coefficients in the m-major layout ``idx(m, l) = off[m] + l - m``."""
     off = np.zeros(L + 2, dtype=np.int64)
     for m in range(L + 1):
@@ -510,10 +521,25 @@ def estimate_floor(x: np.ndarray, y: np.ndarray, m: np.ndarray, u: np.ndarray, c
 
 def plan_head(u: np.ndarray, beta: float, tol: float, *,
               max_degree: int = MAX_DEGREE) -> tuple[np.ndarray, float, int | None]:
-    """Centre, ``β R'`` and truncation degree for one head's points ``u_j = A y_j``."""
+    """Centre, ``β R'`` and truncation degree for one head's points ``u_j = A y_j``.
+
+    Remembered by :data:`PLAN_CACHE` for the same points (bit for bit) and the same
+    ``β, tol, max_degree``: :func:`wflow.kernels.plan_kernel` and :func:`harmonic_sums`
+    of one evaluation plan the same head once.
+    """
+    return PLAN_CACHE.plan_head(u, beta, tol, max_degree)
+
+
+def _plan_head(u: np.ndarray, beta: float, tol: float,
+               max_degree: int) -> tuple[np.ndarray, float, int | None]:
     c, R = enclosing_centre(u)
     L = choose_degree(beta * R, tol, max_degree=max_degree)
     return c, beta * R, L
+
+
+#: The process's :class:`~wflow.kernels._plan_cache.PlanCache` (the fast summation's tables
+#: and head plans).
+PLAN_CACHE = PlanCache(_build_tables, _plan_head)
 
 
 def harmonic_sums(

@@ -18,7 +18,8 @@ THEORY §8 (docs/theory.md §9) and Mun & Rosenzweig: one USA head ``A = V = I``
   non-zonal states, Richardson-extrapolated against the zonal values
   (:mod:`~wflow.phase.mesh`);
 * noisy particles at their stationary state against the branch, by batch means
-  (:mod:`~wflow.phase.particles`, :func:`particle_order_parameter`);
+  (:mod:`~wflow.phase.particles`, :func:`particle_order_parameter`; recorded points
+  checked by :func:`check_particle_point`);
 * the noisy PDE's long-time runs against the branches, and the hysteresis loop
   (:mod:`~wflow.phase.relaxation`, imported on first use: it needs the PDE's DOLFINx).
 
@@ -54,7 +55,15 @@ from .mesh import (
     mesh_refinement,
     nonzonal_check,
 )
-from .particles import ParticlePhaseRun, particle_order_parameter, stable_order_parameter
+from .particles import (
+    ParticlePhaseRun,
+    ParticlePoint,
+    check_particle_point,
+    extrapolate_dt,
+    load_particle_points,
+    particle_order_parameter,
+    stable_order_parameter,
+)
 from .thresholds import funk_hecke_eigenvalues, k_sharp, tricritical_beta
 from .zonal import PhaseError, ZonalModel, ZonalOptions, ZonalState
 
@@ -103,5 +112,9 @@ __all__ = [
     "ParticlePhaseRun",
     "particle_order_parameter",
     "stable_order_parameter",
+    "ParticlePoint",
+    "check_particle_point",
+    "load_particle_points",
+    "extrapolate_dt",
     *_LAZY,
 ]
