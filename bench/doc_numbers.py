@@ -449,7 +449,7 @@ PHRASES += [
     ("README.md", "W₂ and L¹ converge with orders {w1} / {l1} (τ = 0.1) and {w05} / {l05} "
      "(τ = 0.05)", _readme_jko),
     ("README.md", "(LP duality, bound ≤ {bmax} rad²)", _readme_jko),
-    ("README.md", "0.5): {ow2} / {ol1} / {oedi} by default;", _main_job_numbers),
+    ("README.md", "correct runs): {ow2} / {ol1} / {oedi} by default;", _main_job_numbers),
 ]
 
 def _pinned_field() -> object:
