@@ -33,8 +33,9 @@ noisy_mean_field_bias.json); at
 ``h = T/32`` and ``n = 1000`` the fit gives ``a h² + b/n ≈ 0.3 %`` of ``D``. The score
 test is centred on it (:func:`particle_bias`, the fit's coefficients
 :data:`BIAS_STEP`, :data:`BIAS_CHAOS`) with its standard error added in quadrature, so
-that the quick mode's ``R = 256`` replicates (score standard error about ``0.4 %`` of
-``D``, ``√(96/256)`` times the ``R = 96`` mode's) read a wrong ``D`` of either sign alike;
+that the quick mode's ``R = 256`` replicates (the score's standard error
+``√(96/256) ≈ 0.61`` times that of ``R = 96``; ``fits.D_fit_se``) read a wrong ``D`` of
+either sign alike;
 the uncentred score is reported beside it (``fits.score_t_raw``). A particle run without
 the Itô balance's terms (``ito_balance=False``: the study reads the tokens only).
 
