@@ -159,12 +159,15 @@ def upper95(fails: int, runs: int) -> float | None:
 
 
 def size(name: str, *, quick: bool, seeds: int, tmp: Path, prev: dict[str, Any] | None = None,
-         save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+         save: Callable[[dict[str, Any]], None] | None = None,
+         seed_from: int = 0) -> dict[str, Any]:
     """False-fail rate of study ``name`` over seeds ``0 … seeds−1`` (once if seed-independent).
 
     ``prev``: an earlier size entry of the same study and mode; its seeds are kept and not
     rerun (so an interrupted measurement resumes). ``save`` is called with the aggregate
     after every seed, so a run stopped by a timeout keeps what it measured.
+    ``seed_from``: run only the seeds ``seed_from … seeds−1`` (two processes over two
+    halves of the range, each to its own ``--out``; :func:`merge_sizes` joins them).
     """
     mod = load_study(name)
     once = bool(getattr(mod, "SEED_INDEPENDENT", False))
@@ -173,7 +176,7 @@ def size(name: str, *, quick: bool, seeds: int, tmp: Path, prev: dict[str, Any] 
     rest = tuple(p for p in getattr(mod, "PARTS", ()) if p not in fixed) or None
     per_seed = _per_seed(prev) if prev else {}
     agg = _aggregate(per_seed, once=once) if per_seed else {}
-    for s in range(1 if once else seeds):
+    for s in range(0 if once else seed_from, 1 if once else seeds):
         if str(s) in per_seed:
             continue
         per_seed[str(s)] = _run(name, quick=quick, seed=s, fault=None, tmp=tmp,
@@ -185,6 +188,25 @@ def size(name: str, *, quick: bool, seeds: int, tmp: Path, prev: dict[str, Any] 
         if save is not None:
             save(agg)
     return agg
+
+
+def merge_sizes(out: Path, others: list[Path], studies: list[str], modes: list[str]) -> None:
+    """Join the size seeds of ``others`` (the same studies and modes) into ``out``.
+
+    A seed measured in both keeps ``out``'s record; the aggregate is recomputed.
+    """
+    data = json.loads(out.read_text())
+    for other in others:
+        more = json.loads(other.read_text())["studies"]
+        for name in studies:
+            for mode in modes:
+                sz = more.get(name, {}).get(mode, {}).get("size")
+                if not sz:
+                    continue
+                entry = data["studies"].setdefault(name, {}).setdefault(mode, {})
+                per = {**_per_seed(sz), **(_per_seed(entry["size"]) if "size" in entry else {})}
+                entry["size"] = _aggregate(per, once=sz["seed_independent"])
+    out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _grid(fam: str, sign: float, sizes: tuple[float, ...] = SIZES) -> list[float]:
@@ -977,6 +999,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--studies", nargs="+", default=sorted(STUDIES), choices=sorted(STUDIES))
     p.add_argument("--seeds", type=int, default=20, help="seeds for the size [20]")
+    p.add_argument("--seed-from", type=int, default=0,
+                   help="the size's first seed [0] (the other half of the range in a second "
+                        "process with its own --out; --join-size merges it)")
+    p.add_argument("--join-size", type=Path, nargs="+", default=None, metavar="FILE",
+                   help="merge these files' size seeds of --studies/--modes into --out")
     p.add_argument("--modes", nargs="+", default=["quick"], choices=("quick", "full"))
     p.add_argument("--power", action="store_true", help="also scan the fault families")
     p.add_argument("--power-seeds", type=int, default=1,
@@ -1012,6 +1039,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(markdown(data) if args.markdown else page(data), end="")
         return 0
+    if args.join_size:
+        merge_sizes(args.out, args.join_size, args.studies, args.modes)
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # the engines' own warnings (coarse levels of a sweep are inaccurate by design)
     logging.getLogger("wflow").setLevel(logging.ERROR)
@@ -1042,7 +1072,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_size:
                     prev = None if args.fresh else entry.get("size")
                     entry["size"] = size(name, quick=quick, seeds=args.seeds, tmp=tmp,
-                                         prev=prev, save=lambda v, put=put: put("size", v))
+                                         prev=prev, save=lambda v, put=put: put("size", v),
+                                         seed_from=args.seed_from)
                     logger.info("%s %s: false-fail %d/%d %s", name, mode,
                                 len(entry["size"]["failing_seeds"]), entry["size"]["runs"],
                                 entry["size"]["failing_seeds"])

@@ -98,7 +98,7 @@ FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              ("mean-field", "pde-velocity:0.01"), ("mean-field", "pde-velocity:-0.01"),
              ("mean-field", "pde-beta:0.01"), ("mean-field", "pde-beta:-0.01"),
              ("mean-field", "tokens-off:0.01"),
-             # noisy-mean-field: R = 96 replicates of noisy particles per run (minutes on
+             # noisy-mean-field: R = 256 replicates of noisy particles per run (minutes on
              # the Python loop: Strang has no compiled step); tests/test_study_noisy_mean_field.py
              ("noisy-mean-field", "pde-diffusion:0.05"),
              ("noisy-mean-field", "pde-diffusion:-0.05"),
