@@ -36,8 +36,8 @@ test is centred on it (:func:`particle_bias`, the fit's coefficients
 that the quick mode's ``R = 256`` replicates (the score's standard error
 ``√(96/256) ≈ 0.61`` times that of ``R = 96``; ``fits.D_fit_se``) read a wrong ``D`` of
 either sign alike;
-the uncentred score is reported beside it (``fits.score_t_raw``). A particle run without
-the Itô balance's terms (``ito_balance=False``: the study reads the tokens only).
+the uncentred score is reported beside it (``fits.score_t_raw``). The particles run
+without the Itô balance's terms (``ito_balance=False``: the study reads the tokens only).
 
 Criteria (each at level ``α``; as ``mean-field``): ``moments_at_0``, ``moments_at_T``
 (max ``|t|`` against the Šidák critical value of ``t(R − 1)``) and ``hotelling_at_T``
