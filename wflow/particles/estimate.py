@@ -31,7 +31,8 @@ __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SE
            "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
            "fastsum_eligible", "integrator_of", "estimate_run", "NORMAL_DRAW_SECONDS",
            "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step",
-           "WHOLE_SYSTEM_COPIES", "fast_degree", "rank_memory_parts"]
+           "WHOLE_SYSTEM_COPIES", "CAUSAL_DOUBLES_PER_TOKEN", "fast_degree",
+           "rank_memory_parts"]
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
@@ -54,6 +55,13 @@ TOKEN_BYTES_PER_DOUBLE = 8.0
 #: builds them) and, at the end, the ranks' final blocks gathered (the list of blocks and
 #: their concatenation) into the result.
 WHOLE_SYSTEM_COPIES = 3
+
+#: Doubles per token of the causal fast sum's driver (``_fast_causal`` in
+#: :mod:`wflow.kernels._causal_fast`) besides its outputs ``Z, Y`` (``4 H``): the unit
+#: tokens, charges and their bound (9), one head's images, directions, radii and scaled
+#: offsets (17), its sums and their estimates (6); and over ranks the contiguous copies of
+#: the rank's own tokens for the coefficients-only pass (15).
+CAUSAL_DOUBLES_PER_TOKEN = (32, 15)
 
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
@@ -178,12 +186,15 @@ def fast_degree(A: np.ndarray, beta: float, tol: float) -> int | None:
     return choose_degree(float(beta) * radius, float(tol))
 
 
-def rank_memory_parts(*, n: int, d: int, ranks: int, causal: bool,
+def rank_memory_parts(*, n: int, d: int, H: int, ranks: int, causal: bool,
                       degree: int | None) -> dict[str, float]:
     """Bytes a rank holds beyond its tokens' working arrays, by part (may be empty).
 
     * ``whole system`` (``ranks > 1``): :data:`WHOLE_SYSTEM_COPIES` ``· 8 n d``, the
       initial tokens and the gathered final ones on every rank.
+    * ``causal sums`` (``causal`` with a ``degree``): the driver's arrays,
+      ``8 (4 H + a + b [P > 1]) ⌈n/P⌉`` bytes, ``(a, b)`` =
+      :data:`CAUSAL_DOUBLES_PER_TOKEN`.
     * ``causal waves`` (``causal`` with a ``degree``): one head's coefficient buffers in
       flight, :func:`~wflow.kernels._causal_fast.causal_wave_bytes` (≈ 32 MiB).
     * ``kept coefficients`` (``causal``, ``ranks > 1``): the largest rank's kept block
@@ -196,6 +207,9 @@ def rank_memory_parts(*, n: int, d: int, ranks: int, causal: bool,
     if P > 1:
         parts["whole system"] = WHOLE_SYSTEM_COPIES * 8.0 * n * d
     if causal and degree is not None:
+        a, b = CAUSAL_DOUBLES_PER_TOKEN
+        per_token = 4 * int(H) + a + (b if P > 1 else 0)
+        parts["causal sums"] = 8.0 * per_token * float(-(-int(n) // P))
         K = causal_coefficients(degree)
         parts["causal waves"] = float(causal_wave_bytes(K))
         kept = max(causal_kept_bytes(b - a, P, K, offset=a)
@@ -262,7 +276,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                   "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
                   "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * local_n * width * (1 + H)
                   * local_paths})
-    parts.update(rank_memory_parts(n=int(n), d=int(d), ranks=1 if split_paths else P,
+    parts.update(rank_memory_parts(n=int(n), d=int(d), H=int(H),
+                                   ranks=1 if split_paths else P,
                                    causal=causal, degree=degree))
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
