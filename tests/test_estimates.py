@@ -428,3 +428,23 @@ def test_the_per_rank_memory_table_in_the_guide_is_the_measured_one():
     mib = int(cells[4].split()[0])
     cells[4] = f"{mib + 1} MiB"
     assert " | ".join(cells) not in page
+
+
+def test_the_estimate_counts_kept_coefficients_by_the_kernels_rule(monkeypatch):
+    """One rule for the kernel and the estimate (``causal_kept_bytes``): at degree 36
+    (K = 703 coefficients, the fast summation's table) 2.5·10⁵ tokens a rank keep
+    3 907 blocks of 8K + 2 doubles (176 MB), 5·10⁵ keep none (the rule counts 16K + 2:
+    703 MB > 512 MiB), one process none. Negative control: with the budget at zero (the
+    kernel then computes the coefficients twice) the estimate counts no kept coefficients."""
+    from wflow.kernels import _causal_fast as cf
+    from wflow.kernels import _fastsum as fs
+
+    K = cf.causal_coefficients(36)
+    assert K == int(fs._tables(36)[0][37]) == 703
+    assert cf.causal_kept_bytes(250_000, 4, K) == 3907 * (8 * K + 2) * 8
+    assert cf.causal_kept_bytes(500_000, 2, K) == 0
+    assert cf.causal_kept_bytes(250_000, 1, K) == 0
+    kw = dict(n=10**6, H=4, T=0.01, dt=0.01, fastsum=True, ranks=4, mask="causal", degree=36)
+    assert estimate_particles(**kw).parts["kept coefficients"] == 3907 * (8 * K + 2) * 8
+    monkeypatch.setattr(cf, "KEEP_BYTES", 0)
+    assert "kept coefficients" not in estimate_particles(**kw).parts
