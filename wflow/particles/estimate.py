@@ -212,8 +212,8 @@ def rank_memory_parts(*, n: int, d: int, H: int, ranks: int, causal: bool,
         parts["causal sums"] = 8.0 * per_token * float(-(-int(n) // P))
         K = causal_coefficients(degree)
         parts["causal waves"] = float(causal_wave_bytes(K))
-        kept = max(causal_kept_bytes(b - a, P, K, offset=a)
-                   for a, b in (split_range(int(n), P, r) for r in range(P)))
+        kept = max(causal_kept_bytes(stop - start, P, K, offset=start)
+                   for start, stop in (split_range(int(n), P, r) for r in range(P)))
         if kept:
             parts["kept coefficients"] = float(kept)
     return parts
@@ -245,10 +245,10 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     ``⌈n/P⌉`` tokens), several paths run whole on ranks ``p mod P`` (``⌈paths/P⌉`` paths'
     working arrays); every rank also holds the recorded rows of every path and the whole
     system's positions (:func:`rank_memory_parts`). A causal ``mask`` (``"causal"``,
-    ``"causal_strict"``; ``None`` or ``"none"``: none) summed fast adds its coefficient
-    buffers and, over ranks, the kept block coefficients at the expansion's ``degree``
-    (:func:`fast_degree`; ``None``: not counted). The time is the whole run's CPU seconds
-    (every rank's work together), for any ``P``.
+    ``"causal_strict"``; ``None`` or ``"none"``: none) summed fast adds its driver's
+    arrays, its coefficient buffers and, over ranks, the kept block coefficients at the
+    expansion's ``degree`` (:func:`fast_degree`; ``None``: not counted). The time is the
+    whole run's CPU seconds (every rank's work together), for any ``P``.
 
     With token diffusion ``diffusion = D > 0`` each step adds the integrator's noise
     (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
