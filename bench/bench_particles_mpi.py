@@ -15,6 +15,12 @@ peak RSS (``getrusage``) and the RSS before the run (imports, compiled kernels, 
 Recorded: the 1-min load before and after, the environment, the kernel back-end and
 degree. On a shared machine the load decides how much of the 1 → 2 rank speed-up shows:
 compare the CPU time (work) with the wall time (work plus waiting for a core).
+
+The memory rows (:data:`MEMORY_ROWS`, ``--out bench/results/particles_mpi_ranks.json
+--rows mem_...``) run one step only (no step cost: ``None``): the largest rank's peak RSS
+at n = 10⁵ and 10⁶ on 1, 2 and 4 ranks, unmasked and causal; ``--table`` prints them
+beside the per-rank memory estimate (:func:`rank_memory_table`, quoted in
+``docs/guide/cli.md``).
 """
 
 from __future__ import annotations
@@ -166,7 +172,7 @@ ROWS = {
 #: Peak memory per rank against the rank count (``particles_mpi_ranks.json``, the per-rank
 #: memory estimate's rows): one RK4 step each (memory, not time: no step cost), n = 10⁵
 #: and 10⁶ on P = 1, 2, 4 ranks, unmasked (β = 1) and causal (β = 4: the kept coefficients
-#: of the causal fast sums, :func:`wflow.kernels._causal_fast.causal_kept_bytes`).
+#: of the causal fast sums, :func:`wflow.kernels.memory.causal_kept_bytes`).
 MEMORY_ROWS = {
     f"mem_{tag}n{n}_p{P}": dict(n=int(float(n)), ranks=P, steps=(1,), **kw)
     for tag, kw in (("", {}), ("causal_b4_", dict(beta=4.0, mask="causal")))
@@ -229,7 +235,7 @@ def rank_memory(rows: dict | None = None, *, ignore_ranks: bool = False) -> list
 
     The estimate (:func:`wflow.particles.estimate.estimate_particles`, one RK4 step as
     measured) with the row's rank count, mask and the fast degree the job computes
-    (:func:`~wflow.particles.estimate.fast_degree` of the row's heads, ``kernel_tol``
+    (:func:`~wflow.kernels.memory.fast_degree` of the row's heads, ``kernel_tol``
     1e-10); ``ignore_ranks``: the estimate of one process (``ranks = 1``), the model
     before ranks were counted. Per row: ``est_mib`` and ``meas_mib`` (the largest rank's
     peak RSS, MiB) with their ``ratio``; the same above the libraries, ``est_above_mib``
@@ -240,7 +246,8 @@ def rank_memory(rows: dict | None = None, *, ignore_ranks: bool = False) -> list
     import numpy as np
 
     from wflow.attention.heads import Heads
-    from wflow.particles.estimate import estimate_particles, fast_degree
+    from wflow.kernels.memory import fast_degree
+    from wflow.particles.estimate import estimate_particles
 
     if rows is None:
         rows = json.loads(RANKS_FILE.read_text())["rows"]

@@ -438,12 +438,14 @@ def test_the_estimate_counts_kept_coefficients_by_the_kernels_rule(monkeypatch):
     kernel then computes the coefficients twice) the estimate counts no kept coefficients."""
     from wflow.kernels import _causal_fast as cf
     from wflow.kernels import _fastsum as fs
+    from wflow.kernels import memory
 
-    K = cf.causal_coefficients(36)
+    assert memory.causal_kept_bytes is cf.causal_kept_bytes  # the kernel's own rule
+    K = memory.causal_coefficients(36)
     assert K == int(fs._tables(36)[0][37]) == 703
-    assert cf.causal_kept_bytes(250_000, 4, K) == 3907 * (8 * K + 2) * 8
-    assert cf.causal_kept_bytes(500_000, 2, K) == 0
-    assert cf.causal_kept_bytes(250_000, 1, K) == 0
+    assert memory.causal_kept_bytes(250_000, 4, K) == 3907 * (8 * K + 2) * 8
+    assert memory.causal_kept_bytes(500_000, 2, K) == 0
+    assert memory.causal_kept_bytes(250_000, 1, K) == 0
     kw = dict(n=10**6, H=4, T=0.01, dt=0.01, fastsum=True, ranks=4, mask="causal", degree=36)
     assert estimate_particles(**kw).parts["kept coefficients"] == 3907 * (8 * K + 2) * 8
     monkeypatch.setattr(cf, "KEEP_BYTES", 0)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, EstimateError, step_count
 from ..infra.parallel import split_range
-from ..kernels._causal_fast import causal_coefficients, causal_kept_bytes, causal_wave_bytes
+from ..kernels.memory import causal_coefficients, causal_kept_bytes, causal_wave_bytes
 from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
 
@@ -31,8 +29,7 @@ __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SE
            "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
            "fastsum_eligible", "integrator_of", "estimate_run", "NORMAL_DRAW_SECONDS",
            "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step",
-           "WHOLE_SYSTEM_COPIES", "CAUSAL_DOUBLES_PER_TOKEN", "fast_degree",
-           "rank_memory_parts"]
+           "WHOLE_SYSTEM_COPIES", "CAUSAL_DOUBLES_PER_TOKEN", "rank_memory_parts"]
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
@@ -56,8 +53,8 @@ TOKEN_BYTES_PER_DOUBLE = 8.0
 #: their concatenation) into the result.
 WHOLE_SYSTEM_COPIES = 3
 
-#: Doubles per token of the causal fast sum's driver (``_fast_causal`` in
-#: :mod:`wflow.kernels._causal_fast`) besides its outputs ``Z, Y`` (``4 H``): the unit
+#: Doubles per token of the causal fast sum's driver (``_fast_causal``, private to
+#: :mod:`wflow.kernels`) besides its outputs ``Z, Y`` (``4 H``): the unit
 #: tokens, charges and their bound (9), one head's images, directions, radii and scaled
 #: offsets (17), its sums and their estimates (6); and over ranks the contiguous copies of
 #: the rank's own tokens for the coefficients-only pass (15).
@@ -169,23 +166,6 @@ def check_diffusive_step(*, diffusion: float, dt: float, d: int,
     return nu
 
 
-def fast_degree(A: np.ndarray, beta: float, tol: float) -> int | None:
-    """Degree of the fast summation's expansion at most: ``L`` for ``β max_h ‖A_h‖₂``.
-
-    The kernel plan centres each head's images ``A_h x`` of unit tokens in their enclosing
-    ball, of radius ``R ≤ ‖A_h‖₂``, and takes the smallest degree meeting ``tol`` at
-    ``β R`` (:func:`wflow.kernels._fastsum.choose_degree`); the bound uses ``‖A_h‖₂``.
-    ``A``: ``(H, d, d)``. ``None``: no degree meets ``tol`` (direct sums).
-    """
-    from ..kernels._fastsum import choose_degree
-
-    A = np.asarray(A, dtype=np.float64)
-    if A.ndim != 3 or A.shape[0] == 0:
-        return None
-    radius = max(float(np.linalg.norm(a, 2)) for a in A)
-    return choose_degree(float(beta) * radius, float(tol))
-
-
 def rank_memory_parts(*, n: int, d: int, H: int, ranks: int, causal: bool,
                       degree: int | None) -> dict[str, float]:
     """Bytes a rank holds beyond its tokens' working arrays, by part (may be empty).
@@ -196,10 +176,10 @@ def rank_memory_parts(*, n: int, d: int, H: int, ranks: int, causal: bool,
       ``8 (4 H + a + b [P > 1]) ⌈n/P⌉`` bytes, ``(a, b)`` =
       :data:`CAUSAL_DOUBLES_PER_TOKEN`.
     * ``causal waves`` (``causal`` with a ``degree``): one head's coefficient buffers in
-      flight, :func:`~wflow.kernels._causal_fast.causal_wave_bytes` (≈ 32 MiB).
+      flight, :func:`~wflow.kernels.memory.causal_wave_bytes` (≈ 32 MiB).
     * ``kept coefficients`` (``causal``, ``ranks > 1``): the largest rank's kept block
       coefficients by the kernel's rule,
-      :func:`~wflow.kernels._causal_fast.causal_kept_bytes` with ``K = (L+1)(L+2)/2`` of
+      :func:`~wflow.kernels.memory.causal_kept_bytes` with ``K = (L+1)(L+2)/2`` of
       ``degree`` over the blocks :func:`~wflow.infra.parallel.split_range` gives each rank.
     """
     parts: dict[str, float] = {}
@@ -247,8 +227,9 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     system's positions (:func:`rank_memory_parts`). A causal ``mask`` (``"causal"``,
     ``"causal_strict"``; ``None`` or ``"none"``: none) summed fast adds its driver's
     arrays, its coefficient buffers and, over ranks, the kept block coefficients at the
-    expansion's ``degree`` (:func:`fast_degree`; ``None``: not counted). The time is the
-    whole run's CPU seconds (every rank's work together), for any ``P``.
+    expansion's ``degree`` (:func:`~wflow.kernels.memory.fast_degree`; ``None``: not
+    counted). The time is the whole run's CPU seconds (every rank's work together), for
+    any ``P``.
 
     With token diffusion ``diffusion = D > 0`` each step adds the integrator's noise
     (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
@@ -296,7 +277,7 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
     summation may be chosen: :func:`fastsum_eligible`); memory per rank of ``ranks``
     (the communicator's size), under the attention ``mask`` with the fast summation's
-    ``degree`` (:func:`fast_degree`). Accuracy asked for
+    ``degree`` (:func:`~wflow.kernels.memory.fast_degree`). Accuracy asked for
     (:mod:`wflow.particles.adaptive`): with ``adaptive`` each step costs about four
     (three for step doubling, one in the recorded run) and the steps are counted at the
     largest step ``dt`` — a lower bound, as the controller may take smaller ones (noted);

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ...infra.estimate import dt_record
 from ...infra.io import check_finite, history_columns, provenance, run_directory, save_npz
 from ...infra.io.outputs import write_run_files
-from ...particles.estimate import fast_degree, fastsum_eligible
+from ...kernels.memory import fast_degree
+from ...particles.estimate import fastsum_eligible
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...particles.spec import SPEC
@@ -53,7 +54,7 @@ def _sizes(*, n: int, d: int, schedule: Any, kind: str, beta: float, mask: Any,
            opts: Any, ranks: int) -> dict:
     """The estimate's sizes: ``n, d, H, kind``, the ranks, the mask and the fast degree.
 
-    ``degree`` (:func:`~wflow.particles.estimate.fast_degree`, of the schedule's initial
+    ``degree`` (:func:`~wflow.kernels.memory.fast_degree`, of the schedule's initial
     heads) only where it matters: a causal mask summed fast (the kept coefficients).
     """
     name = _mask_name(mask)
