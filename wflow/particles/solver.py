@@ -76,8 +76,8 @@ from .loop import (
 )
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
-from .weak_error import half_step_seed, weak_error_check
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
+from .weak_error import half_step_seed, weak_error_check
 
 __all__ = [
     "iterate",
