@@ -247,3 +247,47 @@ def test_refusals_name_the_key():
         simulate(x0, ou, attn, options=ParticleOptions(integrator="em", atol=0.1, **base))
     with pytest.raises(ValueError, match=r"weak order"):
         weak_error_check(x0, x0, order=0, tol=Tolerance(), dt=0.1, T=1.0)
+
+
+CLI_SCENARIO = """
+seed = 3
+[attention]
+kind = "softmax"
+beta = 1.0
+d = 3
+diffusion = 0.5
+[tokens]
+n = 400
+sampler = "vmf"
+means = [[1.0, 0.0, 0.2]]
+kappas = [5.0]
+[heads]
+type = "matrices"
+A = [[[1.5, 0.3, 0.0], [0.3, 0.5, 0.0], [0.0, 0.0, -0.5]]]
+w = "mean"
+[particles]
+T = 0.3
+dt = 0.05
+integrator = "em"
+rtol = 0.1
+atol = 0.05
+"""
+
+
+def test_cli_reaches_the_estimate_and_documents_its_keys(tmp_path):
+    """``wflow particles`` with ``[particles] rtol`` and ``[attention] diffusion``: the
+    verdict is the run's status and every ``checks.accuracy.*`` key is in the table."""
+    import json
+
+    from wflow.apps.output_keys import contract_problems
+    from wflow.cli import main
+
+    sc = tmp_path / "noisy.toml"
+    sc.write_text(CLI_SCENARIO, encoding="utf-8")
+    main(["particles", str(sc), "--out", str(tmp_path / "out")])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    acc = summary["checks"]["accuracy"]
+    assert summary["status"] == acc["verdict"]
+    assert {"error", "floor", "z", "order", "dt_remedy", "n_needed", "moments", "seed_half",
+            "rerun_steps", "moment_se"} <= set(acc)
+    assert not contract_problems(summary, "particles"), contract_problems(summary, "particles")
