@@ -291,3 +291,15 @@ def test_cli_reaches_the_estimate_and_documents_its_keys(tmp_path):
     assert {"error", "floor", "z", "order", "dt_remedy", "n_needed", "moments", "seed_half",
             "rerun_steps", "moment_se"} <= set(acc)
     assert not contract_problems(summary, "particles"), contract_problems(summary, "particles")
+
+
+def test_the_cost_estimate_counts_the_rerun():
+    """A judged noisy run is estimated at three times the bare run's steps (dt and dt/2)."""
+    from wflow.particles.estimate import estimate_run
+
+    kw = dict(T=1.0, dt=0.1, integrator="em", diffusion=0.5)
+    bare = estimate_run(ParticleOptions(**kw), n=1000, d=3, H=1, kind="usa")
+    judged = estimate_run(ParticleOptions(**kw, rtol=0.1), n=1000, d=3, H=1, kind="usa")
+    only_atol = estimate_run(ParticleOptions(**kw, atol=0.1), n=1000, d=3, H=1, kind="usa")
+    assert judged.steps == only_atol.steps == 3 * bare.steps
+    assert any("weak-error" in note for note in judged.notes)
