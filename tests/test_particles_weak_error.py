@@ -217,6 +217,7 @@ def test_no_tolerance_is_todays_run_and_the_judged_run_is_that_run():
         assert np.array_equal(a.x, b.x) and np.array_equal(a.x, j.x)
         assert np.array_equal(a.steps["E"], j.steps["E"])
         chk = j.checks["accuracy"]
+        assert "chain" in j.checks  # still recorded; the tolerance decides the status
         assert chk["seed"] == 4 and chk["seed_half"] == half_step_seed(4) != 4
         assert chk["rerun_steps"] == 2 * chk["run_steps"] == 10
 
@@ -303,3 +304,18 @@ def test_the_cost_estimate_counts_the_rerun():
     only_atol = estimate_run(ParticleOptions(**kw, atol=0.1), n=1000, d=3, H=1, kind="usa")
     assert judged.steps == only_atol.steps == 3 * bare.steps
     assert any("weak-error" in note for note in judged.notes)
+
+
+def test_paths_are_pooled_and_the_remedy_is_per_path():
+    """``n_paths = 2`` token-noise replicates: ``N = 2n`` tokens in each moment; the
+    token count named is per path, ``⌈n F²⌉``."""
+    x0, heads, attn = _pure(200)
+    res = simulate(x0, heads, attn, options=ParticleOptions(
+        T=0.5, dt=0.25, integrator="strang", diffusion=D, n_paths=2, head_rates=False,
+        clusters=False, rtol=0.01, atol=0.001))
+    chk = res.checks["accuracy"]
+    assert res.x.shape[0] == 2 and chk["tokens"] == 400
+    # Strang has no bias here; the floor of 400 tokens is far above this tolerance
+    assert res.status == Status.INCONCLUSIVE, res.message
+    assert chk["n_needed"] == int(np.ceil(200 * chk["floor"] ** 2))
+    assert f"n >= {chk['n_needed']} tokens per path" in res.message
