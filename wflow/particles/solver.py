@@ -247,6 +247,10 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         ``status == "success"`` only if every recorded number is finite and the
         chain-rule residual of every path is within its tolerance (:mod:`wflow.status`);
         ``"inaccurate"`` with the residual and the tolerance in ``message`` otherwise.
+        With ``rtol``/``atol`` set the requested tolerance decides instead (fixed steps:
+        :func:`~wflow.particles.adaptive.fixed_step_error`; token diffusion ``D > 0``: the
+        weak-error estimate of :mod:`wflow.particles.weak_error`, ``"inconclusive"`` where
+        its noise cannot decide, naming a token count).
     """
     opts = options or ParticleOptions()
     if kwargs:
