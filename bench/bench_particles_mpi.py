@@ -15,6 +15,12 @@ peak RSS (``getrusage``) and the RSS before the run (imports, compiled kernels, 
 Recorded: the 1-min load before and after, the environment, the kernel back-end and
 degree. On a shared machine the load decides how much of the 1 → 2 rank speed-up shows:
 compare the CPU time (work) with the wall time (work plus waiting for a core).
+
+The memory rows (:data:`MEMORY_ROWS`, ``--out bench/results/particles_mpi_ranks.json
+--rows mem_...``) run one step only (no step cost: ``None``): the largest rank's peak RSS
+at n = 10⁵ and 10⁶ on 1, 2 and 4 ranks, unmasked and causal; ``--table`` prints them
+beside the per-rank memory estimate (:func:`rank_memory_table`, quoted in
+``docs/guide/cli.md``).
 """
 
 from __future__ import annotations
@@ -120,7 +126,8 @@ def step_peer(n: int, d: int = 3, H: int = 4, beta: float = 1.0, steps: tuple = 
     ranks = world.allgather(me)
     a, b = ranks[0]["runs"][0], ranks[0]["runs"][-1]
     ds = b["steps"] - a["steps"]
-    per = {k: max((r["runs"][-1][k] - r["runs"][0][k]) / ds for r in ranks)
+    # one run (a memory row): no step cost (the difference of two runs), None
+    per = {k: (max((r["runs"][-1][k] - r["runs"][0][k]) / ds for r in ranks) if ds else None)
            for k in ("wall_s", "cpu_s", "comm_s")}
     if world.Get_rank() != 0:  # one JSON line per row: rank 0's (it holds every rank's)
         import os
@@ -162,6 +169,16 @@ ROWS = {
     "causal_b4_n1e5_p2": dict(n=100_000, beta=4.0, mask="causal", ranks=2, steps=(1, 2)),
     "b4_n1e5_p2": dict(n=100_000, beta=4.0, ranks=2, steps=(1, 2)),
 }
+#: Peak memory per rank against the rank count (``particles_mpi_ranks.json``, the per-rank
+#: memory estimate's rows): one RK4 step each (memory, not time: no step cost), n = 10⁵
+#: and 10⁶ on P = 1, 2, 4 ranks, unmasked (β = 1) and causal (β = 4: the kept coefficients
+#: of the causal fast sums, :func:`wflow.kernels.memory.causal_kept_bytes`).
+MEMORY_ROWS = {
+    f"mem_{tag}n{n}_p{P}": dict(n=int(float(n)), ranks=P, steps=(1,), **kw)
+    for tag, kw in (("", {}), ("causal_b4_", dict(beta=4.0, mask="causal")))
+    for n in ("1e5", "1e6") for P in (1, 2, 4)
+}
+ROWS.update(MEMORY_ROWS)
 QUICK = ("n1e5_p1", "n1e5_p2")
 
 
@@ -209,6 +226,71 @@ def run_row(name: str, spec: dict, threads: int = 1, code: str | None = None) ->
     return rec
 
 
+#: The results file of :data:`MEMORY_ROWS`.
+RANKS_FILE = RESULTS / "particles_mpi_ranks.json"
+
+
+def rank_memory(rows: dict | None = None, *, ignore_ranks: bool = False) -> list[dict]:
+    """The per-rank memory estimate beside each measured row of :data:`RANKS_FILE`.
+
+    The estimate (:func:`wflow.particles.estimate.estimate_particles`, one RK4 step as
+    measured) with the row's rank count, mask and the fast degree the job computes
+    (:func:`~wflow.kernels.memory.fast_degree` of the row's heads, ``kernel_tol``
+    1e-10); ``ignore_ranks``: the estimate of one process (``ranks = 1``), the model
+    before ranks were counted. Per row: ``est_mib`` and ``meas_mib`` (the largest rank's
+    peak RSS, MiB) with their ``ratio``; the same above the libraries, ``est_above_mib``
+    (the estimate less its ``libraries`` part) against ``meas_above_mib`` (peak less the
+    RSS before the run: interpreter, libraries, compiled kernels, the initial tokens) and
+    ``ratio_above``; ``degree`` (estimated) and ``degree_run`` (the kernel plan's, recorded).
+    """
+    import numpy as np
+
+    from wflow.attention.heads import Heads
+    from wflow.kernels.memory import fast_degree
+    from wflow.particles.estimate import estimate_particles
+
+    if rows is None:
+        rows = json.loads(RANKS_FILE.read_text())["rows"]
+    out = []
+    for name, r in rows.items():
+        mask = None if r.get("mask", "none") == "none" else r["mask"]
+        heads = Heads.random_symmetric(r["H"], r["d"], np.random.default_rng(0), scale=0.5)
+        degree = fast_degree(heads.A, r["beta"], 1e-10) if mask is not None else None
+        steps = max(run["steps"] for run in r["per_rank"][0]["runs"])
+        e = estimate_particles(n=r["n"], d=r["d"], H=r["H"], T=0.01 * steps, dt=0.01,
+                               fastsum=r["d"] == 3, ranks=1 if ignore_ranks else r["ranks"],
+                               mask=mask, degree=degree)
+        est, above = e.memory / 2**20, (e.memory - e.parts["libraries"]) / 2**20
+        meas = r["peak_rss_mb_max"]
+        meas_above = max(p["peak_rss_mb"] - p["rss_before_mb"] for p in r["per_rank"])
+        out.append({"row": name, "n": r["n"], "ranks": r["ranks"], "mask": mask or "none",
+                    "est_mib": est, "meas_mib": meas, "ratio": est / meas,
+                    "est_above_mib": above, "meas_above_mib": meas_above,
+                    "ratio_above": above / meas_above, "degree": degree,
+                    "degree_run": max((run["degree"] or 0) for p in r["per_rank"]
+                                      for run in p["runs"]),
+                    "parts": {k: v / 2**20 for k, v in e.parts.items()}})
+    return out
+
+
+def rank_memory_table(rows: dict | None = None) -> str:
+    """The Markdown table of :func:`rank_memory` (``docs/guide/cli.md``, "Cost estimates")."""
+    def n_of(n: int) -> str:  # 10⁵, 10⁶ (powers of ten)
+        return "10" + str(len(str(n)) - 1).translate(str.maketrans("0123456789",
+                                                                    "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+    flat = {r["row"]: r for r in rank_memory(rows, ignore_ranks=True)}
+    lines = ["| n | ranks | mask | estimated per rank | peak RSS per rank | ratio | "
+             "above the libraries: estimated | measured | ratio | ranks ignored |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rank_memory(rows), key=lambda r: (r["mask"], r["n"], r["ranks"])):
+        lines.append(f"| {n_of(r['n'])} | {r['ranks']} | {r['mask']} | {r['est_mib']:.0f} MiB "
+                     f"| {r['meas_mib']:.0f} MiB | {r['ratio']:.2f} | "
+                     f"{r['est_above_mib']:.0f} MiB | {r['meas_above_mib']:.0f} MiB | "
+                     f"{r['ratio_above']:.2f} | {flat[r['row']]['ratio_above']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the n = 1e5 rows")
@@ -217,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", default=None,
                     help="folder of the wflow package to run (default: this checkout)")
     ap.add_argument("--tag", default="", help="suffix of the rows' names in the results")
+    ap.add_argument("--table", action="store_true",
+                    help=f"print the per-rank memory table of {RANKS_FILE.name} and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(rank_memory_table())
+        return 0
     names = args.rows or (list(QUICK) if args.quick else list(ROWS))
     path = Path(args.out)
     old = json.loads(path.read_text()) if path.is_file() else {}
@@ -226,9 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         rec = run_row(name, ROWS[name], code=args.code)
         rec["code"] = args.code or "this checkout"
         rows[name + args.tag] = rec
+        step = (f"step {rec['step_wall_s']:8.2f} s wall, {rec['step_cpu_s']:8.2f} s cpu, "
+                f"{rec['step_comm_s']:6.2f} s in MPI" if rec["step_cpu_s"] is not None
+                else "memory only")
         print(f"{name:14s} n={rec['n']:>8d} d={rec['d']:<3d} P={rec['ranks']} "
-              f"step {rec['step_wall_s']:8.2f} s wall, {rec['step_cpu_s']:8.2f} s cpu, "
-              f"{rec['step_comm_s']:6.2f} s in MPI; peak RSS {rec['peak_rss_mb_max']:7.0f} MB "
+              f"{step}; peak RSS {rec['peak_rss_mb_max']:7.0f} MB "
               f"(before {rec['rss_before_mb_max']:6.0f}); load {rec['load_before']}"
               f"->{rec['load_after']}", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)

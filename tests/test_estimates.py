@@ -285,6 +285,11 @@ def test_particle_estimate_of_a_rank_block_at_ten_million_tokens():
     assert 0.5 <= mem <= 2 and 0.5 <= cpu <= 2, (mem, cpu)
     whole, _ = ratios(r["n"])
     assert whole > 1.5 * mem  # the unsplit system: twice the memory per rank
+    # the per-rank estimate of the whole run (ranks = 2: the block and the whole system's
+    # positions on each rank) is within 2× of the same rank's memory
+    e = estimate_particles(n=r["n"], d=r["d"], H=r["H"], T=1.0, dt=1.0, fastsum=True,
+                           ranks=r["ranks"])
+    assert 0.5 <= (e.memory - e.parts["libraries"]) / meas_mem <= 2
 
 
 def test_a_run_over_a_minute_announces_its_estimate_once_in_batch_mode(capsys):
@@ -306,3 +311,142 @@ def test_a_run_over_a_minute_announces_its_estimate_once_in_batch_mode(capsys):
     err = run(2 * ANNOUNCE_SECONDS)
     assert err.count("wflow: estimate particles:") == 1 and "starting" in err, err
     assert run(ANNOUNCE_SECONDS / 2) == ""
+
+
+# --- the particle memory estimate per MPI rank ---------------------------------------------
+def _rank_module():
+    import sys
+    from pathlib import Path
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import bench_particles_mpi
+
+    return bench_particles_mpi
+
+
+def _outside(rows: list[dict]) -> list[tuple[str, float, float]]:
+    """Rows whose per-rank memory estimate is off by more than 2× (total or above the
+    libraries): the check of :func:`test_particle_memory_per_rank_within_2x`."""
+    return [(r["row"], round(r["ratio"], 2), round(r["ratio_above"], 2)) for r in rows
+            if not all(1 / FACTOR <= r[k] <= FACTOR for k in ("ratio", "ratio_above"))]
+
+
+def test_particle_memory_per_rank_within_2x():
+    """Every row of bench/results/particles_mpi_ranks.json (n = 10⁵ and 10⁶ on 1, 2 and 4
+    ranks, unmasked and causal; one RK4 step, the largest rank's peak RSS) against the
+    estimate with its rank count, mask and fast degree: within 2×, the whole peak and the
+    part above the libraries. The fast degree the job computes (``fast_degree``, a bound
+    from ``‖A_h‖₂``) is the kernel plan's recorded one on every causal row."""
+    bm = _rank_module()
+    rows = bm.rank_memory()
+    assert {(r["n"], r["ranks"], r["mask"]) for r in rows} >= {
+        (n, P, "none") for n in (10**5, 10**6) for P in (1, 2, 4)} | {
+        (n, P, "causal") for n in (10**5, 10**6) for P in (2, 4)}
+    assert not _outside(rows), _outside(rows)
+    for r in rows:
+        if r["mask"] != "none":
+            assert r["degree"] == r["degree_run"], r
+    kept = [r for r in rows if r["mask"] == "causal" and r["n"] == 10**6 and r["ranks"] == 4]
+    assert kept and kept[0]["parts"]["kept coefficients"] > 100  # MiB: the keep rule counted
+
+
+def test_particle_memory_ignoring_the_ranks_is_caught():
+    """Negative control: the estimate of one process for every row (``ranks = 1``, the model
+    before the rank count) misses the 4-rank rows at n = 10⁶ by more than 2×, and the
+    same check reports them."""
+    bm = _rank_module()
+    flat = bm.rank_memory(ignore_ranks=True)
+    caught = {name for name, _, _ in _outside(flat)}
+    assert {r["row"] for r in flat if r["n"] == 10**6 and r["ranks"] == 4} <= caught, caught
+    big = [r for r in flat if r["n"] == 10**6 and r["ranks"] == 4 and r["mask"] == "none"]
+    assert big[0]["ratio_above"] > 2.5, big  # ~3× (n/P tokens against n)
+
+
+def test_the_particle_job_estimates_memory_per_rank(tmp_path, monkeypatch):
+    """``wflow particles`` under ``mpirun -n 4`` (a communicator of size 4) estimates the
+    memory of one rank: a quarter of the tokens' working arrays, the whole system's
+    positions, and for a causal mask the kept coefficients at the fast degree of the
+    scenario's heads. Negative control: the same scenario in one process (no
+    communicator) is estimated with all the tokens on its one rank, nothing kept."""
+    import wflow.apps.jobs.runner as runner
+    from wflow.apps.scenario import load_scenario
+
+    seen = []
+
+    def stop(est, *, confirm, comm=None):
+        seen.append(est)
+        raise EstimateError("stopped after the estimate")
+
+    monkeypatch.setattr(runner, "check_collective", stop)
+    monkeypatch.setattr(prun, "simulate", lambda *a, **k: pytest.fail("computed"))
+
+    class FourRanks:  # what the job asks of the communicator before the estimate
+        def Get_size(self) -> int:
+            return 4
+
+        def Get_rank(self) -> int:
+            return 0
+
+    path = _sc(tmp_path, **{"n = 30": "n = 1000000", "beta = 1.0": "beta = 4.0\nmask = \"causal\"",
+                            "H = 2": "H = 4"})
+    for comm in (FourRanks(), None):
+        with pytest.raises(EstimateError, match="stopped"):
+            prun.run_particles(load_scenario(path), tmp_path / "o", comm=comm)
+    rank, one = seen
+    # integers below 2⁵³ times 8s: exact in binary64, so equal to a few ulps at most
+    assert rank.parts["tokens"] == pytest.approx(one.parts["tokens"] / 4, rel=4 * 2.0**-52)
+    assert rank.parts["kept coefficients"] > 100 * 2**20  # 2.5·10⁵ tokens a rank: kept
+    assert "whole system" in rank.parts
+    assert "kept coefficients" not in one.parts and "whole system" not in one.parts
+    assert rank.memory < one.memory
+
+
+def test_the_per_rank_memory_table_in_the_guide_is_the_measured_one():
+    """docs/guide/cli.md quotes the table ``bench_particles_mpi.py --table`` prints from
+    particles_mpi_ranks.json verbatim. Negative control: a row with one number changed
+    (a peak RSS off by 1 MiB) is not found in the page."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "cli.md").read_text(
+        encoding="utf-8")
+    bm = _rank_module()
+    table = bm.rank_memory_table()
+    assert table in page, "rerun `python bench/bench_particles_mpi.py --table`"
+    rows, flat = bm.rank_memory(), bm.rank_memory(ignore_ranks=True)
+    prose = " ".join(page.split())  # the ranges and the control's misses quoted in the text
+
+    def span(key: str) -> str:
+        return f"{min(r[key] for r in rows):.2f}–{max(r[key] for r in rows):.2f} ×"
+
+    assert f"{span('ratio')} the peak RSS" in prose and f"{span('ratio_above')} the part" in prose
+    miss = {r["mask"]: r["ratio_above"] for r in flat if r["n"] == 10**6 and r["ranks"] == 4}
+    assert f"by {miss['none']:.2f}× (unmasked) and {miss['causal']:.2f}× (causal)" in prose
+    row = table.splitlines()[2]
+    cells = row.split(" | ")
+    mib = int(cells[4].split()[0])
+    cells[4] = f"{mib + 1} MiB"
+    assert " | ".join(cells) not in page
+
+
+def test_the_estimate_counts_kept_coefficients_by_the_kernels_rule(monkeypatch):
+    """One rule for the kernel and the estimate (``causal_kept_bytes``): at degree 36
+    (K = 703 coefficients, the fast summation's table) 2.5·10⁵ tokens a rank keep
+    3 907 blocks of 8K + 2 doubles (176 MB), 5·10⁵ keep none (the rule counts 16K + 2:
+    703 MB > 512 MiB), one process none. Negative control: with the budget at zero (the
+    kernel then computes the coefficients twice) the estimate counts no kept coefficients."""
+    from wflow.kernels import _causal_fast as cf
+    from wflow.kernels import _fastsum as fs
+    from wflow.kernels import memory
+
+    assert memory.causal_kept_bytes is cf.causal_kept_bytes  # the kernel's own rule
+    K = memory.causal_coefficients(36)
+    assert K == int(fs._tables(36)[0][37]) == 703
+    assert memory.causal_kept_bytes(250_000, 4, K) == 3907 * (8 * K + 2) * 8
+    assert memory.causal_kept_bytes(500_000, 2, K) == 0
+    assert memory.causal_kept_bytes(250_000, 1, K) == 0
+    kw = dict(n=10**6, H=4, T=0.01, dt=0.01, fastsum=True, ranks=4, mask="causal", degree=36)
+    assert estimate_particles(**kw).parts["kept coefficients"] == 3907 * (8 * K + 2) * 8
+    monkeypatch.setattr(cf, "KEEP_BYTES", 0)
+    assert "kept coefficients" not in estimate_particles(**kw).parts

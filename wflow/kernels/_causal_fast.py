@@ -12,7 +12,8 @@ import numpy as np
 
 from ..attention.mask import Causal
 
-__all__ = ["FAST_BLOCK"]
+__all__ = ["FAST_BLOCK", "KEEP_BYTES", "causal_coefficients", "causal_kept_bytes",
+           "causal_wave_bytes"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: Tokens per block of the causal fast sum (pairs inside a block are summed directly:
@@ -21,11 +22,61 @@ FAST_BLOCK = 64
 #: Bytes of coefficient buffers in flight (``wave`` blocks of ``8 K`` doubles) at most:
 #: the streaming memory, ``O(K)`` per block of the wave.
 _WAVE_BYTES = 32 << 20
-#: Bytes a rank may hold to keep its blocks' coefficients ``D_b`` from its
-#: coefficients-only pass for its full pass (``16 K + 2`` doubles a block of
-#: :data:`FAST_BLOCK` tokens: 351 MB for 5·10⁵ tokens at degree 36), instead of computing
-#: them twice; above it they are computed again (the same numbers, bit for bit).
+#: The budget of a rank's kept coefficients: a rank of ``P > 1`` keeps its blocks'
+#: coefficients ``D_b`` from its coefficients-only pass for its full pass, instead of
+#: computing them twice, when ``nb (16 K + 2) · 8 ≤ KEEP_BYTES`` (``nb`` blocks of
+#: :data:`FAST_BLOCK` tokens); above it they are computed again (the same numbers, bit for
+#: bit). A block stores ``8 K + 2`` doubles (real and imaginary ``4 × K``, two estimate
+#: sums), half what the rule counts, so a rank holds at most ``KEEP_BYTES / 2``: 176 MB for
+#: 2.5·10⁵ tokens at degree 36 (kept), none for 5·10⁵ (351 MB stored, 703 MB counted: not
+#: kept). :func:`causal_kept_bytes` is the rule, for the kernel and the memory estimate.
 KEEP_BYTES = 512 << 20
+
+
+def causal_coefficients(L: int) -> int:
+    """Harmonic coefficients ``K = (L + 1)(L + 2)/2`` of degree ``L`` (orders ``m ≥ 0``)."""
+    return (int(L) + 1) * (int(L) + 2) // 2
+
+
+def causal_kept_bytes(M: int, P: int, K: int, *, offset: int = 0) -> int:
+    """Bytes of kept block coefficients of one rank (``0``: computed twice, not kept).
+
+    A rank of ``P`` holding ``M`` tokens from sequence position ``offset`` covers
+    ``nb = ⌈(offset mod B + M)/B⌉`` blocks (``B`` = :data:`FAST_BLOCK`; its first block
+    may start in the previous rank's tokens) and keeps them when ``P > 1``, ``M > 0`` and
+    ``nb (16 K + 2) · 8 ≤`` :data:`KEEP_BYTES`; it then stores ``nb (8 K + 2)`` doubles.
+
+    Parameters
+    ----------
+    M : int
+        Tokens of the rank.
+    P : int
+        Ranks (one process keeps nothing: it makes one pass).
+    K : int
+        Coefficients per row (:func:`causal_coefficients` of the head's degree).
+    offset : int
+        The rank's first token in the sequence.
+
+    Returns
+    -------
+    int
+        Bytes held by the kept buffer (shared by the heads: the largest ``K`` decides).
+    """
+    B = FAST_BLOCK
+    nb = (int(offset) % B + int(M) + B - 1) // B
+    if int(P) > 1 and int(M) > 0 and nb * (16 * int(K) + 2) * 8 <= KEEP_BYTES:
+        return nb * (8 * int(K) + 2) * 8
+    return 0
+
+
+def causal_wave_bytes(K: int) -> int:
+    """Bytes of one head's coefficient buffers in flight: two ``(wave, 4, K)`` arrays.
+
+    ``wave = max(1, _WAVE_BYTES // (64 K))`` blocks: ``≈ _WAVE_BYTES`` (32 MiB) for every
+    degree (one block's ``64 K`` bytes when a block alone exceeds it).
+    """
+    wave = int(max(1, _WAVE_BYTES // (64 * int(K))))
+    return 2 * wave * 4 * int(K) * 8
 
 
 def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
@@ -89,14 +140,14 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
         # blocks per wave: as many as _WAVE_BYTES of coefficients hold, so the parallel
         # regions (two per wave, each ending in a barrier that costs a time slice on a
         # loaded machine) stay few: ~7 waves for n = 10⁶ at L = 20
-        wave = int(max(1, _WAVE_BYTES // (64 * Kc)))
+        wave = int(max(1, _WAVE_BYTES // (64 * Kc)))  # causal_wave_bytes: the estimate's
         carry_r, carry_i, aux = np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)
         bufs = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2),
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
         out = np.zeros((4, M))
         est = np.zeros((2, M))
         nb = (nh + M + B - 1) // B  # blocks of the sequence [S0, offset + M)
-        keep = P > 1 and M > 0 and nb * (16 * Kc + 2) * 8 <= KEEP_BYTES
+        keep = causal_kept_bytes(M, P, Kc, offset=offset) > 0
         if keep:  # one buffer for every head (written in full by the coefficients pass)
             size = nb * (8 * Kc + 2)
             if store.size < size:

@@ -20,13 +20,16 @@ from dataclasses import replace
 
 from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, EstimateError, step_count
+from ..infra.parallel import split_range
+from ..kernels.memory import causal_coefficients, causal_kept_bytes, causal_wave_bytes
 from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
 
 __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SECONDS",
            "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
            "fastsum_eligible", "integrator_of", "estimate_run", "NORMAL_DRAW_SECONDS",
-           "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step"]
+           "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step",
+           "WHOLE_SYSTEM_COPIES", "CAUSAL_DOUBLES_PER_TOKEN", "rank_memory_parts"]
 
 #: Seconds per kernel pair, head and stage of the compiled particle loop (fused sums, pairs
 #: once for symmetric heads, two threads; 5.2e-10 CPU seconds measured at 2 048 tokens).
@@ -43,6 +46,19 @@ FASTSUM_SECONDS = 1.0e-6
 #: (``bench/results/particles_mpi.json``); ``8 · 8 max(d, 3)(1 + H)`` gives 0.96, 0.96 and
 #: 20 kB.
 TOKEN_BYTES_PER_DOUBLE = 8.0
+
+#: Whole-system copies of the token positions (``8 n d`` bytes each) on every rank of a run
+#: split over ``P > 1`` ranks (:mod:`wflow.particles.split`): the initial tokens (every rank
+#: builds them) and, at the end, the ranks' final blocks gathered (the list of blocks and
+#: their concatenation) into the result.
+WHOLE_SYSTEM_COPIES = 3
+
+#: Doubles per token of the causal fast sum's driver (``_fast_causal``, private to
+#: :mod:`wflow.kernels`) besides its outputs ``Z, Y`` (``4 H``): the unit
+#: tokens, charges and their bound (9), one head's images, directions, radii and scaled
+#: offsets (17), its sums and their estimates (6); and over ranks the contiguous copies of
+#: the rank's own tokens for the coefficients-only pass (15).
+CAUSAL_DOUBLES_PER_TOKEN = (32, 15)
 
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
@@ -150,11 +166,45 @@ def check_diffusive_step(*, diffusion: float, dt: float, d: int,
     return nu
 
 
+def rank_memory_parts(*, n: int, d: int, H: int, ranks: int, causal: bool,
+                      degree: int | None) -> dict[str, float]:
+    """Bytes a rank holds beyond its tokens' working arrays, by part (may be empty).
+
+    * ``whole system`` (``ranks > 1``): :data:`WHOLE_SYSTEM_COPIES` ``· 8 n d``, the
+      initial tokens and the gathered final ones on every rank.
+    * ``causal sums`` (``causal`` with a ``degree``): the driver's arrays,
+      ``8 (4 H + a + b [P > 1]) ⌈n/P⌉`` bytes, ``(a, b)`` =
+      :data:`CAUSAL_DOUBLES_PER_TOKEN`.
+    * ``causal waves`` (``causal`` with a ``degree``): one head's coefficient buffers in
+      flight, :func:`~wflow.kernels.memory.causal_wave_bytes` (≈ 32 MiB).
+    * ``kept coefficients`` (``causal``, ``ranks > 1``): the largest rank's kept block
+      coefficients by the kernel's rule,
+      :func:`~wflow.kernels.memory.causal_kept_bytes` with ``K = (L+1)(L+2)/2`` of
+      ``degree`` over the blocks :func:`~wflow.infra.parallel.split_range` gives each rank.
+    """
+    parts: dict[str, float] = {}
+    P = max(1, int(ranks))
+    if P > 1:
+        parts["whole system"] = WHOLE_SYSTEM_COPIES * 8.0 * n * d
+    if causal and degree is not None:
+        a, b = CAUSAL_DOUBLES_PER_TOKEN
+        per_token = 4 * int(H) + a + (b if P > 1 else 0)
+        parts["causal sums"] = 8.0 * per_token * float(-(-int(n) // P))
+        K = causal_coefficients(degree)
+        parts["causal waves"] = float(causal_wave_bytes(K))
+        kept = max(causal_kept_bytes(stop - start, P, K, offset=start)
+                   for start, stop in (split_range(int(n), P, r) for r in range(P)))
+        if kept:
+            parts["kept coefficients"] = float(kept)
+    return parts
+
+
 def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        paths: int = 1, record_every: int = 1,
                        integrator: ParticleIntegrator | str = "rk4",
                        save_trajectory: bool = False, fastsum: bool = False,
-                       what: str = "particles", diffusion: float = 0.0) -> Estimate:
+                       what: str = "particles", diffusion: float = 0.0, ranks: int = 1,
+                       mask: str | None = None, degree: int | None = None) -> Estimate:
     """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
@@ -169,6 +219,17 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     summation applies (``fastsum``: ``d = 3``, an exponential kernel with compiled code, a
     back-end that may choose it) — the cheaper of that and ``n H FASTSUM_SECONDS``, as
     the kernel plan chooses the cheaper one.
+
+    Memory is per rank of a run over ``ranks = P`` MPI ranks (``mpirun -n P``; ``1``: one
+    process): one path's tokens are split (the working arrays of the largest block,
+    ``⌈n/P⌉`` tokens), several paths run whole on ranks ``p mod P`` (``⌈paths/P⌉`` paths'
+    working arrays); every rank also holds the recorded rows of every path and the whole
+    system's positions (:func:`rank_memory_parts`). A causal ``mask`` (``"causal"``,
+    ``"causal_strict"``; ``None`` or ``"none"``: none) summed fast adds its driver's
+    arrays, its coefficient buffers and, over ranks, the kept block coefficients at the
+    expansion's ``degree`` (:func:`~wflow.kernels.memory.fast_degree`; ``None``: not
+    counted). The time is the whole run's CPU seconds (every rank's work together), for
+    any ``P``.
 
     With token diffusion ``diffusion = D > 0`` each step adds the integrator's noise
     (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
@@ -186,10 +247,19 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     direct = float(n) * n * H * PAIR_SECONDS * width / 3.0
     fast = float(n) * H * FASTSUM_SECONDS
     per_eval = min(direct, fast) if fastsum and d == 3 else direct
+    P = max(1, int(ranks))
+    split_paths = paths > 1 and P > 1  # whole paths on ranks p mod P, else tokens split
+    local_n = float(n) if split_paths or P == 1 else float(-(-int(n) // P))
+    local_paths = -(-int(paths) // P) if split_paths else paths
+    causal = mask not in (None, "none") and fastsum and d == 3
     parts = {"libraries": float(BASELINE_BYTES)}
     parts.update({"time grid": 8.0 * S, "per-step integrands": 160.0 * S * paths,
                   "recorded rows": 8.0 * R * (24 + 8 * H) * paths,
-                  "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * n * width * (1 + H) * paths})
+                  "tokens": TOKEN_BYTES_PER_DOUBLE * 8.0 * local_n * width * (1 + H)
+                  * local_paths})
+    parts.update(rank_memory_parts(n=int(n), d=int(d), H=int(H),
+                                   ranks=1 if split_paths else P,
+                                   causal=causal, degree=degree))
     if save_trajectory:
         parts["trajectory"] = 8.0 * R * n * d * paths
     step = STEP_SECONDS + stages * per_eval
@@ -200,11 +270,14 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
 
 
 def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
-                 kind: str) -> Estimate:
+                 kind: str, ranks: int = 1, mask: str | None = None,
+                 degree: int | None = None) -> Estimate:
     """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
 
     ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
-    summation may be chosen: :func:`fastsum_eligible`). Accuracy asked for
+    summation may be chosen: :func:`fastsum_eligible`); memory per rank of ``ranks``
+    (the communicator's size), under the attention ``mask`` with the fast summation's
+    ``degree`` (:func:`~wflow.kernels.memory.fast_degree`). Accuracy asked for
     (:mod:`wflow.particles.adaptive`): with ``adaptive`` each step costs about four
     (three for step doubling, one in the recorded run) and the steps are counted at the
     largest step ``dt`` — a lower bound, as the controller may take smaller ones (noted);
@@ -212,7 +285,8 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     the steps (token diffusion ``D > 0``: an independent run at ``dt/2`` for the weak-error
     estimate, :mod:`wflow.particles.weak_error`, counted the same).
     """
-    est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind)
+    est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind, ranks=ranks, mask=mask,
+                          degree=degree)
     if getattr(options, "adaptive", False):
         extra = 3.0 * (est.seconds - STARTUP_SECONDS)
         return replace(est, steps=4 * est.steps, seconds=est.seconds + extra,
@@ -228,10 +302,12 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
 
 
 def _estimate_fixed(options: ParticleOptions, *, n: int, d: int, H: int,
-                    kind: str) -> Estimate:
+                    kind: str, ranks: int = 1, mask: str | None = None,
+                    degree: int | None = None) -> Estimate:
     return estimate_particles(
         n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
         record_every=options.record_every, integrator=options.integrator,
         save_trajectory=options.save_trajectory,
         fastsum=fastsum_eligible(kind, int(d), options.kernel_backend),
-        diffusion=float(getattr(options, "diffusion", 0.0)))
+        diffusion=float(getattr(options, "diffusion", 0.0)), ranks=int(ranks), mask=mask,
+        degree=degree)

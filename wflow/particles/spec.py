@@ -1,8 +1,8 @@
 """The particle solver's :class:`~wflow.infra.spec.SolverSpec`, registered once.
 
 ``[particles]`` → :class:`~wflow.particles.ParticleOptions` (with the scenario's seed),
-its cost (:func:`~wflow.particles.estimate.estimate_run`), its keys and its solve
-(:func:`~wflow.particles.simulate`).
+its cost (:func:`~wflow.particles.estimate.estimate_run`: memory per MPI rank), its keys
+and its solve (:func:`~wflow.particles.simulate`).
 """
 
 from __future__ import annotations

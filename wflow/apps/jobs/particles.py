@@ -11,12 +11,16 @@ in ``summary.json``, so that it can be inspected. This is the only room of
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...infra.estimate import dt_record
 from ...infra.io import check_finite, history_columns, provenance, run_directory, save_npz
 from ...infra.io.outputs import write_run_files
+from ...kernels.memory import fast_degree
+from ...particles.estimate import fastsum_eligible
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...particles.spec import SPEC
@@ -39,12 +43,39 @@ def _table(sc: Scenario, overrides: dict[str, Any]) -> Any:
     return opts
 
 
-def _size(sc: Scenario, opts: Any) -> dict | None:
-    """The sizes before sampling the tokens (unknown for tokens read from a file)."""
+def _mask_name(mask: Any) -> str | None:
+    """The mask's scenario name (``None`` for no mask): a value or a mask object."""
+    if mask is None or mask == "none":
+        return None
+    return mask if isinstance(mask, str) else str(mask.name)
+
+
+def _sizes(*, n: int, d: int, schedule: Any, kind: str, beta: float, mask: Any,
+           opts: Any, ranks: int) -> dict:
+    """The estimate's sizes: ``n, d, H, kind``, the ranks, the mask and the fast degree.
+
+    ``degree`` (:func:`~wflow.kernels.memory.fast_degree`, of the schedule's initial
+    heads) only where it matters: a causal mask summed fast (the kept coefficients).
+    """
+    name = _mask_name(mask)
+    degree = None
+    if name is not None and fastsum_eligible(kind, d, opts.kernel_backend):
+        degree = fast_degree(schedule.heads_at(schedule.initial_theta()).A, beta,
+                             opts.kernel_tol)
+    return {"n": int(n), "d": int(d), "H": heads_of(schedule), "kind": kind,
+            "ranks": int(ranks), "mask": name, "degree": degree}
+
+
+def _size(sc: Scenario, opts: Any, *, ranks: int = 1) -> dict | None:
+    """The sizes before sampling the tokens (unknown for tokens read from a file).
+
+    ``ranks``: the communicator's size (the memory estimate is per rank).
+    """
     if sc.tokens.get("sampler") == "file":
         return None
-    return {"n": int(sc.tokens["n"]), "d": sc.d, "H": heads_of(sc.build_schedule()),
-            "kind": sc.attention["kind"]}
+    return _sizes(n=int(sc.tokens["n"]), d=sc.d, schedule=sc.build_schedule(),
+                  kind=sc.attention["kind"], beta=float(sc.attention["beta"]),
+                  mask=sc.attention.get("mask"), opts=opts, ranks=ranks)
 
 
 def _build(sc: Scenario, opts: Any, comm: Any) -> dict:
@@ -53,12 +84,15 @@ def _build(sc: Scenario, opts: Any, comm: Any) -> dict:
     x0 = sc.build_tokens()
     # a dt that does not divide T: logged before the run, recorded in summary.json
     return {"attn": attn, "schedule": schedule, "x0": x0, "H": heads_of(schedule),
-            "dt": dt_record(opts.T, opts.dt, what="particles")}
+            "dt": dt_record(opts.T, opts.dt, what="particles"), "opts": opts,
+            "ranks": 1 if comm is None else int(comm.Get_size())}
 
 
 def _size_of(p: dict) -> dict:
-    return {"n": int(p["x0"].shape[0]), "d": int(p["x0"].shape[1]), "H": p["H"],
-            "kind": p["attn"].kind}
+    attn = p["attn"]
+    return _sizes(n=p["x0"].shape[0], d=p["x0"].shape[1], schedule=p["schedule"],
+                  kind=attn.kind, beta=float(attn.beta), mask=getattr(attn, "mask", None),
+                  opts=p["opts"], ranks=p["ranks"])
 
 
 def _solve(p: dict, opts: Any, comm: Any) -> ParticleResult:
@@ -154,7 +188,8 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     (:func:`wflow.particles.simulate` ``comm``; collective) and rank 0 writes.
 
     Before computing, the cost is estimated (:func:`wflow.infra.estimate.check_estimate`:
-    a run that cannot fit in memory is refused; one above an hour needs ``confirm``,
+    the memory per rank of ``comm``, :func:`wflow.particles.estimate.estimate_run`; a run
+    that cannot fit in memory is refused; one above an hour needs ``confirm``,
     ``--yes``, on a terminal). A ``dt`` that does not divide ``T`` is replaced by
     ``T / ceil(T/dt)``: logged and recorded in ``summary.json["dt"]`` (requested, used,
     steps, adjusted). ``diffusion``: the token diffusion ``D`` (``--diffusion``; ``None``:
@@ -171,7 +206,9 @@ def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool 
     if gif and scenario.d != 3:
         raise ValueError(f"gif: the token animation shows S² (attention.d = 3), got d = "
                          f"{scenario.d}")
-    return run_job(JOB, scenario, out, overrides={"save_trajectory": save_trajectory or gif,
+    ranks = 1 if comm is None else int(comm.Get_size())  # the estimate is per rank
+    job = replace(JOB, size=partial(_size, ranks=ranks))
+    return run_job(job, scenario, out, overrides={"save_trajectory": save_trajectory or gif,
                                                   "progress": progress,
                                                   "diffusion": diffusion},
                    confirm=confirm, comm=comm, save_trajectory=save_trajectory, gif=gif)
