@@ -121,13 +121,18 @@ def test_default_is_todays_run(system):
 
 
 def test_refusals_name_the_key(system):
-    """Adaptive with token diffusion, and tolerances out of reach, are refused by key."""
+    """Adaptive with token diffusion, and tolerances out of reach, are refused by key.
+
+    (Fixed steps with token diffusion are judged by the weak-error estimate:
+    tests/test_particles_weak_error.py.)
+    """
     x, heads, attn = system
     with pytest.raises(ScenarioError, match=r"particles\.adaptive"):
         simulate(x, heads, attn, T=0.1, dt=0.05, integrator="em", diffusion=0.1,
                  adaptive=True)
-    with pytest.raises(ScenarioError, match=r"particles\.rtol"):
-        simulate(x, heads, attn, T=0.1, dt=0.05, integrator="em", diffusion=0.1, rtol=1e-3)
+    noisy = simulate(x, heads, attn, T=0.1, dt=0.05, integrator="em", diffusion=0.1,
+                     rtol=1e-3)
+    assert noisy.checks["accuracy"]["order"] == 1
     with pytest.raises(ScenarioError, match=r"particles\.rtol"):
         ParticleOptions(rtol=1e-20)
     with pytest.raises(ScenarioError, match=r"particles\.atol"):
@@ -177,3 +182,14 @@ def test_the_reference_comparison_catches_a_wrong_field(system):
                    adaptive=True, engine="python")
     assert res.status == Status.SUCCESS  # its own estimate sees only the step-size error
     assert measured(res, system, rtol, 0.01 * res.extra["adaptive"]["dt_max"]) > 2.0
+
+
+def test_atol_alone_asks_for_the_verdict(system):
+    """``atol`` without ``rtol`` asks for accuracy too (``rtol`` its default ``1e-3``), as
+    for the PDE and the JKO scheme: the fixed-step run is judged."""
+    x, heads, attn = system
+    res = simulate(x, heads, attn, T=0.5, dt=0.05, integrator="rk4", atol=1e-6)
+    chk = res.checks["accuracy"]
+    assert chk["atol"] == 1e-6 and chk["rtol"] == ParticleOptions().tolerance().rtol
+    bare = simulate(x, heads, attn, T=0.5, dt=0.05, integrator="rk4")
+    assert "accuracy" not in bare.checks and np.array_equal(bare.x, res.x)

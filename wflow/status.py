@@ -153,9 +153,12 @@ class Status(StrEnum):
                  "takes)", False)
     INCONCLUSIVE = ("inconclusive",
                     "a study's verdict (wflow verify, wflow reproduce) could not decide: an "
-                    "interval straddles the tolerance, or a negative control did not fail",
-                    "run the full study (without --quick), more paths or seeds; the message "
-                    "is the verdict", False)
+                    "interval straddles the tolerance, or a negative control did not fail; "
+                    "particles with token diffusion and rtol/atol: the weak-error estimate's "
+                    "interval straddles the tolerance",
+                    "run the full study (without --quick), more paths or seeds; particles: "
+                    "more tokens (the message names how many); the message is the verdict",
+                    False)
     FAILED = ("failed",
               "non-finite values or a breakdown (conservation, positivity, the integrator)",
               "lower dt and check the inputs (initial state, weights, tolerances); the "

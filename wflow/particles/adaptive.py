@@ -20,8 +20,9 @@ in the scaled RMS norm of the tokens (:func:`wflow.infra.accuracy.error_norm`,
   estimated by ``2^q (x_dt(T) − x_{dt/2}(T))/(2^q − 1)``; a norm above 1 names the
   step ``dt·(0.9/‖e‖)^{1/q}`` that would meet the tolerance.
 
-Deterministic runs only: with token diffusion ``D > 0`` or noisy weights the error is a
-weak (statistical) error, which this controller does not estimate.
+Deterministic runs only: with token diffusion ``D > 0`` the error is a weak (statistical)
+error, estimated for fixed steps by :mod:`wflow.particles.weak_error` (adaptive steps
+refused); with noisy weights neither applies (refused).
 """
 
 from __future__ import annotations
@@ -44,20 +45,33 @@ logger = logging.getLogger(__name__)
 
 
 def check_accuracy_applies(opts: Any, schedule: Schedule, key: str) -> None:
-    """Refuse error control where the step-doubling estimate does not apply, naming ``key``.
+    """Refuse error control where no estimate of the run applies, naming ``key``.
 
-    ``key`` is ``"particles.adaptive"`` or ``"particles.rtol"``.
+    ``key`` is ``"particles.adaptive"``, ``"particles.rtol"`` or ``"particles.atol"``.
+    Deterministic runs: the step-doubling estimate (``euler``, ``rk4``; fixed or adaptive
+    steps). Token diffusion ``D > 0``: fixed steps only, judged by the weak-error estimate
+    of :mod:`wflow.particles.weak_error` (the stochastic integrator itself is checked by
+    :func:`wflow.particles.loop.check_noisy`). Noisy weights: refused either way.
     """
     if getattr(opts, "diffusion", 0.0) > 0:
-        raise ScenarioError(f"{key}: error control of the deterministic integrators only; "
-                            "token diffusion D > 0 needs a weak-error estimate (not yet)")
+        if getattr(opts, "adaptive", False):
+            raise ScenarioError(f"{key}: adaptive steps are for the deterministic "
+                                "integrators; with token diffusion D > 0 set adaptive = "
+                                "false and particles.rtol / particles.atol on fixed steps "
+                                "(judged by a weak-error estimate of the token moments)")
+        if schedule.stochastic:
+            raise ScenarioError(f"{key}: the weak-error estimate covers token diffusion "
+                                "with deterministic weights; noisy weights need an estimate "
+                                "of the weights' law too (not yet)")
+        return
     if schedule.stochastic:
         raise ScenarioError(f"{key}: error control of the deterministic integrators only; "
                             "noisy weights need a weak-error estimate (not yet)")
     integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
     if isinstance(integ, StochasticIntegrator):
         raise ScenarioError(f"{key}: {integ.name!r} is a stochastic integrator; error "
-                            "control is for 'euler' and 'rk4'")
+                            "control is for 'euler' and 'rk4' (with token diffusion "
+                            "D > 0: fixed steps judged by a weak-error estimate)")
 
 
 def _global_factor(q: int) -> float:

@@ -281,7 +281,9 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     (:mod:`wflow.particles.adaptive`): with ``adaptive`` each step costs about four
     (three for step doubling, one in the recorded run) and the steps are counted at the
     largest step ``dt`` — a lower bound, as the controller may take smaller ones (noted);
-    with ``rtol`` on fixed steps the run is repeated at ``dt/2``: three times the steps.
+    with ``rtol`` (or ``atol``) on fixed steps the run is repeated at ``dt/2``: three times
+    the steps (token diffusion ``D > 0``: an independent run at ``dt/2`` for the weak-error
+    estimate, :mod:`wflow.particles.weak_error`, counted the same).
     """
     est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind, ranks=ranks, mask=mask,
                           degree=degree)
@@ -290,10 +292,12 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
         return replace(est, steps=4 * est.steps, seconds=est.seconds + extra,
                        notes=est.notes + ("adaptive steps: counted at the largest step dt "
                                           "(a lower bound), 4 integrator steps each",))
-    if getattr(options, "rtol", None) is not None:
+    if getattr(options, "rtol", None) is not None or getattr(options, "atol", None) is not None:
         extra = 2.0 * (est.seconds - STARTUP_SECONDS)
+        why = ("an independent run at dt/2 (weak-error estimate)"
+               if getattr(options, "diffusion", 0.0) > 0 else "the run repeated at dt/2")
         return replace(est, steps=3 * est.steps, seconds=est.seconds + extra,
-                       notes=est.notes + ("rtol on fixed steps: the run repeated at dt/2",))
+                       notes=est.notes + (f"rtol on fixed steps: {why}",))
     return est
 
 

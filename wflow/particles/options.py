@@ -129,7 +129,12 @@ class ParticleOptions:
         "Tolerance`; the scaled RMS norm of the error of ``x(T)``, per component "
         "``atol + rtol·|x|``). With ``adaptive``: the step controller's target (default "
         "``1e-3``); with fixed steps: the run is judged by a step-doubling estimate of its "
-        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses.",
+        "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses. "
+        "With token diffusion ``D > 0`` (fixed steps only) the run is judged by the weak "
+        "error of its token moments ``m_1``, ``m_2`` at ``T`` "
+        "(:mod:`wflow.particles.weak_error`: an independent run at ``dt/2``, Richardson at "
+        "the integrator's weak order, 3 standard errors): ``success``, ``inaccurate`` naming "
+        "a ``dt``, or ``inconclusive`` naming a token count. ``atol`` alone asks for it too.",
         atol="radius units; also when ``adaptive`` is set", adaptive=False, adaptive_what=(
         "Adaptive steps: a PI controller (error per unit step over ``[0, T]``) on the "
         "step-doubling estimate of the deterministic integrators (``euler``, ``rk4``), "

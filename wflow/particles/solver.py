@@ -77,6 +77,7 @@ from .loop import (
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
+from .weak_error import half_step_seed, weak_error_check
 
 __all__ = [
     "iterate",
@@ -246,6 +247,10 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         ``status == "success"`` only if every recorded number is finite and the
         chain-rule residual of every path is within its tolerance (:mod:`wflow.status`);
         ``"inaccurate"`` with the residual and the tolerance in ``message`` otherwise.
+        With ``rtol``/``atol`` set the requested tolerance decides instead (fixed steps:
+        :func:`~wflow.particles.adaptive.fixed_step_error`; token diffusion ``D > 0``: the
+        weak-error estimate of :mod:`wflow.particles.weak_error`, ``"inconclusive"`` where
+        its noise cannot decide, naming a token count).
     """
     opts = options or ParticleOptions()
     if kwargs:
@@ -260,9 +265,12 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.resolve(opts.integrator, "particles.integrator"))
     python_why = _needs_python(opts, schedule)
-    if opts.adaptive or opts.rtol is not None:  # accuracy asked for (wflow.particles.adaptive)
+    if opts.adaptive or opts.rtol is not None or opts.atol is not None:  # accuracy asked for
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
-                               else "particles.rtol")
+                               else "particles.rtol" if opts.rtol is not None
+                               else "particles.atol")
+        if not opts.adaptive and opts.diffusion > 0:  # the weak error (weak_error.py)
+            return _judged_noisy(x0, schedule, attn, opts, comm)
         if not opts.adaptive:
             return _judged_fixed(x0, schedule, attn, opts, comm)
         if comm is not None and comm.Get_size() > 1:
@@ -433,6 +441,48 @@ def _judged_fixed(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Par
     return replace(res, options=opts, status=status, message=message,
                    checks={**res.checks, "accuracy": check},
                    wall_time=res.wall_time + half.wall_time)
+
+
+def _judged_noisy(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
+                  comm: Any) -> ParticleResult:
+    """A fixed-step noisy run (``D > 0``) judged by its weak error (``rtol``/``atol`` set).
+
+    The run, then an independent run at ``dt/2`` (seed
+    :func:`~wflow.particles.weak_error.half_step_seed`, recording only its end, the Itô
+    balance off; cost: twice the run's steps), and
+    :func:`~wflow.particles.weak_error.weak_error_check` on the token moments at ``T``:
+    the requested tolerance decides the status (``success``, ``inaccurate`` naming a
+    ``dt``, ``inconclusive`` naming a token count); the chain-rule and Itô-balance checks
+    stay in ``checks``. Over MPI both runs are split alike (collective).
+    """
+    base = replace(opts, rtol=None, atol=None)
+    res = simulate(x0, schedule, attn, options=base, comm=comm)
+    if res.status == Status.FAILED:
+        return replace(res, options=opts)
+    seed_half = half_step_seed(opts.seed)
+    half = simulate(x0, schedule, attn, comm=comm, options=replace(
+        base, dt=0.5 * opts.dt, seed=seed_half, record_every=10**9, entropy=False,
+        head_rates=False, clusters=False, save_trajectory=False, progress=False,
+        ito_balance=False))
+    wall = res.wall_time + half.wall_time
+    if half.status == Status.FAILED:
+        message = f"the dt/2 rerun of the weak-error estimate failed: {half.message}"
+        logger.error("particle run failed: %s", message)
+        return replace(res, options=opts, status=Status.FAILED, message=message,
+                       wall_time=wall)
+    verdict = weak_error_check(
+        res.x, half.x, order=INTEGRATORS.resolve(opts.integrator).order(),
+        tol=opts.tolerance(), dt=float(opts.dt), T=float(opts.T), n_paths=res.x.shape[0],
+        seeds=(int(opts.seed), seed_half))
+    record = {**verdict.record, "rerun_steps": int(len(half.steps["t"]) - 1),
+              "run_steps": int(len(res.steps["t"]) - 1), "rerun_wall_time": half.wall_time,
+              "run_wall_time": res.wall_time}
+    if verdict.status == Status.INACCURATE:
+        logger.warning("particle run inaccurate: %s", verdict.message)
+    elif verdict.status == Status.INCONCLUSIVE:
+        logger.warning("particle run inconclusive: %s", verdict.message)
+    return replace(res, options=opts, status=verdict.status, message=verdict.message,
+                   checks={**res.checks, "accuracy": record}, wall_time=wall)
 
 
 def _setup(schedule: Schedule, opts: ParticleOptions, grid: np.ndarray | None = None):
