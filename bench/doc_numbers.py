@@ -491,6 +491,27 @@ TABLES.update(castin=castin_table, staircase=staircase_table)
 TABLE_PAGES.update(castin="docs/reproduce_field.md", staircase="docs/reproduce_field.md")
 
 
+def weak_error_table() -> str:
+    """The particles' weak-error estimate against the true weak error
+    (``bench/particles_weak_error.py``): RMS over the moments, per case."""
+    data = load("particles_weak_error")
+    lines = ["| case | integrator | `dt` | estimate | true error | s.e. of the estimate | "
+             "cost judged/bare |", "|---|---|---|---|---|---|---|"]
+    for case, rows in data["cases"].items():
+        for r in rows:
+            true = "0" if r["true_rms"] == 0 else f"{r['true_rms']:.4f}"
+            if r["true_se_rms"] > 0:
+                true += f" ± {r['true_se_rms']:.4f}"
+            lines.append(f"| {case.replace('_', ' ')} | `{r['integrator']}` | "
+                         f"1/{round(1 / r['dt'])} | {r['estimate_rms']:.4f} | {true} | "
+                         f"{r['se_rms']:.4f} | {r['cost_ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+TABLES["weak_error"] = weak_error_table
+TABLE_PAGES["weak_error"] = "docs/guide/accuracy.md"
+
+
 def _field_page() -> dict:
     """``docs/reproduce_field.md``: bench_reproduce_field.json, bench_castin_step.json and
     the values pinned by ``tests/test_reproduce_field_full.py``."""
