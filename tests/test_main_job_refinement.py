@@ -197,6 +197,27 @@ def test_wrong_mobility_is_caught(tmp_path, monkeypatch):
     _assert_caught(s, W2, L1, EDI)
 
 
+def test_a_fault_on_one_level_is_caught_by_the_rise(tmp_path, monkeypatch):
+    """β × 1.1 in the JKO of the 720-cell level only (softmax scenario): the fitted orders
+    still pass, the W₂ of that level rises above the 500-cell level's (ratio > RISE_MAX):
+    the W₂ verdict is FAIL through the level-to-level rule alone."""
+    def one_level(real, mesh, rho0, schedule, attn, sc, **k):
+        if int(mesh.num_global) == 720:
+            attn = Attention(attn.kind, attn.beta * 1.1)
+        return real(mesh, rho0, schedule, attn, sc, **k)
+
+    _wrap(monkeypatch, one_level)
+    s = _run(tmp_path, "level", SOFTMAX)
+    _assert_caught(s, W2)
+    tab = s["jko_refinement"]
+    for key in ("w2", "l1", "edi"):  # the order alone does not catch it
+        assert tab[f"order_{key}"] >= mj_verdicts.THEORY_ORDER[key] - \
+            mj_verdicts.ORDER_MARGIN[key], (key, tab[f"order_{key}"])
+        assert tab[f"settles_{key}"] is True
+    assert [r["cells"] for r in tab["rows"]] == [320, 500, 720, 980]
+    assert tab["ratios_w2"][1] == tab["rise_w2"] > mj_verdicts.RISE_MAX["w2"], tab["ratios_w2"]
+
+
 def test_correct_softmax_scenario_passes(tmp_path):
     """The control of the mobility fault: the same softmax scenario, unperturbed."""
     s = _run(tmp_path, "softmax", SOFTMAX)
