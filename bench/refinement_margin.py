@@ -21,31 +21,40 @@ at ``1 − margin``:
   ``0.2·(G + Gᵀ)/2`` (``G`` standard normal), ``β ~ U[0.8, 1.2]``, three bumps with random
   means, ``κ ~ U[3, 7]``, weights ``∝ U[0.2, 0.5]``.
 
-All on the 980-cell icosphere with ``jko_refinement = 3`` (levels 320, 500 or 720, 980
+All on the 980-cell icosphere with ``jko_refinement = 3`` (levels 320, 500, 720, 980
 cells). The margin of each order is ``1 − t`` with ``t`` the smallest calibration order
-rounded down to 0.05: no calibration run fails, so the false-fail rate per verdict is at
-most ``1 − 0.05^{1/N}`` (the one-sided 95 % Clopper–Pearson bound with 0 fails in ``N``
-runs: 3.0 % at ``N = 100``).
+rounded down to 0.05. Each row also keeps its per-level values (``values_*``, coarsest
+first), and ``RISE_MAX`` of each quantity is the largest level-to-level ratio (finer /
+coarser) over the calibration runs rounded up to 0.05, at least :data:`RISE_FLOOR`. The
+verdict (:func:`wflow.apps.main.verdicts.order_passes`) needs the order at its threshold,
+every ratio at most ``RISE_MAX`` and the finest value below the coarsest; no calibration
+run fails it, so the false-fail rate per verdict is at most ``1 − 0.05^{1/N}`` (the
+one-sided 95 % Clopper–Pearson bound with 0 fails in ``N`` runs: 3.0 % at ``N = 100``).
+The summary also counts the runs the former rule (the order and "shrinks at every level")
+fails (``false_fails.shrinks_rule``).
 
 *Power* (held out). At seeds ``10 000 + i`` (never used for the margin), the correct
 scheme (the false-fail rate out of sample) and faults injected through the public API the
 main job calls (``wflow.apps.jobs.jko.run_jko_scenario``, and the FV step
 ``wflow.jko.steppers.fv_step``), perturbing only the JKO: ``beta`` (β × 1.03), ``tau`` (a
 JKO stepping 1.1τ while it reports τ), ``mobility`` (the softmax mobility ``b̂ = 1/Z``
-replaced by 1). A run is *caught* when an order verdict fails under the thresholds set
-here (the order below it, or the table not shrinking at every level), with the rule of
-:func:`wflow.apps.main.verdicts._refinement_verdicts`.
+replaced by 1), and ``level`` (β × 1.1 in the JKO of the 720-cell level only, softmax
+family: a fault on one level, which the fitted order smooths over). A run is *caught*
+when an order verdict fails under the thresholds set here, with the rule of
+:func:`wflow.apps.main.verdicts.order_passes`; ``caught_by_order`` / ``_rise`` /
+``_settles`` count the runs each part of the rule fails.
 
 Usage (from the repository root, one process; about 10–20 s a run on a loaded 2-core
 machine)::
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/refinement_margin.py \\
-        --runs 102 --heldout 2 [--partial /tmp/margin.jsonl]
+        --runs 102 --heldout 2 --level-seeds 6 [--partial /tmp/margin.jsonl]
 
 ``--partial`` keeps one JSON line per finished run and skips those already there (a
 resumed measurement). Result: ``bench/results/refinement_margin.json``, one row per run
-with its wall and CPU time, the orders, and the summary (thresholds, margins, size,
-power). ``--summarise`` rebuilds the summary from ``--partial`` without running.
+with its wall and CPU time, the orders, the per-level values, and the summary
+(thresholds, margins, ``rise_max``, size, power). ``--summarise`` rebuilds the summary
+from ``--partial`` without running.
 """
 
 from __future__ import annotations
@@ -299,12 +308,16 @@ def summarise(rows: list[dict]) -> dict:
             "wall_s": sum(r["wall_s"] for r in rows), "cpu_s": sum(r["cpu_s"] for r in rows)}
 
 
-def plan(runs: int, heldout: int) -> list[tuple[str, int, str | None]]:
+def plan(runs: int, heldout: int, level_seeds: int = 0) -> list[tuple[str, int, str | None]]:
+    """The runs: calibration seeds, held-out seeds with every fault, and from held-out seed
+    ``heldout`` up to ``level_seeds`` the one-level fault and its correct control only."""
     out = [(TEMPLATES[s % 3], s, None) for s in range(runs)]
     for i in range(heldout):
         seed = HELDOUT_SEED0 + i
         out += [(t, seed, None) for t in TEMPLATES]
         out += [(t, seed, f) for f, temps in FAULTS.items() for t in temps]
+    for i in range(heldout, level_seeds):
+        out += [(t, HELDOUT_SEED0 + i, f) for t in FAULTS["level"] for f in (None, "level")]
     return out
 
 
@@ -312,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=102)
     ap.add_argument("--heldout", type=int, default=5)
+    ap.add_argument("--level-seeds", type=int, default=0,
+                    help="held-out seeds of the one-level fault (beyond --heldout)")
     ap.add_argument("--partial", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--summarise", action="store_true")
@@ -321,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in a.partial.read_text().splitlines():
             r = json.loads(line)
             done[(r["template"], r["seed"], r["fault"])] = r
-    todo = plan(a.runs, a.heldout)
+    todo = plan(a.runs, a.heldout, a.level_seeds)
     if not a.summarise:
         with tempfile.TemporaryDirectory() as tmp:
             for i, key in enumerate(todo):

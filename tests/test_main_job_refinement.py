@@ -227,8 +227,9 @@ def test_correct_softmax_scenario_passes(tmp_path):
 
 
 def test_a_table_that_does_not_shrink_fails():
-    """A finest row whose W₂ is not below the coarser ones: the W₂ verdict is FAIL (never
-    "every check passed"), whatever the fitted slope."""
+    """A finest row 1.25 × the next coarser one (a rise above RISE_MAX): the verdicts are
+    FAIL (never "every check passed"), whatever the fitted slope."""
+    assert max(mj_verdicts.RISE_MAX.values()) < 1.25
     rows = [{"cells": 20 * n * n, "h": 1.0 / n, "tau": 1.0 / n, "w2_max": e, "l1_max": e,
              "edi_abs_relative": e, "time_error": 0.0, "status": "success"}
             for n, e in ((4, 0.4), (5, 0.3), (6, 0.2), (7, 0.25))]

@@ -38,7 +38,8 @@ THEORY_ORDER = {"w2": 1.0, "l1": 1.0, "edi": 1.0}
 #: from its asymptote at these meshes (the shipped default on 2 420 cells: 0.80, 0.63,
 #: 1.55, ``bench/results/bench_main_job.json``).
 #:
-#: At held-out seeds (10 000, 10 001) the correct runs pass (6 of 6) and faults injected
+#: At held-out seeds (10 000, 10 001) the correct runs pass (6 of 6; 10 of 10 with the
+#: softmax runs at 10 002–10 005) and faults injected
 #: through the public API are caught: β × 1.03 and a JKO stepping 1.1τ while it reports τ
 #: on the USA family (2 of 2 each, W₂ orders ≤ 0.14 and ≤ 0.36), the softmax mobility
 #: ``b̂ → 1`` on both softmax families (4 of 4). β × 1.03 and the 1.1τ step are NOT caught
@@ -54,8 +55,18 @@ ORDER_MARGIN = {"w2": 0.3, "l1": 0.9, "edi": 0.25}
 #: coarsest level).
 #:
 #: Measured by ``bench/refinement_margin.py`` over the same 102 correct runs as
-#: :data:`ORDER_MARGIN`: the largest ratio observed, rounded up to 0.05. RISE_DOC
-RISE_MAX = {"w2": 1.0, "l1": 1.0, "edi": 1.0}
+#: :data:`ORDER_MARGIN`: the largest ratio observed, rounded up to 0.05, and at least 1
+#: (a number that does not grow never fails: below 1 the bound would depend on the
+#: table's level spacing — a first-order number falls by about ``τ_{k+1}/τ_k`` per level,
+#: 0.80–0.86 here, up to 0.9 on other tables — which the calibration does not cover).
+#: Largest / median ratio: W₂ 0.93 / 0.85, L¹ 1.14 / 0.88, EDI 0.90 / 0.83, the largest all
+#: on the default family; every run's finest value is below its coarsest. Under this rule
+#: 0 of the 102 runs fail (the former "shrinks at every level": 5, all L¹), and the held-out
+#: correct runs pass (10 of 10). A fault on one level, β × 1.1 in the JKO of the 720-cell
+#: level only (softmax family, held-out seeds 10 000–10 005), passes every order (W₂
+#: 0.84–1.07) and is caught by the W₂ rise in 4 of 6 (ratios 1.01–1.32 from the 500-cell
+#: level; 0.89 and 0.99 at the other two; the unfloored 0.95 would catch 5 of 6).
+RISE_MAX = {"w2": 1.0, "l1": 1.15, "edi": 1.0}
 #: The thresholds :data:`THEORY_ORDER` − :data:`ORDER_MARGIN` of the three verdicts.
 ORDER_MIN_W2 = THEORY_ORDER["w2"] - ORDER_MARGIN["w2"]
 #: ... of ``max_k ‖m^JKO_k − m^PDE(kτ)‖₁``.
@@ -296,8 +307,9 @@ def _refinement_verdicts(add: Callable[..., None], tab: dict, pde_name: str) -> 
             "verdicts.py, ORDER_MARGIN; bench/results/refinement_margin.json): a table that "
             "does not shrink, or shrinks slower, is not converging to the PDE (a wrong "
             "mobility, β or τ in the JKO step). Level to level (finer / coarser) the number "
-            f"may grow at most ×{RISE_MAX[key]:g} (RISE_MAX, the largest ratio of the same "
-            f"correct runs; here {_fmt(rise)}), and the finest value must be below the "
+            f"may grow at most ×{RISE_MAX[key]:g} (RISE_MAX: the largest ratio over the same "
+            f"correct runs rounded up to 0.05, at least 1; here {_fmt(rise)}), and the "
+            "finest value must be below the "
             f"coarsest ({'yes' if settles else 'NO'}): a fault on one level shows there."
             + ("" if rise is None or rise <= RISE_MAX[key] else
                f" A level-to-level ratio {rise:.3g} exceeds {RISE_MAX[key]:g}."))
