@@ -1,9 +1,11 @@
-"""The refinement verdicts' thresholds: the theoretical order minus a measured margin.
+"""The refinement verdicts' thresholds: the theoretical order minus a measured margin, and
+the largest level-to-level rise.
 
-``wflow.apps.main.verdicts.ORDER_MARGIN`` must be what ``bench/refinement_margin.py``
-measured (``bench/results/refinement_margin.json``: the fitted orders of ≥ 100 correct main
-jobs, held-out correct and faulty runs), and the verdicts must read it. Nothing is run
-here but the verdict functions on stored numbers.
+``wflow.apps.main.verdicts.ORDER_MARGIN`` and ``RISE_MAX`` must be what
+``bench/refinement_margin.py`` measured (``bench/results/refinement_margin.json``: the
+fitted orders and per-level values of ≥ 100 correct main jobs, held-out correct and faulty
+runs), and the verdicts must read them. Nothing is run here but the verdict functions on
+stored numbers.
 """
 
 from __future__ import annotations
@@ -184,10 +186,17 @@ def test_an_old_shrinks_failure_with_a_small_rise_passes():
 
 def test_the_shipped_default_passes_at_the_thresholds():
     """The shipped default's measured orders (2 420 cells, ``bench_main_job.json``)."""
-    orders = json.loads(MAIN_JOB.read_text())["runs"][0]["numbers"]["orders"]
+    numbers = json.loads(MAIN_JOB.read_text())["runs"][0]["numbers"]
+    orders = numbers["orders"]
     assert orders["w2"] >= mj_verdicts.ORDER_MIN_W2
     assert orders["l1"] >= mj_verdicts.ORDER_MIN_L1
     assert orders["edi"] >= mj_verdicts.ORDER_MIN_EDI
+    # the whole rule on its stored rows (320 / 720 / 1 280 / 2 420 cells)
+    tab = mj_refinement._fit_table([{**r, "time_error": 0.0} for r in numbers["rows"]], None)
+    for key in ("w2", "l1", "edi"):
+        # the same 4-point least-squares fit of the stored values: round-off ~1e-15 ≪ 1e-9
+        assert tab[f"order_{key}"] == pytest.approx(orders[key], abs=1e-9)
+        assert mj_verdicts.order_passes(tab, key), (key, tab[f"ratios_{key}"])
 
 
 def test_the_faults_are_caught_at_held_out_seeds(data):
