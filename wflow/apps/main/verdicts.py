@@ -58,7 +58,8 @@ ORDER_MARGIN = {"w2": 0.3, "l1": 0.9, "edi": 0.25}
 #: :data:`ORDER_MARGIN`: the largest ratio observed, rounded up to 0.05, and at least 1
 #: (a number that does not grow never fails: below 1 the bound would depend on the
 #: table's level spacing — a first-order number falls by about ``τ_{k+1}/τ_k`` per level,
-#: 0.80–0.86 here, up to 0.9 on other tables — which the calibration does not cover).
+#: 0.80–0.86 here, closer to 1 on a table with more levels — which the calibration does
+#: not cover).
 #: Largest / median ratio: W₂ 0.93 / 0.85, L¹ 1.14 / 0.88, EDI 0.90 / 0.83, the largest all
 #: on the default family; every run's finest value is below its coarsest. Under this rule
 #: 0 of the 102 runs fail (the former "shrinks at every level": 5, all L¹), and the held-out
