@@ -197,6 +197,27 @@ def test_wrong_mobility_is_caught(tmp_path, monkeypatch):
     _assert_caught(s, W2, L1, EDI)
 
 
+def test_a_fault_on_one_level_is_caught_by_the_rise(tmp_path, monkeypatch):
+    """β × 1.1 in the JKO of the 720-cell level only (softmax scenario): the fitted orders
+    still pass, the W₂ of that level rises above the 500-cell level's (ratio > RISE_MAX):
+    the W₂ verdict is FAIL through the level-to-level rule alone."""
+    def one_level(real, mesh, rho0, schedule, attn, sc, **k):
+        if int(mesh.num_global) == 720:
+            attn = Attention(attn.kind, attn.beta * 1.1)
+        return real(mesh, rho0, schedule, attn, sc, **k)
+
+    _wrap(monkeypatch, one_level)
+    s = _run(tmp_path, "level", SOFTMAX)
+    _assert_caught(s, W2)
+    tab = s["jko_refinement"]
+    for key in ("w2", "l1", "edi"):  # the order alone does not catch it
+        assert tab[f"order_{key}"] >= mj_verdicts.THEORY_ORDER[key] - \
+            mj_verdicts.ORDER_MARGIN[key], (key, tab[f"order_{key}"])
+        assert tab[f"settles_{key}"] is True
+    assert [r["cells"] for r in tab["rows"]] == [320, 500, 720, 980]
+    assert tab["ratios_w2"][1] == tab["rise_w2"] > mj_verdicts.RISE_MAX["w2"], tab["ratios_w2"]
+
+
 def test_correct_softmax_scenario_passes(tmp_path):
     """The control of the mobility fault: the same softmax scenario, unperturbed."""
     s = _run(tmp_path, "softmax", SOFTMAX)
@@ -206,8 +227,9 @@ def test_correct_softmax_scenario_passes(tmp_path):
 
 
 def test_a_table_that_does_not_shrink_fails():
-    """A finest row whose W₂ is not below the coarser ones: the W₂ verdict is FAIL (never
-    "every check passed"), whatever the fitted slope."""
+    """A finest row 1.25 × the next coarser one (a rise above RISE_MAX): the verdicts are
+    FAIL (never "every check passed"), whatever the fitted slope."""
+    assert max(mj_verdicts.RISE_MAX.values()) < 1.25
     rows = [{"cells": 20 * n * n, "h": 1.0 / n, "tau": 1.0 / n, "w2_max": e, "l1_max": e,
              "edi_abs_relative": e, "time_error": 0.0, "status": "success"}
             for n, e in ((4, 0.4), (5, 0.3), (6, 0.2), (7, 0.25))]

@@ -271,10 +271,19 @@ def _refinement_lines(tab: dict, *, figures: bool = True) -> list[str]:
         t = thr.get(f"order_{key}")
         return _fmt_order(tab.get(f"order_{key}")) + (f" (pass >= {t:g})" if t else "")
 
-    lines += ["", f"Fitted orders in τ (log–log, h ∝ τ): W₂ {order('w2')}, L¹ {order('l1')}, "
-              f"JKO Σ|EDI_k| {order('edi')}. Shrinking under refinement: W₂ "
-              f"{_yes_no(tab['shrinks_w2'])}, L¹ {_yes_no(tab.get('shrinks_l1'))}, JKO "
-              f"Σ|EDI_k| {_yes_no(tab['shrinks_edi'])} (judged in the verdicts above).", ""]
+    def rise(key: str) -> str:
+        t = thr.get(f"rise_{key}")
+        return _num(tab.get(f"rise_{key}")) + (f" (pass <= {t:g})" if t else "")
+
+    def each(f) -> str:
+        return f"W₂ {f('w2')}, L¹ {f('l1')}, JKO Σ|EDI_k| {f('edi')}"
+
+    lines += ["", f"Fitted orders in τ (log–log, h ∝ τ): {each(order)}. Largest "
+              f"level-to-level ratio (finer / coarser): {each(rise)}. Finest below the "
+              f"coarsest: {each(lambda k: _yes_no(tab.get(f'settles_{k}')))}. Shrinking at "
+              f"every level (reported, not judged): "
+              f"{each(lambda k: _yes_no(tab.get(f'shrinks_{k}')))}. The verdicts above judge "
+              "each order and the rise <= RISE_MAX with the finest below the coarsest.", ""]
     ot = tab.get("ot_crosscheck")
     if ot is not None:
         if ot.get("status") == Status.FAILED:

@@ -16,7 +16,7 @@ from ..run_table import RunOptions
 from ..scenario import Scenario
 from . import phases
 from .compare import _at_jko_times, _row, _table_row
-from .verdicts import ORDER_MIN_EDI, ORDER_MIN_L1, ORDER_MIN_W2, TIME_TOL
+from .verdicts import ORDER_MIN_EDI, ORDER_MIN_L1, ORDER_MIN_W2, RISE_MAX, TIME_TOL
 
 REFINE_RATIO = 1.5
 #: Frequency ``n`` of the coarsest icosphere of the table (``20 n²`` = 320 cells): the
@@ -174,9 +174,10 @@ def _refinement_block(jko, table: dict | None, cmp_: dict, ropts: RunOptions) ->
 
     The finest row is the main JKO (``W_2`` and ``L¹`` from the ``compare`` phase, against
     its reference PDE). Orders: log–log least-squares slopes against ``τ`` (``h ∝ τ``)
-    of ``max_k W_2``, ``max_k L¹`` and the JKO's ``Σ|EDI_k|`` (relative);
-    ``shrinks_*``: the number decreases from every row to the next finer one (``None``
-    with one row).
+    of ``max_k W_2``, ``max_k L¹`` and the JKO's ``Σ|EDI_k|`` (relative); per quantity
+    the level-to-level ratios, their largest ``rise_*`` and ``settles_*`` (the finest
+    value below the coarsest), :func:`level_ratios`; ``shrinks_*``: the number decreases
+    from every row to the next finer one (reported, not judged; ``None`` with one row).
     """
     if table is None:
         return None
@@ -187,6 +188,35 @@ def _refinement_block(jko, table: dict | None, cmp_: dict, ropts: RunOptions) ->
     if not l1.size and "main_l1" in table:  # a table computed before this field existed
         main.update(table["main_l1"])
     return _fit_table([*table["rows"], main], table.get("ot_crosscheck"))
+
+
+def level_ratios(v: list[float]) -> tuple[list[float], float | None, bool | None]:
+    """The level-to-level ratios of one column of the table and the verdicts' inputs.
+
+    Parameters
+    ----------
+    v : list of float
+        One value per level, coarsest first (``v_0`` at the largest ``τ``), e.g. the
+        ``max_k W_2`` column; dimensionless ratios follow whatever unit it has.
+
+    Returns
+    -------
+    ratios : list of float
+        ``v_{i+1} / v_i`` (finer over coarser), ``len(v) − 1`` of them; ``0/0`` is 0
+        (no error on either level), ``b/0`` with ``b > 0`` is ``inf``.
+    rise : float or None
+        ``max_i v_{i+1}/v_i``, the most the number grows from one level to the next
+        finer one (the verdicts judge ``rise <= RISE_MAX``); ``None`` below two levels.
+    settles : bool or None
+        ``v_{K} < v_0``: the finest value is below the coarsest; ``None`` below two levels.
+        A non-finite value gives a ``nan`` ratio and ``settles = False``.
+    """
+    if len(v) < 2:
+        return [], None, None
+    ratios = [float(b / a) if a > 0 else (0.0 if b == 0 else float("inf"))
+              for a, b in zip(v, v[1:], strict=False)]
+    rise = float("nan") if any(np.isnan(ratios)) else max(ratios)
+    return ratios, rise, bool(v[-1] < v[0])
 
 
 def _fit_table(rows: list[dict], ot: dict | None) -> dict:
@@ -204,13 +234,18 @@ def _fit_table(rows: list[dict], ot: dict | None) -> dict:
     def order(v: list[float]) -> float | None:
         return _order(taus, v) if all(np.isfinite(v)) else None
 
-    w2, l1v, edi = col("w2_max"), col("l1_max"), col("edi_abs_relative")
-    return {"rows": rows, "order_w2": order(w2), "order_l1": order(l1v),
-            "order_edi": order(edi), "ot_crosscheck": ot,
-            "shrinks_w2": shrinks(w2), "shrinks_l1": shrinks(l1v), "shrinks_edi": shrinks(edi),
+    cols = {"w2": col("w2_max"), "l1": col("l1_max"), "edi": col("edi_abs_relative")}
+    levels: dict = {}
+    for key, v in cols.items():
+        ratios, rise, settles = level_ratios(v)
+        levels |= {f"ratios_{key}": ratios, f"rise_{key}": rise, f"settles_{key}": settles}
+    return {"rows": rows, **{f"order_{k}": order(v) for k, v in cols.items()},
+            "ot_crosscheck": ot, **levels,
+            **{f"shrinks_{k}": shrinks(v) for k, v in cols.items()},
             "time_error_max": float(np.nanmax(col("time_error"))) if rows else 0.0,
             "thresholds": {"order_w2": ORDER_MIN_W2, "order_l1": ORDER_MIN_L1,
-                           "order_edi": ORDER_MIN_EDI, "time_error": TIME_TOL},
+                           "order_edi": ORDER_MIN_EDI, "time_error": TIME_TOL,
+                           **{f"rise_{k}": RISE_MAX[k] for k in cols}},
             "rule": f"h ∝ τ: icospheres n_k = n/r^k (r = min({REFINE_RATIO:g}, (n/{MIN_ICO})^"
                     "(1/K)), 20 n_k² cells), N_k = round(N n_k/n) steps; the finest row is "
                     "the main JKO; W₂ and L¹ against the surrogate PDE on the same mesh at "
