@@ -13,7 +13,9 @@ its public ``run(fault=NAME)`` (a frozen solver, a wrong ``β``, a flipped value
 biased integrator, a missing Itô term, doubled time, ...), each with what it does. A
 faulted run must FAIL, naming the criterion that catches it; the test suite asserts it.
 ``summary.json`` records the criteria (value, accepted range, verdict), the fault
-injected (``null`` for a plain run) and the descriptions of all negative controls.
+injected (``null`` for a plain run) and the descriptions of all negative controls. A
+study names its tables once, in a :class:`NegativeControls` (``CONTROLS``), which reads a
+run's ``fault`` and closes its verdict.
 
 Parametrised faults
 -------------------
