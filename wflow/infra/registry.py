@@ -61,8 +61,14 @@ class WrongMethod(ScenarioError, TypeError):
 class Method:
     """Base of a method class (an integrator, a limiter, a scheme): its name, printed.
 
-    A subclass sets ``name`` (its registered name; empty for an object used unregistered,
-    then named by its class) and inherits what messages and outputs read of it.
+    A subclass sets ``name`` and inherits what messages and outputs read of it.
+
+    Attributes
+    ----------
+    name : str
+        The registered name: the value of its registry's scenario key (``schedule.type``,
+        ``jko.scheme``, ``pde.limiter``, ...). Empty for an object used unregistered, then
+        named by its class.
     """
 
     name: str = ""

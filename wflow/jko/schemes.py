@@ -30,10 +30,10 @@ __all__ = ["JKOScheme", "AutoScheme", "SCHEMES"]
 class JKOScheme(Method):
     """One discretisation of the JKO step ``μ_{k+1} ∈ argmin (1/2τ) W²_{b̂}(μ_k, ·) − s E``.
 
+    Its ``name`` is the value of ``jko.scheme``.
+
     Attributes
     ----------
-    name : str
-        The value of ``jko.scheme``.
     tau_cells : float
         Cells a step crosses under the automatic step: ``τ |v|_max ≈ tau_cells · h``
         (:func:`wflow.jko.options.auto_tau`).
@@ -57,7 +57,6 @@ class JKOScheme(Method):
         not the finite-volume step's (``O(M)`` per step).
     """
 
-    name: str = ""
     tau_cells: float = 3.0
     on_dual: bool = False
     gradient_backend: str | None = None

@@ -27,10 +27,10 @@ Stage = Callable[[np.ndarray, float], "np.ndarray | None"]
 class TimeIntegrator(OrderedMethod):
     """A strong-stability-preserving explicit Runge–Kutta method.
 
+    Its ``name`` is the value of ``PDEOptions.time_integrator`` / ``[pde] time_integrator``.
+
     Attributes
     ----------
-    name : str
-        The name in ``PDEOptions.time_integrator`` / ``[pde] time_integrator``.
     nodes : tuple of float
         The stage times ``c`` (fractions of ``Δt``) the method evaluates at, in order.
     declared_order : int or None
@@ -38,7 +38,6 @@ class TimeIntegrator(OrderedMethod):
         (:class:`~wflow.infra.registry.OrderedMethod`).
     """
 
-    name: str = ""
     nodes: tuple[float, ...] = ()
 
     def stages(self) -> int:

@@ -38,7 +38,6 @@ class Limiter(Method):
     give ``inf`` or ``nan`` and are handled by the caller's positivity scaling).
     """
 
-    name: str = ""
     #: The ``PDEOptions`` fields this limiter reads (e.g. ``("venkat_k",)``).
     params: tuple[str, ...] = ()
 

@@ -62,15 +62,7 @@ from ..attention.published import published_heads, published_ou, sample_publishe
 from ..attention.schedules import OrnsteinUhlenbeck, Relaxed, Schedule
 from ..infra.parallel import parallel_map
 from ..particles import simulate
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    fit_loglog,
-    save_figure,
-    write_study,
-)
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 from .helpers import accuracy_criterion, no_mobility_fault, run_accuracy
 
 __all__ = ["run", "one_run", "FAULTS", "SLOPE_TOL", "OU_RATIO_MAX", "PARTICLE_ACCURACY_MAX"]
@@ -109,6 +101,8 @@ FAULTS = {
                     "average removes nothing, G² does not fall with H",
     "no-mobility": no_mobility_fault("every run drops"),
 }
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS)
 
 
 class _SharedNoiseOU(OrnsteinUhlenbeck):
@@ -171,7 +165,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
 
     ``fault`` injects one of :data:`FAULTS` (negative controls: the study must fail).
     """
-    check_fault(NAME, fault, FAULTS)
+    CONTROLS.read(fault)
     if quick:
         T, dt, n, Hs, paths, HA = 8.0, 0.02, 64, [1, 4, 16], 4, 4
     else:
@@ -238,7 +232,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
         f"(late level {do['G2_late']:.1e}). Part B: late-time mean G² ~ "
         f"H^{fits['ou']['slope']:.2f} (OU, theory −1) and H^{fits['oscillating']['slope']:.2f} "
         "(oscillating, theory 0).")
-    passed, verdict, entries = conclude(criteria, details, fault=fault, faults=FAULTS)
+    passed, verdict, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {
         "settings": {"T": T, "dt": dt, "n": n, "H_values": Hs, "paths": paths, "H_part_a": HA,
                      "seed": seed, "quick": quick, "integrator": "euler (tokens and weights)",

@@ -13,7 +13,9 @@ its public ``run(fault=NAME)`` (a frozen solver, a wrong ``β``, a flipped value
 biased integrator, a missing Itô term, doubled time, ...), each with what it does. A
 faulted run must FAIL, naming the criterion that catches it; the test suite asserts it.
 ``summary.json`` records the criteria (value, accepted range, verdict), the fault
-injected (``null`` for a plain run) and the descriptions of all negative controls.
+injected (``null`` for a plain run) and the descriptions of all negative controls. A
+study names its tables once, in a :class:`NegativeControls` (``CONTROLS``), which reads a
+run's ``fault`` and closes its verdict.
 
 Parametrised faults
 -------------------
@@ -64,7 +66,7 @@ from ..status import Claim, Status, Verdict
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
            "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
-           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome"]
+           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome", "NegativeControls"]
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +330,42 @@ def criteria_summary(criteria: Sequence[Criterion], faults: Mapping[str, str],
             "fault_description": fault_description(fault, faults, families) if fault else None,
             "fault_family": fam if size is not None else None, "fault_size": size,
             "negative_controls": dict(faults), "fault_families": dict(families or {})}
+
+
+@dataclass(frozen=True)
+class NegativeControls:
+    """A study's fault injection, declared once: its name, ``FAULTS`` and ``FAMILIES``.
+
+    A study module builds one (``CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)``)
+    and reads a run's ``fault`` with :meth:`read` and closes its verdict with
+    :meth:`conclude`, so that its tables are named in one place.
+
+    Attributes
+    ----------
+    study : str
+        The study's name (``wflow verify NAME``), in the error of an unknown fault.
+    faults : mapping of str to str
+        The documented negative controls, name → what the fault does.
+    families : mapping of str to str, optional
+        The fault families ``"FAMILY:S"``, family → what a fault of size ``s`` does.
+    seed_independent : bool
+        The criteria do not depend on the seed: :data:`SEED_NOTE` ends the verdict.
+    """
+
+    study: str
+    faults: Mapping[str, str]
+    families: Mapping[str, str] | None = None
+    seed_independent: bool = False
+
+    def read(self, fault: str | None) -> tuple[str | None, float | None]:
+        """``(family, size)`` of ``fault``, validated and parsed (:func:`read_fault`)."""
+        return read_fault(self.study, fault, self.faults, self.families)
+
+    def conclude(self, criteria: Sequence[Criterion], details: str, fault: str | None
+                 ) -> tuple[bool, str, dict[str, Any]]:
+        """``(passed, verdict, summary entries)`` of a run with ``fault`` (:func:`conclude`)."""
+        return conclude(criteria, details, fault=fault, faults=self.faults,
+                        families=self.families, seed_independent=self.seed_independent)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ from ..kinetic.binned import flat as _flat
 from ..kinetic.binned import token_var as _token_var
 from ..particles import simulate
 from ..status import Status
-from .base import StudyResult, conclude, read_fault, write_study
+from .base import NegativeControls, StudyResult, write_study
 from .mean_field import ALPHA, RHO0, _model, moment_criteria
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,8 @@ RHO0_B = {"type": "vmf", "means": [[0.0, -1.0, 0.3]], "kappas": [5.0], "weights"
 #: In-process cache of the kinetic levels (deterministic): key -> level data.
 _PDE_CACHE: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 _CACHE_SIZE = 12
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def _kinetic_level(spec: str, S: int, heads: Heads, lam: float, quadrature: str, L: int
@@ -207,7 +209,7 @@ def _replicate(item: tuple) -> dict[str, Any]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Causal particles vs the kinetic limit: binned moments at 0 and T; judge; write."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     mode = MODES["quick" if quick else "full"]
     n, R, B, S, L, L_cv = (int(mode[k]) for k in ("n", "R", "B", "S", "L", "L_cv"))
     heads, _ = _model()
@@ -254,8 +256,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         f"T² = {plain.hotelling:.1f}). Monte Carlo s.e. median {mc_med:.2e}; reference",
         f"error max {float(np.max(errT)):.2e} (mesh {float(np.max(e_h)):.2e}, slices",
         f"{float(np.max(e_S)):.2e})."))
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "replicates": R, "bins": B, "slices": S, "degree": L,
                             "T": T_FINAL, "particle_dt": T_FINAL / PARTICLE_STEPS,
                             "alibi_lambda": LAMBDA, "token_slope": LAMBDA / n,

@@ -73,9 +73,8 @@ from ..particles.integrators import INTEGRATORS
 from ..status import Status
 from .base import (
     Criterion,
+    NegativeControls,
     StudyResult,
-    check_fault,
-    conclude,
     fit_loglog,
     parse_fault,
     save_figure,
@@ -160,6 +159,8 @@ FAMILIES = {
                 "(1 + s) times too fast) while the EDI is judged with the model's b̂: a "
                 "residual ≈ s/2 ∫|∂E|² dt that does not shrink with τ",
 }
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def model() -> tuple[Heads, Attention]:
@@ -256,7 +257,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
     ``parts`` selects the sweeps (``"particles"``, ``"pde"``, ``"jko"``; all by default);
     the verdict judges the criteria of the parts run.
     """
-    check_fault(NAME, fault, FAULTS, FAMILIES)
+    CONTROLS.read(fault)
     parts = tuple(parts)
     if not parts or any(p not in PARTS for p in parts):
         raise ValueError(f"{NAME}: parts must be a non-empty subset of {PARTS}, got {parts}")
@@ -386,8 +387,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = No
     if any(p in parts for p in SEED_INDEPENDENT_PARTS):
         notes.append("The PDE and JKO sweeps do not depend on the seed (one test, whatever "
                      "the seed); the particle sweeps do.")
-    passed, text, entries = conclude(criteria, " ".join(notes), fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, " ".join(notes), fault)
     summary = {"settings": {"T": T, "n": n, "quick": quick, "seed": seed, "parts": list(parts),
                             "gradient_flow": gf, "heads": A_HEADS.tolist(),
                             "density": DENSITY, "order_tol": ORDER_TOL,

@@ -42,7 +42,7 @@ from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_entropy, solve_equiangular
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,8 @@ FAMILIES = {
 }
 #: The second inverse temperature of the identity check (β vs β² faults show at β ≠ 1).
 BETA_ALT = 2.0
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def _general_heads(kind: str, d: int, rng: np.random.Generator) -> Heads:
@@ -131,7 +133,7 @@ def _identity_error(x0: np.ndarray, heads: Heads, beta: float, T: float, dt: flo
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Entropy identity for general heads and monotone entropy for scalar heads."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     integrator = "euler" if fault == "euler" else "rk4"
     power = 1.0 if fault == "identity-beta-power" else 2.0
     if fam == "identity-beta":
@@ -208,8 +210,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + f" in dt. Scalar heads, equiangular tokens: entropy {word} (min step "
                f"{eq['min_increment']:.1e}), closed form to {eq['closed_form_err']:.1e}, "
                f"|H(T) − log n| = {eq['final_gap_to_log_n']:.1e}.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"beta": beta, "beta_alt": BETA_ALT, "n": n, "d": d, "T": T,
                             "dts": dts, "quick": quick, "seed": seed, "tolerances": TOL},
                **entries,

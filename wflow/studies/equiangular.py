@@ -30,15 +30,7 @@ from ..geometry.sphere import equiangular_tokens
 from ..multihead import early_rate, equiangular_rhs, solve_equiangular
 from ..particles import simulate
 from ..status import Status
-from .base import (
-    Criterion,
-    StudyResult,
-    check_fault,
-    conclude,
-    parse_fault,
-    save_figure,
-    write_study,
-)
+from .base import Criterion, NegativeControls, StudyResult, parse_fault, save_figure, write_study
 from .helpers import (
     VELOCITY_FAMILY,
     fit_decay_rate,
@@ -79,6 +71,8 @@ FAULTS = {
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES, seed_independent=SEED_INDEPENDENT)
 
 
 def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float,
@@ -125,7 +119,7 @@ def _case(n: int, d: int, lambdas: list[float], beta: float, T: float, dt: float
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Particle runs from ``γ_0 = 0`` compared with the equiangular ODE and its rates."""
-    check_fault(NAME, fault, FAULTS, FAMILIES)
+    CONTROLS.read(fault)
     rng = np.random.default_rng(seed)
     cases = [(6, 8, [0.7, 1.5], 1.0)] if quick else [(6, 8, [0.7, 1.5], 1.0),
                                                      (10, 12, [0.5, 1.0, 2.0], 2.0),
@@ -164,8 +158,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"γ̇ = F(γ): {max(r['ode_distance'] for r in rows):.1e}; early rate vs "
                f"Σφ(λ_h): max rel. err {max(r['early_rel_err'] for r in rows):.1e}; late decay "
                f"of 1 − γ vs 2Λ: max rel. err {max(r['late_rel_err'] for r in rows):.1e}.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     seed_independent=SEED_INDEPENDENT, families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"quick": quick, "seed": seed, "tolerances": TOL},
                **entries,
                "fits": fits, "cases": rows}

@@ -76,7 +76,7 @@ import numpy as np
 
 from ..attention.heads import Attention, Heads
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, write_study
 from .edi import JKO_LEVELS, JKO_ORDER_TOL, PDE_ORDER_TOL
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,8 @@ FAMILIES = {"laplacian": "the PDE's Laplacian ×(1 + s) (the identity judged at 
 
 #: The smallest D_run the reconstruction divides by (a noiseless run is run at this).
 _D_FLOOR = 1e-9
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES, seed_independent=SEED_INDEPENDENT)
 
 
 def free_edi_at(steps: dict[str, Any], D_run: float, D: float) -> dict[str, float]:
@@ -303,7 +305,7 @@ def jko_heat_rate(name: str, D_run: float, D: float) -> dict[str, float]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """EDI residual of ``F_D`` under joint refinement; judge the order; write the summary."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     D = DIFFUSION
     D_run = D * (1.0 + size) if fam == "laplacian" else D
     if fault == "pde-noiseless":
@@ -371,8 +373,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{heat['rel_error']:.2e} on {heat['cells']} cells. Softmax (reported, not "
                f"judged: a defect of the model): free_edi_defect {defect:.3e}, "
                f"{100 * defect_rel:.1f} % of the dissipation.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES, seed_independent=True)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"beta": BETA, "diffusion": D, "diffusion_run": D_run,
                             "diffusion_jko": D_jko,
                             "jko_levels": [list(lv) for lv in mode["jko"]],

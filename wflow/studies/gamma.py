@@ -50,7 +50,7 @@ from ..geometry.transport import w2_sphere
 from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 from .helpers import (
     accuracy_criterion,
     no_mobility_fault,
@@ -95,6 +95,8 @@ FAMILIES = {
                 "unperturbed reference (velocity and time scaled)",
     "beta": "the perturbed flows run at β ×(1 + s) against the unperturbed reference",
 }
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 BETA = 1.5
 
 
@@ -119,7 +121,7 @@ def _traj(item: tuple) -> dict:
     else:
         A = heads.A
     h = Heads.bilinear(A, w=heads.w)
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     beta, kind = BETA, "softmax"
     if family != "base" and fault == "no-mobility":
         kind = "usa"
@@ -137,7 +139,7 @@ def _traj(item: tuple) -> dict:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ε for both families; judge convergence and the rate; write summary and plot."""
-    read_fault(NAME, fault, FAULTS, FAMILIES)  # an unknown fault refused before any run
+    CONTROLS.read(fault)  # an unknown fault refused before any run
     n, H, T, dt = (100, 3, 1.5, 0.05) if quick else (300, 3, 4.0, 0.025)
     epss = [0.1, 0.03, 0.01, 0.003] if quick else [0.1, 0.03, 0.01, 0.003, 0.001]
     k0 = len(epss) - ASYMPTOTIC  # the asymptotic range: epss[k0:]
@@ -186,8 +188,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         + f" over ε = {epss[k0]:g} … {epss[-1]:g}; sup W2 goes from "
         + ", ".join(f"{table[f]['sup_W2'][0]:.2e} to {table[f]['sup_W2'][-1]:.2e} ({f})"
                     for f in table) + ".")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "H": H, "T": T, "dt": dt, "beta": BETA, "eps": epss,
                             "asymptotic_eps": epss[k0:],
                             "seed": seed, "quick": quick, "rate_tol": RATE_TOL,

@@ -50,7 +50,7 @@ from ..gaussian import (
 )
 from ..infra.guards import GuardError, guard_below_overflow, guard_psd
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 
 __all__ = ["ParticleErrors", "default_problem", "particle_errors", "run", "SLOPE_TOL",
            "SLOPE_TOL_QUICK", "BIAS_SCALE_QUICK", "BIAS_LIMIT_QUICK",
@@ -98,6 +98,8 @@ FAMILIES = {"time": "the particles run to (1 + s)T and are compared with the mom
                     "uses B"}
 #: Quantile of the χ² bias test (false-alarm rate 1e-3 per run).
 BIAS_QUANTILE = 0.999
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def default_problem() -> tuple[GaussianParams, np.ndarray, np.ndarray, float]:
@@ -296,7 +298,7 @@ def _plot(res: ParticleErrors, stage: Path) -> list[str]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Run the study (``quick``: fewer sizes and seeds), fit, judge and write ``out``."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     kw: dict[str, Any] = {}
     if fault == "time-doubled":
         kw["particle_time_scale"] = 2.0
@@ -341,8 +343,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{res.w2[-1]:.2e} ({res.reps[-1]} seeds). Extrapolated biases (b/se): "
                + ", ".join(f"{c} {v:+.2f}" for c, v in zip(res.components, b / se_b,
                                                            strict=True)) + ".")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = res.to_dict()
     summary["expected_slope"] = EXPECTED_SLOPE
     summary["slope_tol"] = tol

@@ -51,7 +51,7 @@ from ..attention.heads import Attention
 from ..geometry.sphere import normalize
 from ..multihead import beta_star, beta_star_blocks, dominance_root, radial_dominance
 from ..particles import simulate
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 from .helpers import (
     VELOCITY_FAMILY,
     accuracy_criterion,
@@ -81,6 +81,8 @@ FAULTS = {
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def initial_tokens(n: int, H: int, eps: float, rng: np.random.Generator) -> np.ndarray:
@@ -106,7 +108,7 @@ def _fd(t: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Trajectories below/above ``β*_⊥`` for orthogonal and approximately orthogonal heads."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     vscale = -1.0 if fault == "value-sign" else value_scale(fault, fam, size)
     H, n, alpha, eps = 2, 8, 1.0, 0.3
     d = H * n
@@ -214,8 +216,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             f"δ/(Hα)² = {k} below β*_⊥: largest per-head energy drop relative to its gain "
             + (f"{v:.1e} — the O(δ) direct cross term outweighs the own power somewhere."
                if v > DROP_TOL else f"{v:.1e} — no decrease observed."))
-    passed, text, entries = conclude(criteria, " ".join(sentences), fault=fault,
-                                     faults=FAULTS, families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, " ".join(sentences), fault)
     summary = {"settings": {"H": H, "n": n, "d": d, "alpha": alpha, "eps": eps, "T": T,
                             "dt": dt, "factors": factors, "deltas_rel": deltas,
                             "quick": quick, "seed": seed, "drop_tol": DROP_TOL,

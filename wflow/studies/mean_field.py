@@ -75,7 +75,7 @@ from ..geometry.sphere import sample_cells, sample_vmf
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, save_figure, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,8 @@ FAMILIES = {
     "tokens-off": "a fraction |s| of the initial tokens drawn from a vMF (κ = 4) at "
                   "(0, sign s, 0) instead of ρ_0",
 }
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def _model() -> tuple[Heads, Attention]:
@@ -319,7 +321,7 @@ def _velocity_error(test: MomentTest, tail: np.ndarray, tt: np.ndarray, T: float
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Particles vs PDE moments at 0 and T; judge the three tests; write summary and plot."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     mode = MODES["quick" if quick else "full"]
     n, R, L, L_cv = int(mode["n"]), int(mode["R"]), int(mode["L"]), int(mode["L_cv"])
     T = T_FINAL
@@ -395,8 +397,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         f"replicates vs a PDE sample {cc['ssw']:.4f} against {cc['ssw_floor']:.4f} between "
         f"two PDE samples; exact W2 on {cc['w2_points']} "
         f"tokens {cc['w2']:.4f} against {cc['w2_floor']:.4f}.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "replicates": R, "degree": L, "T": T,
                             "particle_dt": T / PARTICLE_STEPS,
                             "cells": [coarse["cells"], fine["cells"]],

@@ -134,15 +134,7 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import (
-    Criterion,
-    StudyResult,
-    conclude,
-    parse_fault,
-    read_fault,
-    save_figure,
-    write_study,
-)
+from .base import Criterion, NegativeControls, StudyResult, parse_fault, save_figure, write_study
 
 __all__ = ["run", "FAULTS", "FAMILIES", "Z_ACCEPT", "Z_DETECT", "ORDER_RANGE", "BETA_ALT",
            "DRIFT_RTOL", "ITO_RTOL", "ORDER_RANGE_QUICK", "FAMILY_ALPHA", "N_STATISTICS",
@@ -221,6 +213,8 @@ DRIFT_RTOL = 1e4 * float(np.finfo(np.float64).eps)
 #: ≤ ``K·H·eps``: with ``n ≤ 100``, ``K ≤ 200``, ``H ≤ 4`` at most 900 eps ≈ 2e-13;
 #: ×10 margin: 1e4·eps ≈ 2.2e-12 (the correct solver's values: docs/studies_power.md).
 ITO_RTOL = 1e4 * float(np.finfo(np.float64).eps)
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def model_power(trajectory: np.ndarray, theta_trajectory: np.ndarray, t: np.ndarray,
@@ -397,7 +391,7 @@ def _at_beta(beta: float, name: str, value: float, lo: float | None = None,
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Monte-Carlo bias of the balance at several ``dt`` and two ``β``: order, extrapolation."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     n, H, T, batches, per = (40, 2, 0.3, 3, 8) if quick else (100, 4, 1.0, 8, 8)
     dts = [0.06, 0.03, 0.015] if quick else [0.04, 0.02, 0.01, 0.005]
     betas = (BETA, BETA_ALT)
@@ -529,8 +523,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
             f"{rows[dts[-1]]['stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} vs "
             f"{rows[dts[-1]]['raw_stderr'] * np.sqrt(rows[dts[-1]]['paths']):.1e} raw at "
             f"dt = {dts[-1]:g}.")
-    passed, text, entries = conclude(criteria, " ".join(notes), fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, " ".join(notes), fault)
     summary = {"settings": {"n": n, "H": H, "T": T, "dts": dts, "paths": batches * per,
                             "seed": seed, "quick": quick, "sigma2": SIGMA2, "kappa": KAPPA,
                             "betas": list(betas), "head_norm": A_NORM,

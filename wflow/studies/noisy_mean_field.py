@@ -74,7 +74,7 @@ from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..particles.integrators import StochasticIntegrator
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, read_fault, write_study
+from .base import Criterion, NegativeControls, StudyResult, write_study
 from .mean_field import ALPHA, RHO0, _draw, _model, moment_criteria
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ FAMILIES = {
     "pde-diffusion": "the PDE's token diffusion ×(1 + s)",
     "particles-diffusion": "the particles' token diffusion ×(1 + s)",
 }
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 class NoItoDrift(StochasticIntegrator):
@@ -277,7 +279,7 @@ def score(g: np.ndarray, adjusted: np.ndarray, ref: np.ndarray, err: np.ndarray,
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Noisy particles vs the noisy PDE's moments at 0 and T; judge; write the summary."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     mode = MODES["quick" if quick else "full"]
     n, R, L, L_cv = int(mode["n"]), int(mode["R"]), int(mode["L"]), int(mode["L_cv"])
     T, D = T_FINAL, DIFFUSION
@@ -329,8 +331,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         f"(critical {score['t_crit']:.2f}; centred on the particles' expected bias "
         f"{100 * bias[0]:.2f} % ± {100 * bias[1]:.2f} % of D, uncentred t = "
         f"{score['z_raw']:.2f}), D fitted {score['D_fit']:.5g} ± {score['D_se']:.2g}.")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "replicates": R, "degree": L, "T": T, "diffusion": D,
                             "diffusion_pde": D_pde, "diffusion_particles": D_part,
                             "particle_dt": T / PARTICLE_STEPS, "integrator": "strang",

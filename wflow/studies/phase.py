@@ -52,7 +52,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import normalize
 from ..phase import funk_hecke_eigenvalues, k_sharp
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, read_fault, write_study
+from .base import Criterion, NegativeControls, StudyResult, write_study
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,8 @@ FAMILIES = {
 }
 
 _MESHES: dict[int, Any] = {}
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def _mesh(n: int):
@@ -141,7 +143,7 @@ def growth_rates(n: int, D: float, beta: float, ls: tuple[int, ...], axis: np.nd
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Fit the growth rates at ``K_#(1 ± 1/4)``, locate ``K_#``; judge; write summary."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     beta = BETA
     d = 3
     n1, n2 = MODES["quick" if quick else "full"]["freq"]
@@ -197,8 +199,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + ", ".join(f"{k}: {v['richardson']:.5g} vs {v['exact']:.5g} (orders "
                            f"{v['observed_order']:.2f})" for k, v in raw.items())
                + f". K̂_# = {k_hat:.6g} against K_#(β) = {ks:.6g} (D = 1/(2K)).")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"beta": beta, "d": d, "cells": list(cells), "T": T_FINAL,
                             "eps": EPS_PERT, "K": K, "D_run": D, "quick": quick,
                             "seed": seed, "axis": axis.tolist()},

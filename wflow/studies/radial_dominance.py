@@ -47,7 +47,7 @@ from ..multihead import (
     dominance_root,
     radial_dominance,
 )
-from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, save_figure, write_study
 from .helpers import block_heads, spread_tokens
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ FAULTS = {
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {"alpha": "the heads have strength (1 + s) α while β*, β*_exact and β*_⊥ use α"}
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES, seed_independent=SEED_INDEPENDENT)
 
 
 def _root_tol(beta: float) -> float:
@@ -78,7 +80,7 @@ def _root_tol(beta: float) -> float:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Sweep ``β`` across ``β*`` for ``H = 1..4`` and locate the sign change of the margin."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     n = 16 if quick else 32
     alpha = 1.0
     strength = 1.1 * alpha if fault == "alpha-mismatch" else alpha  # of the heads
@@ -154,8 +156,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + ", ".join(f"{v:.3f}" for v in ex) + " for H = 2, 3, 4; H = 1: smallest "
                f"normalised margin {min(curves[1][1]):.3f} over β (1 by construction: "
                f"reported, not judged).")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     seed_independent=SEED_INDEPENDENT, families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "d": n, "alpha": alpha, "head_strength": strength,
                             "quick": quick, "seed": seed, "xtol": XTOL},
                **entries,

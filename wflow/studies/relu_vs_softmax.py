@@ -41,7 +41,7 @@ from ..attention.heads import Attention, Heads
 from ..attention.kinds import RELU, SOFTMAX, get_kind
 from ..geometry.sphere import equiangular_tokens, sample_uniform
 from ..multihead import equiangular_time, relu_equiangular_time
-from .base import Criterion, StudyResult, conclude, fit_loglog, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, fit_loglog, save_figure, write_study
 from .helpers import VELOCITY_FAMILY, particle_clustering_time, reduce_to_span, value_scale
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ FAULTS = {
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES, seed_independent=SEED_INDEPENDENT)
 
 
 def _linfit(x: np.ndarray, y: np.ndarray) -> float:
@@ -77,7 +79,7 @@ def _linfit(x: np.ndarray, y: np.ndarray) -> float:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Clustering times of softmax and ReLU over ``n`` and ``d`` (equiangular and random starts)."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     beta, lam, thr = 1.0, 1.0, 0.9
     vscale = value_scale(fault, fam, size)
     ns = (4, 8) if quick else (4, 8, 16)
@@ -177,8 +179,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                + ". Random starts (reported, not judged): ReLU reached the threshold in "
                f"{100 * rand_summary['relu']['reached_fraction'].mean():.0f}% of runs "
                f"(softmax {100 * rand_summary['softmax']['reached_fraction'].mean():.0f}%).")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     seed_independent=SEED_INDEPENDENT, families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"beta": beta, "lambda": lam, "threshold": thr, "ns": ns, "ds": ds,
                             "seeds": seeds, "dt_equiangular": dt_eq, "dt_random": dt_rand,
                             "random_T_max": f"{t_cap} * T_equiangular + 10",

@@ -110,7 +110,7 @@ from ..infra.guards import guard_finite
 from ..infra.parallel import parallel_map
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, save_figure, write_study
 from .helpers import no_mobility_fault, time_doubled_fault
 
 __all__ = ["run", "perturb", "lipschitz_bound", "velocity_jacobian", "tangent_lognorm",
@@ -152,6 +152,8 @@ FAMILIES = {
 #: correct solver (bench/results/size_power.json): quick mode, 100 seeds, largest
 #: ``|g/λ_w − 1|`` 1.08e-3; size and power: docs/studies_power.md.
 GROWTH_TOL = 3e-3
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES)
 
 
 def model_field(x: np.ndarray, heads: Heads, attn: Attention, *, z_offset: float = 0.0
@@ -399,7 +401,7 @@ def _lognorms(item: tuple) -> tuple[float, float]:
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Measure the coupling ratios in the linear regime and compare with both bounds."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     n, T, dt = (80, 1.5, 0.05) if quick else (300, 4.0, 0.025)
     beta, scale = 1.0, 0.5
     vscale = 2.0 if fault == "time-doubled" else 1.0
@@ -514,8 +516,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"{lam0_hi:.4f}]); Richardson growth g = {growth:.5f} against λ_w = "
                f"{lam_w:.5f} (relative {growth_err:.1e}). The a-priori bound L* is reported, "
                f"not judged (L*/L_eff = {L_star / max(L_eff, 1e-300):.3g}: it cannot fail).")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "H": 3, "T": T, "dt": dt, "beta": beta, "scale": scale,
                             "seed": seed, "quick": quick, "cases": cases,
                             "eps_ladder": list(ladder), "lin_tol": LIN_TOL},

@@ -32,7 +32,7 @@ from ..attention.heads import Attention, Heads
 from ..geometry.sphere import orthonormal_tokens
 from ..multihead import early_rate, equiangular_rate, lambda_c
 from ..particles import simulate
-from .base import Criterion, StudyResult, conclude, read_fault, save_figure, write_study
+from .base import Criterion, NegativeControls, StudyResult, save_figure, write_study
 from .helpers import VELOCITY_FAMILY, accuracy_criterion, fit_early_rate, run_accuracy, value_scale
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ FAULTS = {
 }
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = dict(VELOCITY_FAMILY)
+#: The study's faults, read (``run(fault=...)``) and reported (the verdict) in one place.
+CONTROLS = NegativeControls(NAME, FAULTS, FAMILIES, seed_independent=SEED_INDEPENDENT)
 
 
 def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 1.0,
@@ -77,7 +79,7 @@ def _measure(x0: np.ndarray, lambdas: list[float], beta: float, vscale: float = 
 def run(*, out: Path, quick: bool = False, seed: int = 0,
         fault: str | None = None) -> StudyResult:
     """Early rates of heterogeneous vs equal heads on both sides of ``λ_c``."""
-    fam, size = read_fault(NAME, fault, FAULTS, FAMILIES)
+    fam, size = CONTROLS.read(fault)
     vscale = value_scale(fault, fam, size)
     kind = "usa" if fault == "no-mobility" else "softmax"  # of the particles
     n, beta = 8, 1.0
@@ -147,8 +149,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                f"heads cluster {word(conv)}, gains {min(conv):+.3f}..{max(conv):+.3f}; concave "
                f"side λ̄ = λ_c/2: {word(conc)}, gains {min(conc):+.3f}..{max(conc):+.3f}; "
                f"particle early rates match Σφ(λ_h) to {worst:.1e} (rel).")
-    passed, text, entries = conclude(criteria, details, fault=fault, faults=FAULTS,
-                                     seed_independent=SEED_INDEPENDENT, families=FAMILIES)
+    passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "beta": beta, "quick": quick, "seed": seed,
                             "window": "tau = min(0.1, 0.05/rate), dt = tau/10",
                             "rel_tol": REL_TOL},

@@ -48,19 +48,16 @@ class ScheduleContext:
 
 
 class ScheduleType(Method):
-    """One ``[schedule] type``: builds its :class:`Schedule` from the table.
+    """One ``[schedule] type`` (its ``name``): builds its :class:`Schedule` from the table.
 
     Attributes
     ----------
-    name : str
-        The value of ``schedule.type``.
     schedule : type
         The :class:`Schedule` class it builds.
     keys : tuple of str
         The ``[schedule]`` keys it reads besides ``type`` (documentation).
     """
 
-    name: str = ""
     schedule: type[Schedule] = Schedule
     keys: tuple[str, ...] = ()
 
