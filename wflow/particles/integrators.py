@@ -207,10 +207,10 @@ CODE_EM = 2
 class ParticleIntegrator(OrderedMethod):
     """One step of the tokens ``x ← Φ_h(x)`` on the sphere.
 
+    Its ``name`` is the value of ``ParticleOptions.integrator``.
+
     Attributes
     ----------
-    name : str
-        The name in ``ParticleOptions.integrator``.
     weights : WeightStep
         How the schedule advances the weights over the step
         (:meth:`wflow.attention.schedules.Schedule.advance` ``method``).
@@ -225,7 +225,6 @@ class ParticleIntegrator(OrderedMethod):
         test; :class:`~wflow.infra.registry.OrderedMethod`).
     """
 
-    name: str = ""
     weights: WeightStep = WeightStep.RK4
     compiled_code: int | None = None
 
