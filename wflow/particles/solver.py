@@ -50,7 +50,7 @@ from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog
 from ..status import Status, failed_run
-from .adaptive import adaptive_grid, check_accuracy_applies, fixed_step_error
+from .adaptive import adaptive_grid, check_accuracy_applies
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .free_energy import (
     ITO_STEP_KEYS,
@@ -67,6 +67,7 @@ from .integrators import (
     compiled_code,
     time_grid,
 )
+from .judged import judged_fixed, judged_noisy
 from .loop import (
     check_noisy,
     refuse_masked_records,
@@ -77,7 +78,6 @@ from .loop import (
 from .noise import TokenNoise
 from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
-from .weak_error import half_step_seed, weak_error_check
 
 __all__ = [
     "iterate",
@@ -269,10 +269,9 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
                                else "particles.rtol" if opts.rtol is not None
                                else "particles.atol")
-        if not opts.adaptive and opts.diffusion > 0:  # the weak error (weak_error.py)
-            return _judged_noisy(x0, schedule, attn, opts, comm)
-        if not opts.adaptive:
-            return _judged_fixed(x0, schedule, attn, opts, comm)
+        if not opts.adaptive:  # fixed steps judged by their error estimate (judged.py)
+            judge = judged_noisy if opts.diffusion > 0 else judged_fixed
+            return judge(simulate, x0, schedule, attn, opts, comm)
         if comm is not None and comm.Get_size() > 1:
             raise ScenarioError("particles.adaptive: adaptive steps are not split over MPI "
                                 "ranks yet; run in one process")
@@ -409,80 +408,6 @@ def _simulate_adaptive(x0: np.ndarray, schedule: Schedule, attn: Attention,
              "dt_min": info["dt_min"], "dt_max": info["dt_max"]}
     return replace(res, status=Status.SUCCESS, message="", wall_time=wall,
                    checks={**res.checks, "accuracy": check})
-
-
-def _judged_fixed(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
-                  comm: Any) -> ParticleResult:
-    """A fixed-step run judged by the requested tolerance (``rtol`` set, not adaptive).
-
-    The run, then the same run at ``dt/2`` recording only its end (cost: twice the run's
-    steps), and :func:`~wflow.particles.adaptive.fixed_step_error`: the requested
-    tolerance decides the status (the chain-rule check stays in ``checks["chain"]``);
-    a miss is ``inaccurate``, its message naming a ``dt`` that would meet it.
-    """
-    base = replace(opts, rtol=None, atol=None)
-    res = simulate(x0, schedule, attn, options=base, comm=comm)
-    if res.status == Status.FAILED:
-        return replace(res, options=opts)
-    half = simulate(x0, schedule, attn, comm=comm, options=replace(
-        base, dt=0.5 * opts.dt, record_every=10**9, entropy=False, head_rates=False,
-        clusters=False, save_trajectory=False, progress=False))
-    check = fixed_step_error(res.x[0], half.x[0], opts)
-    status, message = Status.SUCCESS, ""
-    if not check["passed"]:
-        rem = check["dt_remedy"]
-        status = Status.INACCURATE
-        message = (f"fixed step dt = {opts.dt:g} misses the requested accuracy (rtol = "
-                   f"{check['rtol']:g}, atol = {check['atol']:g}): estimated error of x(T) "
-                   f"{check['error']:.3g}x the tolerance (step doubling of the whole run); "
-                   f"remedy: dt <= {rem:.3g} ({int(np.ceil(opts.T / rem))} steps) or "
-                   "adaptive = true")
-        logger.warning("particle run inaccurate: %s", message)
-    return replace(res, options=opts, status=status, message=message,
-                   checks={**res.checks, "accuracy": check},
-                   wall_time=res.wall_time + half.wall_time)
-
-
-def _judged_noisy(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
-                  comm: Any) -> ParticleResult:
-    """A fixed-step noisy run (``D > 0``) judged by its weak error (``rtol``/``atol`` set).
-
-    The run, then an independent run at ``dt/2`` (seed
-    :func:`~wflow.particles.weak_error.half_step_seed`, recording only its end, the Itô
-    balance off; cost: twice the run's steps), and
-    :func:`~wflow.particles.weak_error.weak_error_check` on the token moments at ``T``:
-    the requested tolerance decides the status (``success``, ``inaccurate`` naming a
-    ``dt``, ``inconclusive`` naming a token count); the chain-rule and Itô-balance checks
-    stay in ``checks``. Over MPI both runs are split alike (collective).
-    """
-    base = replace(opts, rtol=None, atol=None)
-    res = simulate(x0, schedule, attn, options=base, comm=comm)
-    if res.status == Status.FAILED:
-        return replace(res, options=opts)
-    seed_half = half_step_seed(opts.seed)
-    half = simulate(x0, schedule, attn, comm=comm, options=replace(
-        base, dt=0.5 * opts.dt, seed=seed_half, record_every=10**9, entropy=False,
-        head_rates=False, clusters=False, save_trajectory=False, progress=False,
-        ito_balance=False))
-    wall = res.wall_time + half.wall_time
-    if half.status == Status.FAILED:
-        message = f"the dt/2 rerun of the weak-error estimate failed: {half.message}"
-        logger.error("particle run failed: %s", message)
-        return replace(res, options=opts, status=Status.FAILED, message=message,
-                       wall_time=wall)
-    verdict = weak_error_check(
-        res.x, half.x, order=INTEGRATORS.resolve(opts.integrator).order(),
-        tol=opts.tolerance(), dt=float(opts.dt), T=float(opts.T), n_paths=res.x.shape[0],
-        seeds=(int(opts.seed), seed_half))
-    record = {**verdict.record, "rerun_steps": int(len(half.steps["t"]) - 1),
-              "run_steps": int(len(res.steps["t"]) - 1), "rerun_wall_time": half.wall_time,
-              "run_wall_time": res.wall_time}
-    if verdict.status == Status.INACCURATE:
-        logger.warning("particle run inaccurate: %s", verdict.message)
-    elif verdict.status == Status.INCONCLUSIVE:
-        logger.warning("particle run inconclusive: %s", verdict.message)
-    return replace(res, options=opts, status=verdict.status, message=verdict.message,
-                   checks={**res.checks, "accuracy": record}, wall_time=wall)
 
 
 def _setup(schedule: Schedule, opts: ParticleOptions, grid: np.ndarray | None = None):
