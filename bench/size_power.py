@@ -998,7 +998,8 @@ def write_docs(data: dict[str, Any], *, page_path: Path = PAGE,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--studies", nargs="+", default=sorted(STUDIES), choices=sorted(STUDIES))
-    p.add_argument("--seeds", type=int, default=20, help="seeds for the size [20]")
+    p.add_argument("--seeds", type=int, default=20,
+                   help="the size runs seeds --seed-from … --seeds − 1 [20]")
     p.add_argument("--seed-from", type=int, default=0,
                    help="the size's first seed [0] (the other half of the range in a second "
                         "process with its own --out; --join-size merges it)")
@@ -1032,6 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="write docs/studies_power.md and the README's bullet from the "
                         "results files")
     args = p.parse_args(argv)
+    if not args.no_size and not args.join_size and args.seed_from >= args.seeds:
+        p.error(f"--seed-from {args.seed_from} >= --seeds {args.seeds}: no seed to run (the "
+                "size runs seeds --seed-from … --seeds − 1)")
     if args.markdown or args.page or args.write:
         data = load([args.out, *ALL_RESULTS[1:]])
         if args.write:

@@ -194,3 +194,23 @@ def test_the_page_renders_any_entry(tmp_path):
     lines = readme.read_text(encoding="utf-8").split("\n")
     assert lines[0] == "a" and lines[-2:] == ["* next", ""] and "old" not in lines[1]
     assert page.read_text(encoding="utf-8") == text
+
+
+def test_an_empty_seed_range_is_refused_by_name(tmp_path, capsys):
+    """``--seed-from 25 --seeds 25`` runs no seed: refused with exit 2 before any run
+    (it used to run nothing and then fail reading the empty aggregate); a range of one
+    seed is accepted by the same check (negative control: the check is not a blanket
+    refusal)."""
+    mod = _script()
+    out = tmp_path / "x.json"
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--studies", "gamma", "--seed-from", "25", "--seeds", "25", "--out", str(out)])
+    assert exc.value.code == 2
+    assert "--seed-from 25 >= --seeds 25" in capsys.readouterr().err
+    assert not out.exists()
+    calls = []
+    mod.size = lambda name, **kw: calls.append(kw) or {
+        "failing_seeds": [], "runs": 1, "seed_independent": False}
+    assert mod.main(["--studies", "gamma", "--seed-from", "25", "--seeds", "26",
+                     "--out", str(out)]) == 0
+    assert calls and calls[0]["seed_from"] == 25 and calls[0]["seeds"] == 26
