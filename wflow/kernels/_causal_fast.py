@@ -69,14 +69,18 @@ def causal_kept_bytes(M: int, P: int, K: int, *, offset: int = 0) -> int:
     return 0
 
 
+def _wave_blocks(K: int) -> int:
+    """Blocks per wave: ``max(1, _WAVE_BYTES // (64 K))`` (``K`` coefficients a row)."""
+    return int(max(1, _WAVE_BYTES // (64 * int(K))))
+
+
 def causal_wave_bytes(K: int) -> int:
     """Bytes of one head's coefficient buffers in flight: two ``(wave, 4, K)`` arrays.
 
-    ``wave = max(1, _WAVE_BYTES // (64 K))`` blocks: ``≈ _WAVE_BYTES`` (32 MiB) for every
-    degree (one block's ``64 K`` bytes when a block alone exceeds it).
+    ``wave`` (:func:`_wave_blocks`) blocks: ``≈ _WAVE_BYTES`` (32 MiB) for every degree
+    (one block's ``64 K`` bytes when a block alone exceeds it).
     """
-    wave = int(max(1, _WAVE_BYTES // (64 * int(K))))
-    return 2 * wave * 4 * int(K) * 8
+    return 2 * _wave_blocks(K) * 4 * int(K) * 8
 
 
 def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, dev):
@@ -140,7 +144,7 @@ def _fast_causal(x, m, A, beta, tol, mask: Causal, slope, heads, comm, offset, d
         # blocks per wave: as many as _WAVE_BYTES of coefficients hold, so the parallel
         # regions (two per wave, each ending in a barrier that costs a time slice on a
         # loaded machine) stay few: ~7 waves for n = 10⁶ at L = 20
-        wave = int(max(1, _WAVE_BYTES // (64 * Kc)))  # causal_wave_bytes: the estimate's
+        wave = _wave_blocks(Kc)  # the rule causal_wave_bytes counts for the estimate
         carry_r, carry_i, aux = np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)
         bufs = [np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2),
                 np.zeros((4, Kc)), np.zeros((4, Kc)), np.zeros(2)]
