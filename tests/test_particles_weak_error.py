@@ -250,6 +250,13 @@ def test_refusals_name_the_key():
         simulate(x0, ou, attn, options=ParticleOptions(integrator="em", atol=0.1, **base))
     with pytest.raises(ValueError, match=r"weak order"):
         weak_error_check(x0, x0, order=0, tol=Tolerance(), dt=0.1, T=1.0)
+    # one token: refused before any run (no variance to judge by)
+    with pytest.raises(ValueError, match=r"particles\.rtol.*two tokens"):
+        simulate(x0[:1], heads, attn, options=ParticleOptions(integrator="em", rtol=0.1,
+                                                              **base))
+    two = simulate(x0[:2], heads, attn, options=ParticleOptions(integrator="em", rtol=0.1,
+                                                                 **base))
+    assert "accuracy" in two.checks  # the control: two tokens are judged
 
 
 CLI_SCENARIO = """

@@ -92,6 +92,9 @@ def judged_noisy(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: A
     :func:`~wflow.particles.weak_error.half_step_seed`, the Itô balance off); the status is
     ``success``, ``inaccurate`` naming a ``dt``, or ``inconclusive`` naming a token count.
     """
+    if x0.shape[0] * max(1, int(opts.n_paths)) < 2:  # before any run: no variance of one
+        raise ValueError("particles.rtol: the weak-error estimate needs at least two tokens "
+                         f"(n · n_paths), got {x0.shape[0]} · {opts.n_paths}")
     seed_half = half_step_seed(opts.seed)
     res, half = _run_and_half(simulate, x0, schedule, attn, opts, comm, seed=seed_half,
                               ito_balance=False)
