@@ -1,9 +1,12 @@
 """``causal_sums(..., values=W)``: the masked sums of heads with values of rank ``r``.
 
 ``Y_h(i) = Σ_{j ≤ i} m_j k(·) W_h x_j`` equals ``W_h`` applied to the full-width sums, for
-every back-end (the NumPy back-end accumulates at width ``r``; the compiled and fast sums
-project after), with the causal and the strict mask and an ALiBi bias; ``Z`` is unchanged.
-Control: a value factor off by 1e-6 in one entry is seen.
+every back-end (the NumPy and the compiled direct sums at ``d > 3`` accumulate at width
+``r``; at ``d ≤ 3`` the fused rows and the fast sum project after), with the causal and the
+strict mask and an ALiBi bias; ``Z`` equal to round-off (the value width picks the compiled
+path, as in :func:`wflow.kernels.kernel_sums`: ``w + r`` below the BLAS threshold runs the
+chunked rows where ``w + d`` ran BLAS blocks). Control: a value factor off by 1e-6 in one
+entry is seen.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def test_values_equal_the_projected_full_sums(backend, d, mask, bias):
     # the same sums in another association (W Σ against Σ W): round-off of n terms
     scale = np.abs(ref).max()
     assert np.abs(at_rank.Y - ref).max() <= 1e3 * np.finfo(float).eps * scale
-    assert np.array_equal(at_rank.Z, full.Z)
+    # Z: the same positive terms, perhaps on another path (BLAS blocks vs chunked rows)
+    assert np.abs(at_rank.Z - full.Z).max() <= 2 * x.shape[0] * np.finfo(float).eps * full.Z.max()
     assert "values" in at_rank.info.reason
     # control: one entry of one factor off by 1e-6 is seen
     W2 = W.copy()

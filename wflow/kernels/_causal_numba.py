@@ -79,38 +79,43 @@ def causal_rows3(qx, ky, my, m, lim, items, kind, mode, slope, dpos, bias, Z, Y,
 
 @njit(fastmath=_FM, cache=True)
 def _rows_generic(h, r0, r1, qx, kyT, yT, m, lim, kind, mode, slope, dpos, bias, Z, Y, P, S):
-    d = yT.shape[0]
+    r = yT.shape[0]
     sc = np.empty(CHUNK)
-    yacc = np.empty(d)
+    yacc = np.empty(r)
     for i in range(r0, r1):
         br = bias[i] if mode == 2 else bias[0]
         z, sm = row_chunked(kind, qx[h, i], kyT[h], yT, m, lim[i], sc, yacc, True,
                             -slope * (i + dpos), br)
-        for c in range(d):
+        for c in range(r):
             Y[h, i, c] = yacc[c]
         put_sums((h, i), z, sm, kind, True, Z, P, S)
 
 
 @njit(parallel=True, cache=True)
-def causal_rows_generic(qx, kyT, yT, m, lim, items, kind, mode, slope, dpos, bias, Z, Y, P, S):
+def causal_rows_generic(qx, kyT, vyT, m, lim, items, kind, mode, slope, dpos, bias, Z, Y, P,
+                        S):
     """Masked direct sums for any score width ``w`` (``qx (H, M, w)``, ``kyT (H, w, N)``).
 
-    ``yT (d, N)``: the sources; the rest as in :func:`causal_rows3`. The sum of scores
+    ``vyT (Hv, r, N)``: the values summed, ``Y_h(i) = Σ_{j < lim_i} m_j k(ℓ_ij) vy_j``:
+    the sources themselves shared by the heads (``Hv = 1``, ``r = d``) or each head's
+    ``W_{V,h} y_j`` (``Hv = H``, ``r`` the value rank: ``O(w + r)`` a pair, not
+    ``O(w + d)``); ``Y (H, M, r)``; the rest as in :func:`causal_rows3`. The sum of scores
     starts from the bias (``ℓ = b + Σ_c qx_c ky_c``).
     """
     T = items.shape[0] - 1
+    shared = vyT.shape[0] == 1
     for t in prange(qx.shape[0] * T):
         h = t // T
         b = t % T
-        _rows_generic(h, items[b], items[b + 1], qx, kyT, yT, m, lim, kind, mode, slope, dpos,
-                      bias, Z, Y, P, S)
+        _rows_generic(h, items[b], items[b + 1], qx, kyT, vyT[0 if shared else h], m, lim,
+                      kind, mode, slope, dpos, bias, Z, Y, P, S)
 
 
 @njit(fastmath=_FM, cache=True, nogil=True)
 def masked_weigh_block(sc, m, lim, kind, mode, slope, dpos, bias, Z, P, S):
     """In place on a block of scores ``sc`` (b, N): ``sc ← m_j k(s + b)`` for ``j < lim``, else 0.
 
-    The element-wise half of the wide (BLAS) path: ``Y = sc @ y`` follows in BLAS.
+    The element-wise half of the wide (BLAS) path: ``Y = sc @ vy`` follows in BLAS.
     ``dpos``: global position of row 0 minus that of source 0; ``bias`` as in
     :func:`causal_rows3`. Serial, GIL-free.
     """

@@ -24,8 +24,10 @@ Back-ends (``backend=``):
     Compiled (:mod:`wflow.kernels._causal_numba`): each row sums its ``lim_i = i + 1``
     (``i``) sources only, the rows grouped into work items of equal pair counts so the
     triangle is balanced over the threads; ``d ≤ 3`` unrolled, other widths chunked,
-    wide heads (``w + d ≥ 24``) by BLAS score blocks of ``(rows, lim)`` (the triangle plus
-    a strip of ``rows/n`` of it) and a compiled masked exponential. A callable bias is
+    wide heads (score width + value width ``w + r ≥`` :data:`~wflow.kernels.direct.WIDE`,
+    ``d > 3``) by BLAS score blocks of ``(rows, lim)`` (the triangle plus a strip of
+    ``rows/n`` of it) and a compiled masked exponential. With ``values`` (rank ``r``) the
+    chunked rows and the BLAS blocks sum ``W_h y_j`` at width ``r``. A callable bias is
     evaluated block by block (``O(block · n)`` memory).
 ``"fastsum"``
     S² (``d = 3``), ``k = e^s``, no bias or ALiBi: the harmonic expansion of
@@ -186,18 +188,26 @@ def _numpy_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bias
 
 # ---------------------------------------------------------------------- direct
 def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bias, tpos, spos,
-                   potential, scores):
-    """Compiled masked sums (the lower triangle only; module docstring)."""
+                   potential, scores, values=None):
+    """Compiled masked sums (the lower triangle only; module docstring).
+
+    ``values`` ``(H, r, d)``: ``Y`` ``(H, M, r)``, each head summing ``vy_j = W_h y_j``
+    formed once per call (``O(w + r)`` a pair: the generic rows and the BLAS blocks);
+    at ``d ≤ 3`` the fused rows sum ``y_j`` and ``W_h`` is applied once per target
+    (``Σ k W y = W Σ k y``: the full sums cost the same), as in
+    :func:`wflow.kernels.kernel_sums`. ``None``: ``Y`` ``(H, M, d)`` of the sources.
+    """
     from . import _causal_numba as cn
 
     H = Q.shape[0]
     M, d = xt.shape
     N = ys.shape[0]
+    r = d if values is None else values.shape[1]
     kcode = spec.require_compiled("backend='direct'")
     expo = spec.exponential
     lim = _limits(M, N, tpos - spos, mask.shift)
     Z = np.zeros((H, M))
-    Y = np.zeros((H, M, d))
+    Y = np.zeros((H, M, r))
     P = np.zeros((H, M))
     S = np.zeros((H, M))
     pairs = int(lim.sum())
@@ -209,8 +219,9 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
             _max_norm(np.matmul(ys, np.swapaxes(K, 1, 2)))
         if expo and mode != 2:
             raise_bound(bound)
-        if w + d >= WIDE and d > 3:
-            _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo, bound,
+        if w + r >= WIDE and d > 3:
+            vy = [ys] * H if values is None else [aligned(ys @ W.T) for W in values]
+            _blas_causal(qx, ky, vy, m, lim, kcode, mode, slope, bias, tpos, spos, expo, bound,
                          Z, Y, P, S)
         else:
             if d <= 3:
@@ -220,12 +231,14 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
                 kern = cn.causal_rows3
             else:
                 Y3 = Y
-                args = (np.ascontiguousarray(qx), aligned(np.swapaxes(ky, 1, 2)), aligned(ys.T),
+                # (1, d, N) shared sources, or (H, r, N) each head's W_h y_j
+                vyT = aligned(ys.T)[None] if values is None else aligned(values @ ys.T)
+                args = (np.ascontiguousarray(qx), aligned(np.swapaxes(ky, 1, 2)), vyT,
                         aligned(m))
                 kern = cn.causal_rows_generic
             nitems = max(1, min(M, 8 * threads()))
             if mode != 2:
-                with team(pairs * H * (1 if d <= 3 else (w + d) / 4)):
+                with team(pairs * H * (1 if d <= 3 else (w + r) / 4)):
                     kern(*args, lim, _items(lim, nitems), kcode, mode, slope, tpos - spos,
                          _pos_row(slope, N), Z, Y3, P, S)
             else:
@@ -246,7 +259,9 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
                         kern(qb, *args[1:], lb, _items(lb, nitems), kcode, 2, 0.0, 0, bb,
                              Zb, Yb, Pb, Sb)
                     Z[:, i0:i1], Y3[:, i0:i1], P[:, i0:i1], S[:, i0:i1] = Zb, Yb, Pb, Sb
-            if d < 3:
+            if d <= 3 and values is not None:  # Σ k W y = W Σ k y, once per target
+                Y[:] = np.matmul(Y3[:, :, :d], np.swapaxes(values, 1, 2))
+            elif d < 3:
                 Y[:] = Y3[:, :, :d]
             elif d == 3:
                 Y[:] = Y3
@@ -254,13 +269,17 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
     return Z, Y, Phi, (S if scores else None)
 
 
-def _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo, bound,
+def _blas_causal(qx, ky, vy, m, lim, kcode, mode, slope, bias, tpos, spos, expo, bound,
                  Z, Y, P, S):
-    """Wide heads: score blocks ``(rows, lim)`` and ``Y`` by BLAS, masked exponential compiled."""
+    """Wide heads: score blocks ``(rows, lim)`` and ``Y`` by BLAS, masked exponential compiled.
+
+    ``vy``: per head the ``(N, r)`` values summed (the sources, or ``W_h y_j``): the
+    block's ``Y = E vy`` is a ``(rows, lim) × (lim, r)`` GEMM.
+    """
     from . import _causal_numba as cn
 
     H, M, _ = qx.shape
-    N = ys.shape[0]
+    N = vy[0].shape[0]
     # rows per block: a (rows, N) block in cache, and at most 1/32 of the rows (the strip
     # computed above the diagonal is rows/M of the triangle: ≤ 3 %)
     B = max(1, min(M, (1 << 21) // max(N, 1), max(16, -(-M // 32))))
@@ -285,7 +304,7 @@ def _blas_causal(qx, ky, ys, m, lim, kcode, mode, slope, bias, tpos, spos, expo,
                 raise_bound(bound + max(0.0, _bias_bound(bb, lb)))
         cn.masked_weigh_block(sc, m[:nl], lb, kcode, mode, slope, dpos + i0, bb,
                               Z[h, i0:i1], P[h, i0:i1], S[h, i0:i1])
-        np.matmul(sc, ys[:nl], out=Y[h, i0:i1])
+        np.matmul(sc, vy[h][:nl], out=Y[h, i0:i1])
 
     # largest blocks first (the rows near the end carry the most pairs): dynamic balance
     jobs = sorted(((h, i0) for h in range(H) for i0 in range(0, M, B)),
@@ -378,15 +397,15 @@ def _ring_causal(comm, x, m, Q, K, beta, spec, mask, bias, offset, backend, pote
                  block, values=None):
     """Direct sums over ranks: runs of sources passed down a pipeline, masked runs skipped.
 
-    ``values``: the NumPy back-end accumulates them at their width; the compiled one sums at
-    full width (the caller projects).
+    ``values``: ``Y`` of width ``r``, each run's ``W_h y_j`` formed by the receiving rank
+    (both back-ends: :func:`_numpy_causal`, :func:`_direct_causal`).
     """
     P, rank = comm.Get_size(), comm.Get_rank()
     M, d = x.shape
     fn = _numpy_causal if backend == "numpy" else _direct_causal
-    extra = (block, values) if backend == "numpy" else ()
+    extra = {"values": values, **({"block": block} if backend == "numpy" else {})}
     Z, Y, Phi, S = fn(x, x, m, Q, K, beta, spec, mask, bias, offset, offset, potential, scores,
-                      *extra)
+                      **extra)
     Z, Y = Z.copy(), Y.copy()
     Phi = None if Phi is None else (Z if (potential and spec.exponential) else Phi.copy())
     held = (offset, x, m)
@@ -399,7 +418,7 @@ def _ring_causal(comm, x, m, Q, K, beta, spec, mask, bias, offset, backend, pote
             so, sx, sm = held
             if sx.shape[0] and M:
                 z, y, ph, s = fn(x, sx, sm, Q, K, beta, spec, mask, bias, offset, so,
-                                 potential, scores, *extra)
+                                 potential, scores, **extra)
                 Z += z
                 Y += y
                 if ph is not None and not spec.exponential:
@@ -468,10 +487,11 @@ def causal_sums(
         Tokens split over its ranks in rank order (collective: every rank calls).
     values : (H, r, d) array, optional
         Value factors ``W_h``: ``Y_h(i) = Σ_{j ≤ i} m_j k(·) W_h x_j``, shape ``(H, n, r)``
-        (heads of value rank ``r``, as :func:`wflow.kernels.kernel_sums`). The NumPy
-        back-end accumulates them at width ``r`` (``O(n² (k + r))`` a head); the compiled
-        and fast sums sum at full width and apply ``W_h`` once per target (``Σ k W y =
-        W Σ k y``), as ``.info.reason`` says.
+        (heads of value rank ``r``, as :func:`wflow.kernels.kernel_sums`). The NumPy and
+        the compiled direct sums (serial or over ranks) accumulate ``W_h x_j`` at width
+        ``r`` (``O(n² (w + r))`` a head, ``w = min(k, d)``); at ``d ≤ 3`` (fused rows, the
+        fast sum) the full-width sums cost the same and ``W_h`` is applied once per target
+        (``Σ k W y = W Σ k y``), as ``.info.reason`` says.
 
     Returns
     -------
@@ -508,7 +528,7 @@ def causal_sums(
     M, d = x.shape
     values = _validate_values(values, H, d)
 
-    def project(Y: np.ndarray) -> np.ndarray:  # Σ k W y = W Σ k y (summed at full width)
+    def project(Y: np.ndarray) -> np.ndarray:  # the fast sum's Σ k W y = W Σ k y (d = 3)
         return Y if values is None else np.matmul(Y, np.swapaxes(values, 1, 2))
     if P > 1:
         counts = comm.allgather(M)
@@ -542,8 +562,9 @@ def causal_sums(
     name, reason, hs = plan_causal(spec, mk, bs, H=H, d=d, n=n, backend=backend, tol=tol,
                                    scores=scores, dev=lambda: dev, heads=heads)
     where = "" if P == 1 else f"; split over {P} ranks"
-    if values is not None:
-        where += (f"; values at rank {values.shape[1]}" if name == "numpy" else
+    if values is not None:  # d ≤ 3: the full sums cost the same, W applied once per target
+        at_rank = name == "numpy" or (name == "direct" and d > 3)
+        where += (f"; values accumulated at rank {values.shape[1]}" if at_rank else
                   f"; values of rank {values.shape[1]} applied to the full-width sums")
     if name in ("numpy", "direct"):
         if P > 1:
@@ -555,9 +576,7 @@ def causal_sums(
                                          scores, block, values)
         else:
             Z, Y, Phi, S = _direct_causal(x, x, m, Q, K, beta, spec, mk, bs, 0, 0, potential,
-                                          scores)
-        if name == "direct":
-            Y = project(Y)
+                                          scores, values)
         return KernelSums(Z, Y, Phi, S, KernelInfo(
             name, backend, reason + where, err_direct, tol, (),
             threads() if name == "direct" else 1, pairs))
