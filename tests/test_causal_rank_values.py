@@ -26,7 +26,11 @@ factor perturbed are caught by the same comparisons.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,8 +179,6 @@ def write_saved(path) -> None:
 
 @pytest.fixture(scope="module")
 def saved():
-    from pathlib import Path
-
     with np.load(Path(__file__).parent / "data" / SAVED) as f:
         return {k: f[k] for k in f.files}
 
@@ -274,26 +276,26 @@ def main(out: str) -> None:
         np.savez(out, **res)
 
 
+#: ``mpirun`` next to the interpreter, else on the PATH (None: the MPI tests skip)
+MPIRUN = shutil.which("mpirun", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                      os.environ.get("PATH", "")]))
+
+
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
-    import os
-    import shutil
-    import subprocess
-    from pathlib import Path
-
-    mpirun = Path(sys.executable).parent / "mpirun"
-    if not mpirun.exists() and shutil.which("mpirun") is None:
+    """:func:`main` under ``mpirun -n 2``, one thread per rank: its arrays."""
+    if MPIRUN is None:
         pytest.skip("mpirun not available")
     root = Path(__file__).resolve().parents[1]
     out = tmp_path_factory.mktemp("causal_rank_mpi") / "cases.npz"
-    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([str(mpirun if mpirun.exists() else "mpirun"), "-n", "2", sys.executable,
-                        "-m", "tests.test_causal_rank_values", str(out)], capture_output=True,
-                       text=True, timeout=900, cwd=root, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run([MPIRUN, "-n", "2", sys.executable, "-m", __name__, str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=root,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1",
+                               "PYTHONPATH": path})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     with np.load(out) as f:
-        return {k: f[k] for k in f.files}
+        return dict(f)
 
 
 def _ring_err(d, name: str) -> float:
