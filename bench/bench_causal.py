@@ -14,14 +14,22 @@ Rows (each ratio measured in ONE run, both peers in this process, warmed up, bes
   ``kernel_sums(backend="fastsum")``. Target: causal ≤ 1.5× non-causal. Also with ALiBi.
   Accuracy: the causal fast sum against the causal direct sum at 200 probe targets
   (the last tokens, the longest sums; direct sums of the full prefix, NumPy).
+* ``rank`` (``--rank``: only these rows) n = 10⁴, d = 64, H = 4, values of rank r = 16,
+  softmax, causal direct: ``causal_sums(values=W_V)`` (``W_V y_j`` accumulated at width
+  ``r``) against the full-width sums projected after, ``W_V Σ k y`` (what the compiled
+  causal sums did before: ``values=None``, then ``W_V`` applied once per target). Score
+  width k = 64 (``w + r = 80`` against ``w + d = 128`` a pair) and k = 16 (``d/H``, as a
+  trained layer's heads: 32 against 80). Also the largest difference of the two outputs
+  relative to their largest entry. Target: rank r ≤ 0.9× full width.
 
 Usage::
 
     python bench/bench_causal.py            # n = 10⁴ and 10⁶ (a few minutes on 2 cores)
     python bench/bench_causal.py --quick    # n = 2000 and 10⁵
     python bench/bench_causal.py --threads 1
+    python bench/bench_causal.py --rank     # the rank-r rows only
 
-Writes ``bench/results/bench_causal[_quick][_threads<N>].json``.
+Writes ``bench/results/bench_causal[_rank][_quick][_threads<N>].json``.
 """
 
 from __future__ import annotations
@@ -73,6 +81,31 @@ def row_direct(n: int, d: int, repeat: int) -> dict:
     return _ratio("direct", dict(n=n, d=d, k=d, H=1, kind="softmax"), full, causal, 0.6)
 
 
+def row_rank(n: int, d: int, k: int, H: int, r: int, repeat: int) -> dict:
+    from wflow import causal_sums
+
+    x = _tokens(n, d, 3)
+    m = np.full(n, 1.0 / n)
+    rng = np.random.default_rng(4)
+    Q = rng.normal(size=(H, k, d)) / np.sqrt(d)
+    K = rng.normal(size=(H, k, d)) / np.sqrt(d)
+    W = rng.normal(size=(H, r, d)) / np.sqrt(d)
+    kw = dict(beta=1.0, kind="softmax", backend="direct")
+
+    def full_width():  # the sums at width d, W_V applied once per target after
+        s = causal_sums(x, m, Q, K, **kw)
+        return type(s)(s.Z, np.matmul(s.Y, np.swapaxes(W, 1, 2)), s.Phi, s.S, s.info)
+
+    full = _timed(full_width, repeat)
+    rank = _timed(lambda: causal_sums(x, m, Q, K, values=W, **kw), repeat)
+    Yf, Yr = full["out"].Y, rank["out"].Y
+    row = _ratio("rank", dict(n=n, d=d, k=k, H=H, r=r, kind="softmax"), full, rank, 0.9,
+                 labels=("full_width", "rank_r"))
+    row["rel_diff"] = float(np.max(np.abs(Yr - Yf)) / np.max(np.abs(Yf)))
+    row["rank_r"].pop("out", None)
+    return row
+
+
 def _probe_err(x, m, Q, K, beta, bias, got, probes: int) -> float:
     """``max |ΔZ_i|, |ΔY_i| / Z_i`` of the fast sum at the last ``probes`` tokens (NumPy)."""
     n = x.shape[0]
@@ -111,16 +144,17 @@ def row_fast(n: int, repeat: int, probes: int, slope: float) -> dict:
     return out
 
 
-def _ratio(name, setting, full, causal, target) -> dict:
+def _ratio(name, setting, full, causal, target, labels=("noncausal", "causal")) -> dict:
+    """The row: both peers' times under ``labels`` (baseline, measured) and their ratio."""
     full.pop("out", None)
     causal_out = causal.pop("out", None)
     r_cpu = causal["cpu_s"] / full["cpu_s"]
     r_wall = causal["wall_s"] / full["wall_s"]
-    row = {"row": name, **setting, "noncausal": full, "causal": causal,
+    row = {"row": name, **setting, labels[0]: full, labels[1]: causal,
            "ratio_cpu": r_cpu, "ratio_wall": r_wall, "target": target,
            "holds_cpu": bool(r_cpu <= target)}
-    print(f"{name:8s} {setting}: non-causal {full['wall_s']:.3f} s wall / {full['cpu_s']:.3f} s "
-          f"CPU, causal {causal['wall_s']:.3f} s / {causal['cpu_s']:.3f} s; ratio CPU "
+    print(f"{name:8s} {setting}: {labels[0]} {full['wall_s']:.3f} s wall / {full['cpu_s']:.3f} s "
+          f"CPU, {labels[1]} {causal['wall_s']:.3f} s / {causal['cpu_s']:.3f} s; ratio CPU "
           f"{r_cpu:.2f} wall {r_wall:.2f} (target ≤ {target}), load {causal['load1']}",
           flush=True)
     causal["out"] = causal_out
@@ -132,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--n-fast", type=int, default=None)
+    ap.add_argument("--rank", action="store_true", help="the rank-r rows only")
     args = ap.parse_args(argv)
     import numba
 
@@ -144,16 +179,19 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError:  # pragma: no cover - optional
             pass
     n_dir = 2000 if args.quick else 10_000
-    n_fast = args.n_fast or (100_000 if args.quick else 1_000_000)
-    rows = [row_direct(n_dir, 64, 3), row_direct(n_dir, 3, 3)]
-    for slope in (0.0, 1.0 / n_fast):
-        r = row_fast(n_fast, 2 if n_fast >= 500_000 else 3, 200, slope)
-        r["causal"].pop("out", None)
-        rows.append(r)
-    for r in rows[:2]:
-        r["causal"].pop("out", None)
+    if args.rank:
+        rows = [row_rank(n_dir, 64, k, 4, 16, 5) for k in (64, 16)]
+    else:
+        n_fast = args.n_fast or (100_000 if args.quick else 1_000_000)
+        rows = [row_direct(n_dir, 64, 3), row_direct(n_dir, 3, 3)]
+        for slope in (0.0, 1.0 / n_fast):
+            r = row_fast(n_fast, 2 if n_fast >= 500_000 else 3, 200, slope)
+            r["causal"].pop("out", None)
+            rows.append(r)
+        for r in rows[:2]:
+            r["causal"].pop("out", None)
     payload = {"machine": parent_machine(), "threads": numba.get_num_threads(), "rows": rows}
-    name = "bench_causal" + ("_quick" if args.quick else "") + (
+    name = "bench_causal" + ("_rank" if args.rank else "") + ("_quick" if args.quick else "") + (
         f"_threads{args.threads}" if args.threads else "")
     path = write_json(name, payload)
     print(f"wrote {path}")
