@@ -192,7 +192,8 @@ def _direct_causal(xt, ys, m, Q, K, beta, spec: AttentionKind, mask: Causal, bia
     """Compiled masked sums (the lower triangle only; module docstring).
 
     ``values`` ``(H, r, d)``: ``Y`` ``(H, M, r)``, each head summing ``vy_j = W_h y_j``
-    formed once per call (``O(w + r)`` a pair: the generic rows and the BLAS blocks);
+    formed once per call (``O(w + r)`` a pair: the generic rows and the BLAS blocks;
+    ``H r N`` doubles held, the sources' ``d N`` without ``values``);
     at ``d ≤ 3`` the fused rows sum ``y_j`` and ``W_h`` is applied once per target
     (``Σ k W y = W Σ k y``: the full sums cost the same), as in
     :func:`wflow.kernels.kernel_sums`. ``None``: ``Y`` ``(H, M, d)`` of the sources.
