@@ -361,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--write", action="store_true", help="write the JSON also with --quick")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time the stages of the d64 and BERT rows (profile_row)")
     ap.add_argument("--peers", default=None, metavar="PYTHON",
                     help="run the torch SDPA comparison with this interpreter (has torch)")
     args = ap.parse_args(argv)
@@ -413,6 +415,12 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     from wflow.kernels.direct import WIDE
 
     summary["WIDE"] = WIDE
+    prof = []
+    if args.profile:
+        prof = [profile_row("d64_H4_float64", n64, 64, 4, 64, None, "float64", r64, rng),
+                profile_row("d64_H4_float32", n64, 64, 4, 64, None, "float32", r32, rng),
+                profile_row("bert_d768_H12_k64_float32", nb, 768, 12, 64, 64, "float32", r32,
+                            rng)]
     print(table(rows, [("name", "row", "{}"), ("n", "n", "{}"), ("time", "time s", "{:.3f}"),
                        ("cpu_per_call", "cpu s", "{:.2f}"), ("floor", "floor s", "{:.3f}"),
                        ("ratio", "x floor", "{:.2f}"), ("load_before", "load", "{:.2f}")]))
@@ -422,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
         path = write_json(name + ("_quick" if q else ""), {
             "machine": machine(), "gemm_rate": {"float64": r64, "float32": r32},
             "rows": rows, "crossover": cross, "summary": summary, "argv": sys.argv[1:],
-            "commit": _commit()})
+            "commit": _commit(), **({"profile": prof} if prof else {})})
         print(f"wrote {path}")
 
 
