@@ -31,9 +31,10 @@ Precision (``dtype``):
     source tiles seen so far (the sums already accumulated rescaled by
     ``e^{c_old - c_new}`` when it grows). The normalisers ``Z``, the moments ``S`` and the
     value sums ``Y`` are accumulated over the tiles in float64 and multiplied by
-    ``e^{c_i}`` (float64) at the end. Each weight then carries a relative error of about
-    ``(|s| + 2) ε₃₂`` (score rounding and the exponential), each tile's
-    value sum one of ``√TN ε₃₂`` (SGEMM accumulation over ``TN`` sources).
+    ``e^{c_i}`` (float64) at the end; within a tile ``Y`` (the SGEMM) and ``Z`` are summed
+    in float32 (``S``, when asked, in float64). Each weight then carries a relative error
+    of about ``(|s| + 2) ε₃₂`` (score rounding and the exponential), each tile's value sum
+    and normaliser one of ``√TN ε₃₂`` (float32 accumulation over ``TN`` sources).
 
 Threads: the jobs ``(head, target tile)`` run on ``numba.get_num_threads()`` Python
 threads, each with its own tile buffers, BLAS limited to one thread inside the call
@@ -136,7 +137,12 @@ def exp_tile64(sc, m, kind, want_s, Z, S):
 
 @njit(fastmath=_FM, cache=True, inline="always")
 def _exp_row32(row, m, cf, want_s):
-    """In place ``row[j] ← m_j e^{row[j] - cf}``; returns ``(Σ, Σ · s)`` in float64."""
+    """In place ``row[j] ← m_j e^{row[j] - cf}``; returns ``(Σ, Σ · s)`` (float64 values).
+
+    Without ``want_s`` the sum ``Σ`` runs in float32 over the row of the tile, as the SGEMM
+    sums the values of the same tile (relative ``√TN ε₃₂`` typical, one pass that
+    vectorises at the float32 width); with it both sums run in float64.
+    """
     z = 0.0
     sm = 0.0
     n = row.shape[0]
@@ -148,13 +154,12 @@ def _exp_row32(row, m, cf, want_s):
             sm += np.float64(e) * np.float64(s)
             row[j] = e
         return z, sm
-    # two passes: the exponential in float32 alone vectorises at 16 lanes (AVX-512), the
-    # float64 sum after it re-reads the row from L1/L2 (one pass mixing both runs at 8)
+    zt = _F32(0.0)
     for j in range(n):
-        row[j] = fexp32(row[j] - cf) * m[j]
-    for j in range(n):
-        z += np.float64(row[j])
-    return z, sm
+        e = fexp32(row[j] - cf) * m[j]
+        zt += e
+        row[j] = e
+    return np.float64(zt), sm
 
 
 @njit(fastmath=_FM, cache=True, nogil=True)
