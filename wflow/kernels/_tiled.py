@@ -214,6 +214,20 @@ def exp_tile32_online(sc, m, want_s, c, Z, S, alpha):
         S[i] = a * S[i] + sm
 
 
+def _transposed(a: np.ndarray, ft, block: int = 64) -> np.ndarray:
+    """``aᵀ`` (``a``: (n, w)) as a C-contiguous ``(w, n)`` array of ``ft``, by blocks of rows.
+
+    One strided copy of the whole array writes each cache line of the result ``w`` times
+    over (measured 7 ns per element at ``w = 768``); blocks of 64 rows keep the lines of a
+    block in cache (1 ns per element).
+    """
+    n, w = a.shape
+    out = np.empty((w, n), dtype=ft)
+    for j in range(0, n, block):
+        out[:, j:j + block] = a[j:j + block].T
+    return out
+
+
 class _Laps:
     """CPU time of the calling thread per stage of a tile, added into a dict (profiling)."""
 
@@ -273,8 +287,8 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
     tn = max(1, min(int((TN if f32 else TN // 2) if tn is None else tn), N))
     qx = np.ascontiguousarray(qx, dtype=ft)
     # (w, N) per head; one copy when every head reads the same sources (ky broadcast, k ≥ d)
-    kyT = ([np.ascontiguousarray(ky[0].T, dtype=ft)] * H if ky.strides[0] == 0 else
-           [np.ascontiguousarray(ky[h].T, dtype=ft) for h in range(H)])
+    kyT = ([_transposed(ky[0], ft)] * H if ky.strides[0] == 0 else
+           [_transposed(ky[h], ft) for h in range(H)])
     vys = ([np.ascontiguousarray(v, dtype=ft) for v in vy] if isinstance(vy, list) else
            [np.ascontiguousarray(vy, dtype=ft)] * H)
     mt = np.ascontiguousarray(m, dtype=ft)
