@@ -121,10 +121,13 @@ def test_tiles_catch_a_fault(rng):
     assert np.max(np.abs(r.Z - Z) / Z) > tol
 
 
-def test_tile_sizes_are_read_at_the_call(rng, monkeypatch):
-    """:data:`~wflow.kernels._tiled.TM` and ``TN`` (``TN // 2`` sources in float64) set at
-    run time shape the tiles (the tests above rely on it); control: the defaults hold this
-    small problem in one tile."""
+def tile_runner(rng, monkeypatch, M: int, N: int, d: int):
+    """``run(threads, serial)``: the sorted shapes of the tiles of scores of one head's
+    float64 tiled sums (``M`` targets, ``N`` sources, width ``d``), seen by a spy on the
+    exponential pass."""
+    from wflow.attention.kinds import CODE_EXP
+    from wflow.kernels.direct import _score_factors
+
     seen = []
     exp64 = kt.exp_tile64
 
@@ -133,17 +136,37 @@ def test_tile_sizes_are_read_at_the_call(rng, monkeypatch):
         return exp64(sc, *a)
 
     monkeypatch.setattr(kt, "exp_tile64", spy)
-    M, N, d = 150, 400, 20
     x, y = sphere(rng, M, d), sphere(rng, N, d)
     Q, K = heads_at(rng, 1, d, d, 2.0)
-    kw = {"beta": 1.0, "kind": "softmax", "backend": "direct"}
-    kernel_sums(x, y, np.full(N, 1.0 / N), Q, K, **kw)
-    assert seen == [(M, N)]
-    seen.clear()
+    qx, ky = _score_factors(x, y, Q, K, 1.0)
+    out = (np.empty((1, M)), np.empty((1, M, d)), np.empty((1, M)))
+
+    def run(threads: int = 1, serial: bool = True) -> list:
+        seen.clear()
+        kt.tiled_sums(qx, ky, y, np.full(N, 1.0 / N), CODE_EXP, "float64", *out, None,
+                      threads=threads, serial=serial)
+        return sorted(set(seen))
+
+    return run
+
+
+def test_tile_sizes_are_read_at_the_call(rng, monkeypatch):
+    """:data:`~wflow.kernels._tiled.TM` and ``TN`` (``TN // 2`` sources in float64) set at
+    run time shape the tiles (the tests above rely on it); control: the defaults hold this
+    small problem in one tile."""
+    run = tile_runner(rng, monkeypatch, 150, 400, 20)
+    assert run() == [(150, 400)]
     monkeypatch.setattr(kt, "TM", 64)
     monkeypatch.setattr(kt, "TN", 300)
-    kernel_sums(x, y, np.full(N, 1.0 / N), Q, K, **kw)
-    assert sorted(set(seen)) == [(22, 100), (22, 150), (64, 100), (64, 150)]
+    assert run() == [(22, 100), (22, 150), (64, 100), (64, 150)]
+
+
+def test_threads_get_a_job_each(rng, monkeypatch):
+    """With more threads than heads the target tiles shorten until every thread has a job
+    (``⌈M / threads⌉`` rows here); control: in sequence the default tiles are kept."""
+    run = tile_runner(rng, monkeypatch, 300, 200, 16)
+    assert run(4, serial=False) == [(75, 200)]
+    assert run(4, serial=True) == [(300 - kt.TM, 200), (kt.TM, 200)]
 
 
 def test_stage_clock_keeps_the_sums(rng):

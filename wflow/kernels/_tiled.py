@@ -61,6 +61,8 @@ TM = 256
 #: ``TM = 256`` the operands of the two GEMMs streamed per tile (``K_h y_J``, ``vy_J``) are
 #: half those of 128 × 1024 tiles per pair, and the GEMMs of inner width 64 run faster.
 TN = 1024
+#: Shortest target tile made to give every thread a job (few heads, few targets).
+_MIN_TM = 32
 
 _F32 = np.float32
 # e^r on |r| ≤ ln2/2 in float32: Taylor polynomial of degree 7 (truncation 5e-9 relative,
@@ -269,7 +271,8 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
         Run the jobs in sequence on the calling thread (BLAS's own threads).
     tm, tn : int, optional
         Tile sizes (targets, sources); default :data:`TM` and :data:`TN` (float32) or
-        ``TN // 2`` (float64), read at the call.
+        ``TN // 2`` (float64), read at the call. With threads, target tiles are shortened
+        (to 32 rows at least) until there are ``threads`` jobs ``(head, target tile)``.
     stages : dict, optional
         Profiling: the CPU time of each stage (``"prep"``, ``"score"``, ``"exp"``,
         ``"value"``, ``"rest"``, seconds, summed over tiles) is added into it; the jobs then
@@ -284,6 +287,8 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
     laps = None if stages is None else _Laps(stages)
     serial = serial or laps is not None
     tm = max(1, min(int(TM if tm is None else tm), M))
+    if not serial and threads > H:  # a job per thread at least: shorter target tiles
+        tm = min(tm, max(_MIN_TM, -(-M // -(-int(threads) // H))))
     tn = max(1, min(int((TN if f32 else TN // 2) if tn is None else tn), N))
     qx = np.ascontiguousarray(qx, dtype=ft)
     # (w, N) per head; one copy when every head reads the same sources (ky broadcast, k ≥ d)
