@@ -156,8 +156,10 @@ def profile_row(name, n, d, H, k, r, dtype, rate, rng, repeat: int = 2) -> dict:
     The tiles' own stage clock (:func:`wflow.kernels._tiled.tiled_sums`, ``stages=``: the
     CPU time of the calling thread, the jobs in sequence); ``outside``: the call's CPU time
     less the tiles' (projections, checks, output). Floors: ``flops / rate`` for the GEMMs
-    (``rate``: the square-GEMM rate of this dtype measured in this run), the count of
-    exponentials at the ``np.exp`` rate of :func:`np_exp_rate`, the projections' flops at
+    (``rate``: the best square-GEMM rate of this dtype measured in this run, right after
+    the profiled calls included), the count of exponentials at the ``np.exp`` rate of
+    :func:`np_exp_rate` (on the tile of this dtype, the faster of a measurement before
+    and one after the profiled calls), the projections' flops at
     ``rate`` for ``outside``. The best of ``repeat`` profiled calls (by total).
     """
     from wflow.kernels import _tiled, kernel_sums
@@ -167,6 +169,9 @@ def profile_row(name, n, d, H, k, r, dtype, rate, rng, repeat: int = 2) -> dict:
     Q, K, WV = heads(rng, H, d, k, r)
     kw = {"beta": 1.0, "kind": "softmax", "backend": "direct", "values": WV, "dtype": dtype}
     kernel_sums(x, x, m, Q, K, **kw)  # compile, warm caches
+    ft = np.float32 if dtype == "float32" else np.float64
+    tm, tn = _tiled.TM, (_tiled.TN if dtype == "float32" else _tiled.TN // 2)
+    exp_el = np_exp_rate(ft, min(tm, n), min(tn, n))  # before and after: the faster
     orig = _tiled.tiled_sums
     best = None
     for _ in range(repeat):
@@ -186,12 +191,11 @@ def profile_row(name, n, d, H, k, r, dtype, rate, rng, repeat: int = 2) -> dict:
             _tiled.tiled_sums = orig
         if best is None or st["total"] < best["total"]:
             best = st
-    ft = np.float32 if dtype == "float32" else np.float64
+    exp_el = min(exp_el, np_exp_rate(ft, min(tm, n), min(tn, n)))
+    rate = max(rate, gemm_rate(ft))  # as the rows: the best of the run's and this one
     w = min(k, d)
     rv = r or d
     triples = n * n * H
-    tm, tn = _tiled.TM, _tiled.TN
-    exp_el = np_exp_rate(ft, min(tm, n), min(tn, n))
     proj = 2 * n * d * d * H if k >= d else 2 * n * d * (2 * k + (r or 0)) * H
     floors = {"score": 2 * w * triples / rate, "exp": exp_el * triples,
               "value": 2 * rv * triples / rate, "outside": proj / rate}
