@@ -15,6 +15,14 @@ Rows (one process, the floors measured in the same run):
   ``k = d = r`` from 3 to 32 (``H = 2``): the smallest width where the tiles win, which
   :data:`wflow.kernels.direct.WIDE` should be.
 
+``--profile``: the stages of the ``d64`` float64 and float32 rows and of the BERT row,
+timed inside one call (CPU time of the one thread, :func:`profile_row`), each against its
+own floor: the score GEMM (``2 w`` flops per triple) and the value GEMM (``2 r``) at the
+square-GEMM rate, the exponential pass against a plain ``np.exp(out=)`` over the same
+count on a tile held in cache, and what runs outside the tiles (the projections
+``Q_h x``, ``K_h y``, ``W_{V,h} y`` and the checks) against the projections' flops at the
+square rate; written into the same JSON (``"profile"``).
+
 Every row records wall and process CPU time (all threads) and the 1-min load before and
 after. ``--cpu-time``: one thread, CPU time (robust when other jobs load the machine),
 ``results/bench_width_cpu.json``; ``--quick``: small sizes (a smoke run, not recorded
@@ -28,7 +36,8 @@ never a wflow dependency), and by pykeops 2.3's CPU ``sumsoftmaxweight`` reducti
 same interpreter; it compiles its C++ on first use, in the warm-up), the outputs
 compared, ``results/bench_width_peers[_cpu].json``.
 
-    python bench/bench_width.py [--quick] [--cpu-time] [--threads T] [--peers PYTHON]
+    python bench/bench_width.py [--quick] [--cpu-time] [--profile] [--threads T]
+                                [--peers PYTHON]
 """
 
 from __future__ import annotations
@@ -124,6 +133,91 @@ def row(name, n, d, H, k, r, dtype, flops, rate, repeat, rng):
     print(f"  {name}: {out['time']:.3f} s ({out['ns_per_triple']:.2f} ns/triple), floor "
           f"{floor:.3f} s, {out['ratio']:.2f}x, load {out['load_before']}->{out['load_after']}",
           flush=True)
+    return out
+
+
+def np_exp_rate(dtype, tm: int, tn: int, repeat: int = 5) -> float:
+    """Seconds per element of ``np.exp(a, out=b)`` on a ``(tm, tn)`` tile held in cache."""
+    a = np.random.default_rng(1).uniform(-2.0, 2.0, (tm, tn)).astype(dtype)
+    b = np.empty_like(a)
+    inner = max(1, 2**22 // a.size)
+
+    def run():
+        for _ in range(inner):
+            np.exp(a, out=b)
+
+    t, _ = best_time(run, repeat=repeat)
+    return t / (inner * a.size)
+
+
+def profile_row(name, n, d, H, k, r, dtype, rate, rng, repeat: int = 2,
+                exp_rate: float = float("inf")) -> dict:
+    """The stages of one ``kernel_sums`` call (targets = sources), each against its floor.
+
+    The tiles' own stage clock (:func:`wflow.kernels._tiled.tiled_sums`, ``stages=``: the
+    CPU time of the calling thread, the jobs in sequence); ``outside``: the call's CPU time
+    less the tiles' (projections, checks, output). Floors: ``flops / rate`` for the GEMMs
+    (``rate``: the best square-GEMM rate of this dtype measured in this run, right after
+    the profiled calls included), the count of exponentials at the ``np.exp`` rate of
+    :func:`np_exp_rate` (on the tile of this dtype: the fastest of ``exp_rate``, seconds
+    per element measured at the run's start, and measurements before and after the
+    profiled calls), the projections' flops at
+    ``rate`` for ``outside``. The best of ``repeat`` profiled calls (by total).
+    """
+    from wflow.kernels import _tiled, kernel_sums
+
+    x = sphere(rng, n, d)
+    m = np.full(n, 1.0 / n)
+    Q, K, WV = heads(rng, H, d, k, r)
+    kw = {"beta": 1.0, "kind": "softmax", "backend": "direct", "values": WV, "dtype": dtype}
+    kernel_sums(x, x, m, Q, K, **kw)  # compile, warm caches
+    ft = np.float32 if dtype == "float32" else np.float64
+    tm, tn = _tiled.TM, (_tiled.TN if dtype == "float32" else _tiled.TN // 2)
+    exp_el = min(exp_rate, np_exp_rate(ft, min(tm, n), min(tn, n)))
+    orig = _tiled.tiled_sums
+    best = None
+    for _ in range(repeat):
+        st: dict[str, float] = {}
+
+        def traced(*a, st=st, **kwa):
+            t0 = time.process_time()
+            orig(*a, stages=st, **kwa)
+            st["tiles"] = time.process_time() - t0
+
+        _tiled.tiled_sums = traced
+        try:
+            t0 = time.process_time()
+            kernel_sums(x, x, m, Q, K, **kw)
+            st["total"] = time.process_time() - t0
+        finally:
+            _tiled.tiled_sums = orig
+        if best is None or st["total"] < best["total"]:
+            best = st
+    exp_el = min(exp_el, np_exp_rate(ft, min(tm, n), min(tn, n)))
+    rate = max(rate, gemm_rate(ft))  # as the rows: the best of the run's and this one
+    w = min(k, d)
+    rv = r or d
+    triples = n * n * H
+    proj = 2 * n * d * d * H if k >= d else 2 * n * d * (2 * k + (r or 0)) * H
+    floors = {"score": 2 * w * triples / rate, "exp": exp_el * triples,
+              "value": 2 * rv * triples / rate, "outside": proj / rate}
+    best["outside"] = best["total"] - best["tiles"]
+    stages = {}
+    for key in ("prep", "score", "exp", "value", "rest", "outside"):
+        s = {"time": best.get(key, 0.0)}
+        if key in floors:
+            s.update(floor=floors[key], ratio=s["time"] / floors[key])
+        stages[key] = s
+    pair_floor = 2 * (w + rv) * triples / rate
+    out = {"name": name, "n": n, "d": d, "H": H, "k": k, "r": rv, "dtype": dtype,
+           "tile": [tm, tn], "gemm_rate": rate, "np_exp_ns_per_element": exp_el * 1e9,
+           "total": best["total"], "tiles": best["tiles"], "stages": stages,
+           "pair_floor": pair_floor, "total_over_pair_floor": best["total"] / pair_floor,
+           "projection_flops": proj, "load": load1()}
+    print(f"  profile {name}: total {best['total']:.3f} s = {out['total_over_pair_floor']:.2f}x "
+          f"the pair floor {pair_floor:.3f} s; " + ", ".join(
+              f"{key} {v['time']:.3f} s" + (f" ({v['ratio']:.2f}x)" if "ratio" in v else "")
+              for key, v in stages.items()), flush=True)
     return out
 
 
@@ -273,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--write", action="store_true", help="write the JSON also with --quick")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time the stages of the d64 and BERT rows (profile_row)")
     ap.add_argument("--peers", default=None, metavar="PYTHON",
                     help="run the torch SDPA comparison with this interpreter (has torch)")
     args = ap.parse_args(argv)
@@ -293,18 +389,26 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     rng = np.random.default_rng(0)
     q = args.quick
     rep = 1 if q else 2
+    rep_short = 1 if q else 5  # the 1-s rows: more calls, the best (their ratio is a target)
     n64, nb, nx = (2000, 1024, 1000) if q else (10_000, 4096, 3000)
     print(f"machine: {os.cpu_count()} cores, load {load1()}, clock {CLOCK['name']}", flush=True)
     r64 = gemm_rate(np.float64)
     r32 = gemm_rate(np.float32)
     print(f"  square GEMM: float64 {r64 / 1e9:.1f} GF/s, float32 {r32 / 1e9:.1f} GF/s",
           flush=True)
+    if args.profile:  # the exponential's floor at the start too (the profile takes the best)
+        from wflow.kernels import _tiled
+
+        e64 = np_exp_rate(np.float64, _tiled.TM, _tiled.TN // 2)
+        e32 = np_exp_rate(np.float32, _tiled.TM, _tiled.TN)
     rows = [
         row("d64_H4_float64", n64, 64, 4, 64, None, "float64", 256, r64, rep, rng),
         row("d64_H4_float32", n64, 64, 4, 64, None, "float32", 256, r32, rep, rng),
         row("d64_H4_rank16_float64", n64, 64, 4, 16, 16, "float64", 64, r64, rep, rng),
-        row("bert_d768_H12_k64_float32", nb, 768, 12, 64, 64, "float32", 256, r32, rep, rng),
-        row("one_head_d768_float32", nb, 768, 1, 768, None, "float32", 3072, r32, rep, rng),
+        row("bert_d768_H12_k64_float32", nb, 768, 12, 64, 64, "float32", 256, r32, rep_short,
+            rng),
+        row("one_head_d768_float32", nb, 768, 1, 768, None, "float32", 3072, r32, rep_short,
+            rng),
     ]
     by = {r["name"]: r for r in rows}
     summary = {
@@ -325,6 +429,14 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
     from wflow.kernels.direct import WIDE
 
     summary["WIDE"] = WIDE
+    prof = []
+    if args.profile:
+        prof = [profile_row("d64_H4_float64", n64, 64, 4, 64, None, "float64", r64, rng,
+                            exp_rate=e64),
+                profile_row("d64_H4_float32", n64, 64, 4, 64, None, "float32", r32, rng,
+                            exp_rate=e32),
+                profile_row("bert_d768_H12_k64_float32", nb, 768, 12, 64, 64, "float32", r32,
+                            rng, exp_rate=e32)]
     print(table(rows, [("name", "row", "{}"), ("n", "n", "{}"), ("time", "time s", "{:.3f}"),
                        ("cpu_per_call", "cpu s", "{:.2f}"), ("floor", "floor s", "{:.3f}"),
                        ("ratio", "x floor", "{:.2f}"), ("load_before", "load", "{:.2f}")]))
@@ -334,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:  # noqa: D103
         path = write_json(name + ("_quick" if q else ""), {
             "machine": machine(), "gemm_rate": {"float64": r64, "float32": r32},
             "rows": rows, "crossover": cross, "summary": summary, "argv": sys.argv[1:],
-            "commit": _commit()})
+            "commit": _commit(), **({"profile": prof} if prof else {})})
         print(f"wrote {path}")
 
 

@@ -121,6 +121,103 @@ def test_tiles_catch_a_fault(rng):
     assert np.max(np.abs(r.Z - Z) / Z) > tol
 
 
+def tile_runner(rng, monkeypatch, M: int, N: int, d: int):
+    """``run(threads, serial)``: the sorted shapes of the tiles of scores of one head's
+    float64 tiled sums (``M`` targets, ``N`` sources, width ``d``), seen by a spy on the
+    exponential pass."""
+    from wflow.attention.kinds import CODE_EXP
+    from wflow.kernels.direct import _score_factors
+
+    seen = []
+    exp64 = kt.exp_tile64
+
+    def spy(sc, *a):
+        seen.append(sc.shape)
+        return exp64(sc, *a)
+
+    monkeypatch.setattr(kt, "exp_tile64", spy)
+    x, y = sphere(rng, M, d), sphere(rng, N, d)
+    Q, K = heads_at(rng, 1, d, d, 2.0)
+    qx, ky = _score_factors(x, y, Q, K, 1.0)
+    out = (np.empty((1, M)), np.empty((1, M, d)), np.empty((1, M)))
+
+    def run(threads: int = 1, serial: bool = True) -> list:
+        seen.clear()
+        kt.tiled_sums(qx, ky, y, np.full(N, 1.0 / N), CODE_EXP, "float64", *out, None,
+                      threads=threads, serial=serial)
+        return sorted(set(seen))
+
+    return run
+
+
+def test_tile_sizes_are_read_at_the_call(rng, monkeypatch):
+    """:data:`~wflow.kernels._tiled.TM` and ``TN`` (``TN // 2`` sources in float64) set at
+    run time shape the tiles (the tests above rely on it); control: the defaults hold this
+    small problem in one tile."""
+    run = tile_runner(rng, monkeypatch, 150, 400, 20)
+    assert run() == [(150, 400)]
+    monkeypatch.setattr(kt, "TM", 64)
+    monkeypatch.setattr(kt, "TN", 300)
+    assert run() == [(22, 100), (22, 150), (64, 100), (64, 150)]
+
+
+def test_threads_get_a_job_each(rng, monkeypatch):
+    """With more threads than heads the target tiles shorten until every thread has a job
+    (``⌈M / threads⌉`` rows here); control: in sequence the default tiles are kept."""
+    run = tile_runner(rng, monkeypatch, 300, 200, 16)
+    assert run(4, serial=False) == [(75, 200)]
+    assert run(4, serial=True) == [(300 - kt.TM, 200), (kt.TM, 200)]
+
+
+def test_stage_clock_keeps_the_sums(rng):
+    """``stages=``: the same sums bit for bit (the jobs in sequence) and every stage timed;
+    control: one mass moved by one ulp changes the bits, so the comparison can fail."""
+    from wflow.attention.kinds import CODE_EXP
+    from wflow.kernels.direct import _score_factors
+
+    H, d, M, N = 2, 32, 300, 700
+    x, y = sphere(rng, M, d), sphere(rng, N, d)
+    m = np.full(N, 1.0 / N)
+    Q, K = heads_at(rng, H, d, d, 3.0)
+    qx, ky = _score_factors(x, y, Q, K, 1.0)
+
+    def sums(mm, stages=None):
+        Z, Y, P = np.empty((H, M)), np.empty((H, M, d)), np.empty((H, M))
+        kt.tiled_sums(qx, ky, y, mm, CODE_EXP, "float64", Z, Y, P, None, threads=1,
+                      serial=True, tm=128, tn=256, stages=stages)
+        return Z, Y
+
+    st: dict[str, float] = {}
+    (Z0, Y0), (Z1, Y1) = sums(m), sums(m, st)
+    assert np.array_equal(Z0, Z1) and np.array_equal(Y0, Y1)
+    assert set(st) == {"prep", "score", "exp", "value", "rest"}
+    assert min(st.values()) >= 0.0 and st["score"] + st["exp"] + st["value"] > 0.0
+    bad = m.copy()
+    bad[3] = np.nextafter(bad[3], 1.0)
+    assert not np.array_equal(sums(bad)[0], Z0)
+
+
+@pytest.mark.parametrize("f32", [False, True])
+def test_shifter_exponentials_at_rounding_ties(f32):
+    """``k = rint(s log₂e)`` by the shifter ``1.5 · 2^52`` (``2^23``): inputs within a few
+    ulps of ``(k + ½) ln 2``, where the rounding of ``k`` turns, over the whole range, keep
+    the accuracy of :func:`test_fexp32_accuracy` and ``tests/test_kernels.py``; control:
+    a result off by 2 tolerances is caught."""
+    dt, lo, hi, tol = ((np.float32, -125, 126, 3 * EPS32) if f32 else
+                       (np.float64, -1020, 1022, 4e-15))
+    mid = ((np.arange(lo, hi) + 0.5) * math.log(2.0)).astype(dt)
+    s = np.concatenate([mid + i * np.spacing(mid) for i in range(-4, 5)])
+    out = np.empty_like(s)
+    (kt.fexp32_array if f32 else kn.fexp_array)(s, out)
+    ref = np.exp(s.astype(np.float64))
+
+    def rel(o):
+        return float(np.max(np.abs(o.astype(np.float64) / ref - 1.0)))
+
+    assert rel(out) <= tol, f"max relative error {rel(out):.2e}"
+    assert rel(out.astype(np.float64) * (1.0 + 2.0 * tol)) > tol
+
+
 def test_width_threshold_and_threads_restored(rng):
     from threadpoolctl import threadpool_info
 

@@ -35,7 +35,6 @@ SVML cannot vectorise it.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -67,6 +66,7 @@ def bitcast(src, dst):
 
 
 _i64_as_f64 = bitcast(types.int64, types.float64)
+_f64_as_i64 = bitcast(types.float64, types.int64)
 
 
 # Degree-10 polynomial for e^r on |r| <= ln2/2 (Chebyshev interpolant, rel. error 1.6e-15).
@@ -84,13 +84,24 @@ _C10 = 2.6395126582526755e-07
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01  # high part of ln 2: k · _LN2_HI is exact for |k| < 2^21
 _LN2_LO = 1.90821492927058770002e-10
+_SHIFTER = 6755399441055744.0  # 1.5 · 2^52: t = s log2e + it rounds s log2e to an integer
+_BIAS64 = 1023 << 52  # the exponent bias, in place
 
 
 @njit(fastmath={"contract"}, cache=True)
 def fexp(s):
-    """``e^s`` for ``-708 ≤ s ≤ 709`` (inputs below -708 are clamped): ``2^k · p(s - k ln2)``."""
+    """``e^s`` for ``-708 ≤ s ≤ 709`` (inputs below -708 are clamped): ``2^k · p(s - k ln2)``.
+
+    ``k = rint(s / ln 2)`` by the shifter ``t = s log₂e + 1.5 · 2^52`` (its last bits hold
+    ``k``; ``t - 1.5 · 2^52`` is ``k`` exactly) and ``2^k`` by moving those bits into the
+    exponent field: no rounding or conversion instruction, three fewer vector operations
+    per element than ``rint`` and a conversion. Only ``contract`` among the fast-math
+    flags (never inlined at numba's level: a caller's ``reassoc`` would fold
+    ``t - 1.5 · 2^52`` into ``s log₂e`` and lose the rounding).
+    """
     s = max(s, -708.0)
-    kf = np.rint(s * _LOG2E)
+    t = s * _LOG2E + _SHIFTER
+    kf = t - _SHIFTER
     r = (s - kf * _LN2_HI) - kf * _LN2_LO
     p = _C10
     p = p * r + _C9
@@ -103,7 +114,8 @@ def fexp(s):
     p = p * r + _C2
     p = p * r + _C1
     p = p * r + _C0
-    return p * _i64_as_f64((np.int64(kf) + 1023) << 52)
+    # the low bits of t are k (two's complement, |k| < 2^51): shifted by 52 they are k · 2^52
+    return p * _i64_as_f64((_f64_as_i64(t) << 52) + _BIAS64)
 
 
 @njit(fastmath=_FM, cache=True, inline="always")

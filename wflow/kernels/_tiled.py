@@ -12,7 +12,7 @@ For one head ``h``, a tile of targets ``I`` (``TM`` rows) and a tile of sources 
 
 with ``vy_j = W_{V,h} y_j`` (``r`` the value rank; ``vy = y``, ``r = d`` for full values).
 A head costs ``2 (w + r)`` flops per (target, source) pair, all of it in GEMMs but the
-exponential; the tile of scores (:data:`TM` × :data:`TN`, 1 MiB in float64) stays in the
+exponential; the tile of scores (:data:`TM` × :data:`TN`, 1 MiB in either precision) stays in the
 core's L2 between the two GEMMs, so nothing of size ``(M, N)`` exists: memory is
 ``O(TM · TN)`` per thread.
 
@@ -31,9 +31,10 @@ Precision (``dtype``):
     source tiles seen so far (the sums already accumulated rescaled by
     ``e^{c_old - c_new}`` when it grows). The normalisers ``Z``, the moments ``S`` and the
     value sums ``Y`` are accumulated over the tiles in float64 and multiplied by
-    ``e^{c_i}`` (float64) at the end. Each weight then carries a relative error of about
-    ``(|s| + 2) ε₃₂`` (score rounding and the exponential), each tile's
-    value sum one of ``√TN ε₃₂`` (SGEMM accumulation over ``TN`` sources).
+    ``e^{c_i}`` (float64) at the end; within a tile ``Y`` (the SGEMM) and ``Z`` are summed
+    in float32 (``S``, when asked, in float64). Each weight then carries a relative error
+    of about ``(|s| + 2) ε₃₂`` (score rounding and the exponential), each tile's value sum
+    and normaliser one of ``√TN ε₃₂`` (float32 accumulation over ``TN`` sources).
 
 Threads: the jobs ``(head, target tile)`` run on ``numba.get_num_threads()`` Python
 threads, each with its own tile buffers, BLAS limited to one thread inside the call
@@ -45,6 +46,7 @@ sequence on BLAS's own threads.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 from numba import njit, types
@@ -53,9 +55,14 @@ from ..attention.kinds import CODE_EXP, CODE_RELU
 from ._rows import _FM, bitcast, fexp, weigh
 
 #: Targets per tile.
-TM = 128
-#: Sources per tile (a float64 tile of scores is ``TM · TN · 8`` bytes = 1 MiB).
+TM = 256
+#: Sources per tile in float32 (a tile of scores is ``TM · TN · 4`` bytes = 1 MiB); float64
+#: tiles take ``TN // 2`` sources, the same 1 MiB. Measured (``bench/bench_width.py``): at
+#: ``TM = 256`` the operands of the two GEMMs streamed per tile (``K_h y_J``, ``vy_J``) are
+#: half those of 128 × 1024 tiles per pair, and the GEMMs of inner width 64 run faster.
 TN = 1024
+#: Shortest target tile made to give every thread a job (few heads, few targets).
+_MIN_TM = 32
 
 _F32 = np.float32
 # e^r on |r| ≤ ln2/2 in float32: Taylor polynomial of degree 7 (truncation 5e-9 relative,
@@ -73,17 +80,22 @@ SHIFT_BOUND = 40.0
 
 
 _i32_as_f32 = bitcast(types.int32, types.float32)
+_f32_as_i32 = bitcast(types.float32, types.int32)
+_SHIFTER32 = _F32(12582912.0)  # 1.5 · 2^23: s log2e + it rounds s log2e to an integer
+_BIAS32 = np.int32(127 << 23)
 
 
-@njit(fastmath={"contract"}, cache=True, inline="always")
+@njit(fastmath={"contract"}, cache=True)
 def fexp32(s):
     """``e^s`` in float32 for ``s ≤ 88`` (inputs below -87 give ``e^-87``): ``2^k · p(r)``.
 
     Relative error ≤ 2 ε₃₂ on ``[-87, 88]`` (tested); vectorised by LLVM (libm's ``expf`` is
-    a scalar call).
+    a scalar call). ``k`` by the shifter ``1.5 · 2^23`` as in :func:`~wflow.kernels._rows.fexp`
+    (and, as there, not inlined at numba's level: its own fast-math flags).
     """
     s = max(s, _MIN32)
-    kf = np.float32(np.rint(s * _LOG2E32))
+    t = s * _LOG2E32 + _SHIFTER32
+    kf = t - _SHIFTER32
     r = (s - kf * _LN2_HI32) - kf * _LN2_LO32
     p = _P32[7]
     p = p * r + _P32[6]
@@ -93,7 +105,7 @@ def fexp32(s):
     p = p * r + _P32[2]
     p = p * r + _P32[1]
     p = p * r + _P32[0]
-    return p * _i32_as_f32((np.int32(kf) + np.int32(127)) << np.int32(23))
+    return p * _i32_as_f32((_f32_as_i32(t) << np.int32(23)) + _BIAS32)
 
 
 @njit(fastmath=_FM, cache=True)
@@ -127,7 +139,12 @@ def exp_tile64(sc, m, kind, want_s, Z, S):
 
 @njit(fastmath=_FM, cache=True, inline="always")
 def _exp_row32(row, m, cf, want_s):
-    """In place ``row[j] ← m_j e^{row[j] - cf}``; returns ``(Σ, Σ · s)`` in float64."""
+    """In place ``row[j] ← m_j e^{row[j] - cf}``; returns ``(Σ, Σ · s)`` (float64 values).
+
+    Without ``want_s`` the sum ``Σ`` runs in float32 over the row of the tile, as the SGEMM
+    sums the values of the same tile (relative ``√TN ε₃₂`` typical, one pass that
+    vectorises at the float32 width); with it both sums run in float64.
+    """
     z = 0.0
     sm = 0.0
     n = row.shape[0]
@@ -139,13 +156,12 @@ def _exp_row32(row, m, cf, want_s):
             sm += np.float64(e) * np.float64(s)
             row[j] = e
         return z, sm
-    # two passes: the exponential in float32 alone vectorises at 16 lanes (AVX-512), the
-    # float64 sum after it re-reads the row from L1/L2 (one pass mixing both runs at 8)
+    zt = _F32(0.0)
     for j in range(n):
-        row[j] = fexp32(row[j] - cf) * m[j]
-    for j in range(n):
-        z += np.float64(row[j])
-    return z, sm
+        e = fexp32(row[j] - cf) * m[j]
+        zt += e
+        row[j] = e
+    return np.float64(zt), sm
 
 
 @njit(fastmath=_FM, cache=True, nogil=True)
@@ -200,8 +216,38 @@ def exp_tile32_online(sc, m, want_s, c, Z, S, alpha):
         S[i] = a * S[i] + sm
 
 
+def _transposed(a: np.ndarray, ft, block: int = 64) -> np.ndarray:
+    """``aᵀ`` (``a``: (n, w)) as a C-contiguous ``(w, n)`` array of ``ft``, by blocks of rows.
+
+    One strided copy of the whole array writes each cache line of the result ``w`` times
+    over (measured 7 ns per element at ``w = 768``); blocks of 64 rows keep the lines of a
+    block in cache (1 ns per element).
+    """
+    n, w = a.shape
+    out = np.empty((w, n), dtype=ft)
+    for j in range(0, n, block):
+        out[:, j:j + block] = a[j:j + block].T
+    return out
+
+
+class _Laps:
+    """CPU time of the calling thread per stage of a tile, added into a dict (profiling)."""
+
+    __slots__ = ("acc", "t")
+
+    def __init__(self, acc: dict[str, float]) -> None:
+        self.acc = acc
+        self.t = time.thread_time()
+
+    def lap(self, stage: str) -> None:
+        """Charge the time since the last lap to ``stage``."""
+        t = time.thread_time()
+        self.acc[stage] = self.acc.get(stage, 0.0) + (t - self.t)
+        self.t = t
+
+
 def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
-               tm=TM, tn=TN) -> None:
+               tm=None, tn=None, stages=None) -> None:
     """Direct sums of all heads by tiles (module docstring), written into ``Z, Y, P, S``.
 
     Parameters
@@ -223,8 +269,14 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
         Worker threads (each runs whole jobs with one BLAS thread).
     serial : bool
         Run the jobs in sequence on the calling thread (BLAS's own threads).
-    tm, tn : int
-        Tile sizes (targets, sources).
+    tm, tn : int, optional
+        Tile sizes (targets, sources); default :data:`TM` and :data:`TN` (float32) or
+        ``TN // 2`` (float64), read at the call. With threads, target tiles are shortened
+        (to 32 rows at least) until there are ``threads`` jobs ``(head, target tile)``.
+    stages : dict, optional
+        Profiling: the CPU time of each stage (``"prep"``, ``"score"``, ``"exp"``,
+        ``"value"``, ``"rest"``, seconds, summed over tiles) is added into it; the jobs then
+        run in sequence on the calling thread.
     """
     H, M, _ = qx.shape
     N = m.shape[0]
@@ -232,12 +284,18 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
     ft = np.float32 if f32 else np.float64
     want_s = S is not None
     S = np.empty((H, M)) if S is None else S
-    tm = max(1, min(int(tm), M))
-    tn = max(1, min(int(tn), N))
+    laps = None if stages is None else _Laps(stages)
+    serial = serial or laps is not None
+    tm = max(1, min(int(TM if tm is None else tm), M))
+    if not serial and threads > H:  # a job per thread at least: shorter target tiles
+        tm = min(tm, max(_MIN_TM, -(-M // -(-int(threads) // H))))
+    tn = max(1, min(int((TN if f32 else TN // 2) if tn is None else tn), N))
     qx = np.ascontiguousarray(qx, dtype=ft)
-    kyT = [np.ascontiguousarray(ky[h].T, dtype=ft) for h in range(H)]  # (w, N)
-    vys = [np.ascontiguousarray(v, dtype=ft) for v in
-           (vy if isinstance(vy, list) else [vy] * H)]
+    # (w, N) per head; one copy when every head reads the same sources (ky broadcast, k ≥ d)
+    kyT = ([_transposed(ky[0], ft)] * H if ky.strides[0] == 0 else
+           [_transposed(ky[h], ft) for h in range(H)])
+    vys = ([np.ascontiguousarray(v, dtype=ft) for v in vy] if isinstance(vy, list) else
+           [np.ascontiguousarray(vy, dtype=ft)] * H)
     mt = np.ascontiguousarray(m, dtype=ft)
     r = vys[0].shape[1]
     online = False
@@ -249,6 +307,8 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
         online = bool(np.max(shift, initial=0.0) > SHIFT_BOUND)
     else:
         shift = np.zeros((H, M))
+    if laps is not None:
+        laps.lap("prep")
 
     def job(h: int, i0: int, buf: np.ndarray, tmp: np.ndarray) -> None:
         i1 = min(M, i0 + tm)
@@ -259,23 +319,29 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
         c = np.full(b, -np.inf) if online else shift[h, i0:i1].copy()
         alpha = np.empty(b)
         q = qx[h, i0:i1]
+        if laps is not None:
+            laps.lap("rest")
         for j0 in range(0, N, tn):
             j1 = min(N, j0 + tn)
             n = j1 - j0
             sc = buf[: b * n].reshape(b, n)
             np.matmul(q, kyT[h][:, j0:j1], out=sc)
             t = tmp[: b * r].reshape(b, r)
+            if laps is not None:
+                laps.lap("score")
             if online:
                 exp_tile32_online(sc, mt[j0:j1], want_s, c, z, sm, alpha)
-                np.matmul(sc, vys[h][j0:j1], out=t)
                 yacc *= alpha[:, None]
             elif f32:
                 exp_tile32(sc, mt[j0:j1], kind, want_s, c, z, sm)
-                np.matmul(sc, vys[h][j0:j1], out=t)
             else:
                 exp_tile64(sc, mt[j0:j1], kind, want_s, z, sm)
-                np.matmul(sc, vys[h][j0:j1], out=t)
+            if laps is not None:
+                laps.lap("exp")
+            np.matmul(sc, vys[h][j0:j1], out=t)
             yacc += t
+            if laps is not None:
+                laps.lap("value")
         if f32 and kind == CODE_EXP:
             scale = np.exp(c)  # ≤ e^700: finite (the caller's score bound)
             z *= scale
@@ -286,6 +352,8 @@ def tiled_sums(qx, ky, vy, m, kind, dtype, Z, Y, P, S, *, threads, serial,
         S[h, i0:i1] = sm
         if kind == CODE_RELU:
             P[h, i0:i1] = 0.5 * sm
+        if laps is not None:
+            laps.lap("rest")
 
     jobs = [(h, i0) for h in range(H) for i0 in range(0, M, tm)]
     nt = min(int(threads), len(jobs))
