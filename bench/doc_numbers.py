@@ -509,6 +509,47 @@ def weak_error_table() -> str:
 
 
 TABLES["weak_error"] = weak_error_table
+
+
+def width_table() -> str:
+    """Wide heads by tiles against the machine's floor (``bench/bench_width.py``)."""
+    lines = ["| row | n | dtype | time (CPU, 1 thread) | floor | × floor | 1-min load |",
+             "|---|---|---|---|---|---|---|"]
+    for r in load("bench_width_cpu")["rows"]:
+        lines.append(f"| {r['name']} | {r['n']} | {r['dtype']} | {ms(r['time'])} | "
+                     f"{ms(r['floor'])} | {g(r['ratio'])} | {g(r['load_before'])} |")
+    return "\n".join(lines)
+
+
+def width_profile_table() -> str:
+    """Each stage of the tiled sums against its own floor (``bench_width.py --profile``)."""
+    lines = ["| row | score GEMM | exponential | value GEMM | outside the tiles | "
+             "total × pair floor |", "|---|---|---|---|---|---|"]
+    for p in load("bench_width_cpu")["profile"]:
+        st = p["stages"]
+        cells_ = [f"{ms(st[k]['time'])} ({g(st[k]['ratio'])}×)"
+                  for k in ("score", "exp", "value", "outside")]
+        lines.append(f"| {p['name']} | {' | '.join(cells_)} | {g(p['total_over_pair_floor'])} |")
+    return "\n".join(lines)
+
+
+TABLES.update(width=width_table, width_profile=width_profile_table)
+TABLE_PAGES.update(width="docs/guide/performance.md",
+                   width_profile="docs/guide/performance.md")
+
+
+def _width() -> dict:
+    """The targets' ratios of ``bench_width_cpu.json`` (``summary``)."""
+    sm = load("bench_width_cpu")["summary"]
+    return {"f32": g(sm["float32_over_float64"]), "bert_head": g(sm["bert_over_one_head_768"]),
+            "f64": g(sm["float64_over_floor"]), "bert": g(sm["bert_over_float32_floor"])}
+
+
+PHRASES += [("docs/guide/performance.md",
+             "float32 takes {f32} of the float64 time (target ≤ 0.6) and the BERT layer "
+             "{bert_head}× one head of width 768", _width),
+            ("docs/guide/performance.md",
+             "d = 64 in float64 runs at {f64}× its floor and BERT at {bert}×", _width)]
 TABLE_PAGES["weak_error"] = "docs/guide/accuracy.md"
 
 
