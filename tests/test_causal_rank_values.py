@@ -14,9 +14,11 @@ fused ``d ≤ 3`` rows sum ``x_j`` and apply ``W_h`` once per target. Identities
   that carry the weight's rounding (``≤ 16 ε``) and two products of length ``d``: below
   ``(n + 2 d + 16) ε ≈ 1e-13`` of it for ``n = 150``, so ``1e-12`` holds with a margin.
 * full-rank heads are today's bit for bit: ``values = I`` reproduces ``values = None`` (the
-  same sums of ``x I = x``), and ``values = None`` reproduces sums saved from the code before
-  this change (``tests/data/causal_full_width_sums.npz``; bit for bit on the machine and
-  libraries that wrote it, whose fingerprint it holds, to round-off elsewhere).
+  same sums of ``x I = x``), and ``values = None`` reproduces saved sums
+  (``tests/data/causal_full_width_sums.npz``; bit for bit on the machine and libraries that
+  wrote it, whose fingerprint it holds, to round-off elsewhere). A deliberate change of the
+  full-rank bits (the exponential ``fexp`` rounding by a shifter did) rewrites them by hand,
+  ``write_saved``, with the change; any other change of those bits fails here.
 * two MPI ranks (the ring) equal the serial sums at rank ``r`` to ``2 n ε`` of the scale.
 
 Negative controls: values of the wrong rank or shape are refused naming ``values``; the
