@@ -15,10 +15,7 @@ fused ``d ≤ 3`` rows sum ``x_j`` and apply ``W_h`` once per target. Identities
   ``(n + 2 d + 16) ε ≈ 1e-13`` of it for ``n = 150``, so ``1e-12`` holds with a margin.
 * full-rank heads are today's bit for bit: ``values = I`` reproduces ``values = None`` (the
   same sums of ``x I = x``), and ``values = None`` reproduces saved sums
-  (``tests/data/causal_full_width_sums.npz``; bit for bit on the machine and libraries that
-  wrote it, whose fingerprint it holds, to round-off elsewhere). A deliberate change of the
-  full-rank bits (the exponential ``fexp`` rounding by a shifter did) rewrites them by hand,
-  ``write_saved``, with the change; any other change of those bits fails here.
+  (``tests/data/causal_full_width_sums.npz``, written by ``write_saved``) to round-off.
 * two MPI ranks (the ring) equal the serial sums at rank ``r`` to ``2 n ε`` of the scale.
 
 Negative controls: values of the wrong rank or shape are refused naming ``values``; the
@@ -185,38 +182,32 @@ def saved():
         return {k: f[k] for k in f.files}
 
 
+def _saved_err(saved, name, Y, kw, n) -> tuple[float, float]:
+    """Largest ``|Y − Y_saved|/Z_i`` of one saved case, and its tolerance ``2 (n + 16) ε``."""
+    Z = saved[f"{name}_Z"]
+    den = np.where(Z > 0, Z, 1.0)[..., None]
+    tol = 2 * (n + 16) * EPS * (1.0 if kw["kind"] == "softmax" else 10.0)
+    return float(np.max(np.abs(Y - saved[f"{name}_Y"]) / den)), tol
+
+
 def test_full_rank_equals_the_saved_sums(saved):
-    """To round-off everywhere (``2 (n + 16) ε`` of ``Z_i``, as the exact back-ends)."""
+    """To round-off (``2 (n + 16) ε`` of ``Z_i``, as the exact back-ends), not bit for bit:
+    the same call gave sums 1 ulp apart alone and inside the default suite (14 of 122
+    entries of the d = 8 rows, twice), so saved bits are no contract."""
     for name, (x, m, Q, K, kw) in saved_cases().items():
-        s = causal_sums(x, m, Q, K, **kw)
-        Z = saved[f"{name}_Z"]
-        den = np.where(Z > 0, Z, 1.0)[..., None]
-        tol = 2 * (x.shape[0] + 16) * EPS * (1.0 if kw["kind"] == "softmax" else 10.0)
-        assert np.max(np.abs(s.Y - saved[f"{name}_Y"]) / den) <= tol, name
+        err, tol = _saved_err(saved, name, causal_sums(x, m, Q, K, **kw).Y, kw, x.shape[0])
+        assert err <= tol, name
 
 
-def test_full_rank_is_the_saved_sums_bit_for_bit(saved, monkeypatch):
-    """Negative control: the BLAS case run by the chunked rows (the path a value width
-    would pick) is within round-off but not the same bits: the check is that sharp."""
-    import wflow.kernels.causal as causal
-
-    here = fingerprint()
-    if str(saved["fingerprint"]) != here:
-        pytest.skip(f"saved on {saved['fingerprint']}, this is {here}: compared to "
-                    "round-off only (test_full_rank_equals_the_saved_sums)")
+def test_negative_control_sums_off_by_more_than_round_off_are_caught(saved):
+    """The first source's mass off by 1e-11 (relative): 11 to 230 times the tolerance."""
     for name, (x, m, Q, K, kw) in saved_cases().items():
-        s = causal_sums(x, m, Q, K, **kw)
-        for f in ("Z", "Y", "S"):
-            np.testing.assert_array_equal(getattr(s, f), saved[f"{name}_{f}"], err_msg=name)
-    monkeypatch.setattr(causal, "WIDE", 1 << 30)
-    x, m, Q, K, kw = saved_cases()["24_alibi_softmax"]
-    rows = causal_sums(x, m, Q, K, **kw)
-    Y = saved["24_alibi_softmax_Y"]
-    assert not np.array_equal(rows.Y, Y)
-    assert np.max(np.abs(rows.Y - Y)) <= 2 * (x.shape[0] + 16) * EPS * np.max(rows.Z)
+        m2 = m.copy()
+        m2[0] *= 1 + 1e-11
+        err, tol = _saved_err(saved, name, causal_sums(x, m2, Q, K, **kw).Y, kw, x.shape[0])
+        assert err > tol, name
 
 
-# --------------------------------------------------------------- negative controls
 def test_values_of_the_wrong_rank_or_shape_are_refused():
     x, m = tokens(40, 16)
     Q, K = heads(2, 16, 4)
