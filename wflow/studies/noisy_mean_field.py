@@ -104,7 +104,7 @@ BIAS_CHAOS = (0.0020306172151058565, 0.0005532911579618281)
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"n": 1000, "R": 256, "L": 4, "L_cv": 8,
               "meshes": ("icosphere:5120", "icosphere:20480")},
-    "full": {"n": 4000, "R": 80, "L": 4, "L_cv": 8,
+    "full": {"n": 8000, "R": 96, "L": 4, "L_cv": 8,
              "meshes": ("icosphere:9680", "icosphere:38720")},
 }
 
