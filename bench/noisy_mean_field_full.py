@@ -207,7 +207,8 @@ def run_seeds(seeds: list[int], faults: list[str], data: dict[str, Any]) -> None
                     runs[key] = {
                         "fault": fault, "seed": seed, "caught": res.passed is False,
                         "verdict": res.verdict.split(". ")[0],
-                        "criteria": {c["name"]: round(float(c["value"]), 4)
+                        "criteria": {c["name"]: {"value": c["value"], "ok": bool(c["ok"]),
+                                                 "accepted": c["accepted"]}
                                      for c in summ["criteria"]},
                         "score_t": fits["score_t"], "score_t_crit": fits["score_t_crit"],
                         "score_t_raw": fits["score_t_raw"], "D_fit": fits["D_fit"],
