@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import noisy_mean_field_bias as nmb  # noqa: E402
-from size_power import upper95  # noqa: E402
+from size_power import _aggregate, upper95  # noqa: E402
 
 import wflow.studies.noisy_mean_field as nmf  # noqa: E402
 from wflow.studies.mean_field import ALPHA  # noqa: E402
@@ -172,6 +172,9 @@ def _summarise(data: dict[str, Any]) -> None:
     data["caught"] = {f: f"{sum(r['caught'] for r in runs.values() if r['fault'] == f)}/"
                          f"{sum(1 for r in runs.values() if r['fault'] == f)}"
                       for f in faults if f != "none"}
+    data["score_t_range"] = {f: [min(r["score_t"] for r in runs.values() if r["fault"] == f),
+                                 max(r["score_t"] for r in runs.values() if r["fault"] == f)]
+                             for f in faults}
     null = sorted((r for r in runs.values() if r["fault"] == "none"),
                   key=lambda r: r["seed"])
     if null:
@@ -225,12 +228,35 @@ def run_seeds(seeds: list[int], faults: list[str], data: dict[str, Any]) -> None
         nmf._replicate = nmb._STUDY_REPLICATE
 
 
+def size_entry(data: dict[str, Any]) -> dict[str, Any]:
+    """The correct runs as a size entry of ``bench/size_power.py``'s results schema.
+
+    Each seed's record (passed, criteria, wall time) as ``size_power`` keeps it; the wall
+    time of a run whose PDE levels were cached is the particles' alone.
+    """
+    per = {str(r["seed"]): {"passed": not r["caught"], "criteria": r["criteria"],
+                            "wall_s": r["wall_s"]}
+           for r in data["runs"].values() if r["fault"] == "none"}
+    return _aggregate(per, once=False)
+
+
+def merge_size(data: dict[str, Any], path: Path) -> None:
+    """Write the full mode's size into a ``size_power`` results file (its other entries kept)."""
+    results = json.loads(path.read_text())
+    study = results.setdefault("studies", {}).setdefault("noisy-mean-field", {})
+    study.setdefault("full", {})["size"] = size_entry(data)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget", action="store_true", help="the standard-error budget")
     p.add_argument("--seeds", type=int, nargs="+", default=[], metavar="SEED")
     p.add_argument("--faults", nargs="+", default=["none", "pde-diffusion:0.01",
                                                    "pde-diffusion:-0.01"])
+    p.add_argument("--merge-size", type=Path, default=None, metavar="FILE",
+                   help="write the correct runs as the full mode's size entry into FILE, "
+                        "a bench/size_power.py results file (size_power_noisy.json)")
     args = p.parse_args(argv)
     data = _load()
     data["machine"] = (f"{os.cpu_count()} shared cores, one process, nice, "
@@ -241,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(data["budget"], indent=1))
     if args.seeds:
         run_seeds(args.seeds, args.faults, data)
+    if data["runs"]:
+        _summarise(data)
+        RESULTS.write_text(json.dumps(data, indent=1) + "\n")
+    if args.merge_size:
+        merge_size(data, args.merge_size)
     return 0
 
 
