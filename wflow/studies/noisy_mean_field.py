@@ -100,11 +100,15 @@ BIAS_STEP = (0.004882083702846297, 0.0009434854528312618)
 BIAS_CHAOS = (0.0020306172151058565, 0.0005532911579618281)
 
 #: Settings per mode: tokens ``n``, replicates ``R``, moment degree ``L``, control-variate
-#: degree ``L_cv``, the PDE's icospheres (coarse, fine; well centred).
+#: degree ``L_cv``, the PDE's icospheres (coarse, fine; well centred). The full mode's
+#: ``n R`` is sized for ``D`` off by ±1 %: the score's standard error is almost all Monte
+#: Carlo (``∝ 1/√(nR)``; the PDE's error and the bias's standard error are a few % of its
+#: variance), and ±1 % must be the critical value plus 1.28 null spreads of the score
+#: (bench/noisy_mean_field_full.py ``--budget``).
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"n": 1000, "R": 256, "L": 4, "L_cv": 8,
               "meshes": ("icosphere:5120", "icosphere:20480")},
-    "full": {"n": 4000, "R": 80, "L": 4, "L_cv": 8,
+    "full": {"n": 8000, "R": 96, "L": 4, "L_cv": 8,
              "meshes": ("icosphere:9680", "icosphere:38720")},
 }
 
