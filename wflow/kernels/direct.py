@@ -16,12 +16,13 @@ from ..attention.kinds import AttentionKind
 from .validation import _apply, _scores_A, max_rownorm
 
 #: Heads with score width + value width ``min(k, d) + r`` at least this run by tiles of
-#: BLAS GEMMs (:mod:`wflow.kernels._tiled`) in the direct back-end. Measured crossover
-#: (``bench/bench_width.py``, ``results/bench_width_cpu.json``, one core, CPU time,
-#: ``k = d = r``, n = 3000): tiles/fused = 1.61 at d = 3 (the fused kernel stays), 0.93 at
-#: d = 4 (within the noise of a loaded machine), 0.85 at d = 8, 0.58 at d = 16; so from
-#: width 16 (d = 8).
-WIDE = 16
+#: BLAS GEMMs (:mod:`wflow.kernels._tiled`) in the direct back-end (and the causal sums by
+#: BLAS blocks). Measured crossover (``bench/bench_width.py``, ``results/bench_width_cpu.json``,
+#: one core, CPU time, ``k = d = r``, ``H = 2``, idle machine): tiles/fused = 1.31 at d = 3
+#: (the fused kernel stays), 0.90 at d = 4, 0.74 at d = 8, 0.53 at d = 16 (the session
+#: before: 0.73 at d = 4); the causal BLAS blocks against the causal rows at n = 3000:
+#: 0.88 at d = 4, 0.77 at d = 8. So from width 8 (d = 4).
+WIDE = 8
 #: Below this many triples the direct back-end runs on the calling thread only.
 SERIAL_TRIPLES = 1 << 18
 #: ... and below this many when the machine is oversubscribed (1-min load average ≥ cores):
