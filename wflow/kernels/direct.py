@@ -21,7 +21,8 @@ from .validation import _apply, _scores_A, max_rownorm
 #: one core, CPU time, ``k = d = r``, ``H = 2``, idle machine): tiles/fused = 1.31 at d = 3
 #: (the fused kernel stays), 0.90 at d = 4, 0.74 at d = 8, 0.53 at d = 16 (the session
 #: before: 0.73 at d = 4); the causal BLAS blocks against the causal rows at n = 3000:
-#: 0.88 at d = 4, 0.77 at d = 8. So from width 8 (d = 4).
+#: 0.88 at d = 4, 0.77 at d = 8 (at n = 10⁵, one head: 0.67 and 0.42). So from width 8
+#: (d = 4).
 WIDE = 8
 #: Below this many triples the direct back-end runs on the calling thread only.
 SERIAL_TRIPLES = 1 << 18
