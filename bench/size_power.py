@@ -76,6 +76,12 @@ SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 ONE_SIDED = {"noise-var", "stop-short", "run-past", "ito-scale"}
 
 
+#: A run's fitted numbers kept beside its criteria when the study reports them: a score's
+#: centring can then be changed and the size recomputed from the record (``noisy-mean-field``:
+#: the uncentred fitted ``D``, its standard error and the uncentred score).
+RECORDED_FITS = ("D_fit", "D_fit_se", "score_t_raw", "particle_bias_rel", "particle_bias_se")
+
+
 def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path,
          parts: tuple[str, ...] | None = None) -> dict[str, Any]:
     mod = load_study(name)
@@ -95,8 +101,13 @@ def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path,
                 "wall_s": round(time.perf_counter() - t0, 2)}
     crit = {c["name"]: {"value": c["value"], "ok": bool(c["ok"]), "accepted": c["accepted"]}
             for c in res.summary["criteria"]}
-    return {"passed": bool(res.passed), "criteria": crit,
-            "wall_s": round(time.perf_counter() - t0, 2)}
+    rec = {"passed": bool(res.passed), "criteria": crit,
+           "wall_s": round(time.perf_counter() - t0, 2)}
+    fits = {k: res.summary.get("fits", {})[k] for k in RECORDED_FITS
+            if k in res.summary.get("fits", {})}
+    if fits:
+        rec["fits"] = fits
+    return rec
 
 
 def _per_seed(sz: dict[str, Any]) -> dict[str, Any]:

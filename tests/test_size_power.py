@@ -225,3 +225,25 @@ def test_an_empty_seed_range_is_refused_by_name(tmp_path, capsys):
         wflow_log.setLevel(level)
         root.handlers[:] = handlers
     assert calls and calls[0]["seed_from"] == 25 and calls[0]["seeds"] == 26
+
+
+def test_a_runs_fitted_numbers_are_kept_for_recentring(tmp_path, monkeypatch):
+    """``_run`` keeps the fits a score's centring is computed from, and nothing else."""
+    import types
+
+    sp = _script()
+    fits = {"D_fit": 0.1504, "D_fit_se": 5.7e-4, "score_t_raw": 1.2, "particle_bias_rel": 3e-3,
+            "particle_bias_se": 6e-4, "hotelling_T": 17.0}
+    crit = [{"name": "c", "value": 1.0, "ok": True, "accepted": "≤ 2"}]
+
+    def run(*, out, quick, seed, fault=None, with_fits=True):
+        summary = {"criteria": crit, **({"fits": fits} if with_fits else {})}
+        return types.SimpleNamespace(summary=summary, passed=True)
+
+    monkeypatch.setattr(sp, "load_study", lambda name: types.SimpleNamespace(run=run))
+    rec = sp._run("x", quick=True, seed=0, fault=None, tmp=tmp_path)
+    assert rec["fits"] == {k: fits[k] for k in sp.RECORDED_FITS}
+    # negative control: a study without fits gets no empty record
+    monkeypatch.setattr(sp, "load_study", lambda name: types.SimpleNamespace(
+        run=lambda **kw: run(**kw, with_fits=False)))
+    assert "fits" not in sp._run("x", quick=True, seed=0, fault=None, tmp=tmp_path)
