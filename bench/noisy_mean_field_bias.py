@@ -63,21 +63,26 @@ def _replicate(item: tuple) -> dict[str, Any]:
         nmf.PARTICLE_STEPS = saved
 
 
-def measure(row: str) -> dict[str, Any]:
-    """One configuration ``n,steps,R,seed``: the fitted relative error of ``D``."""
+def measure(row: str, degree: int = L, meshes: tuple[str, str] = MESHES) -> dict[str, Any]:
+    """One configuration ``n,steps,R,seed``: the fitted relative error of ``D``.
+
+    ``degree``: the moment degree of the score (the study's ``L``); ``meshes``: the PDE's
+    (coarse, fine) icospheres, the fine one the reference.
+    """
     n, steps, R, seed = (int(v) for v in row.split(","))
     D, T = nmf.DIFFUSION, nmf.T_FINAL
-    coarse, fine = (nmf._pde_level(s, D, T, L) for s in MESHES)
+    coarse, fine = (nmf._pde_level(s, D, T, degree) for s in meshes)
     err = np.abs(fine["mT_mom"] - coarse["mT_mom"]) / (fine["cells"] / coarse["cells"] - 1)
     nu = cell_moments(fine["verts"], fine["m0"], L_CV)
     t0, c0 = time.perf_counter(), time.process_time()
-    rows = parallel_map(_replicate, [(n, r, seed, T, L, L_CV, fine["verts"], fine["m0"], D,
-                                      False, steps) for r in range(R)])
+    rows = parallel_map(_replicate, [(n, r, seed, T, degree, L_CV, fine["verts"], fine["m0"],
+                                      D, False, steps) for r in range(R)])
     cv = control_variates([r["cv"] for r in rows], nu, n=n)
-    s = nmf._score_test(cv.adjusted, fine["mT_mom"], err, MESHES[0], D, T, L)
-    return {"n": n, "steps": steps, "R": R, "seed": seed, "z": s["z"],
+    s = nmf._score_test(cv.adjusted, fine["mT_mom"], err, meshes[0], D, T, degree)
+    return {"n": n, "steps": steps, "R": R, "seed": seed, "degree": degree,
+            "meshes": list(meshes), "z": s["z"],
             "dD_rel": (s["D_fit"] - D) / D, "se_rel": s["D_se"] / D,
-            "wall_s": time.perf_counter() - t0, "cpu_s_parent": time.process_time() - c0}
+            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
 def pde_errors() -> dict[str, float]:
@@ -201,6 +206,57 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "model": "dD_rel = a (16 h / T)^2 + b (1000 / n)"}
 
 
+def fit_at_step(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Weighted least squares of ``dD_rel = c + b (1000/n)`` at one particle step.
+
+    The study runs at one step, ``T/PARTICLE_STEPS``; there the time-step bias is a
+    constant ``c`` and only the propagation-of-chaos term ``b/n`` varies with the mode.
+    """
+    steps = {r["steps"] for r in rows}
+    if len(steps) != 1:
+        raise ValueError(f"rows at one particle step expected, got {sorted(steps)}")
+    A = np.array([[1.0, 1000.0 / r["n"]] for r in rows])
+    y = np.array([r["dD_rel"] for r in rows])
+    s = np.array([r["se_rel"] for r in rows])
+    W = A / s[:, None]
+    coef = np.linalg.lstsq(W, y / s, rcond=None)[0]
+    cov = np.linalg.inv(W.T @ W)
+    resid = (A @ coef - y) / s
+    return {"c": float(coef[0]), "c_se": float(np.sqrt(cov[0, 0])),
+            "b_at_n_1000": float(coef[1]), "b_se": float(np.sqrt(cov[1, 1])),
+            "cov_cb": float(cov[0, 1]), "chi2": float(resid @ resid),
+            "dof": len(rows) - 2, "steps": steps.pop(),
+            "model": "dD_rel = c + b (1000 / n) at h = T / steps"}
+
+
+def check(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The study's centring (:func:`wflow.studies.noisy_mean_field.particle_bias`) against
+    rows it was not fitted to: per row ``z = (measured − predicted)/(se² + se_pred²)^{1/2}``
+    and their ``χ²`` (``len(rows)`` degrees of freedom under the model)."""
+    out = []
+    for r in rows:
+        pred, pred_se = nmf.particle_bias(r["n"], r["steps"])
+        z = (r["dD_rel"] - pred) / float(np.hypot(r["se_rel"], pred_se))
+        out.append({"n": r["n"], "steps": r["steps"], "measured": r["dD_rel"],
+                    "predicted": pred, "z": z})
+    chi2 = float(sum(c["z"] ** 2 for c in out))
+    from scipy.stats import chi2 as chi2_dist
+
+    return {"rows": out, "chi2": chi2, "dof": len(out),
+            "p_value": float(chi2_dist.sf(chi2, len(out)))}
+
+
+def merge(parts: list[Path], out: Path, section: str, note: str) -> dict[str, Any]:
+    """Rows written by separate processes (``--rows ... --out PART``) merged into ``out``'s
+    ``section``, with their fit at one step (:func:`fit_at_step`)."""
+    rows = [r for p in parts for r in json.loads(p.read_text())["rows"]]
+    data = json.loads(out.read_text()) if out.is_file() else {}
+    data[section] = {"rows": rows, "fit": fit_at_step(rows), "check": check(rows),
+                     "note": note}
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data[section]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", nargs="+", default=list(ROWS), help="n,steps,R,seed")
@@ -211,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
                                                    "pde-diffusion:-0.02"])
     p.add_argument("--power-out", type=Path, default=RESULTS.with_name(
         "noisy_mean_field_power.json"))
+    p.add_argument("--degree", type=int, default=L, help="the score's moment degree")
+    p.add_argument("--meshes", nargs=2, default=list(MESHES), metavar=("COARSE", "FINE"))
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="PART",
+                   help="merge the rows of these files into --out's --section")
+    p.add_argument("--section", default="at_study_step")
+    p.add_argument("--note", default="")
     p.add_argument("--pde-only", action="store_true",
                    help="only the PDE's errors, merged into an existing --out")
     args = p.parse_args(argv)
@@ -223,13 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(out, indent=1) + "\n")
         print(json.dumps(out["pde"]))
         return 0
+    if args.merge:
+        print(json.dumps(merge(args.merge, args.out, args.section, args.note)["fit"]))
+        return 0
     measured = []
     for row in args.rows:
-        measured.append(measure(row))
+        measured.append(measure(row, args.degree, tuple(args.meshes)))
         print(json.dumps(measured[-1]), flush=True)
-    out = {"study": "noisy-mean-field", "diffusion": nmf.DIFFUSION, "degree": L,
+    out = {"study": "noisy-mean-field", "diffusion": nmf.DIFFUSION, "degree": args.degree,
            "rows": measured, "fit": fit(measured) if len(measured) >= 3 else None,
-           "pde": pde_errors()}
+           "pde": pde_errors() if args.degree == L else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out["fit"]))

@@ -26,6 +26,41 @@ def test_bias_coefficients_are_the_results_files_fit():
     assert nmf.BIAS_CHAOS == (fit["b_at_n_1000"], fit["b_se"])
 
 
+def _bias_bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "noisy_mean_field_bias", RESULTS.parent / "noisy_mean_field_bias.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_centring_predicts_the_rows_measured_at_the_study_step(monkeypatch):
+    """The fit (rows at T/8 … T/32, degree 3) against rows it never saw: the study's own
+    step and degree, seeds used by no size or power run."""
+    sec = json.loads((RESULTS / "noisy_mean_field_bias.json").read_text())["at_study_step"]
+    rows = sec["rows"]
+    assert {r["steps"] for r in rows} == {nmf.PARTICLE_STEPS}
+    assert {r["degree"] for r in rows} == {nmf.MODES["quick"]["L"]}
+    assert {r["n"] for r in rows} >= {nmf.MODES["quick"]["n"], nmf.MODES["full"]["n"]}
+    # fresh seeds: not the size seeds 0–99 nor the held-out power seeds
+    assert not {r["seed"] for r in rows} & (set(range(100)) | set(range(1000, 1005))
+                                             | set(range(2000, 2040)))
+    bench = _bias_bench()
+    check = bench.check(rows)
+    # the stored check is the module's centring now (a few flops per row: relative 1e-12)
+    for got, want in zip(check["rows"], sec["check"]["rows"], strict=True):
+        assert got["z"] == pytest.approx(want["z"], rel=1e-12, abs=1e-12)
+    assert check["p_value"] > 0.01 and all(abs(r["z"]) < 3 for r in check["rows"])
+    # negative controls: no centring, or a centre twice the fit, is rejected by these rows
+    for scale in (0.0, 2.0):
+        monkeypatch.setattr(nmf, "BIAS_STEP", tuple(scale * v for v in nmf.BIAS_STEP))
+        monkeypatch.setattr(nmf, "BIAS_CHAOS", tuple(scale * v for v in nmf.BIAS_CHAOS))
+        assert bench.check(rows)["p_value"] < 0.01, scale
+        monkeypatch.undo()
+
+
 def test_particle_bias_formula():
     a, sa = nmf.BIAS_STEP
     b, sb = nmf.BIAS_CHAOS
