@@ -16,6 +16,10 @@ Usage (from the repository root; about 25 min of CPU for the default five rows):
         [--rows 1000,16,384,900 ...] [--out bench/results/noisy_mean_field_bias.json]
 
 A row is ``n,steps,R,seed``. Not a timed benchmark; the PDE levels are cached in-process.
+``--degree L --meshes COARSE FINE --out PART`` measures rows at another moment degree and
+reference (one process per row, each to its own file); ``--merge PART ...`` puts them into
+``--out``'s ``--section`` (default ``at_study_step``) with their fit at that one step
+(:func:`fit_at_step`) and the study's centring checked against them (:func:`check`).
 ``--pde-only`` adds the PDE's own errors to an existing results file; ``--power SEED ...
 [--faults F ...]`` runs the quick study under each fault at those (held-out) seeds and
 writes ``bench/results/noisy_mean_field_power.json`` (caught or not, the score and the
