@@ -313,6 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--join", type=Path, nargs="+", default=None, metavar="FILE",
                    help="add the runs of these files (the same setting) to --out's")
     args = p.parse_args(argv)
+    from wflow.infra.lock import LockedError, acquire
+
+    try:  # one process per results file: a second one would drop the first one's runs
+        acquire(args.out)
+    except LockedError as e:
+        print(e, file=sys.stderr)
+        return 2
     data = _load(args.out)
     if args.join:
         for other in args.join:

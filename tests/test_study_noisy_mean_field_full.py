@@ -134,3 +134,38 @@ def test_recentring_rejudges_only_the_score(data, bench):
         if name != "score_D_at_T":
             assert c == orig["criteria"][name]
     assert run["caught"] == (not all(c["ok"] for c in run["criteria"].values()))
+
+
+def test_one_process_per_results_file(bench, tmp_path, capsys):
+    """A second process on a results file another one holds is refused before any work."""
+    import multiprocessing as mp
+
+    from wflow.infra.lock import release
+
+    out = tmp_path / "runs.json"
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(out), ready, done))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        assert bench.main(["--out", str(out)]) == 2
+        assert "lock" in capsys.readouterr().err.lower()
+        assert not out.exists()  # refused before writing
+    finally:
+        done.set()
+        holder.join(60)
+    # negative control: once the holder is gone, the same call runs (without seeds or a
+    # budget it has nothing to write)
+    try:
+        assert bench.main(["--out", str(out)]) == 0
+    finally:
+        release(out)
+
+
+def _hold(path, ready, done):
+    from wflow.infra.lock import acquire
+
+    acquire(path)
+    ready.set()
+    done.wait(60)
