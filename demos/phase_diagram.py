@@ -40,7 +40,7 @@ from wflow.phase import (
     tricritical_beta,
     zonal_branch,
 )
-from wflow.phase.particles import extrapolate_dt, load_particle_points
+from wflow.phase.particles import correct_dt, extrapolate_dt, load_particle_points
 
 #: The particle points the demo draws (written by ``bench/phase_particles.py points``).
 POINTS_FILE = Path(__file__).resolve().parents[1] / "bench" / "results" / "phase_particles.json"
@@ -58,22 +58,38 @@ def _nan_to_none(x):
 
 
 def _with_limits(pts: list) -> list:
-    """The points, each pair at ``dt`` and ``dt/2`` followed by its limit ``dt → 0``."""
+    """The points, each followed by its limit ``dt → 0`` where the records give one.
+
+    A pair at ``dt`` and ``dt/2`` (one ``n`` and seed) is followed by its Richardson limit
+    (:func:`~wflow.phase.particles.extrapolate_dt`); a run at ``dt`` with no ``dt/2`` of its
+    own, by the run less the step's bias of every pair at its ``(β, K)`` and step with a
+    smaller ``n`` (:func:`~wflow.phase.particles.correct_dt`).
+    """
+    def same(p, q):
+        return (q.beta, q.K, q.n, q.seed) == (p.beta, p.K, p.n, p.seed)
+
+    pairs = [(q, p) for p in pts for q in pts if same(p, q) and p.dt * 2.0 == q.dt]
     out = []
     for p in pts:
         out.append(p)
-        for q in pts:  # p the fine run of a pair: its coarse run q
-            if ((q.beta, q.K, q.n, q.seed) == (p.beta, p.K, p.n, p.seed)
-                    and p.dt * 2.0 == q.dt):
+        for q, f in pairs:  # p the fine run of a pair
+            if f is p:
                 out.append(extrapolate_dt(q, p))
+        if any(p is c or p is f for c, f in pairs):
+            continue
+        small = [(c, f) for c, f in pairs
+                 if (c.beta, c.K, c.dt) == (p.beta, p.K, p.dt) and c.n < p.n]
+        if small:
+            out.append(correct_dt(p, small))
     return out
 
 
 def particle_table(path: Path) -> list | None:
     """Print the particle points of ``path`` against the stable branch; ``None`` if absent.
 
-    Each pair of runs at ``dt`` and ``dt/2`` is followed by its Richardson limit
-    (``dt = 0`` in the table; :func:`wflow.phase.particles.extrapolate_dt`).
+    Each pair of runs at ``dt`` and ``dt/2`` is followed by its Richardson limit, and a
+    larger run at ``dt`` alone by its step-bias correction (``dt = 0`` in the table;
+    :func:`_with_limits`).
     """
     pts = load_particle_points(path)
     if pts is None:
@@ -82,11 +98,13 @@ def particle_table(path: Path) -> list | None:
         return None
     pts = _with_limits(pts)
     print(f"particle points ({path.name}): order parameter against the stable branch m(K) "
-          "(dt = 0: Richardson's limit of dt and dt/2)")
+          "(dt = 0: Richardson's limit of dt and dt/2, or a run at dt less the step's bias "
+          "measured at n = bias n)")
     print(f"{'beta':>6} {'K':>6} {'n':>8} {'ranks':>5} {'dt':>7} {'seed':>4} "
-          f"{'m (particles)':>22} {'m(K) branch':>12} {'z':>7}  verdict")
+          f"{'bias n':>7} {'m (particles)':>22} {'m(K) branch':>12} {'z':>7}  verdict")
     for p in pts:
-        print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} {p.seed:4d} "
+        bn = "-" if p.bias_n is None else f"{p.bias_n:.0e}"
+        print(f"{p.beta:6.3g} {p.K:6.3g} {p.n:8d} {p.ranks:5d} {p.dt:7.4g} {p.seed:4d} {bn:>7} "
               f"{p.mean:12.6f} ± {p.se:.1e} {p.branch_m:12.6f} {p.z:+7.2f}  "
               f"{'agrees' if p.passed else 'DIFFERS'} (|z| <= {p.t_crit:.2f})")
     return pts
@@ -202,14 +220,16 @@ def _draw_particles(ax, pts: list | None, d: int) -> float:
         ax[2].errorbar([i], [p.mean - p.branch_m], yerr=[p.t_crit * p.se], fmt="none",
                        color="C2" if p.passed else "C3", alpha=0.35, lw=4)
     ax[2].axhline(0.0, color="k", lw=0.8)
+    many = len({p.n for p in pts}) > 1
     ax[2].set_xticks(range(len(pts)),
                      [f"β={p.beta:g}\nK={p.K:g}\n" + (f"dt={p.dt:g}" if p.dt else "dt→0")
+                      + (f"\nn={p.n:.0e}" if many else "")
                       + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
-                     fontsize=7)
+                     fontsize=6 if many else 7)
     ns = ", ".join(f"{n:.0e}" for n in sorted({p.n for p in pts}))
     ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),
               title=f"particles (n = {ns}) − branch\n(bars: s.e.; bands: t_crit · s.e.; "
-                    "◆: Richardson dt → 0)")
+                    "◆: dt → 0, Richardson or the smaller n's step bias)")
     return max(kk)
 
 

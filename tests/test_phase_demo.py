@@ -128,3 +128,26 @@ def test_a_pair_at_dt_and_half_dt_gets_its_limit_in_the_table(tmp_path, capsys):
     assert pts[2]["mean"] == pytest.approx(a["mean"] + 4e-4, abs=1e-12)
     assert len(stars[0]) == 2  # the limit is no run: not on the diagram
     assert "Richardson" in capsys.readouterr().out
+
+
+def test_a_larger_run_at_dt_alone_is_corrected_by_the_smaller_pairs(tmp_path, capsys):
+    data = json.loads(FIXTURE.read_text())
+    a = data["points"]["rows"][0]
+    big = {**a, "n": 10 * a["n"], "mean": a["mean"] + 1e-4, "se": a["se"] / 3}
+    data["points"]["rows"] = [a, {**a, "dt": a["dt"] / 2, "mean": a["mean"] + 3e-4}, big]
+    f = tmp_path / "large.json"
+    f.write_text(json.dumps(data))
+    result, stars, ax = _drawn_points(_load(), tmp_path, f)
+    pts = result["particle_points"]
+    assert [(p["n"], p["dt"]) for p in pts] == [(a["n"], 0.05), (a["n"], 0.025),
+                                                 (a["n"], 0.0), (big["n"], 0.05),
+                                                 (big["n"], 0.0)]
+    # the pair's bias at dt: (4/3)(m_dt − m_{dt/2}) = −4e-4, removed from the large run
+    assert pts[4]["mean"] == pytest.approx(big["mean"] + 4e-4, abs=1e-12)
+    assert pts[4]["bias_n"] == a["n"] and pts[2]["bias_n"] is None
+    assert len(stars[0]) == 3  # runs only on the diagram
+    # negative control: without a smaller pair the large run gets no limit
+    data["points"]["rows"] = [a, big]
+    f.write_text(json.dumps(data))
+    result, _, _ = _drawn_points(_load(), tmp_path, f)
+    assert [p["dt"] for p in result["particle_points"]] == [0.05, 0.05]

@@ -19,6 +19,7 @@ from wflow.phase.particles import (
     CHECK_CONFIG,
     batch_means_se,
     check_particle_point,
+    correct_dt,
     extrapolate_dt,
     load_particle_points,
     particle_order_parameter,
@@ -162,3 +163,39 @@ def test_the_step_bias_is_extrapolated_away():
     with pytest.raises(ValueError, match="^points:"):
         extrapolate_dt(coarse, check_particle_point({**rec, "dt": 0.025, "mean": m,
                                                      "K": 0.95}))
+
+
+def test_a_large_run_takes_the_step_bias_measured_at_a_smaller_n():
+    m = stable_order_parameter(3.0, 0.9)
+    se, bias = 1e-4, 4e-3  # the step's bias at dt = 0.05 (40 s.e.); b/4 at dt/2
+    small = {"beta": 3.0, "K": 0.9, "n": 100000, "batches": 10, "se": se}
+    pairs = [(check_particle_point({**small, "dt": 0.05, "mean": m + bias + e, "seed": s}),
+              check_particle_point({**small, "dt": 0.025, "mean": m + bias / 4 + e,
+                                    "seed": s}))
+             for s, e in ((0, 2e-4), (1, -2e-4))]  # seed offsets cancel in each pair
+    big = check_particle_point({**small, "n": 1000000, "se": se / 3, "dt": 0.05,
+                                "mean": m + bias})
+    assert not big.passed  # 120 s.e. of the large run: the bias, not the particles
+    p = correct_dt(big, pairs)
+    # m + b − (4/3)(3b/4) = m up to the rounding of the numbers (|m| eps / se)
+    assert p.passed and abs(p.z) < 1e-9
+    assert (p.dt, p.n, p.bias_n, p.seed) == (0.0, 1000000, 100000, 0)
+    # se² = (se/3)² + (4/3 · 1/2)² · 4 se²: the two pairs' four runs, each weighted 2/3
+    assert p.se == pytest.approx(se * math.sqrt(1 / 9 + 16 / 9), rel=1e-12)
+    # one pair alone: its own offset e = 2e-4 stays in the run (m + b − (4/3)(3b/4) exact)
+    one = correct_dt(big, pairs[:1])
+    assert one.se == pytest.approx(se * math.sqrt(1 / 9 + 32 / 9), rel=1e-12)
+    # negative controls: the wrong order (a first-order bias) and a large run whose
+    # particles are off by 10 of its own s.e. beyond the bias both fail
+    assert not correct_dt(big, pairs, order=1).passed
+    off = check_particle_point({**small, "n": 1000000, "se": 3e-5, "dt": 0.05,
+                                "mean": m + bias + 2e-3})
+    assert not correct_dt(off, pairs).passed
+    with pytest.raises(ValueError, match="^pairs:"):
+        correct_dt(big, [])
+    with pytest.raises(ValueError, match="^dt:"):  # pairs at another step
+        correct_dt(check_particle_point({**small, "n": 1000000, "dt": 0.1, "mean": m}), pairs)
+    with pytest.raises(ValueError, match="^points:"):  # pairs of another (β, K)
+        correct_dt(check_particle_point({**small, "K": 0.95, "dt": 0.05, "mean": m}), pairs)
+    with pytest.raises(ValueError, match="^dt:"):  # a pair that is not dt and dt/2
+        correct_dt(big, [(pairs[0][0], pairs[0][0])])

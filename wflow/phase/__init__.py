@@ -59,6 +59,7 @@ from .particles import (
     ParticlePhaseRun,
     ParticlePoint,
     check_particle_point,
+    correct_dt,
     extrapolate_dt,
     load_particle_points,
     particle_order_parameter,
@@ -116,5 +117,6 @@ __all__ = [
     "check_particle_point",
     "load_particle_points",
     "extrapolate_dt",
+    "correct_dt",
     *_LAZY,
 ]

@@ -21,7 +21,9 @@ relax for ``burn`` time units and then records the order parameter
   :attr:`ParticlePhaseRun.z` does not model it (:data:`DT_BIAS_NOTE`): at the small
   configuration :data:`CHECK_CONFIG` the size over 100 seeds (1 false fail) bounds its
   effect there, while at ``β = 3`` it is many standard errors at ``dt = 0.05`` and
-  :func:`extrapolate_dt` removes it from a pair of runs at ``dt`` and ``dt/2``.
+  :func:`extrapolate_dt` removes it from a pair of runs at ``dt`` and ``dt/2``, and
+  :func:`correct_dt` from one run at ``dt`` with that bias measured on pairs at a
+  smaller ``n``.
 
 The run records its segments in order: each segment is one :func:`simulate` call of
 ``every`` time units from the previous segment's tokens, with its own noise seed
@@ -35,6 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +236,9 @@ class ParticlePoint:
         ``(m̄ − m(K)) / se`` and the two-sided ``t(batches − 1)`` quantile at ``alpha``.
     passed : bool
         ``|z| ≤ t_crit`` with ``m̄`` and ``se`` finite and ``se > 0``.
+    bias_n : int or None
+        For a ``dt = 0`` point of :func:`correct_dt`: the token count of the pair that
+        measured the step's bias; ``None`` otherwise.
     """
 
     beta: float
@@ -248,6 +254,7 @@ class ParticlePoint:
     z: float
     t_crit: float
     passed: bool
+    bias_n: int | None = None
 
 
 def check_particle_point(record: dict[str, Any], *, alpha: float = ALPHA,
@@ -320,27 +327,104 @@ def extrapolate_dt(coarse: ParticlePoint, fine: ParticlePoint, *, order: int = 2
     ValueError
         The two points differ in ``β``, ``K`` or ``n``, or ``fine.dt ≠ coarse.dt / 2``.
     """
-    from scipy.stats import t as student
+    _check_pair(coarse, fine)
+    f = 2.0 ** int(order)
+    mean = (f * fine.mean - coarse.mean) / (f - 1.0)
+    parts = [((f / (f - 1.0)) * fine.se, fine.batches),
+             (coarse.se / (f - 1.0), coarse.batches)]
+    return _combined(fine, mean, parts, n=fine.n, ranks=fine.ranks, seed=fine.seed,
+                     alpha=alpha)
 
+
+def correct_dt(run: ParticlePoint, pairs: Sequence[tuple[ParticlePoint, ParticlePoint]], *,
+               order: int = 2, alpha: float = ALPHA) -> ParticlePoint:
+    r"""A run at ``dt`` with the step's bias, measured on pairs at ``dt`` and ``dt/2``, removed.
+
+    The stationary law's bias ``c dtᵖ`` of a run at ``dt`` is
+    ``b = (m̄_{dt} − m̄_{dt/2}) 2ᵖ / (2ᵖ − 1)`` on a pair (:func:`extrapolate_dt`); over
+    ``N`` independent pairs (other seeds) it is their mean, and the corrected order
+    parameter is ``m₀ = m̄_run − b``. The pairs may have another token count: ``c`` is
+    the mean-field law's own (the particles' ``O(1/n)`` bias enters it only at
+    ``O(dtᵖ/n)``), so a large run needs one step size only. All runs are independent,
+    ``se₀² = se_run² + (2ᵖ/((2ᵖ − 1)N))² Σ (se_{dt}² + se_{dt/2}²)``, and the ``t``
+    quantile takes the Welch–Satterthwaite degrees of freedom of the batch-means
+    variances.
+
+    Parameters
+    ----------
+    run : ParticlePoint
+        The run to correct, at the pairs' coarse step.
+    pairs : sequence of (ParticlePoint, ParticlePoint)
+        ``(coarse, fine)``: each the same ``(β, K, n)`` at ``dt`` and ``dt/2``, with
+        ``run``'s ``(β, K)`` and step; one at least.
+    order : int, keyword-only
+        Order ``p`` of the step's bias.
+    alpha : float, keyword-only
+        Two-sided level of the verdict.
+
+    Returns
+    -------
+    ParticlePoint
+        ``run``'s ``n``, ``ranks`` and ``seed``, ``dt = 0``, ``bias_n`` the pairs' token
+        count (the largest, if they differ), ``mean = m₀``, ``se = se₀``, ``batches`` one
+        more than the degrees of freedom.
+
+    Raises
+    ------
+    ValueError
+        No pair, a pair that is not one (:func:`extrapolate_dt`), or one with another
+        ``(β, K)`` or coarse step than ``run``.
+    """
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("pairs: expected at least one (coarse, fine) pair")
+    for coarse, fine in pairs:
+        _check_pair(coarse, fine)
+        if (run.beta, run.K) != (coarse.beta, coarse.K):
+            raise ValueError(f"points: expected the run's (beta, K) {(run.beta, run.K)}, "
+                             f"got {(coarse.beta, coarse.K)}")
+        if not math.isclose(run.dt, coarse.dt, rel_tol=1e-12):
+            raise ValueError(f"dt: expected pairs at the run's step {run.dt!r}, got "
+                             f"{coarse.dt!r}")
+    g = 2.0 ** int(order) / ((2.0 ** int(order) - 1.0) * len(pairs))
+    mean = run.mean - g * sum(c.mean - f.mean for c, f in pairs)
+    parts = [(run.se, run.batches)]
+    parts += [(g * q.se, q.batches) for pair in pairs for q in pair]
+    return _combined(run, mean, parts, n=run.n, ranks=run.ranks, seed=run.seed,
+                     alpha=alpha, bias_n=max(c.n for c, _ in pairs))
+
+
+def _check_pair(coarse: ParticlePoint, fine: ParticlePoint) -> None:
+    """Refuse two points that are not one ``(β, K, n)`` at ``dt`` and ``dt/2``."""
     if (coarse.beta, coarse.K, coarse.n) != (fine.beta, fine.K, fine.n):
         raise ValueError("points: expected the same (beta, K, n), got "
                          f"{(coarse.beta, coarse.K, coarse.n)} and "
                          f"{(fine.beta, fine.K, fine.n)}")
     if not math.isclose(fine.dt, coarse.dt / 2.0, rel_tol=1e-12):
         raise ValueError(f"dt: expected the fine step {coarse.dt / 2.0!r}, got {fine.dt!r}")
-    f = 2.0 ** int(order)
-    mean = (f * fine.mean - coarse.mean) / (f - 1.0)
-    a, b = (f * fine.se / (f - 1.0)) ** 2, (coarse.se / (f - 1.0)) ** 2
-    se = math.sqrt(a + b)
-    df = (a + b) ** 2 / (a * a / (fine.batches - 1) + b * b / (coarse.batches - 1))
-    df = max(1, int(math.floor(df)))
+
+
+def _combined(ref: ParticlePoint, mean: float, parts: list[tuple[float, int]], *, n: int,
+              ranks: int, seed: int, alpha: float, bias_n: int | None = None
+              ) -> ParticlePoint:
+    """The ``dt = 0`` point of a linear combination of independent runs.
+
+    ``parts``: each run's ``(|coefficient| · se, batches)``; the standard error is their
+    root sum of squares and the degrees of freedom Welch–Satterthwaite's (rounded down).
+    """
+    from scipy.stats import t as student
+
+    v = [s * s for s, _ in parts]
+    se = math.sqrt(sum(v))
+    den = sum(x * x / (b - 1) for x, (_, b) in zip(v, parts, strict=True))
+    df = max(1, int(math.floor(sum(v) ** 2 / den))) if den > 0 else 1
     ok = math.isfinite(mean) and math.isfinite(se) and se > 0
-    z = (mean - fine.branch_m) / se if ok else math.inf
+    z = (mean - ref.branch_m) / se if ok else math.inf
     tc = float(student.ppf(1.0 - alpha / 2.0, df))
-    return ParticlePoint(beta=fine.beta, K=fine.K, n=fine.n, ranks=fine.ranks, batches=df + 1,
-                         dt=0.0, seed=fine.seed, mean=float(mean), se=float(se),
-                         branch_m=fine.branch_m, z=float(z), t_crit=tc,
-                         passed=bool(ok and abs(z) <= tc))
+    return ParticlePoint(beta=ref.beta, K=ref.K, n=n, ranks=ranks, batches=df + 1, dt=0.0,
+                         seed=seed, mean=float(mean), se=float(se), branch_m=ref.branch_m,
+                         z=float(z), t_crit=tc, passed=bool(ok and abs(z) <= tc),
+                         bias_n=bias_n)
 
 
 def load_particle_points(path: Any, section: str = "points", *,
