@@ -7,19 +7,21 @@
   ``kernel_backend="auto"``: the fast summation at this size), the Python loop for every
   integrator (the loop a noisy run takes), diagnostics other than the balance off, run
   once to warm up, then with ``S = 1`` and ``S = 3`` steps: ``(t(3) − t(1))/2`` is one
-  step with its state evaluation. Pairs: ``euler`` / ``em`` and ``rk4`` / ``strang``;
+  step with its state evaluation. Pairs: ``euler`` / ``em`` and ``rk4`` / ``strang``,
+  ``strang-heun``;
   wall and CPU time.
 * **noise**: the token-noise work alone at ``M/2`` tokens (``M = 10⁶`` by default, the
   issue's size, on 2 ranks: each holds ``M/2``): the keyed normals with the projection
   and the Euler–Maruyama update (``em``), and two exact heat-kernel increments
-  (``strang``), wall and CPU time per step.
+  (``strang`` and ``strang-heun`` draw the same two), wall and CPU time per step.
 * **ratio at M**: ``1 + noise(M/2) / step(M/2 per rank)`` with the noiseless step of
   ``bench/results/particles_mpi_idle.json`` (``n = 10⁶``, 2 ranks, RK4, CPU time per
   rank; Euler's step: that times the Euler/RK4 CPU ratio measured at ``n``), plus, for
   ``strang``, its extra field evaluation (measured at ``n`` in **steps**).
 
-``mpirun -n 2 python bench/bench_particles_noise.py --split --n 1000000 --out FILE``
-measures the Euler and EM steps themselves split over the ranks (``simulate(comm=...)``).
+``mpirun -n 2 python bench/bench_particles_noise.py --split --n 1000000 --out FILE
+[--family euler|rk4]`` measures the steps themselves split over the ranks
+(``simulate(comm=...)``): Euler and EM, or RK4, Strang and Strang–Heun.
 
 The 1-min load is recorded before and after: on a shared machine compare CPU times.
 """
@@ -54,7 +56,8 @@ def bench_steps(n: int) -> dict:
     heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
     attn = Attention("softmax", 1.0)
     rows = {}
-    for integ, D in (("euler", 0.0), ("em", 0.1), ("rk4", 0.0), ("strang", 0.1)):
+    for integ, D in (("euler", 0.0), ("em", 0.1), ("rk4", 0.0), ("strang", 0.1),
+                     ("strang-heun", 0.1)):
         warm = ParticleOptions(T=0.01, dt=0.01, integrator=integ, diffusion=D,
                                engine="python", head_rates=False, clusters=False)
         simulate(x, heads, attn, options=warm)  # compile / load every kernel first
@@ -67,18 +70,25 @@ def bench_steps(n: int) -> dict:
             t[S] = (wall, cpu, r.extra["kernel"])
         rows[integ] = {"diffusion": D, "step_wall_s": (t[3][0] - t[1][0]) / 2,
                        "step_cpu_s": (t[3][1] - t[1][1]) / 2, "kernel": t[3][2]}
-    for noisy, clean in (("em", "euler"), ("strang", "rk4")):
+    for noisy, clean in (("em", "euler"), ("strang", "rk4"), ("strang-heun", "rk4")):
         rows[noisy]["cpu_ratio_vs_" + clean] = rows[noisy]["step_cpu_s"] / rows[clean]["step_cpu_s"]
     return rows
 
 
-def bench_split(n: int, out: str, repeats: int = 2) -> None:
-    """Under ``mpirun -n P``: one Euler and one EM step at ``n`` tokens split over the ranks.
+#: The integrators of a split run: the noiseless step first, then the noisy ones.
+SPLIT_SETS = {"euler": (("euler", 0.0), ("em", 0.1)),
+              "rk4": (("rk4", 0.0), ("strang", 0.1), ("strang-heun", 0.1))}
 
-    ``simulate(comm=COMM_WORLD)``, ``S = 1`` and ``S = 3`` after a warm-up, as
-    :func:`bench_steps`, the two integrators alternating ``repeats`` times and the
+
+def bench_split(n: int, out: str, repeats: int = 2, family: str = "euler") -> None:
+    """Under ``mpirun -n P``: one step of each integrator of ``family`` at ``n`` tokens.
+
+    ``family``: ``"euler"`` (Euler and EM) or ``"rk4"`` (RK4, Strang and Strang–Heun;
+    :data:`SPLIT_SETS`). ``simulate(comm=COMM_WORLD)``, ``S = 1`` and ``S = 3`` after a
+    warm-up, as :func:`bench_steps`, the integrators alternating ``repeats`` times and the
     fastest of each kept (MPI waits spin, so a rank descheduled by the load inflates the
-    other's CPU time too); rank 0 writes the per-rank CPU and wall times (max over ranks).
+    other's CPU time too); rank 0 writes the per-rank CPU and wall times (max over ranks)
+    and each noisy step's CPU ratio to the family's noiseless one.
     """
     from mpi4py import MPI
 
@@ -93,7 +103,8 @@ def bench_split(n: int, out: str, repeats: int = 2) -> None:
     attn = Attention("softmax", 1.0)
     rows: dict = {"n": n, "ranks": comm.Get_size(), "load1_start": os.getloadavg()[0],
                   "repeats": repeats}
-    pairs = (("euler", 0.0), ("em", 0.1))
+    pairs = SPLIT_SETS[family]
+    rows["family"] = family
     t: dict = {(i, S): [] for i, _ in pairs for S in (1, 3)}
     for S in (0,) + (1, 3) * repeats:  # S = 0: the warm-up; then alternating, min kept
         for integ, D in pairs:
@@ -110,8 +121,10 @@ def bench_split(n: int, out: str, repeats: int = 2) -> None:
         best = {S: np.min(np.array(t[integ, S]), axis=0) for S in (1, 3)}
         rows[integ] = {"step_wall_s_max": float(best[3][0] - best[1][0]) / 2,
                        "step_cpu_s_max": float(best[3][1] - best[1][1]) / 2}
-    rows["em"]["cpu_ratio_vs_euler"] = (rows["em"]["step_cpu_s_max"]
-                                        / rows["euler"]["step_cpu_s_max"])
+    clean = pairs[0][0]
+    for integ, _ in pairs[1:]:
+        rows[integ][f"cpu_ratio_vs_{clean}"] = (rows[integ]["step_cpu_s_max"]
+                                               / rows[clean]["step_cpu_s_max"])
     rows["load1_end"] = os.getloadavg()[0]
     if comm.Get_rank() == 0:
         Path(out).write_text(json.dumps(rows, indent=1))
@@ -149,11 +162,13 @@ def main() -> None:
     ap.add_argument("--noise-n", type=int, default=1_000_000)
     ap.add_argument("--out", default=str(RESULTS / "particles_noise.json"))
     ap.add_argument("--split", action="store_true",
-                    help="under mpirun: Euler and EM steps at --n split over the ranks "
+                    help="under mpirun: the --family's steps at --n split over the ranks "
                          "(writes --out)")
+    ap.add_argument("--family", choices=sorted(SPLIT_SETS), default="euler",
+                    help="with --split: euler (Euler, EM) or rk4 (RK4, Strang, Strang-Heun)")
     args = ap.parse_args()
     if args.split:
-        bench_split(args.n, args.out)
+        bench_split(args.n, args.out, family=args.family)
         return
     res = {"load1_start": os.getloadavg()[0], "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -166,6 +181,8 @@ def main() -> None:
         step = json.loads(ref.read_text())["rows"]["n1e6_p2"]["step_cpu_s"]
         s = res["steps"]
         extra = (s["strang"]["step_cpu_s"] - s["rk4"]["step_cpu_s"]) / s["rk4"]["step_cpu_s"]
+        extra_h = ((s["strang-heun"]["step_cpu_s"] - s["rk4"]["step_cpu_s"])
+                   / s["rk4"]["step_cpu_s"])
         res["ratio_at_1e6_2ranks"] = {
             "noiseless_rk4_step_cpu_s_per_rank": step,
             "source": "bench/results/particles_mpi_idle.json n1e6_p2",
@@ -175,6 +192,9 @@ def main() -> None:
                 step * s["euler"]["step_cpu_s"] / s["rk4"]["step_cpu_s"]),
             "strang": 1 + extra + res["noise"]["strang"]["noise_cpu_s"] / step,
             "strang_extra_evaluation_fraction": extra,
+            # the drift-outside splitting: RK4's evaluations, the same two increments
+            "strang-heun": 1 + extra_h + res["noise"]["strang"]["noise_cpu_s"] / step,
+            "strang-heun_extra_fraction": extra_h,
         }
     res["load1_end"] = os.getloadavg()[0]
     Path(args.out).write_text(json.dumps(res, indent=1))

@@ -40,7 +40,8 @@ def _old_particles(*, n, d, H, T, dt, paths, record_every, stages):
                                          + R * pe.RECORD_SECONDS)
 
 
-@pytest.mark.parametrize("integ,stages", [("rk4", 4), ("euler", 1), ("em", 1), ("strang", 5)])
+@pytest.mark.parametrize("integ,stages", [("rk4", 4), ("euler", 1), ("em", 1), ("strang", 5),
+                                          ("strang-heun", 4)])
 def test_particles_zero_diffusion_is_todays_estimate_bit_for_bit(integ, stages):
     kw = {"n": 3000, "d": 5, "H": 2, "T": 3.0, "dt": 0.01, "paths": 3, "record_every": 4}
     a = pe.estimate_particles(**kw, integrator=integ)
@@ -51,10 +52,11 @@ def test_particles_zero_diffusion_is_todays_estimate_bit_for_bit(integ, stages):
 
 def test_particles_noise_draws_are_counted():
     kw = {"n": 10_000, "d": 3, "H": 1, "T": 1.0, "dt": 0.01, "paths": 2}
-    for integ, per in (("em", pe.NORMAL_DRAW_SECONDS), ("strang", pe.HEAT_DRAW_SECONDS)):
+    for integ, per in (("em", pe.NORMAL_DRAW_SECONDS), ("strang", pe.HEAT_DRAW_SECONDS),
+                       ("strang-heun", pe.HEAT_DRAW_SECONDS)):
         quiet = pe.estimate_particles(**kw, integrator=integ)
         noisy = pe.estimate_particles(**kw, integrator=integ, diffusion=0.1)
-        draws = {"em": 1, "strang": 2}[integ]
+        draws = {"em": 1, "strang": 2, "strang-heun": 2}[integ]
         extra = kw["paths"] * step_count(1.0, 0.01) * draws * kw["n"] * (per[0] + 3 * per[1])
         # the same sum in another order: a few ulps of the total
         assert math.isclose(noisy.seconds - quiet.seconds, extra, rel_tol=1e-9)

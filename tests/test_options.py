@@ -218,7 +218,8 @@ def test_schema_choices_derive_from_the_registries():
     assert PARTICLES_SCHEMA["integrator"][1].choices() == INTEGRATORS.names()
     assert dict(INTEGRATOR_ORDER) == {n: i.order() for n, i in INTEGRATORS.items()}
     assert LIMITERS.names() == ("barth_jespersen", "venkatakrishnan", "positivity")
-    assert INTEGRATOR_ORDER == {"euler": 1, "rk4": 4, "em": 1, "strang": 2}
+    assert INTEGRATOR_ORDER == {"euler": 1, "rk4": 4, "em": 1, "strang": 2,
+                                "strang-heun": 2}
 
 
 class _FakeFV:

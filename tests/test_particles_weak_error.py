@@ -209,7 +209,7 @@ def test_no_tolerance_is_todays_run_and_the_judged_run_is_that_run():
     """``rtol = atol = None``: no ``accuracy`` check, the same tokens as before; a judged
     run's own tokens and history are that run's, bit for bit (the rerun is apart)."""
     x0, heads, attn = _pure(500)
-    for name in ("em", "strang"):
+    for name in ("em", "strang", "strang-heun"):
         kw = dict(T=0.5, dt=0.1, integrator=name, diffusion=D, seed=4, head_rates=False,
                   clusters=False)
         a = simulate(x0, heads, attn, options=ParticleOptions(**kw))

@@ -246,11 +246,13 @@ def martingale_cv(x: np.ndarray, m: np.ndarray, heads: Heads, field: FieldEval,
     the second taken at ``z̃ = normalise(B_{h/2}(x) + h v(x_k))`` (the scheme's drifted state
     to first order;
     the variate stays mean zero, the second draw being independent of ``z̃`` and
-    symmetric). Another integrator: ``0``.
+    symmetric); Strang–Heun (drift outside) the tangent parts of both draws at their own
+    bases, the first at ``ỹ = normalise(x_k + (h/2) v(x_k))`` (its drifted start to first
+    order). Another integrator: ``0``.
     ``E[C_k] = 0`` whatever the integrator does, so subtracting ``Σ_k C_k`` from a path's
     residual keeps its mean and removes the leading martingale.
     """
-    from .integrators import EulerMaruyama, StrangHeat
+    from .integrators import EulerMaruyama, StrangHeat, StrangHeun
 
     if x.shape[0] == 0 or not diffusion > 0:
         return 0.0
@@ -265,6 +267,14 @@ def martingale_cv(x: np.ndarray, m: np.ndarray, heads: Heads, field: FieldEval,
         z /= np.linalg.norm(z, axis=1)[:, None]
         y = noise.heat(z, s, 1)
         inc += y - np.sum(y * z, axis=1)[:, None] * z
+    elif isinstance(integrator, StrangHeun):
+        s = 0.5 * diffusion * h
+        z = x + (0.5 * h) * velocity  # the first half step's end, to first order
+        z /= np.linalg.norm(z, axis=1)[:, None]
+        y = noise.heat(z, s, 0)
+        inc = y - np.sum(y * z, axis=1)[:, None] * z
+        z = noise.heat(y, s, 1)
+        inc += z - np.sum(z * y, axis=1)[:, None] * y
     else:
         return 0.0
     gpsi = np.einsum("h,hmd->md", heads.w, field.grad_psi)
