@@ -553,6 +553,39 @@ PHRASES += [("docs/guide/performance.md",
 TABLE_PAGES["weak_error"] = "docs/guide/accuracy.md"
 
 
+def noise_table() -> str:
+    """Token noise in the particle step at ``n = 10⁶`` on 2 ranks
+    (``bench_particles_noise.py --split --family rk4``)."""
+    r = load("particles_noise_split_1e6_rk4")
+    names = {"rk4": "`rk4`", "strang": "`strang` (noise outside RK4)",
+             "strang-heun": "`strang-heun` (noise between Heun half steps)"}
+    lines = ["| integrator | `D` | step (CPU s per rank) | × RK4 |", "|---|---|---|---|"]
+    for k, label in names.items():
+        ratio = r[k].get("cpu_ratio_vs_rk4", 1.0)
+        lines.append(f"| {label} | {0 if k == 'rk4' else 0.1} | "
+                     f"{r[k]['step_cpu_s_max']:.2f} | {g(ratio, 3) if k != 'rk4' else '1'} |")
+    return "\n".join(lines)
+
+
+def _noise() -> dict:
+    """One process at ``n = 10⁵`` (``particles_noise.json``) and the split run's load."""
+    s = load("particles_noise")["steps"]
+    r = load("particles_noise_split_1e6_rk4")
+    return {"st": f"{s['strang']['cpu_ratio_vs_rk4']:.2f}",
+            "sh": f"{s['strang-heun']['cpu_ratio_vs_rk4']:.2f}",
+            "em": f"{s['em']['cpu_ratio_vs_euler']:.2f}",
+            "l0": f"{r['load1_start']:.1f}", "l1": f"{r['load1_end']:.1f}"}
+
+
+TABLES["noise"] = noise_table
+TABLE_PAGES["noise"] = "docs/guide/performance.md"
+PHRASES += [("docs/guide/performance.md",
+             "`strang` {st}×, `strang-heun` {sh}× the RK4 step, and projected Euler–Maruyama "
+             "{em}× the Euler step", _noise),
+            ("docs/guide/performance.md",
+             "`results/particles_noise_split_1e6_rk4.json`, load {l0}–{l1}", _noise)]
+
+
 def _field_page() -> dict:
     """``docs/reproduce_field.md``: bench_reproduce_field.json, bench_castin_step.json and
     the values pinned by ``tests/test_reproduce_field_full.py``."""
