@@ -69,6 +69,7 @@ __all__ = [
     "StochasticIntegrator",
     "EulerMaruyama",
     "StrangHeat",
+    "StrangHeun",
     "time_grid",
 ]
 

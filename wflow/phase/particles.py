@@ -237,8 +237,8 @@ class ParticlePoint:
     passed : bool
         ``|z| ≤ t_crit`` with ``m̄`` and ``se`` finite and ``se > 0``.
     bias_n : int or None
-        For a ``dt = 0`` point of :func:`correct_dt`: the token count of the pair that
-        measured the step's bias; ``None`` otherwise.
+        For a ``dt = 0`` point of :func:`correct_dt`: the token count of the pairs that
+        measured the step's bias (the largest, if they differ); ``None`` otherwise.
     """
 
     beta: float
