@@ -221,15 +221,21 @@ def _draw_particles(ax, pts: list | None, d: int) -> float:
                        color="C2" if p.passed else "C3", alpha=0.35, lw=4)
     ax[2].axhline(0.0, color="k", lw=0.8)
     many = len({p.n for p in pts}) > 1
+
+    def tens(n: int) -> str:  # 100000 -> "10⁵" for powers of ten, else the integer
+        e = round(math.log10(n))
+        sup = str(e).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+        return f"10{sup}" if 10 ** e == n else str(n)
+
     ax[2].set_xticks(range(len(pts)),
                      [f"β={p.beta:g}\nK={p.K:g}\n" + (f"dt={p.dt:g}" if p.dt else "dt→0")
-                      + (f"\nn={p.n:.0e}" if many else "")
+                      + (f"\nn={tens(p.n)}" if many else "")
                       + (f"\nseed {p.seed}" if p.seed else "") for p in pts],
                      fontsize=6 if many else 7)
-    ns = ", ".join(f"{n:.0e}" for n in sorted({p.n for p in pts}))
+    ns = ", ".join(tens(n) for n in sorted({p.n for p in pts}))
     ax[2].set(ylabel="m̄ (particles) − m(K) (stable branch)", xlim=(-0.5, len(pts) - 0.5),
-              title=f"particles (n = {ns}) − branch\n(bars: s.e.; bands: t_crit · s.e.; "
-                    "◆: dt → 0, Richardson or the smaller n's step bias)")
+              title=f"particles − branch (n = {ns})\n(bars: s.e.; bands: t_crit · s.e.; "
+                    "◆: dt → 0)")
     return max(kk)
 
 
