@@ -151,3 +151,25 @@ def test_a_larger_run_at_dt_alone_is_corrected_by_the_smaller_pairs(tmp_path, ca
     f.write_text(json.dumps(data))
     result, _, _ = _drawn_points(_load(), tmp_path, f)
     assert [p["dt"] for p in result["particle_points"]] == [0.05, 0.05]
+
+
+def test_the_recorded_large_points_agree_with_the_branch_as_the_guide_says():
+    """bench/results/phase_particles.json through the demo's table: the 10⁶-token points,
+    their step bias removed, agree with the branch, and each is the guide's row
+    (docs/guide/phase.md). Negative control: the runs at dt = 0.05 do not agree."""
+    from wflow.phase.particles import load_particle_points
+
+    pts = _load()._with_limits(load_particle_points(ROOT / "bench" / "results"
+                                                    / "phase_particles.json"))
+    big = {(p.beta, p.dt): p for p in pts if p.n == 1_000_000}
+    guide = " ".join((ROOT / "docs" / "guide" / "phase.md").read_text().split())
+
+    def row(p):  # the guide's "m̄ ± s.e." cell (s.e. exponent without a leading zero)
+        return f"{p.mean:.6f} ± {p.se:.1e}".replace("e-0", "e-")
+
+    b3, b1 = big[(3.0, 0.0)], big[(1.0, 0.0)]
+    assert b3.passed and b3.bias_n == 100_000  # the 10⁵ pair's bias (correct_dt)
+    assert b1.passed and b1.bias_n is None  # its own pair at dt/2 (Richardson)
+    assert f"| 3, 0.9 | → 0 (bias of the $10^5$ pair) | {row(b3)} |" in guide
+    assert f"| 1, 2.2 | → 0 (Richardson) | {row(b1)} |" in guide
+    assert not big[(3.0, 0.05)].passed and not big[(1.0, 0.05)].passed
