@@ -357,10 +357,9 @@ def correct_dt(run: ParticlePoint, pairs: Sequence[tuple[ParticlePoint, Particle
     pairs : sequence of (ParticlePoint, ParticlePoint)
         ``(coarse, fine)``: each the same ``(β, K, n)`` at ``dt`` and ``dt/2``, with
         ``run``'s ``(β, K)`` and step; one at least.
-    order : int, keyword-only
-        Order ``p`` of the step's bias.
-    alpha : float, keyword-only
-        Two-sided level of the verdict.
+    order, alpha : keyword-only
+        As for :func:`extrapolate_dt`: the order ``p`` of the step's bias (int) and the
+        verdict's two-sided level (float).
 
     Returns
     -------
