@@ -183,11 +183,14 @@ def _state_terms(x: np.ndarray, m: np.ndarray, t: float, theta: np.ndarray, sche
     return heads, fe, vel, terms
 
 
-def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
-              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
-              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
-    """One RK4 step of ``F(x) = v(x/|x|)`` with normalised stages and a final projection."""
-    stage_heads = {id(theta): heads}  # heads built once per distinct θ (static: reused)
+def _stage_velocity(kernel, heads: Heads, theta: np.ndarray, schedule: Schedule,
+                    attn: Attention, flow: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``V(y, θ)``: the velocity at ``y/|y|`` under the heads of ``θ`` (a stage).
+
+    The heads are built once per distinct ``θ`` array of the step (``heads`` for
+    ``theta``; static schedules pass the same array and reuse them).
+    """
+    stage_heads = {id(theta): heads}
 
     def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
         hh = stage_heads.get(id(th))
@@ -195,6 +198,14 @@ def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.n
             hh = stage_heads[id(th)] = schedule.heads_at(th)
         return _stage(kernel, normalize(y), hh, attn, flow)
 
+    return V
+
+
+def _rk4_step(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: np.ndarray,
+              theta_mid: np.ndarray, theta_new: np.ndarray, schedule: Schedule,
+              attn: Attention, flow: str, kernel: _Kernel) -> np.ndarray:
+    """One RK4 step of ``F(x) = v(x/|x|)`` with normalised stages and a final projection."""
+    V = _stage_velocity(kernel, heads, theta, schedule, attn, flow)
     k2 = V(x + 0.5 * h * k1, theta_mid)
     k3 = V(x + 0.5 * h * k2, theta_mid)
     k4 = V(x + h * k3, theta_new)
@@ -393,14 +404,7 @@ def _heun_halves(x: np.ndarray, h: float, k1: np.ndarray, heads: Heads, theta: n
     at ``t + h/2``; then ``between(y)`` (``None``: ``y``); then ``Φ^{Heun}_{h/2}`` with
     stages at ``t + h/2`` and ``t + h``. Three new field evaluations.
     """
-    stage_heads = {id(theta): heads}
-
-    def V(y: np.ndarray, th: np.ndarray) -> np.ndarray:
-        hh = stage_heads.get(id(th))
-        if hh is None:
-            hh = stage_heads[id(th)] = schedule.heads_at(th)
-        return _stage(kernel, normalize(y), hh, attn, flow)
-
+    V = _stage_velocity(kernel, heads, theta, schedule, attn, flow)
     q = 0.5 * h
     y = normalize(x + (0.5 * q) * (k1 + V(x + q * k1, theta_mid)))
     if between is not None:
