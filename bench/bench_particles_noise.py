@@ -41,6 +41,16 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
 
+def _machine() -> dict:
+    """CPU, cores, load, date and the thread variables of this process (bench/_common)."""
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    from _common import parent_machine
+
+    return parent_machine()
+
+
 def _timed(fn):
     w0, c0 = time.perf_counter(), time.process_time()
     out = fn()
@@ -133,6 +143,7 @@ def bench_split(n: int, out: str, repeats: int = 2, family: str = "euler") -> No
                                                / rows[clean]["step_cpu_s_max"])
     rows["load1_end"] = os.getloadavg()[0]
     if comm.Get_rank() == 0:
+        rows["machine"] = _machine()
         Path(out).write_text(json.dumps(rows, indent=1))
         print(json.dumps(rows, indent=1))
 
@@ -203,6 +214,7 @@ def main() -> None:
             "strang-heun_extra_fraction": extra_h,
         }
     res["load1_end"] = os.getloadavg()[0]
+    res["machine"] = _machine()
     Path(args.out).write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))
 
