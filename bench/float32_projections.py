@@ -106,8 +106,14 @@ def main() -> None:
     with threadpool_limits(1):
         for tokens, norm, seed in cases:
             rows.append(_row(tokens, norm, seed, d, H, k, n))
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    from _common import parent_machine
+
     res = {"d": d, "H": H, "k": k, "n": n, "target": 1e-6, "rows": rows,
-           "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+           "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+           "machine": parent_machine()}
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {args.out}")
 

@@ -21,8 +21,9 @@ alternating ``R`` times in one process, and checks the tokens agree bit for bit.
 for ``S`` steps only, and records the seconds per step and the CPU estimate of a full
 point (``dt`` and ``dt/2``).
 
-Results: ``bench/results/phase_particles.json`` (merged by section). CPU and wall time and
-the 1-min load are recorded beside every row.
+Results: ``bench/results/phase_particles.json`` (merged by section; one process at a time
+holds it, a second exits 2 before any work). CPU and wall time and the 1-min load are
+recorded beside every row.
 """
 
 from __future__ import annotations
@@ -230,6 +231,13 @@ def main() -> None:
     c.add_argument("--n", type=int, default=100_000)
     c.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
+    from wflow.infra.lock import LockedError, acquire
+
+    try:  # one process per results file: sections are merged by read-modify-write
+        acquire(OUT)
+    except LockedError as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(2) from None
     if args.what == "size":
         size(args.seeds)
     elif args.what == "cost":
