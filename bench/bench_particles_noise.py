@@ -24,6 +24,12 @@
 [--family euler|rk4]`` measures the steps themselves split over the ranks
 (``simulate(comm=...)``): Euler and EM, or RK4, Strang and Strang–Heun.
 
+``python bench/bench_particles_noise.py --compiled --n 4000 --out FILE`` measures the
+compiled loop (``engine="compiled"``, direct sums, one process): every integrator's step
+with and without noise, and each noisy step's CPU ratio to its noiseless one (``em`` /
+``euler``, ``strang`` and ``strang-heun`` / ``rk4``). The keyed noise is drawn in Python
+block by block, so this is the noise's cost beside O(n²) compiled sums.
+
 The 1-min load is recorded before and after: on a shared machine compare CPU times.
 """
 
@@ -148,6 +154,54 @@ def bench_split(n: int, out: str, repeats: int = 2, family: str = "euler") -> No
         print(json.dumps(rows, indent=1))
 
 
+#: The compiled integrators: (name, D); the noiseless ones first.
+COMPILED_SET = (("euler", 0.0), ("rk4", 0.0), ("em", 0.1), ("strang", 0.1),
+                ("strang-heun", 0.1), ("strang-heun", 0.0))
+
+
+def bench_compiled(n: int, out: str, repeats: int = 3) -> None:
+    """One step of each of :data:`COMPILED_SET` in the compiled loop at ``n`` tokens.
+
+    Static heads as :func:`bench_steps`, ``kernel_backend="direct"`` (the compiled loop's
+    sums), ``engine="compiled"``; ``S = 2`` and ``S = 6`` steps after a warm-up,
+    ``(t(6) − t(2))/4`` per step, the integrators alternating ``repeats`` times and the
+    fastest kept. Writes the per-step wall and CPU times and the CPU ratios.
+    """
+    from wflow.attention.heads import Attention, Heads
+    from wflow.geometry.sphere import sample_uniform
+    from wflow.particles import ParticleOptions, simulate
+
+    rng = np.random.default_rng(0)
+    x = sample_uniform(n, 3, rng)
+    heads = Heads.random_symmetric(2, 3, rng, scale=0.8)
+    attn = Attention("softmax", 1.0)
+    rows: dict = {"n": n, "repeats": repeats, "load1_start": os.getloadavg()[0],
+                  "engine": "compiled", "kernel_backend": "direct"}
+    t: dict = {(i, D, S): [] for i, D in COMPILED_SET for S in (2, 6)}
+    for S in (0,) + (2, 6) * repeats:  # S = 0: the warm-up (compile or load the loop)
+        for integ, D in COMPILED_SET:
+            opts = ParticleOptions(T=0.01 * max(S, 1), dt=0.01, integrator=integ,
+                                   diffusion=D, engine="compiled", kernel_backend="direct",
+                                   head_rates=False, clusters=False, progress=False)
+            r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts))
+            assert r.status == "success" and r.extra["engine"] == "compiled", r.message
+            if S:
+                t[integ, D, S].append((wall, cpu))
+    for integ, D in COMPILED_SET:
+        best = {S: np.min(np.array(t[integ, D, S]), axis=0) for S in (2, 6)}
+        key = integ if D > 0 or integ in ("euler", "rk4") else f"{integ} (D = 0)"
+        rows[key] = {"diffusion": D, "step_wall_s": float(best[6][0] - best[2][0]) / 4,
+                     "step_cpu_s": float(best[6][1] - best[2][1]) / 4}
+    for noisy, clean in (("em", "euler"), ("strang", "rk4"), ("strang-heun", "rk4"),
+                         ("strang-heun (D = 0)", "rk4")):
+        rows[noisy][f"cpu_ratio_vs_{clean}"] = (rows[noisy]["step_cpu_s"]
+                                               / rows[clean]["step_cpu_s"])
+    rows["load1_end"] = os.getloadavg()[0]
+    rows["machine"] = _machine()
+    Path(out).write_text(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1))
+
+
 def bench_noise(M: int) -> dict:
     from wflow.geometry.sphere import sample_uniform
     from wflow.particles.integrators import INTEGRATORS
@@ -183,7 +237,12 @@ def main() -> None:
                          "(writes --out)")
     ap.add_argument("--family", choices=sorted(SPLIT_SETS), default="euler",
                     help="with --split: euler (Euler, EM) or rk4 (RK4, Strang, Strang-Heun)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="the compiled loop's steps at --n, one process (writes --out)")
     args = ap.parse_args()
+    if args.compiled:
+        bench_compiled(args.n, args.out)
+        return
     if args.split:
         bench_split(args.n, args.out, family=args.family)
         return

@@ -577,13 +577,49 @@ def _noise() -> dict:
             "l0": f"{r['load1_start']:.1f}", "l1": f"{r['load1_end']:.1f}"}
 
 
+#: The compiled loop's rows (bench_particles_noise.py --compiled) and their tokens.
+COMPILED_NOISE = {1000: "particles_noise_compiled_1000", 4000: "particles_noise_compiled_4000"}
+
+
+def noise_compiled_table() -> str:
+    """Token noise in the compiled loop, one process and thread, direct sums
+    (``bench_particles_noise.py --compiled`` at ``n`` = 1 000 and 4 000)."""
+    runs = {n: load(name) for n, name in COMPILED_NOISE.items()}
+    rows = (("euler", "`euler`", None), ("em", "`em`", "euler"), ("rk4", "`rk4`", None),
+            ("strang", "`strang`", "rk4"), ("strang-heun", "`strang-heun`", "rk4"),
+            ("strang-heun (D = 0)", "`strang-heun`", "rk4"))
+    head = "| integrator | `D` |" + "".join(f" n = {n:,} (CPU ms) | × noiseless |"
+                                         for n in runs).replace(",", " ")
+    lines = [head, "|---|---|" + "---|---|" * len(runs)]
+    for key, label, clean in rows:
+        cells = []
+        for r in runs.values():
+            ratio = "1" if clean is None else g(r[key][f"cpu_ratio_vs_{clean}"], 3)
+            cells.append(f" {1e3 * r[key]['step_cpu_s']:.1f} | {ratio} |")
+        lines.append(f"| {label} | {g(runs[4000][key]['diffusion'])} |" + "".join(cells))
+    return "\n".join(lines)
+
+
+def _noise_compiled() -> dict:
+    """Loads and the heat increments' share of the step (``strang-heun`` over RK4 − 1)."""
+    r1, r4 = (load(COMPILED_NOISE[n]) for n in (1000, 4000))
+    pct = {n: f"{100 * (r['strang-heun']['cpu_ratio_vs_rk4'] - 1):.0f}"
+           for n, r in ((1000, r1), (4000, r4))}
+    loads = [r[k] for r in (r1, r4) for k in ("load1_start", "load1_end")]
+    return {"p1": pct[1000], "p4": pct[4000], "l0": f"{min(loads):.1f}",
+            "l1": f"{max(loads):.1f}"}
+
+
 TABLES["noise"] = noise_table
-TABLE_PAGES["noise"] = "docs/guide/performance.md"
-PHRASES += [("docs/guide/performance.md",
-             "`strang` {st}×, `strang-heun` {sh}× the RK4 step, and projected Euler–Maruyama "
-             "{em}× the Euler step", _noise),
-            ("docs/guide/performance.md",
-             "`results/particles_noise_split_1e6_rk4.json`, load {l0}–{l1}", _noise)]
+TABLES["noise_compiled"] = noise_compiled_table
+TABLE_PAGES["noise"] = TABLE_PAGES["noise_compiled"] = "docs/guide/performance.md"
+PHRASES += [("docs/guide/performance.md", text, numbers) for text, numbers in (
+    ("`strang` {st}×, `strang-heun` {sh}× the RK4 step, and projected Euler–Maruyama "
+     "{em}× the Euler step", _noise),
+    ("`results/particles_noise_split_1e6_rk4.json`, load {l0}–{l1}", _noise),
+    ("at `n = 1 000` the two heat increments add {p1} % to `strang-heun`'s step, at "
+     "`n = 4 000` {p4} %", _noise_compiled),
+    ("`results/particles_noise_compiled_*.json`, load {l0}–{l1}", _noise_compiled))]
 
 
 def _field_page() -> dict:

@@ -189,7 +189,7 @@ def test_noisy_runs_repeat_and_stay_on_the_sphere():
         opts = ParticleOptions(T=0.1, dt=0.05, integrator=name, diffusion=0.2, seed=5)
         a, b = simulate(x, h, at, options=opts), simulate(x, h, at, options=opts)
         assert a.status == "success", a.message
-        assert a.extra["engine"] == ("compiled" if name == "em" else "python")
+        assert a.extra["engine"] == "compiled"  # every built-in noisy step is compiled
         assert np.array_equal(a.x, b.x)
         # one normalisation per step: |x| = 1 within a few ulps
         assert np.max(np.abs(np.linalg.norm(a.x, axis=-1) - 1)) <= 8 * np.finfo(float).eps
@@ -495,8 +495,8 @@ def test_compiled_em_equals_the_python_loop():
     Same keyed normals, same arithmetic: the compiled and Python loops agree to 1e-12
     (the field sums are added in another order: ``2 n ε`` per evaluation over 8 steps,
     amplified by less than ``e^{0.4}``). Noisy weights too (OU schedule, two paths: one
-    token stream per path). Negative control: another seed differs by far more. Strang
-    has no compiled step: ``engine="compiled"`` refuses it, naming the reason.
+    token stream per path). Negative control: another seed differs by far more. The
+    splittings' compiled steps: ``tests/test_compiled_noisy.py``.
     """
     from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation
 
@@ -516,9 +516,6 @@ def test_compiled_em_equals_the_python_loop():
         other = simulate(x, heads, at, options=ParticleOptions(engine="compiled",
                                                                **{**kw, "seed": 3}))
         assert np.max(np.abs(c.x - other.x)) > 1e-3
-    with pytest.raises(ValueError, match="'strang' runs on the Python loop"):
-        simulate(x, h, at, options=ParticleOptions(T=0.1, dt=0.05, integrator="strang",
-                                                   diffusion=0.1, engine="compiled"))
 
 
 @pytest.mark.parametrize("name", ["em", "strang"])

@@ -9,16 +9,18 @@ Rooms (the same in every solver package):
 * :mod:`~wflow.particles.integrators` — time grid, state terms, the registered Euler / RK4
   integrators;
 * :mod:`~wflow.particles.compiled` — the whole time loop compiled (``simulate(engine=...)``,
-  :func:`simulate_compiled`; :func:`euler_path` for static heads);
+  :func:`simulate_compiled`); :mod:`~wflow.particles.static_euler` — :func:`euler_path`,
+  the older compiled Euler loop for static heads;
 * :mod:`~wflow.particles.solver` — :func:`iterate` (generator), :func:`simulate` and
   :class:`ParticleResult`;
 """
 
-from .compiled import EulerPath, compiled_support, euler_path, simulate_compiled
+from .compiled import compiled_support, simulate_compiled
 from .integrators import INTEGRATORS, time_grid
 from .options import ENGINES, INTEGRATOR_ORDER, PARTICLES_SCHEMA, PARTICLES_SPEC, ParticleOptions
 from .result import ParticleResult, ParticleState
 from .solver import iterate, simulate
+from .static_euler import EulerPath, euler_path
 
 __all__ = [
     "ENGINES",

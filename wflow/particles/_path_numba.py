@@ -50,8 +50,10 @@ __all__ = ["path_block", "published_frames_into"]
 
 # integer parameters (ipar)
 (I_N, I_DIM, I_H, I_KIND, I_SOFT, I_SURR, I_RK4, I_WKIND, I_PKIND, I_VFIX, I_STOCH,
- I_SYMN) = range(12)
-N_IPAR = 12
+ I_SYMN, I_TOK) = range(13)
+N_IPAR = 13
+# token schemes (ipar[I_TOK]; I_RK4 = 1: the weights by RK4 half steps)
+TOK_EULER, TOK_RK4, TOK_STRANG, TOK_STRANG_HEUN = range(4)
 # float parameters (fpar)
 F_BETA, F_SIGN, F_VSIGN, F_KAPPA, F_OMEGA, F_ITOF, F_2D = range(7)
 N_FPAR = 7
@@ -757,6 +759,53 @@ def _normalize(y, n, out):
 
 
 @njit(cache=True, error_model="numpy")
+def _stage_eval(par, base, f, src, n, ys, xs, gsq, d, nx, A, V, Qm, Km, w, wbar, m, beta,
+                kind, soft, surrogate, ws, dst, Eh, Gm, out):
+    """An integrator's stage: the velocity at ``(base + f src)/|…|`` into ``dst``.
+
+    Returns :func:`_evaluate`'s ``(bound, zbad)`` (no energy terms: a stage, not a state).
+    """
+    no = n < 0  # a run-time False (a literal would compile _evaluate once more)
+    for c in range(base.shape[0]):
+        for i in range(n):
+            ys[c, i] = base[c, i] + f * src[c, i]
+    _normalize(ys, n, xs)
+    return _evaluate(par, no, no, gsq, d, xs, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft,
+                     surrogate, ws, dst, Eh, Gm, out)
+
+
+@njit(cache=True, error_model="numpy")
+def _heat(y, n, d, tn, r0, out):
+    """``out`` = ``y`` moved by one exact heat-kernel increment (may be ``y`` itself).
+
+    ``tn[r0 : r0 + d]``: the normals ``ξ``; ``tn[r0 + d]``, ``tn[r0 + d + 1]``: ``cos θ``,
+    ``sin θ`` (:func:`wflow.particles.noise.heat_step`: ``cos θ y + sin θ P_y ξ/|P_y ξ|``,
+    renormalised).
+    """
+    D = y.shape[0]
+    for i in range(n):
+        dot = 0.0
+        for c in range(d):
+            dot += tn[r0 + c, i] * y[c, i]
+        nt = 0.0
+        for c in range(d):
+            tc = tn[r0 + c, i] - dot * y[c, i]
+            nt += tc * tc
+        ct = tn[r0 + d, i]
+        st = tn[r0 + d + 1, i] / math.sqrt(nt)
+        s2 = 0.0
+        for c in range(d):
+            v = ct * y[c, i] + st * (tn[r0 + c, i] - dot * y[c, i])
+            out[c, i] = v
+            s2 += v * v
+        r = math.sqrt(s2)
+        for c in range(d):
+            out[c, i] = out[c, i] / r
+        for c in range(d, D):
+            out[c, i] = 0.0
+
+
+@njit(cache=True, error_model="numpy")
 def _mean_inner(xT, m):
     """``Σ_{i≠j} m_i m_j <x_i, x_j> / Σ_{i≠j} m_i m_j`` (``diagnostics.mean_inner_product``)."""
     D = xT.shape[0]
@@ -789,9 +838,12 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
 
     ``par``: parallel evaluations (one path); ``noise[p]``: this block's normals, one
     ``(H, rows, d)`` draw per step with ``sig[k] ≠ 0`` in step order; ``tnoise[p, k − k0]``:
-    the token normals ``ξ`` (``(D, npad)``) of step ``k`` when ``fpar[F_2D] = 2D > 0``
-    (token diffusion, projected Euler–Maruyama: ``x + h v + √(2Dh) P_x ξ``, normalised, as
-    :class:`wflow.particles.integrators.EulerMaruyama`); ``tab``: relaxation
+    the token noise of step ``k`` when ``fpar[F_2D] = 2D > 0`` (token diffusion): for
+    projected Euler–Maruyama (``x + h v + √(2Dh) P_x ξ``, normalised, as
+    :class:`wflow.particles.integrators.EulerMaruyama`) the normals ``ξ`` (rows ``0..d``),
+    for the Strang splittings two heat-kernel increments (rows ``ξ, cos θ, sin θ`` of
+    draw 0, then of draw 1: :func:`_heat`); ``ipar[I_TOK]``: the token scheme
+    (``TOK_*``), ``ipar[I_RK4]``: the weights by RK4 half steps; ``tab``: relaxation
     targets of this block's steps (row ``k − k0``; 5 stages). Writes ``STEPS[p, :, k]``,
     records ``REC/REH[p, recpos[k]]``, snapshots ``SX/STH[p, snappos[k]]``; on failure sets
     ``STAT[p]`` and stops.
@@ -803,6 +855,7 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
     soft = ipar[I_SOFT] != 0
     surrogate = ipar[I_SURR] != 0
     rk4 = ipar[I_RK4] != 0
+    tok = ipar[I_TOK]
     wkind = ipar[I_WKIND]
     pkind = ipar[I_PKIND]
     usevfix = ipar[I_VFIX] != 0
@@ -847,6 +900,8 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
     k2 = np.zeros((D, npad))
     k3 = np.zeros((D, npad))
     k4 = np.zeros((D, npad))
+    yb = np.zeros((D, npad))
+    k1b = np.zeros((D, npad)) if tok == TOK_STRANG else k4
     Eh = np.zeros(H)
     Gm = GM[p]
     out = np.zeros(9)
@@ -892,7 +947,7 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
                         dn[a, r, c] = (thn[a, r, c] - th[a, r, c]) - h * dr[a, r, c]
             mart = _work_rate(pkind, th, dn, w, Gm)
         # tokens
-        if not rk4:
+        if tok == TOK_EULER:
             for c in range(D):
                 for i in range(n):
                     ys[c, i] = x[c, i] + h * vel[c, i]
@@ -906,28 +961,71 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
                     for c in range(d):
                         ys[c, i] += sh * (xi_t[c, i] - dot * x[c, i])
             _normalize(ys, n, xn)
-        else:
+        elif tok == TOK_STRANG_HEUN:  # Φ^Heun_{h/2} ∘ B_h ∘ Φ^Heun_{h/2}, stages normalised
+            q = 0.5 * h
+            if not static:
+                _heads_of(pkind, usevfix, vsign, thm, Vfix, A, V, Qm, Km)
+            for half in range(2):  # from (x, v(x)), then from (y, V(y) at θ_mid)
+                base = x if half == 0 else yb
+                ka = vel if half == 0 else k3
+                if half == 1:  # k3 = V(y) (y normalised again, as the Python step does)
+                    bound, zbad = _stage_eval(par, yb, 0.0, yb, n, ys, xs, gsq, d, nx, A, V,
+                                              Qm, Km, w, wbar, m, beta, kind, soft,
+                                              surrogate, ws, k3, Eh, Gm, out)
+                    if _fail_state(STAT, p, k + 1, bound, zbad, soft):
+                        return
+                    if not static:
+                        _heads_of(pkind, usevfix, vsign, thn, Vfix, A, V, Qm, Km)
+                bound, zbad = _stage_eval(par, base, q, ka, n, ys, xs, gsq, d, nx, A, V, Qm,
+                                          Km, w, wbar, m, beta, kind, soft, surrogate, ws, k2,
+                                          Eh, Gm, out)
+                if _fail_state(STAT, p, k + 1, bound, zbad, soft):
+                    return
+                for c in range(D):
+                    for i in range(n):
+                        ys[c, i] = base[c, i] + (0.5 * q) * (ka[c, i] + k2[c, i])
+                _normalize(ys, n, yb if half == 0 else xn)
+                if half == 0 and two_d != 0.0:  # B_h: two keyed heat increments over h/2
+                    _heat(yb, n, d, tnoise[p, kk], zero, yb)
+                    _heat(yb, n, d, tnoise[p, kk], d + 2, yb)
+        else:  # RK4 from x with k1 = vel, or B_{h/2} ∘ RK4 ∘ B_{h/2} (strang)
+            x0s = x
+            k1s = vel
+            if tok == TOK_STRANG:
+                x0s = yb
+                k1s = k1b
+                if two_d != 0.0:
+                    _heat(x, n, d, tnoise[p, kk], zero, yb)
+                else:
+                    for c in range(D):
+                        for i in range(n):
+                            yb[c, i] = x[c, i]
+                if not static:
+                    _heads_of(pkind, usevfix, vsign, th, Vfix, A, V, Qm, Km)
+                bound, zbad = _evaluate(par, no, no, gsq, d, yb, nx, A, V, Qm, Km, w, wbar,
+                                        m, beta, kind, soft, surrogate, ws, k1b, Eh, Gm, out)
+                if _fail_state(STAT, p, k + 1, bound, zbad, soft):
+                    return
             if not static:
                 _heads_of(pkind, usevfix, vsign, thm, Vfix, A, V, Qm, Km)
             for st in range(3):
-                src = vel if st == 0 else (k2 if st == 1 else k3)
+                src = k1s if st == 0 else (k2 if st == 1 else k3)
                 dst = k2 if st == 0 else (k3 if st == 1 else k4)
                 f = h if st == 2 else 0.5 * h
                 if st == 2 and not static:
                     _heads_of(pkind, usevfix, vsign, thn, Vfix, A, V, Qm, Km)
-                for c in range(D):
-                    for i in range(n):
-                        ys[c, i] = x[c, i] + f * src[c, i]
-                _normalize(ys, n, xs)
-                bound, zbad = _evaluate(par, no, no, gsq, d, xs, nx, A, V, Qm, Km, w, wbar,
-                                        m, beta, kind, soft, surrogate, ws, dst, Eh, Gm, out)
+                bound, zbad = _stage_eval(par, x0s, f, src, n, ys, xs, gsq, d, nx, A, V, Qm,
+                                          Km, w, wbar, m, beta, kind, soft, surrogate, ws, dst,
+                                          Eh, Gm, out)
                 if _fail_state(STAT, p, k + 1, bound, zbad, soft):
                     return
             for c in range(D):
                 for i in range(n):
-                    ys[c, i] = x[c, i] + (h / 6.0) * (vel[c, i] + 2 * k2[c, i] + 2 * k3[c, i]
-                                                      + k4[c, i])
+                    ys[c, i] = x0s[c, i] + (h / 6.0) * (k1s[c, i] + 2 * k2[c, i]
+                                                        + 2 * k3[c, i] + k4[c, i])
             _normalize(ys, n, xn)
+            if tok == TOK_STRANG and two_d != 0.0:
+                _heat(xn, n, d, tnoise[p, kk], d + 2, xn)
         # the state k+1 (after the jump of the weights, if any; `pre` before it)
         t1 = grid[k + 1]
         th[:] = thn

@@ -1,13 +1,14 @@
-"""Compiled particle paths: :func:`simulate_compiled` and :func:`euler_path`.
+"""The compiled particle time loop: :func:`simulate_compiled`.
 
-:func:`simulate_compiled` runs every schedule kind and Monte-Carlo paths;
-:func:`euler_path` is the Euler loop for static heads in ``d ≤ 3``.
+:func:`simulate_compiled` runs every schedule kind and Monte-Carlo paths
+(:func:`wflow.particles.euler_path`, in :mod:`wflow.particles.static_euler`, is the older
+Euler loop for static heads in ``d ≤ 3``).
 
 :func:`simulate_compiled` is ``simulate(..., engine="compiled")``: the same trajectory,
 per-step integrands, records and balances as the Python loop of
-:func:`wflow.particles.simulate` (tested to 1e-12 for every schedule kind, both
-integrators, noisy weights under a fixed seed), with the whole time loop compiled
-(:mod:`wflow.particles._path_numba`):
+:func:`wflow.particles.simulate` (tested to 1e-12 for every schedule kind, every
+integrator with compiled code, noisy weights and token noise under a fixed seed), with
+the whole time loop compiled (:mod:`wflow.particles._path_numba`):
 
 * the state of every step (velocity, energies, slope terms, ``∂E_h/∂A_h``, the Itô sum)
   from one fused pass per evaluation, any ``d``, pairs counted once for symmetric heads
@@ -18,6 +19,11 @@ integrators, noisy weights under a fixed seed), with the whole time loop compile
   the schedule), Euler–Maruyama with the normals drawn by NumPy from the same generators,
   in the same order as ``simulate`` (``SeedSequence(seed).spawn(n_paths)``, one
   ``(H, rows, d)`` draw per step), layers jumping at their grid times;
+* token diffusion (THEORY §8) with ``em``, ``strang`` and ``strang-heun``: the keyed
+  token noise of :class:`~wflow.particles.noise.TokenNoise` (normals, or the heat-kernel
+  increments ``(ξ, θ)`` of :meth:`~wflow.particles.noise.StepNoise.heat_draws`) drawn in
+  Python a block of steps at a time, the same streams as the Python loop, applied in the
+  compiled step; token-noise replicates (``n_paths > 1``, deterministic weights) are paths;
 * Monte-Carlo paths in one parallel loop (each path serial); one path with parallel
   evaluations (the pair-once sums split into fixed row slices per head, so the
   summation order, hence every bit of the result, is independent of threads and load).
@@ -37,11 +43,11 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from ..attention.heads import Attention, Heads
+from ..attention.heads import Attention
 from ..attention.kinds import get_kind
 from ..attention.published import PublishedFrames
 from ..attention.schedules import Layers, OrnsteinUhlenbeck, Oscillating, Relaxed, Schedule, Static
@@ -54,11 +60,8 @@ from ..kernels import (
     KernelLog,
     aligned,
     aligned_empty,
-    pair_once,
-    particle_heads3,
     plan_kernel,
     raise_bound,
-    team,
     threads,
 )
 from ..status import Status
@@ -66,6 +69,8 @@ from .integrators import (
     CODE_EM,
     CODE_EULER,
     CODE_RK4,
+    CODE_STRANG,
+    CODE_STRANG_HEUN,
     INTEGRATORS,
     _Kernel,
     _velocity,
@@ -78,8 +83,6 @@ from .options import INTEGRATOR_ORDER, ParticleOptions
 from .result import STEP_KEYS, ParticleResult, ParticleState, _record, add_simpson, judge_run
 
 __all__ = [
-    "EulerPath",
-    "euler_path",
     "compiled_support",
     "simulate_compiled",
 ]
@@ -103,6 +106,13 @@ PAR_MIN_EVALS = 1 << 15
 REPROBE_S = 5.0
 
 
+#: Token scheme of the compiled loop (``_path_numba.TOK_*``) per integrator code.
+_TOKEN_SCHEME = {CODE_EULER: "TOK_EULER", CODE_EM: "TOK_EULER", CODE_RK4: "TOK_RK4",
+                 CODE_STRANG: "TOK_STRANG", CODE_STRANG_HEUN: "TOK_STRANG_HEUN"}
+#: Integrator codes with a compiled noisy step.
+_NOISY_CODES = (CODE_EM, CODE_STRANG, CODE_STRANG_HEUN)
+
+
 class _Probe:
     """Chooses serial or parallel evaluations for one path by timing both, now and then.
 
@@ -114,8 +124,8 @@ class _Probe:
     per region.
     """
 
-    def __init__(self, work: int, rk4: bool):
-        est = work * (4 if rk4 else 1) * 0.7e-9  # s per step at ~0.7 ns per evaluation
+    def __init__(self, work: int, stages: int):
+        est = work * stages * 0.7e-9  # s per step at ~0.7 ns per evaluation
         self.steps = int(min(500, max(8, 0.02 / max(est, 1e-9))))
         self.next_at = 0.0
         self.pending: list[bool] = []
@@ -169,15 +179,15 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
     if getattr(attn, "mask", None) is not None:
         return f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python loop"
-    if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) != CODE_EM:
-        return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
-                "(only 'em' has a compiled noisy step)")
-    spec = get_kind(attn.kind)
-    if not spec.compiled:
-        return spec.not_compiled()
     if compiled_code(integ) is None:
         return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
                 "code (ParticleIntegrator.compiled_code)")
+    spec = get_kind(attn.kind)
+    if not spec.compiled:
+        return spec.not_compiled()
+    if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) not in _NOISY_CODES:
+        return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
+                "(only 'em', 'strang' and 'strang-heun' have a compiled noisy step)")
     if type(schedule) not in COMPILED_SCHEDULES:
         return f"{type(schedule).__name__} schedules run on the Python path"
     h0 = schedule.heads_at(schedule.initial_theta())
@@ -198,10 +208,15 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
 def _integrator_code(opts: ParticleOptions) -> int:
     """The compiled code of the run's integrator (checked by :func:`compiled_support`)."""
     code = compiled_code(INTEGRATORS.resolve(opts.integrator))
-    if code not in (CODE_EULER, CODE_RK4, CODE_EM):
+    if code not in _TOKEN_SCHEME:
         raise ValueError(f"particles.integrator: {opts.integrator!r} has no compiled code "
                          f"(got {code!r})")
     return code
+
+
+def _rk4_weights(opts: ParticleOptions) -> bool:
+    """Whether the run's weights take RK4 half steps (``integrator.weights == "rk4"``)."""
+    return INTEGRATORS.resolve(opts.integrator).weights == "rk4"
 
 
 class _Program(NamedTuple):
@@ -280,7 +295,8 @@ def _program(schedule: Schedule, attn: Attention, opts: ParticleOptions, grid: n
     ipar[pn.I_KIND] = spec.require_compiled("particles.engine='compiled'")
     ipar[pn.I_SOFT] = spec.normalised
     ipar[pn.I_SURR] = opts.flow == "surrogate"
-    ipar[pn.I_RK4] = _integrator_code(opts) == CODE_RK4
+    ipar[pn.I_RK4] = _rk4_weights(opts)
+    ipar[pn.I_TOK] = getattr(pn, _TOKEN_SCHEME[_integrator_code(opts)])
     ipar[pn.I_WKIND] = wkind
     ipar[pn.I_PKIND] = 0 if param.kind == "bilinear" else 1
     ipar[pn.I_VFIX] = param.V is not None
@@ -316,6 +332,35 @@ def _target_table(schedule: Relaxed, grid: np.ndarray, k0: int, k1: int, rk4: bo
             for st, tt in enumerate((t + 0.5 * hh, t + hh, t1 + 0.5 * hh, t1 + hh), start=1):
                 tab[k - k0, st] = schedule.target(tt)
     return tab
+
+
+def _token_noise(tokens: list[TokenNoise], code: int, k0: int, k1: int, grid: np.ndarray,
+                 diffusion: float, d: int, npad: int) -> np.ndarray:
+    """The token noise of steps ``k0..k1`` for every path, as the Python loop draws it.
+
+    ``(P, k1 − k0, rows, npad)``: for ``em`` the normals ``ξ`` of
+    :meth:`~wflow.particles.noise.StepNoise.normals` (rows ``0..d``); for the Strang
+    splittings the two heat increments over ``s = D h/2`` of
+    :meth:`~wflow.particles.noise.StepNoise.heat_draws` (``ξ``, ``cos θ``, ``sin θ`` of
+    draw 0, then of draw 1), ``h`` the step of the grid as the loop computes it.
+    """
+    n = tokens[0].n
+    rows = d if code == CODE_EM else 2 * (d + 2)
+    out = np.zeros((len(tokens), k1 - k0, rows, npad))
+    for p, tok in enumerate(tokens):
+        for k in range(k0, k1):
+            at = tok.at(k)
+            if code == CODE_EM:
+                out[p, k - k0, :, :n] = at.normals(0).T
+                continue
+            s = 0.5 * diffusion * float(grid[k + 1] - grid[k])
+            for j in range(2):
+                xi, th = at.heat_draws(s, j)
+                r0 = j * (d + 2)
+                out[p, k - k0, r0:r0 + d, :n] = xi.T
+                out[p, k - k0, r0 + d, :n] = np.cos(th)
+                out[p, k - k0, r0 + d + 1, :n] = np.sin(th)
+    return out
 
 
 def _fail_message(code: int, value: float) -> str:
@@ -373,8 +418,10 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     D = 3 if d <= 3 else d
     npad = -(-n // 8) * 8
     stoch = schedule.stochastic
-    P = int(opts.n_paths) if stoch else 1
-    if opts.n_paths > 1 and not stoch:
+    diffusion = float(getattr(opts, "diffusion", 0.0))
+    # paths: of the weights' noise, or replicates of the token noise (deterministic weights)
+    P = int(opts.n_paths) if (stoch or diffusion > 0) else 1
+    if opts.n_paths > 1 and P == 1:
         logger.info("deterministic schedule: running one path instead of %d", opts.n_paths)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(opts.seed).spawn(P)]
     grid = time_grid(opts.T, opts.dt, schedule.jump_times)
@@ -384,7 +431,9 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     heads0 = schedule.heads_at(theta0)
     sign = heads0.value_alignment() if heads0.is_symmetric() else 0
     prog = _program(schedule, attn, opts, grid, n, d, sign)
-    rk4 = _integrator_code(opts) == CODE_RK4
+    rk4 = _rk4_weights(opts)
+    code = _integrator_code(opts)
+    stages = INTEGRATORS.resolve(opts.integrator).stages()
     m = aligned(np.full(n, 1.0 / n))
     w = aligned(heads0.w)
     wbar = aligned(heads0.w / heads0.w.sum())
@@ -409,11 +458,12 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     REH = np.full((P, K, H), np.nan)
     per_step = P * H * R * d * (1 + (5 if rk4 else 1) * (prog.wkind == pn.W_RELAX_TAB))
     block = int(min(_BLOCK_MAX, max(1, _BLOCK_BUDGET // max(per_step, 1))))
-    diffusion = float(getattr(opts, "diffusion", 0.0))
     tokens = ([TokenNoise(opts.seed, n, d, path=p) for p in range(P)] if diffusion > 0
               else None)
-    if tokens is not None:  # the token normals of a block of steps, within the budget
-        block = int(max(1, min(block, _BLOCK_BUDGET // (P * D * npad))))
+    # token noise rows per step: EM's normals; two heat increments (ξ, cos θ, sin θ)
+    trows = d if code == CODE_EM else 2 * (d + 2)
+    if tokens is not None:  # the token noise of a block of steps, within the budget
+        block = int(max(1, min(block, _BLOCK_BUDGET // (P * trows * npad))))
     if snap:
         block = max(block, int(opts.record_every))
     nsnap = -(-block // int(opts.record_every)) + 1 if snap else 1
@@ -425,7 +475,8 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     work = n * n * H
     # one path: parallel evaluations where they pay; the results are the same bits either
     # way, so the choice is measured (_Probe), not guessed from the load average
-    probe = _Probe(work, rk4) if P == 1 and work >= PAR_MIN_EVALS and threads() > 1 else None
+    probe = (_Probe(work, stages) if P == 1 and work >= PAR_MIN_EVALS and threads() > 1
+             else None)
     par = probe is not None
     evals = 0
     bar = progress_bar(P * S, opts.progress, desc="particles")
@@ -448,11 +499,8 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
                 if draws:
                     noise = np.stack([rng.standard_normal((draws, H, R, d)) for rng in rngs])
             tnoise = np.zeros((P, 1, 1, 1))
-            if tokens is not None:  # the keyed streams of simulate, rows padded (D, npad)
-                tnoise = np.zeros((P, k1 - k0, D, npad))
-                for p in range(P):
-                    for k in range(k0, k1):
-                        tnoise[p, k - k0, :d, :n] = tokens[p].at(k).normals(0).T
+            if tokens is not None:  # the keyed streams of simulate, columns padded to npad
+                tnoise = _token_noise(tokens, code, k0, k1, grid, diffusion, d, npad)
             tab = np.zeros((1, 5, H, R, d))
             if prog.wkind == pn.W_RELAX_TAB:
                 tab = _target_table(schedule, grid, k0, k1, rk4, (H, R, d))
@@ -469,7 +517,7 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
             else:  # Monte-Carlo: paths from a pool of threads (the loop releases the GIL)
                 todo = [p for p in range(P) if STAT[p, 0] == pn.FAIL_NONE]
                 list(pool.map(partial(_run_path, args), todo))
-            evals += (k1 - k0 + (k0 == 0)) * (4 if rk4 else 1)
+            evals += (k1 - k0 + (k0 == 0)) * stages
             # a Ctrl-C/SIGTERM whose exception was dropped (raised in a ctypes callback
             # while numba loaded the compiled loop) still ends the run here
             interrupts.check()
@@ -560,141 +608,3 @@ def _run_path(args: tuple, p: int) -> None:
     from . import _path_numba as pn
 
     pn.path_block(p, False, *args)
-
-
-class EulerPath(NamedTuple):
-    """Result of :func:`euler_path` (every step recorded).
-
-    Attributes
-    ----------
-    status, message : str
-        ``"success"``, or ``"failed"`` with the first non-finite step; the records then
-        stop before that step, ``x`` is the state at it.
-    t : (S+1,) array
-        Times ``k·dt``.
-    E, power, slope2, speed2, G2 : (S+1,) arrays
-        The integrands of :class:`wflow.diagnostics.BalanceAccumulator` at every step
-        (conventions of :mod:`wflow.energy`; ``dEdt_w = 0`` for static heads).
-    balance : dict of (S+1,) arrays
-        Running residuals (trapezoid, as :func:`simulate`): ``chain = ΔE − ∫power``, and for
-        value-aligned symmetric heads (``sign ≠ 0``) ``edi = ΔE − sign ∫½(speed2 + slope2)``
-        and ``g2 = ΔE − sign ∫G2``.
-    x : (n, d) array
-        Final tokens.
-    trajectory : (K, n, d) array or None
-        Tokens every ``save_every`` steps.
-    sign : int
-        Value alignment of the heads (+1 ascent, −1 descent, 0 none).
-    wall : float
-        Wall time of the compiled loop (s).
-    """
-
-    status: str
-    message: str
-    t: np.ndarray
-    E: np.ndarray
-    power: np.ndarray
-    slope2: np.ndarray
-    speed2: np.ndarray
-    G2: np.ndarray
-    balance: dict[str, np.ndarray]
-    x: np.ndarray
-    trajectory: np.ndarray | None
-    sign: int
-    wall: float
-
-
-def euler_path(x0: np.ndarray, heads: Heads, attn: Attention, *, dt: float, steps: int,
-               flow: Literal["transformer", "surrogate"] = "transformer",
-               m: np.ndarray | None = None, save_every: int = 0) -> EulerPath:
-    """Explicit Euler ``x ← (x + dt v)/|x + dt v|`` for static heads in one compiled loop.
-
-    The same trajectory, energies and running balances as
-    ``simulate(x0, heads, attn, integrator="euler", record_every=1)`` (tested to 1e-12)
-    for ``d ≤ 3``, without the per-step Python work: every step is one fused pass of
-    :func:`wflow.kernels.particle_terms` (direct sums, pairs counted once for symmetric
-    heads). Meant for the published multi-head experiments (small ``n``, many steps,
-    ``E``, slope and balance at every step), where the per-step overhead of the general
-    path dominates.
-
-    Parameters
-    ----------
-    x0 : (n, d) array, ``d ≤ 3``
-        Initial tokens on the unit sphere.
-    heads : Heads
-        Static heads.
-    attn : Attention
-    dt : float
-        Time step (> 0).
-    steps : int
-        Number of steps ``S`` (≥ 1); ``T = S·dt``.
-    flow : {"transformer", "surrogate"}
-    m : (n,) array, optional
-        Token masses (default uniform ``1/n``), summing to 1.
-    save_every : int
-        Keep the tokens every this many steps (0: only the final state).
-    """
-    from ..kernels import primitives
-
-    if not isinstance(heads, Heads):
-        raise TypeError(f"heads: euler_path needs static Heads, got {type(heads).__name__}")
-    x0 = check_on_sphere(x0, name="tokens")
-    n, d = x0.shape
-    if d > 3 or d != heads.d:
-        raise ValueError(f"tokens: euler_path needs d <= 3 matching the heads (d = {heads.d}), "
-                         f"got d = {d}")
-    if not (np.isfinite(dt) and dt > 0):
-        raise ValueError(f"dt: must be a finite number > 0, got {dt!r}")
-    if int(steps) != steps or steps < 1:
-        raise ValueError(f"steps: must be an integer >= 1, got {steps!r}")
-    if int(save_every) != save_every or save_every < 0:
-        raise ValueError(f"save_every: must be an integer >= 0, got {save_every!r}")
-    if flow not in ("transformer", "surrogate"):
-        raise ValueError(f"flow: must be 'transformer' or 'surrogate', got {flow!r}")
-    if m is None:
-        m = np.full(n, 1.0 / n)
-    m = np.ascontiguousarray(m, dtype=np.float64)
-    if m.shape != (n,) or not np.all(np.isfinite(m)) or np.any(m < 0):
-        raise ValueError(f"m: must be {n} finite non-negative masses")
-    steps, save_every = int(steps), int(save_every)
-    H = heads.H
-    spec, beta = get_kind(attn.kind), float(attn.beta)
-    kcode = spec.require_compiled("euler_path")
-    if spec.exponential:  # unit tokens: |Q x| <= ||Q||_2 for every x on the sphere, every step
-        raise_bound(beta * max(float(np.linalg.norm(heads.Q[h], 2) * np.linalg.norm(heads.K[h], 2))
-                                for h in range(H)))
-    A3, V3, sym = particle_heads3(heads.Q, heads.K, heads.V)
-    xT = aligned_empty((3, n))  # see wflow.kernels.aligned_empty: reruns agree bit for bit
-    xT[:] = 0.0
-    xT[:d] = x0.T
-    w = np.ascontiguousarray(heads.w, dtype=np.float64)
-    out = np.full((5, steps + 1), np.nan)
-    nsave = steps // save_every + 1 if save_every else 0
-    saved = np.zeros((nsave, 3, n))
-    once = pair_once(sym, n, H)
-    t0 = time.perf_counter()
-    with team(n * n * H * (1 if sym else 2)):
-        done = primitives.euler_path(xT, A3, V3, w, w / w.sum(), aligned(m), beta, kcode,
-                                     spec.normalised, sym, once, flow == "surrogate",
-                                     float(dt), save_every, out, saved)
-    wall = time.perf_counter() - t0
-    sign = heads.value_alignment() if heads.is_symmetric() else 0
-    status, message = Status.SUCCESS, ""
-    if done < steps + 1:  # keep the finite records only (steps 0 .. done-1)
-        status, message = Status.FAILED, f"non-finite energy or slope terms at step {done}"
-        logger.error("euler_path: %s", message)
-        out = out[:, :done]
-        saved = saved[: (done - 1) // save_every + 1 if save_every and done else 0]
-    E, power, slope2, speed2, G2 = out
-
-    def cum(f: np.ndarray) -> np.ndarray:  # BalanceAccumulator's trapezoid, vectorised
-        return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])[: f.size]
-
-    dE = E - E[:1]
-    balance = {"chain": dE - cum(power)}
-    if sign:
-        balance["edi"] = dE - sign * cum(0.5 * (speed2 + slope2))
-        balance["g2"] = dE - sign * cum(G2)
-    traj = np.ascontiguousarray(np.swapaxes(saved, 1, 2)[:, :, :d]) if save_every else None
-    return EulerPath(status, message, dt * np.arange(E.size), E, power, slope2, speed2, G2,
-                     balance, np.ascontiguousarray(xT[:d].T), traj, int(sign), wall)

@@ -62,6 +62,8 @@ __all__ = [
     "CODE_EULER",
     "CODE_RK4",
     "CODE_EM",
+    "CODE_STRANG",
+    "CODE_STRANG_HEUN",
     "ParticleIntegrator",
     "compiled_code",
     "Euler",
@@ -219,6 +221,10 @@ CODE_EULER = 0
 CODE_RK4 = 1
 #: Compiled code of projected Euler–Maruyama (the Euler step plus the token noise).
 CODE_EM = 2
+#: Compiled code of ``B_{h/2} ∘ Φ^{RK4}_h ∘ B_{h/2}`` (:class:`StrangHeat`).
+CODE_STRANG = 3
+#: Compiled code of ``Φ^{Heun}_{h/2} ∘ B_h ∘ Φ^{Heun}_{h/2}`` (:class:`StrangHeun`).
+CODE_STRANG_HEUN = 4
 
 
 class ParticleIntegrator(OrderedMethod):
@@ -373,6 +379,7 @@ class StrangHeat(StochasticIntegrator):
     name = "strang"
     weights = "rk4"
     draws = 2
+    compiled_code = CODE_STRANG
     declared_order = 2
 
     #: the noiseless step (``D = 0``) is RK4's, the same function
@@ -430,6 +437,7 @@ class StrangHeun(StochasticIntegrator):
     name = "strang-heun"
     weights = "rk4"
     draws = 2
+    compiled_code = CODE_STRANG_HEUN
     declared_order = 2
 
     def stages(self) -> int:

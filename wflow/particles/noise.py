@@ -255,10 +255,13 @@ class StepNoise:
         return self.noise._rows(self.step, draw, lambda g, m: g.standard_normal(
             (m, self.noise.d)))
 
-    def heat(self, x: np.ndarray, s: float, draw: int = 0) -> np.ndarray:
-        """Tokens ``x`` moved by exact Brownian increments on the sphere over ``s = Dτ``."""
-        if s == 0.0:
-            return x
+    def heat_draws(self, s: float, draw: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The draws of one exact Brownian increment over ``s = Dτ > 0``: ``(ξ, θ)``.
+
+        ``ξ``: ``(count, d)`` standard normals (the direction ``P_x ξ/|P_x ξ|``); ``θ``:
+        ``(count,)`` angles from the heat kernel (:class:`HeatAngle`), both from the
+        keyed stream of ``(step, draw)``, token block by token block.
+        """
         sampler = heat_angle(self.noise.d, float(s))
         d = self.noise.d
 
@@ -269,8 +272,14 @@ class StepNoise:
             return out
 
         r = self.noise._rows(self.step, draw, gen)
-        th = r[:, d]
-        return heat_step(x, np.cos(th), np.sin(th), r[:, :d])
+        return r[:, :d], r[:, d]
+
+    def heat(self, x: np.ndarray, s: float, draw: int = 0) -> np.ndarray:
+        """Tokens ``x`` moved by exact Brownian increments on the sphere over ``s = Dτ``."""
+        if s == 0.0:
+            return x
+        xi, th = self.heat_draws(s, draw)
+        return heat_step(x, np.cos(th), np.sin(th), xi)
 
 
 class TokenNoise:

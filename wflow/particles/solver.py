@@ -332,8 +332,7 @@ def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
 
     Float32 kernel sums (``dtype = "float32"``: the compiled loop sums in float64). With
     token diffusion: the Itô balance asked for (``ito_balance = True``: the compiled loop
-    records no Laplacian), or independent token-noise replicates (``n_paths > 1`` with
-    deterministic weights: the compiled loop runs one path for them).
+    records no Laplacian).
     """
     if opts.dtype != "float64":
         return f"float32 kernel sums (particles.dtype = {opts.dtype!r}) run on the Python loop"
@@ -341,8 +340,6 @@ def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
         return None
     if opts.ito_balance:
         return "the Itô energy balance (ito_balance = true) is recorded by the Python loop"
-    if opts.n_paths > 1 and not schedule.stochastic:
-        return "token-noise replicates (n_paths > 1) run on the Python loop"
     return None
 
 
