@@ -179,12 +179,12 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
     integ = INTEGRATORS.resolve(opts.integrator, "particles.integrator")
     if getattr(attn, "mask", None) is not None:
         return f"a causal mask (attention.mask = {attn.mask.name!r}) runs on the Python loop"
-    if compiled_code(integ) is None:
-        return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
-                "code (ParticleIntegrator.compiled_code)")
     spec = get_kind(attn.kind)
     if not spec.compiled:
         return spec.not_compiled()
+    if compiled_code(integ) is None:
+        return (f"integrator {integ.name!r} ({type(integ).__qualname__}) has no compiled "
+                "code (ParticleIntegrator.compiled_code)")
     if getattr(opts, "diffusion", 0.0) > 0 and compiled_code(integ) not in _NOISY_CODES:
         return (f"token diffusion with integrator {integ.name!r} runs on the Python loop "
                 "(only 'em', 'strang' and 'strang-heun' have a compiled noisy step)")
