@@ -204,9 +204,12 @@ def _replicate(item: tuple) -> dict[str, Any]:
     x0 = _draw(verts, m0, n, rng, off=0.0)
     noise_seed = int(np.random.SeedSequence([seed, r, 12]).generate_state(1)[0])
     integ = NoItoDrift() if no_ito else "strang"
+    # the compiled loop where it applies (direct sums: the quick mode's n); the fault's
+    # integrator object, and the fast summation of the full mode's n, run the Python loop
     res = simulate(x0, heads, attn, T=T, dt=T / PARTICLE_STEPS, integrator=integ,
                    diffusion=D, seed=noise_seed, head_rates=False, clusters=False,
-                   record_every=PARTICLE_STEPS, engine="python", ito_balance=False)
+                   record_every=PARTICLE_STEPS, engine="python" if no_ito else "auto",
+                   ito_balance=False)
     if res.status == Status.FAILED:
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     xT = normalize(res.x[0])
