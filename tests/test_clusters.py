@@ -105,3 +105,23 @@ def test_collapsed_tokens_need_no_pair_list():
 def test_empty_and_single():
     assert count_clusters(np.zeros((0, 3))) == 0
     assert count_clusters(np.array([[1.0, 0.0, 0.0]])) == 1
+
+
+@pytest.mark.parametrize("small", [0, 64, 10**9])
+def test_small_groups_at_once_and_by_trees_agree(monkeypatch, small):
+    """Pairs of small groups are tested at once (every member pair), larger ones by trees:
+    with every pair by trees (``SMALL = 0``), the default, and every pair at once, the
+    count is the graph's, on spread and clustered tokens (both paths exercised)."""
+    from wflow import diagnostics
+
+    monkeypatch.setattr(diagnostics._Cover, "SMALL", small)
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        d = int(rng.choice([2, 3, 5]))
+        n = int(rng.integers(2, 400))
+        k = int(rng.integers(1, 12))
+        cent = _unit(rng.normal(size=(k, d)))
+        spread = 10 ** rng.uniform(-3, 0.5)
+        x = _unit(cent[rng.integers(0, k, n)] + spread * rng.normal(size=(n, d)))
+        c = float(rng.choice([0.9, 0.99, 0.999]))
+        assert count_clusters(x, cos_threshold=c) == dense_count(x, c)

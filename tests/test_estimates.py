@@ -450,3 +450,38 @@ def test_the_estimate_counts_kept_coefficients_by_the_kernels_rule(monkeypatch):
     assert estimate_particles(**kw).parts["kept coefficients"] == 3907 * (8 * K + 2) * 8
     monkeypatch.setattr(cf, "KEEP_BYTES", 0)
     assert "kept coefficients" not in estimate_particles(**kw).parts
+
+
+def test_deterministic_weights_are_estimated_as_one_path(tmp_path, monkeypatch):
+    """Static heads with ``n_paths = 8`` run one path (``simulate``), and are estimated so.
+
+    Measured here: the run holds one path, and the estimate of ``n_paths = 8`` equals that
+    of ``n_paths = 1`` in time and memory. Negative controls: noisy weights, and token
+    diffusion (replicates), count all 8 paths; the job passes the schedule's kind (the
+    scenario's static heads: ``stochastic`` false)."""
+    import numpy as np
+
+    from wflow.apps.scenario import load_scenario
+    from wflow.attention.heads import Attention, Heads
+    from wflow.particles import ParticleOptions, simulate
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    res = simulate(x, Heads.random_symmetric(2, 3, rng, scale=0.5), Attention("softmax", 1.0),
+                   T=0.1, dt=0.05, n_paths=8, head_rates=False)
+    assert res.x.shape[0] == 1
+    size = {"n": 1000, "d": 3, "H": 2, "kind": "softmax"}
+    one = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01), **size)
+    eight = ParticleOptions(T=1.0, dt=0.01, n_paths=8)
+    det = particles_est.estimate_run(eight, **size, stochastic=False)
+    assert (det.seconds, det.memory, det.steps) == (one.seconds, one.memory, one.steps)
+    noisy = particles_est.estimate_run(eight, **size, stochastic=True)
+    start = particles_est.STARTUP_SECONDS  # seconds = start + paths · (one path's work)
+    assert noisy.steps == 8 * one.steps
+    assert noisy.seconds - start == pytest.approx(8 * (one.seconds - start), rel=1e-12)
+    diff = ParticleOptions(T=1.0, dt=0.01, n_paths=8, integrator="em", diffusion=0.1)
+    rep = particles_est.estimate_run(diff, **size, stochastic=False)
+    assert rep.steps == 8 * one.steps
+    sizes = prun._size(load_scenario(_sc(tmp_path)), ParticleOptions())
+    assert sizes["stochastic"] is False

@@ -191,6 +191,11 @@ class _Cover:
         if pairs.size == 0:
             return
         dl = _sqdist(self.lead[pairs[:, 0]], self.lead[pairs[:, 1]])
+        # pairs of small groups (spread tokens: most of them) are decided at once, every
+        # member pair tested (the same predicate as `linked`: some pair within r², the
+        # test symmetric in its arguments), without a tree per group
+        small = self._link_small(pairs)
+        pairs, dl = pairs[~small], dl[~small]
         for a, b in pairs[np.argsort(dl, kind="stable")]:
             ra, rb = self.find(int(a)), self.find(int(b))
             if ra == rb:
@@ -200,6 +205,34 @@ class _Cover:
             small, big = (a, b) if size_a <= size_b else (b, a)
             if self.linked(self.members(small), self.members(big), self.tree(big)):
                 self.parent[ra] = rb
+
+    #: Largest product of two groups' sizes whose member pairs are all tested at once.
+    SMALL = 64
+
+    def _link_small(self, pairs: np.ndarray) -> np.ndarray:
+        """Union the linked pairs of groups with ``|a||b| ≤ SMALL``; which pairs were small.
+
+        Every member pair of those groups is tested with :func:`_sqdist` ``≤ r²`` in one
+        vectorised pass (``Σ|a||b|`` distances), a pair of groups linked when any is.
+        """
+        size = np.diff(self.off)
+        sa, sb = size[pairs[:, 0]], size[pairs[:, 1]]
+        small = sa * sb <= self.SMALL
+        if not np.any(small):
+            return small
+        pa, pb, sa, sb = pairs[small, 0], pairs[small, 1], sa[small], sb[small]
+        cnt = sa * sb
+        pid = np.repeat(np.arange(cnt.size), cnt)
+        k = np.arange(pid.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        ia = self.off[pa][pid] + k // sb[pid]
+        ib = self.off[pb][pid] + k % sb[pid]
+        near = _sqdist(self.pts[ia], self.pts[ib]) <= self.r2
+        hit = np.bincount(pid[near], minlength=cnt.size) > 0
+        for a, b in zip(pa[hit], pb[hit], strict=True):
+            ra, rb = self.find(int(a)), self.find(int(b))
+            if ra != rb:
+                self.parent[ra] = rb
+        return small
 
     def components(self) -> np.ndarray:
         """Component root of every group."""

@@ -271,8 +271,12 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
 
 def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
                  kind: str, ranks: int = 1, mask: str | None = None,
-                 degree: int | None = None) -> Estimate:
+                 degree: int | None = None, stochastic: bool = True) -> Estimate:
     """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
+
+    ``stochastic``: whether the weights' schedule is noisy. Deterministic weights without
+    token diffusion run one path whatever ``n_paths`` says (:func:`~wflow.particles.simulate`),
+    so the estimate counts one; the default counts ``n_paths`` (an upper bound).
 
     ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
     summation may be chosen: :func:`fastsum_eligible`); memory per rank of ``ranks``
@@ -285,6 +289,8 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     the steps (token diffusion ``D > 0``: an independent run at ``dt/2`` for the weak-error
     estimate, :mod:`wflow.particles.weak_error`, counted the same).
     """
+    if not stochastic and not getattr(options, "diffusion", 0.0) > 0:
+        options = replace(options, n_paths=1)  # simulate runs one path
     est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind, ranks=ranks, mask=mask,
                           degree=degree)
     if getattr(options, "adaptive", False):

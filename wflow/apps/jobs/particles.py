@@ -52,8 +52,9 @@ def _mask_name(mask: Any) -> str | None:
 
 def _sizes(*, n: int, d: int, schedule: Any, kind: str, beta: float, mask: Any,
            opts: Any, ranks: int) -> dict:
-    """The estimate's sizes: ``n, d, H, kind``, the ranks, the mask and the fast degree.
+    """The estimate's sizes: ``n, d, H, kind``, ranks, mask, fast degree, noisy weights.
 
+    ``stochastic``: whether the schedule is noisy (deterministic weights run one path).
     ``degree`` (:func:`~wflow.kernels.memory.fast_degree`, of the schedule's initial
     heads) only where it matters: a causal mask summed fast (the kept coefficients).
     """
@@ -63,7 +64,8 @@ def _sizes(*, n: int, d: int, schedule: Any, kind: str, beta: float, mask: Any,
         degree = fast_degree(schedule.heads_at(schedule.initial_theta()).A, beta,
                              opts.kernel_tol)
     return {"n": int(n), "d": int(d), "H": heads_of(schedule), "kind": kind,
-            "ranks": int(ranks), "mask": name, "degree": degree}
+            "ranks": int(ranks), "mask": name, "degree": degree,
+            "stochastic": bool(schedule.stochastic)}
 
 
 def _size(sc: Scenario, opts: Any, *, ranks: int = 1) -> dict | None:
