@@ -113,3 +113,18 @@ def test_a_users_splitting_has_no_compiled_step(rng):
         simulate(x0, sched, Attention("softmax", 1.0), engine="compiled", **kw)
     r = simulate(x0, sched, Attention("softmax", 1.0), **kw)
     assert r.status == "success" and r.extra["engine"] == "python"
+
+
+def test_noiseless_splittings_take_their_deterministic_steps(rng):
+    """``D = 0``: compiled ``strang`` is RK4's step bit for bit (as in the Python loop, no
+    evaluation at ``B_0(x) = x`` again); ``strang-heun`` is two Heun half steps, another
+    second-order scheme (the control: it differs from RK4 by far more than round-off)."""
+    sched = make_schedule("oscillating", rng, H=2, d=3, symmetric=True)
+    x0 = sample_uniform(25, 3, rng)
+    kw = dict(T=0.2, dt=0.02, engine="compiled", head_rates=False)
+    at = Attention("softmax", 1.0)
+    rk4 = simulate(x0, sched, at, integrator="rk4", **kw)
+    st = simulate(x0, sched, at, integrator="strang", diffusion=0.0, **kw)
+    sh = simulate(x0, sched, at, integrator="strang-heun", diffusion=0.0, **kw)
+    assert np.array_equal(st.x, rk4.x) and np.array_equal(st.history["E"], rk4.history["E"])
+    assert np.max(np.abs(sh.x - rk4.x)) > 1e-8

@@ -991,15 +991,10 @@ def path_block(p, par, k0, k1, ipar, fpar, grid, recpos, snappos, sig, jump, w, 
         else:  # RK4 from x with k1 = vel, or B_{h/2} ∘ RK4 ∘ B_{h/2} (strang)
             x0s = x
             k1s = vel
-            if tok == TOK_STRANG:
+            if tok == TOK_STRANG and two_d != 0.0:  # D = 0: RK4's step, as the Python loop
                 x0s = yb
                 k1s = k1b
-                if two_d != 0.0:
-                    _heat(x, n, d, tnoise[p, kk], zero, yb)
-                else:
-                    for c in range(D):
-                        for i in range(n):
-                            yb[c, i] = x[c, i]
+                _heat(x, n, d, tnoise[p, kk], zero, yb)
                 if not static:
                     _heads_of(pkind, usevfix, vsign, th, Vfix, A, V, Qm, Km)
                 bound, zbad = _evaluate(par, no, no, gsq, d, yb, nx, A, V, Qm, Km, w, wbar,

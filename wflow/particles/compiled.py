@@ -433,7 +433,10 @@ def simulate_compiled(x0: np.ndarray, schedule: Schedule, attn: Attention,
     prog = _program(schedule, attn, opts, grid, n, d, sign)
     rk4 = _rk4_weights(opts)
     code = _integrator_code(opts)
+    # field evaluations per step (D = 0: the splittings' noiseless steps, strang's is RK4's)
     stages = INTEGRATORS.resolve(opts.integrator).stages()
+    if code == CODE_STRANG and not float(getattr(opts, "diffusion", 0.0)) > 0:
+        stages = INTEGRATORS["rk4"].stages()
     m = aligned(np.full(n, 1.0 / n))
     w = aligned(heads0.w)
     wbar = aligned(heads0.w / heads0.w.sum())

@@ -372,8 +372,8 @@ class StrangHeat(StochasticIntegrator):
     sampled from the heat kernel (:class:`wflow.particles.noise.HeatAngle`: rejection
     with a squeeze from a rigorous envelope, any ``d``). The two half increments are
     independent keyed draws. Cost: one more field evaluation per step than RK4 (the
-    first stage at ``B_{h/2}(x)``). ``D = 0`` is :class:`RK4`'s step (with the first
-    stage evaluated again).
+    first stage at ``B_{h/2}(x)``). ``D = 0`` is :class:`RK4`'s step, the same function
+    (no evaluation at ``B_0(x) = x`` again; the compiled loop takes RK4's step too).
     """
 
     name = "strang"
