@@ -107,14 +107,17 @@ def test_empty_and_single():
     assert count_clusters(np.array([[1.0, 0.0, 0.0]])) == 1
 
 
-@pytest.mark.parametrize("small", [0, 64, 10**9])
-def test_small_groups_at_once_and_by_trees_agree(monkeypatch, small):
-    """Pairs of small groups are tested at once (every member pair), larger ones by trees:
-    with every pair by trees (``SMALL = 0``), the default, and every pair at once, the
-    count is the graph's, on spread and clustered tokens (both paths exercised)."""
+@pytest.mark.parametrize("small,pairs", [(0, 1 << 20), (64, 1 << 20), (10**9, 1 << 20),
+                                         (64, 7), (10**9, 1)])
+def test_small_groups_at_once_and_by_trees_agree(monkeypatch, small, pairs):
+    """Pairs of small groups are tested at once (every member pair, in chunks), larger
+    ones by trees: with every pair by trees (``SMALL = 0``), the default, every pair at
+    once, and tiny chunks (one pair of groups per chunk), the count is the graph's, on
+    spread and clustered tokens (both paths exercised)."""
     from wflow import diagnostics
 
     monkeypatch.setattr(diagnostics._Cover, "SMALL", small)
+    monkeypatch.setattr(diagnostics._Cover, "PAIRS", pairs)
     rng = np.random.default_rng(11)
     for _ in range(30):
         d = int(rng.choice([2, 3, 5]))

@@ -208,12 +208,15 @@ class _Cover:
 
     #: Largest product of two groups' sizes whose member pairs are all tested at once.
     SMALL = 64
+    #: Member pairs (times ``d``) tested per vectorised chunk: tens of MiB at most.
+    PAIRS = 1 << 20
 
     def _link_small(self, pairs: np.ndarray) -> np.ndarray:
         """Union the linked pairs of groups with ``|a||b| ≤ SMALL``; which pairs were small.
 
-        Every member pair of those groups is tested with :func:`_sqdist` ``≤ r²`` in one
-        vectorised pass (``Σ|a||b|`` distances), a pair of groups linked when any is.
+        Every member pair of those groups is tested with :func:`_sqdist` ``≤ r²``,
+        vectorised in chunks of about ``PAIRS / d`` member pairs (``Σ|a||b|`` distances in
+        all), a pair of groups linked when any of its member pairs is.
         """
         size = np.diff(self.off)
         sa, sb = size[pairs[:, 0]], size[pairs[:, 1]]
@@ -222,12 +225,21 @@ class _Cover:
             return small
         pa, pb, sa, sb = pairs[small, 0], pairs[small, 1], sa[small], sb[small]
         cnt = sa * sb
-        pid = np.repeat(np.arange(cnt.size), cnt)
-        k = np.arange(pid.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        ia = self.off[pa][pid] + k // sb[pid]
-        ib = self.off[pb][pid] + k % sb[pid]
-        near = _sqdist(self.pts[ia], self.pts[ib]) <= self.r2
-        hit = np.bincount(pid[near], minlength=cnt.size) > 0
+        hit = np.zeros(cnt.size, dtype=bool)
+        # in chunks of about PAIRS // d member pairs: memory O(PAIRS), not O(Σ|a||b|)
+        ends = np.cumsum(cnt)
+        step = max(1, self.PAIRS // max(1, self.pts.shape[1]))
+        cuts = np.searchsorted(ends, np.arange(step, int(ends[-1]), step), side="right")
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, cnt.size], strict=True):
+            if hi <= lo:
+                continue
+            c = cnt[lo:hi]
+            pid = np.repeat(np.arange(lo, hi), c)
+            k = np.arange(pid.size) - np.repeat(np.cumsum(c) - c, c)
+            ia = self.off[pa[pid]] + k // sb[pid]
+            ib = self.off[pb[pid]] + k % sb[pid]
+            near = _sqdist(self.pts[ia], self.pts[ib]) <= self.r2
+            hit[np.unique(pid[near])] = True
         for a, b in zip(pa[hit], pb[hit], strict=True):
             ra, rb = self.find(int(a)), self.find(int(b))
             if ra != rb:
