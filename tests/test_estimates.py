@@ -485,3 +485,33 @@ def test_deterministic_weights_are_estimated_as_one_path(tmp_path, monkeypatch):
     assert rep.steps == 8 * one.steps
     sizes = prun._size(load_scenario(_sc(tmp_path)), ParticleOptions())
     assert sizes["stochastic"] is False
+
+
+def test_cluster_count_is_estimated_within_2x_of_its_measured_rows():
+    """Each recorded row with ``clusters`` adds ``CLUSTER_SECONDS · n``: within 2× of every
+    row of ``bench/bench_clusters.py`` (uniform and clustered tokens, n = 500 … 10⁵), and
+    added to the estimate exactly so (paths × rows × n). Negative controls: the former
+    model (the 2 ms of a record alone) is off by more than 2× from n = 2 000 on; the
+    option off adds nothing."""
+    from pathlib import Path
+
+    from wflow.particles import ParticleOptions
+
+    rows = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results"
+                       / "bench_clusters.json").read_text())["rows"]
+    assert {r["tokens"] for r in rows} == {"uniform", "clustered"} and len(rows) >= 10
+    for r in rows:
+        ratio = particles_est.CLUSTER_SECONDS * r["n"] / r["cpu_s"]
+        assert 0.5 <= ratio <= 2.0, (r, ratio)
+        if r["n"] >= 2000:
+            assert particles_est.RECORD_SECONDS / (r["cpu_s"] + 2e-3) < 0.5, r
+    kw = {"n": 5000, "d": 3, "H": 2, "T": 1.0, "dt": 0.1, "paths": 2, "record_every": 2}
+    on = estimate_particles(**kw, clusters=True)
+    off = estimate_particles(**kw)
+    R = 10 / 2 + 1
+    assert on.seconds - off.seconds == pytest.approx(
+        2 * R * particles_est.CLUSTER_SECONDS * 5000, rel=1e-12)
+    size = {"n": 5000, "d": 3, "H": 2, "kind": "softmax", "stochastic": False}
+    a = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.1, clusters=True), **size)
+    b = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.1, clusters=False), **size)
+    assert a.seconds > b.seconds

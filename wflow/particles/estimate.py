@@ -26,7 +26,8 @@ from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
 
 __all__ = ["PAIR_SECONDS", "FASTSUM_SECONDS", "TOKEN_BYTES_PER_DOUBLE", "STEP_SECONDS",
-           "RECORD_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS", "estimate_particles",
+           "RECORD_SECONDS", "CLUSTER_SECONDS", "BASELINE_BYTES", "STARTUP_SECONDS",
+           "estimate_particles",
            "fastsum_eligible", "integrator_of", "estimate_run", "NORMAL_DRAW_SECONDS",
            "HEAT_DRAW_SECONDS", "EM_MAX_COURANT", "noise_seconds", "check_diffusive_step",
            "WHOLE_SYSTEM_COPIES", "CAUSAL_DOUBLES_PER_TOKEN", "rank_memory_parts"]
@@ -63,6 +64,11 @@ CAUSAL_DOUBLES_PER_TOKEN = (32, 15)
 #: Fixed cost of one time step (s) and of one recorded row of diagnostics (s) — measured
 #: on ``wflow particles`` with 30 tokens (≈ 2 ms per recorded step).
 STEP_SECONDS, RECORD_SECONDS = 2e-5, 2e-3
+
+#: CPU seconds per token of one cluster count (``count_clusters`` at a record, the
+#: ``clusters`` option): ``bench/bench_clusters.py`` measured 2.3e-6 … 6.7e-6 s for
+#: uniform and clustered tokens on S², n = 500 … 10⁵, one thread.
+CLUSTER_SECONDS = 4e-6
 
 #: Resident size (bytes) of the interpreter and the libraries ``wflow particles`` loads
 #: (NumPy, numba and the compiled loops), measured on the smallest runs of the grid.
@@ -206,7 +212,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        integrator: ParticleIntegrator | str = "rk4",
                        save_trajectory: bool = False, fastsum: bool = False,
                        what: str = "particles", diffusion: float = 0.0, ranks: int = 1,
-                       mask: str | None = None, degree: int | None = None) -> Estimate:
+                       mask: str | None = None, degree: int | None = None,
+                       clusters: bool = False) -> Estimate:
     """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
@@ -232,6 +239,9 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     expansion's ``degree`` (:func:`~wflow.kernels.memory.fast_degree`; ``None``: not
     counted). The time is the whole run's CPU seconds (every rank's work together), for
     any ``P``.
+
+    With ``clusters`` each recorded row adds the cluster count, ``CLUSTER_SECONDS · n``
+    (:data:`CLUSTER_SECONDS`; ``False``, the default here: ``RECORD_SECONDS`` alone).
 
     With token diffusion ``diffusion = D > 0`` each step adds the integrator's noise
     (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
@@ -267,7 +277,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     step = STEP_SECONDS + stages * per_eval
     if noisy:
         step += noise_seconds(integrator, n=n, d=d)
-    secs = STARTUP_SECONDS + paths * (S * step + R * RECORD_SECONDS)
+    record = RECORD_SECONDS + (CLUSTER_SECONDS * n if clusters else 0.0)
+    secs = STARTUP_SECONDS + paths * (S * step + R * record)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
 
 
@@ -318,4 +329,4 @@ def _estimate_fixed(options: ParticleOptions, *, n: int, d: int, H: int,
         save_trajectory=options.save_trajectory,
         fastsum=fastsum_eligible(kind, int(d), options.kernel_backend),
         diffusion=float(getattr(options, "diffusion", 0.0)), ranks=int(ranks), mask=mask,
-        degree=degree)
+        degree=degree, clusters=bool(getattr(options, "clusters", False)))
