@@ -169,8 +169,9 @@ def compiled_support(x0: np.ndarray, schedule: Schedule, attn: Attention,
 
     Unsupported: integrators without compiled code
     (:func:`~wflow.particles.integrators.compiled_code`: a user's integrator, a subclass of
-    a built-in one), schedules other than :data:`COMPILED_SCHEDULES` (exact types:
-    callables, subclasses),
+    a built-in one), token diffusion with an integrator whose compiled step is not a noisy
+    one (``em``, ``strang`` and ``strang-heun`` have one), schedules other than
+    :data:`COMPILED_SCHEDULES` (exact types: callables, subclasses),
     the ``"numpy"`` and ``"fastsum"`` kernel back-ends, ``"auto"`` where it would plan
     the fast summation at ``t = 0`` (large ``n`` on S²), attention kinds without a
     compiled kernel (:attr:`wflow.attention.kinds.AttentionKind.compiled`), a causal

@@ -264,7 +264,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.resolve(opts.integrator, "particles.integrator"))
-    python_why = _needs_python(opts, schedule)
+    python_why = _needs_python(opts)
     if opts.adaptive or opts.rtol is not None or opts.atol is not None:  # accuracy asked for
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
                                else "particles.rtol" if opts.rtol is not None
@@ -327,7 +327,7 @@ def _check_dtype(opts: ParticleOptions, attn: Attention, comm: Any) -> None:
                             "use dtype = 'float64'")
 
 
-def _needs_python(opts: ParticleOptions, schedule: Schedule) -> str | None:
+def _needs_python(opts: ParticleOptions) -> str | None:
     """Why a run takes the Python loop whatever the compiled loop supports, or None.
 
     Float32 kernel sums (``dtype = "float32"``: the compiled loop sums in float64). With
