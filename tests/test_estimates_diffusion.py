@@ -12,11 +12,18 @@
   step of ``sphere_720.msh`` and ``icosphere:1280`` is at most ``C_+/(M D)`` (negative
   control: a ``C_+`` 20 % smaller is not a bound on them).
 * The command line refuses both before computing (exit 2, one line).
+* The Itô balance's terms (``d`` more kernel sums per step and the control variate's
+  noise) are counted where the run records them (the Python loop): ``estimate_run``
+  tells the cases apart, and its estimate is within 2× of the measured rows of
+  ``bench/bench_ito_estimate.py`` (negative control: the estimate without those terms
+  is more than 2× low on the ``em`` rows).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +33,7 @@ import wflow.particles.estimate as pe
 import wflow.pde.estimate as de
 from wflow.cli import main
 from wflow.infra.estimate import EstimateError, step_count
+from wflow.particles import ParticleOptions
 
 from .test_noisy_wiring_cli import err_line, scenario
 
@@ -64,6 +72,63 @@ def test_particles_noise_draws_are_counted():
     # the heat-kernel draws cost more than the Gaussian ones (measured 4.5x at d = 3)
     assert pe.noise_seconds("strang", n=1, d=3) > 4 * pe.noise_seconds("em", n=1, d=3)
     assert pe.noise_seconds("rk4", n=10, d=3) == 0.0
+
+
+def test_particles_ito_terms_are_counted_where_recorded():
+    """``ito = "yes"`` adds ``d`` evaluations and one more noise draw per step, exactly;
+    ``"if-python"`` only where the fast summation is chosen; ``"no"`` nothing."""
+    kw = {"d": 3, "H": 1, "T": 1.0, "dt": 0.01, "paths": 2, "integrator": "strang-heun",
+          "diffusion": 0.1}
+    S = step_count(1.0, 0.01)
+    for n, fast in ((2000, False), (200_000, True)):
+        base = pe.estimate_particles(n=n, fastsum=True, **kw)
+        yes = pe.estimate_particles(n=n, fastsum=True, ito="yes", **kw)
+        per_eval = min(float(n) * n * pe.PAIR_SECONDS, n * pe.FASTSUM_SECONDS)
+        extra = kw["paths"] * S * (3 * per_eval + pe.noise_seconds("strang-heun", n=n, d=3))
+        assert yes.seconds == pytest.approx(base.seconds + extra, rel=1e-12)
+        maybe = pe.estimate_particles(n=n, fastsum=True, ito="if-python", **kw)
+        assert maybe.seconds == (yes.seconds if fast else base.seconds)
+        assert pe.estimate_particles(n=n, fastsum=True, ito="no", **kw) == base
+    assert pe.estimate_particles(n=2000, ito="yes", **{**kw, "diffusion": 0.0}) == \
+        pe.estimate_particles(n=2000, **{**kw, "diffusion": 0.0})
+    with pytest.raises(ValueError, match="ito"):
+        pe.estimate_particles(n=2000, ito="maybe", **kw)
+
+
+@pytest.mark.parametrize("opts,kind,stochastic,mask,want", [
+    ({}, "softmax", False, None, "yes"),                       # auto takes the Python loop
+    ({"ito_balance": False}, "softmax", False, None, "no"),    # compiled, not recorded
+    ({"engine": "compiled"}, "softmax", False, None, "no"),
+    ({"engine": "python", "ito_balance": None}, "softmax", True, None, "yes"),
+    ({"ito_balance": True}, "usa", True, None, "yes"),
+    ({}, "softmax", True, None, "if-python"),                  # noisy weights: unjudged
+    ({}, "softmax", False, "causal", "yes"),                   # masks run the Python loop
+    ({}, "relu", False, None, "no"),                           # no closed-form Laplacian
+    ({"diffusion": 0.0}, "softmax", False, None, "no"),
+])
+def test_particles_estimate_knows_which_runs_record_the_ito_terms(opts, kind, stochastic,
+                                                                  mask, want):
+    o = ParticleOptions(**{"integrator": "em", "diffusion": 0.1, "T": 1.0, "dt": 0.01, **opts})
+    assert pe._ito_cost(o, kind, mask, stochastic) == want
+
+
+def test_particles_ito_estimate_within_2x_of_measured_rows():
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "bench_ito_estimate.json"
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["ito_balance"] is None]
+    assert len(rows) == 6 and all(r["engine"] == "python" for r in rows)
+    for r in rows:
+        assert 0.5 <= r["ratio"] <= 2.0, r
+        opts = ParticleOptions(T=0.2, dt=0.01, integrator=r["integrator"], diffusion=0.1,
+                               clusters=False, head_rates=False)
+        est = pe.estimate_run(opts, n=r["n"], d=3, H=1, kind="softmax", stochastic=False)
+        assert est.seconds - pe.STARTUP_SECONDS == pytest.approx(r["estimate_s"], rel=1e-9)
+    # the control: without the Itô terms (the estimate of a compiled run) the em rows,
+    # one evaluation a step and the Itô terms most of the cost, are estimated > 2x low
+    for r in (r for r in rows if r["integrator"] == "em"):
+        opts = ParticleOptions(T=0.2, dt=0.01, integrator="em", diffusion=0.1,
+                               clusters=False, head_rates=False, engine="compiled")
+        bare = pe.estimate_run(opts, n=r["n"], d=3, H=1, kind="softmax", stochastic=False)
+        assert (bare.seconds - pe.STARTUP_SECONDS) / r["cpu_s"] < 0.5, r
 
 
 def test_particles_em_step_beyond_the_courant_bound_is_refused():

@@ -48,7 +48,9 @@ def test_zero_diffusion_is_todays_jko_bit_for_bit():
 
 def test_free_energy_edi_recorded_per_step():
     r = run(diffusion=0.1)
-    assert r.status == "success", r.message
+    # no check is judged with token diffusion (the EDI of E and the free-energy EDI are
+    # recorded, not judged): the run is completed, its message naming both reasons
+    assert r.status == "completed" and "free_edi" in r.message and "edi:" in r.message
     edi = r.history["free_edi_step"]
     assert edi.shape == (5,) and edi[0] == 0.0 and np.all(np.isfinite(edi[1:]))
     # the balance sums the steps: free_edi = free_dF + ∫I (static heads, no work);

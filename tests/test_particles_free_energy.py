@@ -183,25 +183,50 @@ def test_zero_diffusion_is_bit_for_bit():
 
 
 def test_engines_and_option():
-    """``ito_balance``: None leaves a compiled run unjudged with the reason; True runs the
-    Python loop (and the compiled engine then refuses it); False records nothing."""
+    """``ito_balance``: None judges it wherever it applies (``engine = "auto"`` takes the
+    Python loop); an explicit compiled run leaves it unjudged with the reason and ends
+    ``completed``; True runs the Python loop (the compiled engine then refuses it); False
+    records nothing and ends ``completed`` (no accuracy check judged)."""
     x = _clustered(32, 3, 4)
     h = Heads.scalar([1.0], 3)
     at = Attention("usa", 1.0)
     base = dict(T=0.1, dt=0.05, integrator="em", diffusion=0.3, clusters=False)
-    c = simulate(x, h, at, options=ParticleOptions(**base))
+    a = simulate(x, h, at, options=ParticleOptions(**base))
+    assert a.extra["engine"] == "python" and a.checks["ito_balance"]["judged"] is True
+    assert a.status == "success"
+    c = simulate(x, h, at, options=ParticleOptions(**base, engine="compiled"))
     assert c.extra["engine"] == "compiled" and c.checks["ito_balance"]["judged"] is False
-    assert "ito_balance" in c.checks["ito_balance"]["reason"]
+    assert "engine = 'compiled'" in c.checks["ito_balance"]["reason"]
+    assert c.status == "completed" and "no accuracy check was judged" in c.message
     p = simulate(x, h, at, options=ParticleOptions(**base, ito_balance=True))
     assert p.extra["engine"] == "python" and p.checks["ito_balance"]["judged"]
     assert np.max(np.abs(p.x - c.x)) <= 1e-12  # the same noise, the same path
+    assert np.array_equal(a.x, p.x)
+    assert a.checks["ito_balance"]["value"] == p.checks["ito_balance"]["value"]
     with pytest.raises(ValueError, match="ito_balance"):
         simulate(x, h, at, options=ParticleOptions(**base, ito_balance=True,
                                                    engine="compiled"))
     f = simulate(x, h, at, options=ParticleOptions(**base, ito_balance=False,
                                                    engine="python"))
-    assert "lap" not in f.steps and "ito_balance" not in f.checks
-    assert np.array_equal(f.x, p.x)
+    assert "lap" not in f.steps and f.checks["ito_balance"]["judged"] is False
+    assert "ito_balance = false" in f.checks["ito_balance"]["reason"]
+    assert f.status == "completed" and np.array_equal(f.x, p.x)
+    g = simulate(x, h, at, options=ParticleOptions(**base, ito_balance=False))
+    assert g.extra["engine"] == "compiled" and g.status == "completed"
+
+
+def test_a_judged_default_run_catches_a_wrong_balance():
+    """Negative control through the public API: the default run (``ito_balance`` and
+    ``engine`` unset, a built-in integrator) judges the Itô balance, and the same run
+    judged without the Itô term (``judge_ito_balance(diffusion=0)``, moved by
+    ``D ∫ΣΔ_SE ≈ 0.8``: the settings of ``test_negative_controls_are_caught``) fails."""
+    x = _clustered(128, 2, 1)
+    res = simulate(x, Heads.scalar([1.0], 2), Attention("usa", 2.0), options=ParticleOptions(
+        T=0.5, dt=0.025, integrator="strang", diffusion=0.5, n_paths=16, seed=1,
+        clusters=False, head_rates=False))
+    assert res.extra["engine"] == "python" and res.status == "success"
+    assert res.checks["ito_balance"]["judged"] and res.checks["ito_balance"]["passed"]
+    assert judge_ito_balance(res, diffusion=0.0)["passed"] is False
 
 
 @pytest.mark.slow
@@ -328,8 +353,10 @@ def test_noisy_weights_record_but_do_not_judge():
         clusters=False, head_rates=False))
     chk = res.checks["ito_balance"]
     assert chk["judged"] is False and "noisy weights" in chk["reason"]
+    assert res.status == "completed" and "noisy weights" in res.message
     assert res.balance["ito_residual"].shape == (2,)
     with pytest.raises(ValueError, match="no Laplacian"):
         judge_ito_balance(simulate(_clustered(24, 3, 5), Heads.scalar([1.0], 3),
                                    Attention("usa", 1.0), options=ParticleOptions(
-                                       T=0.1, dt=0.05, integrator="em", diffusion=0.3)))
+                                       T=0.1, dt=0.05, integrator="em", diffusion=0.3,
+                                       engine="compiled")))

@@ -32,7 +32,7 @@ from wflow.jko import JKOOptions, JKOResult, solve_jko
 from wflow.particles import ParticleResult, simulate
 from wflow.pde import PDEOptions, PDEResult, solve_pde
 from wflow.results import SolverResult, status_summary
-from wflow.status import STATUSES, Status, worst_status
+from wflow.status import STATUSES, Status, unjudged_status, worst_status
 
 WFLOW = Path(__file__).resolve().parents[1] / "wflow"
 VALUES = frozenset(s.value for s in Status)
@@ -61,6 +61,26 @@ def test_every_status_carries_its_message_and_remedy():
     line = Status.MAX_STEPS.explain("ran out at t = 0.3")
     assert line.startswith("max_steps: ran out at t = 0.3") and "remedy" in line
     assert Status.SUCCESS.explain() == f"success: {Status.SUCCESS.message}"
+
+
+def test_a_success_no_check_backs_is_completed():
+    """``unjudged_status``: ``success`` with every check recorded but not judged becomes
+    ``completed``, naming each reason and the remedy; one judged check (a dict without
+    ``judged``, or ``judged: True``) keeps ``success``; other statuses, counters and an
+    empty ``checks`` are left alone."""
+    unj = {"chain": {"value": 0.9, "judged": False, "reason": "token diffusion"},
+           "ito_balance": {"judged": False, "reason": "not asked for"}, "locked_steps": 0}
+    st, msg = unjudged_status("success", "", unj, remedy="set rtol")
+    assert st is Status.COMPLETED and st.usable
+    assert msg == ("no accuracy check was judged (chain: token diffusion; ito_balance: not "
+                   "asked for); set rtol")
+    # negative controls: one judged check, the other statuses, no check at all
+    for judged in ({"value": 0.1, "passed": True}, {"judged": True, "passed": True}):
+        assert unjudged_status("success", "", {**unj, "edi": judged}) == (Status.SUCCESS, "")
+    assert unjudged_status("inaccurate", "x", unj) == (Status.INACCURATE, "x")
+    assert unjudged_status(Status.FAILED, "y", unj) == (Status.FAILED, "y")
+    assert unjudged_status("success", "", {"locked_steps": 0}) == (Status.SUCCESS, "")
+    assert unjudged_status("success", "", {}) == (Status.SUCCESS, "")
 
 
 def test_worst_status_orders_and_refuses_unknown_words():

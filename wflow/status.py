@@ -9,8 +9,11 @@ string) and carries a sentence (:attr:`Status.message`) and what to do about it
 ``Status.SUCCESS`` (``"success"``)
     Every number finite and every accuracy check within its tolerance.
 ``Status.COMPLETED`` (``"completed"``)
-    Gaussian moment ODE: the final time was reached within ``solve_ivp``'s tolerances.
-    It has no a-posteriori accuracy check, hence a word of its own.
+    The final time was reached with finite numbers, but no a-posteriori accuracy check
+    was judged, hence a word of its own: the Gaussian moment ODE (within ``solve_ivp``'s
+    tolerances; it has no such check), and a particle or JKO run whose every check is
+    recorded but not judged (:func:`unjudged_status`: token diffusion where the Itô
+    balance is not recorded, a mask, ...; the message says why).
 ``Status.BLOWUP`` (``"blowup"``)
     Gaussian moment ODE: stopped at the covariance blow-up event (a terminating event,
     like diffrax's ``event_occurred``); the numbers hold up to the event time.
@@ -84,6 +87,7 @@ __all__ = [
     "Reach",
     "as_status",
     "failed_run",
+    "unjudged_status",
 ]
 
 def _member(cls: type, value: str, **attrs: Any) -> Any:
@@ -126,8 +130,9 @@ class Status(StrEnum):
                "every number is finite and every accuracy check is within its tolerance",
                "", True)
     COMPLETED = ("completed",
-                 "the Gaussian moment ODE reached the final time within the integrator's "
-                 "tolerances (it has no a-posteriori accuracy check)",
+                 "the run reached the final time with finite numbers, but no a-posteriori "
+                 "accuracy check was judged (the Gaussian moment ODE has none; a particle or "
+                 "JKO run's checks were recorded, not judged: the message says why)",
                  "", True)
     BLOWUP = ("blowup",
               "the Gaussian moment ODE stopped at the covariance blow-up event; the numbers "
@@ -497,3 +502,37 @@ def edi_kind(heads: Any, attn_kind: str, flow: str) -> str:
     if flow == "surrogate" or not get_kind(attn_kind).normalised or one_normaliser:
         return "identity"
     return "defect"
+
+
+def unjudged_status(status: Status | str, message: str, checks: Mapping[str, Any], *,
+                    remedy: str = "") -> tuple[Status, str]:
+    """``COMPLETED`` for a ``SUCCESS`` that no accuracy check backs; else unchanged.
+
+    ``success`` means "every accuracy check within its tolerance": a run whose checks
+    are all recorded but not judged (each a dict with ``judged: False`` and its
+    ``reason``) has no such check, and ends ``completed``, its message naming every
+    reason. A check without a ``judged`` key is judged; non-dict entries (counters) are
+    not checks. A run without any check dict, or any other status, is returned as is.
+
+    Parameters
+    ----------
+    status, message
+        The run's verdict so far.
+    checks : mapping
+        The run's ``checks`` (name -> dict or counter).
+    remedy : str
+        How to have the run judged (appended to the message).
+
+    Returns
+    -------
+    tuple
+        ``(status, message)``.
+    """
+    status = Status(status)
+    found = {k: c for k, c in checks.items() if isinstance(c, Mapping)}
+    if status != Status.SUCCESS or not found or any(
+            c.get("judged", True) for c in found.values()):
+        return status, message
+    why = "; ".join(f"{k}: {c.get('reason', 'not judged')}" for k, c in found.items())
+    tail = f"; {remedy}" if remedy else ""
+    return Status.COMPLETED, f"no accuracy check was judged ({why}){tail}"

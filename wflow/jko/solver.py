@@ -53,7 +53,7 @@ from ..energy import dE_dt_weights, evaluate, head_energies, slope_terms
 from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..results import finish_history
-from ..status import Status, failed_run
+from ..status import Status, failed_run, unjudged_status
 from .accuracy import doubling_error, fixed_tau_check, tolerance_check, with_step
 from .energy import _check_heads, energy_gradient
 from .fv import fv_free_fisher, fv_slope2
@@ -580,6 +580,9 @@ def solve_jko(mass0: np.ndarray, heads_or_schedule: Any, attn: Attention, *_old:
             status = Status.INACCURATE
             message = "; ".join(r for r in (message, check["message"]) if r)
             logger.warning("jko run inaccurate: %s", check["message"])
+    status, message = unjudged_status(  # token diffusion: no check is judged
+        status, message, checks, remedy="set jko.rtol to judge the run by the error "
+        "estimate of its steps (jko.scheme = 'fv')")
     bal = acc.residuals() if acc is not None else {}
     if opts.diffusion > 0 and bal:
         bal.update(free_balance(history, opts.tau, attn))

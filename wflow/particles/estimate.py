@@ -22,6 +22,7 @@ from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, EstimateError, step_count
 from ..infra.parallel import split_range
 from ..kernels.memory import causal_coefficients, causal_kept_bytes, causal_wave_bytes
+from .free_energy import has_laplacian
 from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
 
@@ -213,7 +214,7 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
                        save_trajectory: bool = False, fastsum: bool = False,
                        what: str = "particles", diffusion: float = 0.0, ranks: int = 1,
                        mask: str | None = None, degree: int | None = None,
-                       clusters: bool = False) -> Estimate:
+                       clusters: bool = False, ito: str = "no") -> Estimate:
     """Estimate of ``wflow particles``: ``n`` tokens in ``d``, ``H`` heads, ``paths`` paths.
 
     Steps ``S = ceil(T/dt)``, rows ``R = S/record_every + 1`` per path; memory: the
@@ -247,8 +248,14 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     (:func:`noise_seconds`: ``draws`` keyed draws per token) and the step is checked
     first (:func:`check_diffusive_step`: an :class:`~wflow.infra.estimate.EstimateError`
     for a Euler–Maruyama step beyond the diffusive Courant bound). ``D = 0``: the
-    noiseless estimate, bit for bit.
+    noiseless estimate, bit for bit. The Itô energy balance's terms
+    (:mod:`wflow.particles.free_energy`: ``d`` more kernel sums per step and the control
+    variate's redrawn noise) are counted with ``ito = "yes"``, and with ``ito =
+    "if-python"`` only where the fast summation is chosen (the Python loop, which
+    records them); ``"no"``: not counted.
     """
+    if ito not in ("no", "yes", "if-python"):
+        raise ValueError(f"ito: expected 'no', 'yes' or 'if-python', got {ito!r}")
     noisy = diffusion > 0
     if noisy:
         check_diffusive_step(diffusion=diffusion, dt=dt, d=d, integrator=integrator)
@@ -277,6 +284,9 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     step = STEP_SECONDS + stages * per_eval
     if noisy:
         step += noise_seconds(integrator, n=n, d=d)
+        python = fastsum and d == 3 and fast < direct
+        if ito == "yes" or (ito == "if-python" and python):
+            step += int(d) * per_eval + noise_seconds(integrator, n=n, d=d)
     record = RECORD_SECONDS + (CLUSTER_SECONDS * n if clusters else 0.0)
     secs = STARTUP_SECONDS + paths * (S * step + R * record)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
@@ -305,7 +315,7 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     if not stochastic and not getattr(options, "diffusion", 0.0) > 0:
         options = replace(options, n_paths=1)  # simulate runs one path
     est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind, ranks=ranks, mask=mask,
-                          degree=degree)
+                          degree=degree, ito=_ito_cost(options, kind, mask, stochastic))
     if getattr(options, "adaptive", False):
         extra = 3.0 * (est.seconds - STARTUP_SECONDS)
         return replace(est, steps=4 * est.steps, seconds=est.seconds + extra,
@@ -320,13 +330,33 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     return est
 
 
+def _ito_cost(options: ParticleOptions, kind: str, mask: str | None, stochastic: bool) -> str:
+    """Whether the run records the Itô balance's terms (``ito`` of :func:`estimate_particles`).
+
+    Token diffusion with a closed-form Laplacian and ``ito_balance`` not ``False``: the
+    Python loop records them (``engine = "compiled"`` does not). ``engine = "auto"``
+    takes the Python loop to judge them with deterministic weights, or under a mask; with
+    noisy weights only where it takes it anyway (the fast summation).
+    """
+    if not (getattr(options, "diffusion", 0.0) > 0 and has_laplacian(kind)
+            and getattr(options, "ito_balance", None) is not False):
+        return "no"
+    engine = getattr(options, "engine", "auto")
+    if engine == "compiled":
+        return "no"
+    if (engine == "python" or options.ito_balance is True or not stochastic
+            or mask not in (None, "none")):
+        return "yes"
+    return "if-python"
+
+
 def _estimate_fixed(options: ParticleOptions, *, n: int, d: int, H: int,
                     kind: str, ranks: int = 1, mask: str | None = None,
-                    degree: int | None = None) -> Estimate:
+                    degree: int | None = None, ito: str = "no") -> Estimate:
     return estimate_particles(
         n=int(n), d=int(d), H=int(H), T=options.T, dt=options.dt, paths=options.n_paths,
         record_every=options.record_every, integrator=options.integrator,
         save_trajectory=options.save_trajectory,
         fastsum=fastsum_eligible(kind, int(d), options.kernel_backend),
         diffusion=float(getattr(options, "diffusion", 0.0)), ranks=int(ranks), mask=mask,
-        degree=degree, clusters=bool(getattr(options, "clusters", False)))
+        degree=degree, clusters=bool(getattr(options, "clusters", False)), ito=ito)

@@ -16,12 +16,13 @@ from ..attention.heads import Attention
 from ..attention.schedules import Schedule
 from ..infra.schema import ScenarioError
 from ..status import Status
+from .free_energy import has_laplacian
 from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, time_grid
 from .noise import TokenNoise
 from .result import ParticleState
 
 __all__ = ["time_loop", "check_noisy", "unjudged_chain", "unjudged_masked_ito",
-           "refuse_masked_records", "MASKED_REASON"]
+           "refuse_masked_records", "ito_by_default", "ito_unjudged_reason", "MASKED_REASON"]
 
 
 #: Why the chain-rule and Itô checks of a masked run are recorded, not judged.
@@ -164,3 +165,33 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
         if not finite(x) or not np.isfinite(tm["E"]):
             raise FloatingPointError(f"non-finite tokens or energy at t = {t_new:.6g}; "
                                      "reduce dt or the head scale")
+
+
+def ito_by_default(opts, attn: Attention, schedule: Schedule) -> str | None:
+    """Why ``engine = "auto"`` takes the Python loop to judge the Itô balance, or None.
+
+    With token diffusion and ``ito_balance`` unset the balance is judged wherever it can
+    be (:mod:`wflow.particles.free_energy`): a kind with the closed-form Laplacian,
+    deterministic weights and no mask. The compiled loop records no Laplacian, so such a
+    run takes the Python loop; ``ito_balance = False`` keeps the compiled loop (its
+    status then ``completed``: no accuracy check judged).
+    """
+    if not (opts.diffusion > 0 and opts.ito_balance is None):
+        return None
+    if ito_unjudged_reason(attn, schedule) is not None:
+        return None
+    return ("the Itô energy balance (judged by default with token diffusion) is recorded by "
+            "the Python loop; set particles.ito_balance = false for the compiled loop "
+            "without it")
+
+
+def ito_unjudged_reason(attn: Attention, schedule: Schedule) -> str | None:
+    """Why no time loop judges the Itô balance of this model (None: the Python loop does)."""
+    if not has_laplacian(attn.kind):
+        return ("the attention kind has no closed-form Laplacian of the energy (Φ'' is not "
+                "its kernel)")
+    if schedule.stochastic:
+        return "noisy weights: their Itô terms enter the chain residual at order √dt per path"
+    if getattr(attn, "mask", None) is not None:
+        return MASKED_REASON
+    return None

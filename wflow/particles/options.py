@@ -145,9 +145,11 @@ class ParticleOptions:
         "With token diffusion ``D > 0``: record and judge the Itô energy balance of the "
         "tokens (:mod:`wflow.particles.free_energy`: ``E(T) − E(0) = ∫(power + ∂_tE) dt + "
         "D∫Σ_iΔ_{S,i}E dt + M_T`` in the mean over paths; ``d`` more kernel sums per state). "
-        "``None``: wherever the time loop records it (the Python loop; the compiled loop "
-        "records no Laplacian and leaves the balance unjudged); ``True``: always (``engine = "
-        "'auto'`` runs the Python loop); ``False``: never. No effect with ``D = 0``.",
+        "``None``: judged wherever it applies (an exponential kind, deterministic weights, "
+        "no mask): ``engine = 'auto'`` then runs the Python loop, which records it, and "
+        "``engine = 'compiled'`` leaves it unjudged; ``True``: always (the Python loop); "
+        "``False``: never (the compiled loop where it applies). A noisy run with no check "
+        "judged ends ``completed``, not ``success``. No effect with ``D = 0``.",
         check=boolean))
     dtype: Literal["float64", "float32"] = field(default="float64", kw_only=True, metadata=opt(
         "Precision of the attention sums: ``float32`` forms every evaluation's scores and "

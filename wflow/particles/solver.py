@@ -49,7 +49,7 @@ from ..geometry.sphere import check_on_sphere
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog
-from ..status import Status, failed_run
+from ..status import Status, failed_run, unjudged_status
 from .adaptive import adaptive_grid, check_accuracy_applies
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .free_energy import (
@@ -70,6 +70,8 @@ from .integrators import (
 from .judged import judged_fixed, judged_noisy
 from .loop import (
     check_noisy,
+    ito_by_default,
+    ito_unjudged_reason,
     refuse_masked_records,
     time_loop,
     unjudged_chain,
@@ -250,7 +252,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         With ``rtol``/``atol`` set the requested tolerance decides instead (fixed steps:
         :func:`~wflow.particles.adaptive.fixed_step_error`; token diffusion ``D > 0``: the
         weak-error estimate of :mod:`wflow.particles.weak_error`, ``"inconclusive"`` where
-        its noise cannot decide, naming a token count).
+        its noise cannot decide, naming a token count). ``"completed"`` where no check is
+        judged (:func:`wflow.status.unjudged_status`): token diffusion whose Itô balance
+        is not recorded or cannot be judged (``ito_balance = False``, ``engine =
+        "compiled"``, a kind without the closed-form Laplacian, noisy weights), or a mask
+        with token diffusion; the message names each reason.
     """
     opts = options or ParticleOptions()
     if kwargs:
@@ -264,7 +270,25 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.resolve(opts.integrator, "particles.integrator"))
+    res = _dispatch(x0, schedule, attn, opts, comm)
+    if opts.diffusion > 0 and opts.ito_balance is False and "ito_balance" not in res.checks:
+        res = replace(res, checks={**res.checks, "ito_balance": {
+            "judged": False, "reason": "not asked for (particles.ito_balance = false)"}})
+    status, message = unjudged_status(
+        res.status, res.message, res.checks, remedy="set particles.rtol to judge the run by "
+        "the weak-error estimate of its token moments" if opts.diffusion > 0 else "")
+    if status != res.status:  # a success that no check backs (token diffusion, a mask)
+        logger.info("particles: run completed, %s", message)
+        res = replace(res, status=status, message=message)
+    return res
+
+
+def _dispatch(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: ParticleOptions,
+              comm: Any) -> ParticleResult:
+    """The run of :func:`simulate` (checked inputs) on the engine its options choose."""
     python_why = _needs_python(opts)
+    if python_why is None and opts.engine == "auto":
+        python_why = ito_by_default(opts, attn, schedule)
     if opts.adaptive or opts.rtol is not None or opts.atol is not None:  # accuracy asked for
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
                                else "particles.rtol" if opts.rtol is not None
@@ -287,11 +311,12 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             res = simulate_compiled(x0, schedule, attn, opts)
             if kept is not None and res.trajectory is not None:  # (engine = "compiled")
                 res = replace(res, trajectory=res.trajectory[:, :, kept])
-            if opts.diffusion > 0 and opts.ito_balance is None:
+            if opts.diffusion > 0 and opts.ito_balance is not False:
                 res = replace(res, checks={**res.checks, "ito_balance": {
-                    "judged": False, "reason": "the compiled loop records no Laplacian of "
-                    "the energy; set particles.ito_balance = true (or engine = 'python') to "
-                    "judge the Itô balance"}})
+                    "judged": False, "reason": ito_unjudged_reason(attn, schedule) or (
+                        "the compiled loop records no Laplacian of the energy (engine = "
+                        "'compiled'); set engine = 'auto' or 'python' to judge the Itô "
+                        "balance")}})
             return res
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")

@@ -96,7 +96,8 @@ def _run_particles(mesh, pde, schedule, attn, popts, ropts: RunOptions, sc: Scen
                    **({"diffusion": sc.diffusion,
                        # the main phase judges the Itô energy balance of the noisy tokens
                        # (the Python loop records the Laplacian of E); replicates need not
-                       "ito_balance": True if rep is None else None}
+                       # (the compiled loop; their status ``completed``: nothing judged)
+                       "ito_balance": True if rep is None else False}
                       if sc.diffusion > 0 else {}))
     if res.status == Status.FAILED:
         raise FloatingPointError(f"particle phase failed: {res.message}")
