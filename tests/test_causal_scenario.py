@@ -54,9 +54,12 @@ def test_the_scenario_builds_the_masked_attention(tmp_path):
 
 def test_particles_run_the_decoder_and_the_order_matters(tmp_path, capsys):
     out = tmp_path / "o"
+    # a masked run judges no check of its own: completed, exit 1, the outputs written
     assert main(["particles", str(scenario(tmp_path, 'mask = "causal"')), "--out",
-                 str(out)]) == 0, capsys.readouterr().err
+                 str(out)]) == 1
+    assert "run completed: no accuracy check was judged" in capsys.readouterr().err
     masked = json.loads((out / "summary.json").read_text())
+    assert masked["status"] == "completed" and "particles.rtol" in masked["message"]
     out2 = tmp_path / "o2"
     assert main(["particles", str(scenario(tmp_path, "")), "--out", str(out2)]) == 0
     plain = json.loads((out2 / "summary.json").read_text())

@@ -48,7 +48,10 @@ def cases(tmp_path_factory) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name", ["causal", "strict", "rank"])
 def test_split_equals_serial(cases, name):
     assert int(cases[f"par_{name}_ranks"]) == 2
-    assert str(cases[f"ser_{name}_status"]) == str(cases[f"par_{name}_status"]) == "success"
+    # masked runs judge no check of their own (the chain rule of the unmasked energy is
+    # recorded, not judged): completed; the rank-r heads: success
+    want = "success" if name == "rank" else "completed"
+    assert str(cases[f"ser_{name}_status"]) == str(cases[f"par_{name}_status"]) == want
     worst = 0.0
     for key in cases:
         if key.startswith(f"ser_{name}_") and not key.endswith(("_status", "_ranks")):

@@ -36,7 +36,13 @@ def test_masked_chain_recorded_not_judged():
     # the residual alone would make the run inaccurate: it exceeds its tolerance
     assert chain["passed"] is False and chain["value"] > chain["tolerance"], chain
     assert chain["judged"] is False and chain["reason"] == MASKED_REASON
-    assert res.status == "success" and res.message == ""
+    # no check is judged: the run is completed (not success), naming why and the remedy
+    assert res.status == "completed" and MASKED_REASON in res.message
+    assert "particles.rtol" in res.message
+    # the remedy works: with rtol the step-doubling estimate judges the run
+    judged = simulate(x0, heads, MASKED, T=0.2, dt=0.02, integrator="euler", rtol=1e-2)
+    assert judged.status in ("success", "inaccurate") and judged.checks["accuracy"]["passed"] \
+        == (judged.status == "success")
 
 
 def test_unmasked_chain_still_judged():
@@ -59,7 +65,7 @@ def test_masked_noisy_ito_unjudged_or_refused():
     ito = res.checks["ito_balance"]
     assert ito["judged"] is False and ito["reason"] == MASKED_REASON
     assert res.checks["chain"]["judged"] is False
-    assert res.status == "success"
+    assert res.status == "completed" and MASKED_REASON in res.message
     with pytest.raises(ScenarioError, match=r"attention\.mask.*ito_balance"):
         simulate(x0, heads, MASKED, T=0.1, dt=0.02, integrator="em", diffusion=0.1,
                  ito_balance=True)

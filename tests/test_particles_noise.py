@@ -20,6 +20,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.linalg import expm
@@ -189,7 +191,12 @@ def test_noisy_runs_repeat_and_stay_on_the_sphere():
         opts = ParticleOptions(T=0.1, dt=0.05, integrator=name, diffusion=0.2, seed=5)
         a, b = simulate(x, h, at, options=opts), simulate(x, h, at, options=opts)
         assert a.status == "success", a.message
-        assert a.extra["engine"] == "compiled"  # every built-in noisy step is compiled
+        # the default judges the Itô balance, recorded by the Python loop; without it
+        # (ito_balance = false) every built-in noisy step runs compiled, the same path
+        assert a.extra["engine"] == "python" and a.checks["ito_balance"]["judged"]
+        c = simulate(x, h, at, options=replace(opts, ito_balance=False))
+        assert c.extra["engine"] == "compiled" and c.status == "completed"
+        assert np.max(np.abs(c.x - a.x)) <= 1e-12
         assert np.array_equal(a.x, b.x)
         # one normalisation per step: |x| = 1 within a few ulps
         assert np.max(np.abs(np.linalg.norm(a.x, axis=-1) - 1)) <= 8 * np.finfo(float).eps

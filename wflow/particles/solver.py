@@ -276,7 +276,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
             "judged": False, "reason": "not asked for (particles.ito_balance = false)"}})
     status, message = unjudged_status(
         res.status, res.message, res.checks, remedy="set particles.rtol to judge the run by "
-        "the weak-error estimate of its token moments" if opts.diffusion > 0 else "")
+        + ("the weak-error estimate of its token moments" if opts.diffusion > 0 else
+           "the step-doubling estimate of its tokens"))
     if status != res.status:  # a success that no check backs (token diffusion, a mask)
         logger.info("particles: run completed, %s", message)
         res = replace(res, status=status, message=message)

@@ -188,7 +188,7 @@ def _replicate(item: tuple) -> dict[str, Any]:
     x0[fromB] = sample_cells(verts, mB, int(fromB.sum()), rng)
     res = simulate(x0, heads, attn, T=T_FINAL, dt=T_FINAL / PARTICLE_STEPS, integrator="rk4",
                    head_rates=False, clusters=False, record_every=PARTICLE_STEPS)
-    if res.status != Status.SUCCESS:
+    if res.status not in (Status.SUCCESS, Status.COMPLETED):  # a mask: no check judged
         raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
     xT = res.x[0]
     nb = n // B

@@ -85,6 +85,7 @@ from .checkpoint import _phase, _Pieces, _session_record
 from .compare import _piece
 from .moments import ALPHA, coarse_cells
 from .options import MainJobResult
+from .summary import phases_status
 
 __all__ = ["REPLICATES", "DEGREE", "CONTROL_DEGREE", "NOT_GRADIENT_FLOW", "bins_of", "check_causal",
            "run_causal_job"]
@@ -406,9 +407,7 @@ def _summary(sc: Any, raw: dict, p: dict, kin: Any, parts: dict, mom: dict,
         "wall_time_s": {**{k: float(v) for k, v in timings.items()}, "total": float(wall)},
         "verdicts": verdicts,
     }
-    overall = worst_status(*(v["status"] for v in statuses.values()))
-    reasons = [f"{k}: {v['status']} ({v['message']})" for k, v in statuses.items()
-               if v["status"] != Status.SUCCESS]
+    overall, reasons = phases_status(statuses)
     failed = [v["quantity"] for v in verdicts if v["verdict"] == Verdict.FAIL]
     if failed:
         overall = worst_status(overall, Status.INACCURATE)

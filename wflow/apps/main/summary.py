@@ -16,7 +16,7 @@ from ...infra.io import (
     write_csv,
     write_json,
 )
-from ...status import Status, Verdict
+from ...status import Status, Verdict, worst_status
 from .refinement import _refinement_block
 from .verdicts import W2_GROWTH_TOL, _verdicts
 
@@ -89,10 +89,26 @@ def _subsample_block(pw) -> dict:
             "sliced_all_max": None if sl is None else float(np.max(sl))}
 
 
+def phases_status(statuses: dict[str, dict]) -> tuple[Status, list[str]]:
+    """The job's status from its phases', and the reasons of those short of ``success``.
+
+    A phase ``completed`` (its run judged no accuracy check of its own: the causal
+    particles, the noisy JKO) counts as ``success`` here, as the job's verdict table
+    judges it (particles against the PDE, the JKO against the PDE); ``statuses`` keeps
+    its own word.
+    """
+    ok = (Status.SUCCESS, Status.COMPLETED)
+    overall = worst_status(*(Status.SUCCESS if v["status"] in ok else v["status"]
+                             for v in statuses.values()))
+    reasons = [f"{k}: {v['status']} ({v['message']})" for k, v in statuses.items()
+               if v["status"] not in ok]
+    return overall, reasons
+
+
 def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref=None,
              table=None) -> dict:
     from ...infra.io import provenance
-    from ...status import edi_kind, worst_status
+    from ...status import edi_kind
 
     pres = parts["res"]
     pbal = {k: float(v[0]) for k, v in pres.balance.items()}
@@ -164,9 +180,7 @@ def _summary(sc, raw, pde, parts, jko, cmp_, timings, ropts, mesh, wall, *, jref
                               "eps": float(jko.options.epsilon), "what": what}
         summary["jko_refinement"] = _refinement_block(jko, table, cmp_, ropts)
     summary["verdicts"] = _verdicts(summary, pde, pres, jko)
-    overall = worst_status(*(v["status"] for v in statuses.values()))
-    reasons = [f"{k}: {v['status']} ({v['message']})" for k, v in statuses.items()
-               if v["status"] != Status.SUCCESS]
+    overall, reasons = phases_status(statuses)
     failed = [v["quantity"] for v in summary["verdicts"] if v["verdict"] == Verdict.FAIL]
     if failed:
         overall = worst_status(overall, Status.INACCURATE)
