@@ -201,7 +201,8 @@ class JKOOptions(ErrorControlled):
     TABLE_EXTRAS = {
         "mesh": Extra(None, string, _MESH_DOC, "str"),
         "compare_pde": Extra(False, boolean, "Also solve the PDE with the surrogate velocity and "
-                             "record ``W_2`` JKO vs PDE at every ``t_k``.", "bool"),
+                             "the run's token diffusion, and record ``W_2`` JKO vs PDE at "
+                             "every ``t_k``.", "bool"),
     }
 
     T: float = field(default=1.0, metadata=opt(

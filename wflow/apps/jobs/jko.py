@@ -131,9 +131,11 @@ def _write(scenario: Any, table: JKOTable, p: dict, res: JKOResult, out: str | P
         from ...geometry.transport import w2_sphere
         from ...pde import PDEOptions, solve_pde
 
+        # the same flow: the surrogate velocity and the run's token diffusion (Strang)
         pres = solve_pde(rho0, schedule, attn, mesh=sm, options=PDEOptions(
             T=opts.T, dt=min(opts.tau, 0.01), order=2, flow="surrogate",
-            n_saves=opts.steps + 1, balance=False, clusters=False, progress=False))
+            n_saves=opts.steps + 1, balance=False, clusters=False, progress=False,
+            diffusion=float(opts.diffusion)))
         if pres.status != Status.SUCCESS:
             raise FloatingPointError(f"jko compare_pde: the PDE failed: {pres.message}")
         w2_pde = np.array([w2_sphere(res.centroids, res.centroids, res.masses[k],
