@@ -256,7 +256,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         judged (:func:`wflow.status.unjudged_status`): token diffusion whose Itô balance
         is not recorded or cannot be judged (``ito_balance = False``, ``engine =
         "compiled"``, a kind without the closed-form Laplacian, noisy weights), or a mask
-        with token diffusion; the message names each reason.
+        (its chain rule is the unmasked energy's); the message names each reason and the
+        remedy (``rtol``).
     """
     opts = options or ParticleOptions()
     if kwargs:
