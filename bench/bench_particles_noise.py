@@ -85,7 +85,8 @@ def bench_steps(n: int) -> dict:
                                    engine="python", head_rates=False, clusters=False,
                                    **quiet)
             r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts))
-            assert r.status == "success", r.message
+            # the Itô balance off: a noisy run judges no check (completed)
+            assert r.status == ("completed" if D > 0 else "success"), r.message
             t[S] = (wall, cpu, r.extra["kernel"])
         rows[integ] = {"diffusion": D, "step_wall_s": (t[3][0] - t[1][0]) / 2,
                        "step_cpu_s": (t[3][1] - t[1][1]) / 2, "kernel": t[3][2]}
@@ -135,7 +136,8 @@ def bench_split(n: int, out: str, repeats: int = 2, family: str = "euler") -> No
             comm.Barrier()
             r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts,
                                                               comm=comm))
-            assert r.status == "success", r.message
+            # the Itô balance off: a noisy run judges no check (completed)
+            assert r.status == ("completed" if D > 0 else "success"), r.message
             if S:
                 t[integ, S].append((comm.allreduce(wall, op=MPI.MAX),
                                     comm.allreduce(cpu, op=MPI.MAX)))
@@ -184,7 +186,8 @@ def bench_compiled(n: int, out: str, repeats: int = 3) -> None:
                                    diffusion=D, engine="compiled", kernel_backend="direct",
                                    head_rates=False, clusters=False, progress=False)
             r, wall, cpu = _timed(lambda opts=opts: simulate(x, heads, attn, options=opts))
-            assert r.status == "success" and r.extra["engine"] == "compiled", r.message
+            assert r.status == ("completed" if D > 0 else "success"), r.message
+            assert r.extra["engine"] == "compiled"
             if S:
                 t[integ, D, S].append((wall, cpu))
     for integ, D in COMPILED_SET:
