@@ -354,6 +354,7 @@ def test_noisy_weights_record_but_do_not_judge():
     chk = res.checks["ito_balance"]
     assert chk["judged"] is False and "noisy weights" in chk["reason"]
     assert res.status == "completed" and "noisy weights" in res.message
+    assert "particles.rtol is refused" in res.message  # no remedy offered that is refused
     assert res.balance["ito_residual"].shape == (2,)
     with pytest.raises(ValueError, match="no Laplacian"):
         judge_ito_balance(simulate(_clustered(24, 3, 5), Heads.scalar([1.0], 3),

@@ -275,10 +275,11 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if opts.diffusion > 0 and opts.ito_balance is False and "ito_balance" not in res.checks:
         res = replace(res, checks={**res.checks, "ito_balance": {
             "judged": False, "reason": "not asked for (particles.ito_balance = false)"}})
-    status, message = unjudged_status(
-        res.status, res.message, res.checks, remedy="set particles.rtol to judge the run by "
-        + ("the weak-error estimate of its token moments" if opts.diffusion > 0 else
-           "the step-doubling estimate of its tokens"))
+    remedy = ("no estimate judges noisy weights yet (particles.rtol is refused with them)"
+              if schedule.stochastic else "set particles.rtol to judge the run by " + (
+                  "the weak-error estimate of its token moments" if opts.diffusion > 0
+                  else "the step-doubling estimate of its tokens"))
+    status, message = unjudged_status(res.status, res.message, res.checks, remedy=remedy)
     if status != res.status:  # a success that no check backs (token diffusion, a mask)
         logger.info("particles: run completed, %s", message)
         res = replace(res, status=status, message=message)
