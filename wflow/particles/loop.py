@@ -19,6 +19,7 @@ from ..status import Status
 from .free_energy import has_laplacian
 from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, time_grid
 from .noise import TokenNoise
+from .options import ParticleOptions
 from .result import ParticleState
 
 __all__ = ["time_loop", "check_noisy", "unjudged_chain", "unjudged_masked_ito",
@@ -167,7 +168,7 @@ def time_loop(x: np.ndarray, schedule: Schedule, attn: Attention, *, T: float, d
                                      "reduce dt or the head scale")
 
 
-def ito_by_default(opts, attn: Attention, schedule: Schedule) -> str | None:
+def ito_by_default(opts: ParticleOptions, attn: Attention, schedule: Schedule) -> str | None:
     """Why ``engine = "auto"`` takes the Python loop to judge the Itô balance, or None.
 
     With token diffusion and ``ito_balance`` unset the balance is judged wherever it can
