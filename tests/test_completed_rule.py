@@ -10,7 +10,9 @@ kind (softmax, with the closed-form Laplacian of the energy; relu, without) and 
 
 * the status is ``success`` exactly when some check is judged (a dict without
   ``judged: False``), ``completed`` exactly when none is, and nothing else (the runs are
-  small and well resolved, so a judged check passes);
+  small and well resolved, so a judged check passes); and
+  :func:`wflow.particles.loop.unjudged_ahead`, which the command line prints as a note
+  before the run, predicts it;
 * a ``completed`` run names the reason of each unjudged check and a remedy that is never
   a refused option: running it again with that remedy (``rtol``) is accepted and judged,
   except for noisy weights, where the message says that no estimate applies yet;
@@ -33,9 +35,10 @@ import pytest
 import wflow.particles.solver as psolver
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.mask import Causal
-from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation
+from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation, as_schedule
 from wflow.infra.schema import ScenarioError
 from wflow.particles import simulate
+from wflow.particles.loop import unjudged_ahead
 from wflow.status import Status
 
 MASKS = (None, "causal")
@@ -98,6 +101,11 @@ def test_success_exactly_when_a_check_is_judged(outcomes):
     seen = set()
     for case, res in ran:
         judged = _judged(res.checks)
+        # the prediction before the run (the command line's note) is the outcome
+        mask, _D, _ito, _engine, kind, weights = case
+        attn = Attention(kind, 1.0, mask=None if mask is None else Causal())
+        sched = as_schedule(_setup(weights)[1])
+        assert (unjudged_ahead(res.options, attn, sched) is None) == judged, case
         assert res.status == (Status.SUCCESS if judged else Status.COMPLETED), (case, res.message)
         seen.add(res.status)
         if not judged:

@@ -120,7 +120,9 @@ def test_jko_and_pde_get_the_noise(tmp_path, capsys):
     # the noisy JKO judges no check of its own (both EDI forms recorded, not judged): it
     # ends ``completed`` and exits 1, naming the remedy; its outputs are written
     assert main(["jko", str(p), "--out", str(tmp_path / "j")]) == 1
-    assert "run completed: no accuracy check was judged" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.index("wflow jko: note: no accuracy check will be judged") < err.index(
+        "run completed: no accuracy check was judged"), err
     s = json.loads((tmp_path / "j" / "summary.json").read_text())
     assert s["status"] == "completed" and "jko.rtol" in s["message"]
     assert s["options"]["diffusion"] == 0.05 and "free_edi" in s["balance"]
@@ -136,7 +138,7 @@ def test_jko_and_pde_get_the_noise(tmp_path, capsys):
     assert err_line(capsys).startswith("wflow jko: error: attention.diffusion: ")
 
 
-def test_zero_diffusion_job_is_todays_job_bit_for_bit(tmp_path):
+def test_zero_diffusion_job_is_todays_job_bit_for_bit(tmp_path, capsys):
     import numpy as np
 
     a, b = tmp_path / "a", tmp_path / "b"
@@ -144,6 +146,7 @@ def test_zero_diffusion_job_is_todays_job_bit_for_bit(tmp_path):
     pa, pb = scenario(a, None), scenario(b, "diffusion = 0.0")
     assert main(["jko", str(pa), "--out", str(a / "o")]) == 0
     assert main(["jko", str(pb), "--out", str(b / "o")]) == 0
+    assert "note:" not in capsys.readouterr().err  # judged runs: no note before them
     ra, rb = np.load(a / "o" / "density.npz"), np.load(b / "o" / "density.npz")
     assert np.array_equal(ra["rho"], rb["rho"])
     assert main(["jko", str(pb), "--out", str(b / "n"), "--diffusion", "1e-9"]) == 1  # completed

@@ -23,7 +23,8 @@ from .options import ParticleOptions
 from .result import ParticleState
 
 __all__ = ["time_loop", "check_noisy", "unjudged_chain", "unjudged_masked_ito",
-           "refuse_masked_records", "ito_by_default", "ito_unjudged_reason", "MASKED_REASON"]
+           "refuse_masked_records", "ito_by_default", "ito_unjudged_reason", "unjudged_ahead",
+           "completed_remedy", "MASKED_REASON"]
 
 
 #: Why the chain-rule and Itô checks of a masked run are recorded, not judged.
@@ -196,3 +197,34 @@ def ito_unjudged_reason(attn: Attention, schedule: Schedule) -> str | None:
     if getattr(attn, "mask", None) is not None:
         return MASKED_REASON
     return None
+
+
+def unjudged_ahead(opts: ParticleOptions, attn: Attention, schedule: Schedule) -> str | None:
+    """Why no accuracy check of this run will be judged, before it runs (None: one will).
+
+    What :func:`~wflow.particles.simulate` will find after the run
+    (:func:`wflow.status.unjudged_status`): with ``rtol``, ``atol`` or ``adaptive`` the
+    error estimate is judged; with token diffusion the chain rule is not, and the Itô
+    balance is judged where it applies (:func:`ito_unjudged_reason`) unless
+    ``ito_balance = False`` or ``engine = "compiled"``; without it, a mask leaves the
+    chain rule unjudged. ``tests/test_completed_rule.py`` holds it to the outcome.
+    """
+    if opts.rtol is not None or opts.atol is not None or opts.adaptive:
+        return None
+    if opts.diffusion > 0:
+        why = ito_unjudged_reason(attn, schedule)
+        if why is None and opts.ito_balance is False:
+            why = "the Itô balance not asked for (particles.ito_balance = false)"
+        elif why is None and opts.engine == "compiled":
+            why = "the compiled loop records no Laplacian of the energy (engine = 'compiled')"
+        return None if why is None else f"token diffusion without a judged Itô balance: {why}"
+    return MASKED_REASON if getattr(attn, "mask", None) is not None else None
+
+
+def completed_remedy(opts: ParticleOptions, schedule: Schedule) -> str:
+    """How to have a run judged that no check judged (never an option that is refused)."""
+    if schedule.stochastic:  # rtol is refused with noisy weights, with or without D
+        return "no estimate judges noisy weights yet (particles.rtol is refused with them)"
+    return "set particles.rtol to judge the run by " + (
+        "the weak-error estimate of its token moments" if opts.diffusion > 0
+        else "the step-doubling estimate of its tokens")

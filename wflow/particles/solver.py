@@ -70,6 +70,7 @@ from .integrators import (
 from .judged import judged_fixed, judged_noisy
 from .loop import (
     check_noisy,
+    completed_remedy,
     ito_by_default,
     ito_unjudged_reason,
     refuse_masked_records,
@@ -275,11 +276,8 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     if opts.diffusion > 0 and opts.ito_balance is False and "ito_balance" not in res.checks:
         res = replace(res, checks={**res.checks, "ito_balance": {
             "judged": False, "reason": "not asked for (particles.ito_balance = false)"}})
-    remedy = ("no estimate judges noisy weights yet (particles.rtol is refused with them)"
-              if schedule.stochastic else "set particles.rtol to judge the run by " + (
-                  "the weak-error estimate of its token moments" if opts.diffusion > 0
-                  else "the step-doubling estimate of its tokens"))
-    status, message = unjudged_status(res.status, res.message, res.checks, remedy=remedy)
+    status, message = unjudged_status(res.status, res.message, res.checks,
+                                      remedy=completed_remedy(opts, schedule))
     if status != res.status:  # a success that no check backs (token diffusion, a mask)
         logger.info("particles: run completed, %s", message)
         res = replace(res, status=status, message=message)

@@ -111,6 +111,20 @@ def _build(scenario: Any, table: JKOTable, comm: Any) -> dict:
             "rho0": rho0, "H": heads_of(schedule)}
 
 
+def _unjudged(p: dict, table: JKOTable) -> str | None:
+    """The note of a run whose status will be ``completed`` (Job.unjudged), or None.
+
+    With token diffusion and no tolerance both EDI forms are recorded, not judged
+    (:func:`wflow.jko.result.judge`).
+    """
+    opts = table.unresolved_options()
+    if not opts.diffusion > 0 or opts.tolerance is not None:
+        return None
+    return ("no accuracy check will be judged (token diffusion: the EDI of E and the "
+            "free-energy EDI are recorded, not judged): the run will end completed (exit 1); "
+            "set jko.rtol to judge it by the error estimate of its steps")
+
+
 def _solve(p: dict, table: JKOTable, comm: Any) -> JKOResult:
     sm = p["mesh"]
     cen = sm.gather_owned(sm.centroids)
@@ -178,7 +192,7 @@ def _write(scenario: Any, table: JKOTable, p: dict, res: JKOResult, out: str | P
 
 #: ``wflow jko``: the spec and what its job does beyond the runner.
 JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
-          solve=_solve, write=_write)
+          solve=_solve, write=_write, unjudged=_unjudged)
 
 
 def run_jko(scenario: Any, out: str | Path, *, progress: bool | None = None,

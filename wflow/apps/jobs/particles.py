@@ -21,6 +21,7 @@ from ...infra.io import check_finite, history_columns, provenance, run_directory
 from ...infra.io.outputs import write_run_files
 from ...kernels.memory import fast_degree
 from ...particles.estimate import fastsum_eligible
+from ...particles.loop import completed_remedy, unjudged_ahead
 from ...particles.result import ParticleResult
 from ...particles.solver import simulate
 from ...particles.spec import SPEC
@@ -97,6 +98,15 @@ def _size_of(p: dict) -> dict:
                   opts=p["opts"], ranks=p["ranks"])
 
 
+def _unjudged(p: dict, opts: Any) -> str | None:
+    """The note of a run whose status will be ``completed`` (Job.unjudged), or None."""
+    why = unjudged_ahead(opts, p["attn"], p["schedule"])
+    if why is None:
+        return None
+    return (f"no accuracy check will be judged ({why}): the run will end completed (exit 1); "
+            + completed_remedy(opts, p["schedule"]))
+
+
 def _solve(p: dict, opts: Any, comm: Any) -> ParticleResult:
     # the module's name, looked up at the call (SPEC.solve; tests wrap it)
     return simulate(p["x0"], p["schedule"], p["attn"], options=opts, comm=comm)
@@ -169,7 +179,7 @@ def _write(scenario: Scenario, opts: Any, p: dict, res: ParticleResult, out: str
 
 #: ``wflow particles``: the spec and what its job does beyond the runner.
 JOB = Job(spec=SPEC, table=_table, size=_size, build=_build, size_of=_size_of, solve=_solve,
-          write=_write, label="particle")
+          write=_write, label="particle", unjudged=_unjudged)
 
 
 def run_particles(scenario: Scenario, out: str | Path, *, save_trajectory: bool = False,

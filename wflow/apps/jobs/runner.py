@@ -21,6 +21,7 @@ Every single-solver command (``wflow particles``, ``pde``, ``jko``, ``gaussian``
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,10 @@ class Job:
         The run's name in the one line of a failure (default: the spec's name).
     failure_is_a_result : bool
         A failed run is written (its status in ``summary.json``) instead of raising.
+    unjudged : callable, optional
+        ``unjudged(problem, table) -> str or None``: why no accuracy check of the run will
+        be judged (it will end ``completed``, exit 1), known before it computes; printed
+        as one note before the run, so that a long run does not end so by surprise.
     """
 
     spec: SolverSpec
@@ -70,6 +75,7 @@ class Job:
     write: Callable[..., None]
     label: str = ""
     failure_is_a_result: bool = False
+    unjudged: Callable[[Any, Any], str | None] | None = None
 
 
 def heads_of(schedule: Any) -> int:
@@ -116,6 +122,9 @@ def run_job(job: Job, scenario: Any, out: str | Path, *,
     built = job.size_of(problem)
     if built != size:  # not known before, or the problem differs (a mesh generator's count)
         check_collective(job.spec.estimate(table, **built), confirm=confirm, comm=comm)
+    note = job.unjudged(problem, table) if job.unjudged is not None else None
+    if note and (comm is None or comm.Get_rank() == 0):
+        print(f"wflow {job.spec.name}: note: {note}", file=sys.stderr, flush=True)
     res = job.solve(problem, table, comm)
     if not job.failure_is_a_result and res.status == Status.FAILED:
         raise FloatingPointError(f"{job.label or job.spec.name} run failed: {res.message}")
