@@ -57,7 +57,10 @@ def test_particles_run_the_decoder_and_the_order_matters(tmp_path, capsys):
     # a masked run judges no check of its own: completed, exit 1, the outputs written
     assert main(["particles", str(scenario(tmp_path, 'mask = "causal"')), "--out",
                  str(out)]) == 1
-    err = capsys.readouterr().err
+    outerr = capsys.readouterr()
+    err = outerr.err
+    # the chain-rule residual on the summary line says that it decides nothing
+    assert "(relative)" in outerr.out and "(recorded, not judged)" in outerr.out
     # said before the run (a note), and after it (the status line)
     assert err.index("wflow particles: note: no accuracy check will be judged") < err.index(
         "run completed: no accuracy check was judged"), err
@@ -65,7 +68,8 @@ def test_particles_run_the_decoder_and_the_order_matters(tmp_path, capsys):
     assert masked["status"] == "completed" and "particles.rtol" in masked["message"]
     out2 = tmp_path / "o2"
     assert main(["particles", str(scenario(tmp_path, "")), "--out", str(out2)]) == 0
-    assert "note:" not in capsys.readouterr().err  # control: a judged run, no note
+    outerr = capsys.readouterr()  # control: a judged run, no note, its residual judged
+    assert "note:" not in outerr.err and "not judged" not in outerr.out
     plain = json.loads((out2 / "summary.json").read_text())
     # negative control: the mask changes the run (the same tokens, the same heads)
     assert masked["final"]["E"]["mean"] != plain["final"]["E"]["mean"]

@@ -47,7 +47,10 @@ def _main(args: argparse.Namespace) -> int:
     if rank != 0:
         return finish("particles", res.status, rank=rank)
     fin = res.final()
-    rel = getattr(res, "checks", {}).get("chain", {}).get("value", float("nan"))
+    chain = getattr(res, "checks", {}).get("chain", {})
+    rel = chain.get("value", float("nan"))
+    # a residual that does not decide the status says so (a mask, token diffusion)
+    unjudged = " (recorded, not judged)" if chain.get("judged", True) is False else ""
     adj, o = "", getattr(res, "options", None)
     if o is not None:  # no silent change: a dt that does not divide T (summary.json "dt")
         steps = max(1, math.ceil(o.T / o.dt - 1e-9))
@@ -57,5 +60,5 @@ def _main(args: argparse.Namespace) -> int:
     print(f"particles: {res.status} in {res.wall_time:.2f} s{adj}; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, chain-rule residual (absolute) "
           f"{res.balance_summary()['chain']['mean']:.3e}, (relative) "
-          f"{rel:.2e}; wrote {args.out}")
+          f"{rel:.2e}{unjudged}; wrote {args.out}")
     return finish("particles", res.status, res.message)
