@@ -123,6 +123,11 @@ ITO_STEP_KEYS = ("lap", "qv", "kappa", "cv")
 ITO_Z = 4.0
 #: Fewest paths for the control-variate estimate (sample standard error over paths).
 CV_PATHS = 16
+#: Why the Itô balance is not judged: a kind whose ``Φ''`` is not its kernel.
+NO_LAPLACIAN = ("the attention kind has no closed-form Laplacian of the energy (Φ'' is not "
+                "its kernel)")
+#: Why the Itô balance is not judged: noisy weights.
+NOISY_WEIGHTS = "noisy weights: their Itô terms enter the chain residual at order √dt per path"
 
 #: ``sums(masses) -> (Z, Y)``: the kernel sums at the targets over all sources with the
 #: given source masses (shapes ``(H, M)`` and ``(H, M, d)``).
@@ -445,8 +450,7 @@ def judge_noisy_run(status: Status, message: str, checks: dict, grid: np.ndarray
         return status, message, checks
     if not np.all(np.isfinite(steps["lap"])):
         return status, message, {**checks, "ito_balance": {
-            "judged": False, "reason": "the attention kind has no closed-form Laplacian of "
-            "the energy (Φ'' is not its kernel)"}}
+            "judged": False, "reason": NO_LAPLACIAN}}
     balance.update(ito_balance_terms(grid, steps, balance["chain"], D))
     from .options import INTEGRATOR_ORDER
 
@@ -455,8 +459,8 @@ def judge_noisy_run(status: Status, message: str, checks: dict, grid: np.ndarray
                       scheme=f"{_name(opts.integrator)}, dt = {opts.dt:g}")
     if stochastic:
         return status, message, {**checks, "ito_balance": {
-            **check, "judged": False, "reason": "noisy weights: their Itô terms enter the "
-            "chain residual at order √dt per path; the tokens' balance is recorded"}}
+            **check, "judged": False,
+            "reason": f"{NOISY_WEIGHTS}; the tokens' balance is recorded"}}
     checks = {**checks, "ito_balance": check}
     if check["passed"]:
         return Status.SUCCESS, "", checks

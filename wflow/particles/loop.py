@@ -16,7 +16,7 @@ from ..attention.heads import Attention
 from ..attention.schedules import Schedule
 from ..infra.schema import ScenarioError
 from ..status import Status
-from .free_energy import has_laplacian
+from .free_energy import NO_LAPLACIAN, NOISY_WEIGHTS, has_laplacian
 from .integrators import INTEGRATORS, ParticleIntegrator, StochasticIntegrator, time_grid
 from .noise import TokenNoise
 from .options import ParticleOptions
@@ -26,6 +26,10 @@ __all__ = ["time_loop", "check_noisy", "unjudged_chain", "unjudged_masked_ito",
            "refuse_masked_records", "ito_by_default", "ito_unjudged_reason", "unjudged_ahead",
            "completed_remedy", "MASKED_REASON"]
 
+
+#: Why a noisy run's Itô balance is not judged: turned off, or not recorded by the compiled loop.
+ITO_OFF = "not asked for (particles.ito_balance = false)"
+COMPILED_NO_ITO = "the compiled loop records no Laplacian of the energy (engine = 'compiled')"
 
 #: Why the chain-rule and Itô checks of a masked run are recorded, not judged.
 MASKED_REASON = "a masked attention has no energy whose chain rule the run follows"
@@ -190,10 +194,9 @@ def ito_by_default(opts: ParticleOptions, attn: Attention, schedule: Schedule) -
 def ito_unjudged_reason(attn: Attention, schedule: Schedule) -> str | None:
     """Why no time loop judges the Itô balance of this model (None: the Python loop does)."""
     if not has_laplacian(attn.kind):
-        return ("the attention kind has no closed-form Laplacian of the energy (Φ'' is not "
-                "its kernel)")
+        return NO_LAPLACIAN
     if schedule.stochastic:
-        return "noisy weights: their Itô terms enter the chain residual at order √dt per path"
+        return NOISY_WEIGHTS
     if getattr(attn, "mask", None) is not None:
         return MASKED_REASON
     return None
@@ -214,9 +217,9 @@ def unjudged_ahead(opts: ParticleOptions, attn: Attention, schedule: Schedule) -
     if opts.diffusion > 0:
         why = ito_unjudged_reason(attn, schedule)
         if why is None and opts.ito_balance is False:
-            why = "the Itô balance not asked for (particles.ito_balance = false)"
+            why = f"the Itô balance {ITO_OFF}"
         elif why is None and opts.engine == "compiled":
-            why = "the compiled loop records no Laplacian of the energy (engine = 'compiled')"
+            why = COMPILED_NO_ITO
         return None if why is None else f"token diffusion without a judged Itô balance: {why}"
     return MASKED_REASON if getattr(attn, "mask", None) is not None else None
 

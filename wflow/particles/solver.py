@@ -69,6 +69,8 @@ from .integrators import (
 )
 from .judged import judged_fixed, judged_noisy
 from .loop import (
+    COMPILED_NO_ITO,
+    ITO_OFF,
     check_noisy,
     completed_remedy,
     ito_by_default,
@@ -275,7 +277,7 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     res = _dispatch(x0, schedule, attn, opts, comm)
     if opts.diffusion > 0 and opts.ito_balance is False and "ito_balance" not in res.checks:
         res = replace(res, checks={**res.checks, "ito_balance": {
-            "judged": False, "reason": "not asked for (particles.ito_balance = false)"}})
+            "judged": False, "reason": ITO_OFF}})
     status, message = unjudged_status(res.status, res.message, res.checks,
                                       remedy=completed_remedy(opts, schedule))
     if status != res.status:  # a success that no check backs (token diffusion, a mask)
@@ -315,9 +317,8 @@ def _dispatch(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Particl
             if opts.diffusion > 0 and opts.ito_balance is not False:
                 res = replace(res, checks={**res.checks, "ito_balance": {
                     "judged": False, "reason": ito_unjudged_reason(attn, schedule) or (
-                        "the compiled loop records no Laplacian of the energy (engine = "
-                        "'compiled'); set engine = 'auto' or 'python' to judge the Itô "
-                        "balance")}})
+                        f"{COMPILED_NO_ITO}; set engine = 'auto' or 'python' to judge the "
+                        "Itô balance")}})
             return res
         if opts.engine == "compiled":
             raise ValueError(f"particles.engine: 'compiled' does not apply: {why}")
