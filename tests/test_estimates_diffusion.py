@@ -86,6 +86,9 @@ def test_particles_ito_terms_are_counted_where_recorded():
         per_eval = min(float(n) * n * pe.PAIR_SECONDS, n * pe.FASTSUM_SECONDS)
         extra = kw["paths"] * S * (3 * per_eval + pe.noise_seconds("strang-heun", n=n, d=3))
         assert yes.seconds == pytest.approx(base.seconds + extra, rel=1e-12)
+        # and the Laplacian's second moments in memory, (H, n, d, d) doubles a path
+        assert yes.parts["Itô second moments"] == 8.0 * n * 9 * kw["paths"]
+        assert yes.memory == base.memory + yes.parts["Itô second moments"]
         maybe = pe.estimate_particles(n=n, fastsum=True, ito="if-python", **kw)
         assert maybe.seconds == (yes.seconds if fast else base.seconds)
         assert pe.estimate_particles(n=n, fastsum=True, ito="no", **kw) == base

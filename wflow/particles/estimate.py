@@ -250,7 +250,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
     for a Euler–Maruyama step beyond the diffusive Courant bound). ``D = 0``: the
     noiseless estimate, bit for bit. The Itô energy balance's terms
     (:mod:`wflow.particles.free_energy`: ``d`` more kernel sums per step and the control
-    variate's redrawn noise) are counted with ``ito = "yes"``, and with ``ito =
+    variate's redrawn noise; in memory its second moments, ``8 H n d²`` bytes a path) are
+    counted with ``ito = "yes"``, and with ``ito =
     "if-python"`` only where the fast summation is chosen (the Python loop, which
     records them); ``"no"``: not counted.
     """
@@ -287,6 +288,8 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
         python = fastsum and d == 3 and fast < direct
         if ito == "yes" or (ito == "if-python" and python):
             step += int(d) * per_eval + noise_seconds(integrator, n=n, d=d)
+            # the Laplacian's second moments Σ_j m_j k y_j y_jᵀ: (H, n, d, d) per path
+            parts["Itô second moments"] = 8.0 * H * local_n * int(d) ** 2 * local_paths
     record = RECORD_SECONDS + (CLUSTER_SECONDS * n if clusters else 0.0)
     secs = STARTUP_SECONDS + paths * (S * step + R * record)
     return Estimate(what, sum(parts.values()), S * paths, secs, parts)
