@@ -212,6 +212,19 @@ def prepare_scenario(args: argparse.Namespace) -> tuple[Path, Any]:
     return out, load_scenario(args.scenario)
 
 
+def time_error_phrase(stats: dict[str, Any], section: str = "pde") -> str:
+    """The summary line's words for a finite-volume run's time-discretisation error.
+
+    ``stats["error_estimate"]`` (the step-doubling estimate, in units of the tolerance) with
+    ``rtol``, or that it was not estimated (``<section>.rtol`` unset).
+    """
+    if "error_estimate" not in stats:
+        return f"time error not estimated ({section}.rtol unset)"
+    return (f"time-error estimate {stats['error_estimate']:.2g} of the tolerance "
+            f"(rtol {stats['rtol']:g}; {stats['error_rejected_steps']} rejected by the error "
+            "controller)")
+
+
 def finish(command: str, status: str, message: str = "", *, rank: int = 0) -> int:
     """Exit status of a run: 0 for ``"success"``, else 1 with one line naming status and reason.
 

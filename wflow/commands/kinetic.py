@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import add_controls, add_override, add_scenario_command, finish, prepare_scenario
+from . import time_error_phrase as time_error
 from ._help import describe
 
 
@@ -48,5 +49,6 @@ def _main(args: argparse.Namespace) -> int:
         print(f"kinetic: {res.status}, {st['slices']} slices × {st['cells']} cells, "
               f"{st['steps']} steps ({st['rejected_steps']} rejected) in "
               f"{st['wall_time']:.2f} s; mass error {st['mass_error_max']:.1e}, "
-              f"smallest density {st['rho_min']:.3g}; wrote {args.out}")
+              f"smallest density {st['rho_min']:.3g}; {time_error(st)}; "
+              f"wrote {args.out}")
     return finish("kinetic", res.status, res.message, rank=rank)

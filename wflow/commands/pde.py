@@ -6,6 +6,7 @@ import argparse
 import math
 
 from . import add_controls, add_override, add_scenario_command, finish, prepare_scenario
+from . import time_error_phrase as time_error
 from ._help import describe
 
 
@@ -63,5 +64,6 @@ def _main(args: argparse.Namespace) -> int:
         print(f"pde: {res.status}, {res.stats['cells']} cells, {res.stats['steps']} steps "
               f"({res.stats['rejected_steps']} rejected) in {res.stats['wall_time']:.2f} s; "
               f"E(T) = {fin.get('E', math.nan):.6g}, mass error "
-              f"{res.stats['mass_error_max']:.1e}, {edi_s}; wrote {args.out}")
+              f"{res.stats['mass_error_max']:.1e}, {edi_s}; {time_error(res.stats)}; "
+              f"wrote {args.out}")
     return finish("pde", res.status, res.message, rank=rank)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from ..infra.estimate import Estimate
 from ..pde.estimate import (
+    ADAPTIVE_NOTE,
     BASELINE_BYTES,
     PDE_PAIR_SECONDS,
     PDE_STAGE_SECONDS,
     pde_steps,
+    step_evaluations,
     time_integrator_of,
 )
 from .options import KineticTable
@@ -40,7 +42,8 @@ KINETIC_CELL_SECONDS = 4e-7
 def estimate_kinetic(*, cells: int, S: int, H: int = 1, T: float, dt: float,
                      n_saves: int = 11, cfl: float = 0.9, order: int = 1,
                      integrator=None, max_steps: int = 1_000_000, vmax: float = 1.5,
-                     what: str = "kinetic", startup: bool = True) -> Estimate:
+                     what: str = "kinetic", startup: bool = True,
+                     error_control: bool = False) -> Estimate:
     """Estimate of ``wflow kinetic`` on ``cells`` cells and ``S`` slices.
 
     Steps as the PDE's (:func:`~wflow.pde.estimate.pde_steps`); time
@@ -49,11 +52,14 @@ def estimate_kinetic(*, cells: int, S: int, H: int = 1, T: float, dt: float,
     libraries, the mesh and the solver's vectors (the PDE's 1.2 kB a cell), the slices'
     state and stage copies (``8 · 4 S M``), the cumulative sums at the edge quadrature
     points (``8 · 2 · 3 M · 4 H S``: numerator and normaliser per head) and the saved
-    densities ``8 n_saves S M``.
+    densities ``8 n_saves S M``. With ``error_control`` (``pde.rtol``/``atol``): the
+    PDE's :func:`~wflow.pde.estimate.step_evaluations` right-hand sides a step, the steps
+    counted at ``dt`` (a lower bound, noted).
     """
     M, S_ = float(cells), float(S)
     steps = pde_steps(M, T, dt, cfl, vmax, max_steps)
-    stages = time_integrator_of(integrator, order=order).stages()
+    stages = step_evaluations(time_integrator_of(integrator, order=order).stages(),
+                              error_control)
     parts = {"libraries": float(BASELINE_BYTES)} if startup else {}
     parts.update({"mesh and solver": 1200.0 * M, "slices": 8.0 * 4 * S_ * M,
                   "cumulative sums": 8.0 * 2 * 3 * M * 4 * H * S_,
@@ -61,7 +67,8 @@ def estimate_kinetic(*, cells: int, S: int, H: int = 1, T: float, dt: float,
     per_slice = KINETIC_CALL_SECONDS + KINETIC_CELL_SECONDS * M + M * M * H * PDE_PAIR_SECONDS
     secs = steps * stages * (PDE_STAGE_SECONDS + S_ * per_slice)
     secs += KINETIC_STARTUP_SECONDS if startup else 0.0
-    return Estimate(what, sum(parts.values()), steps, secs, parts)
+    return Estimate(what, sum(parts.values()), steps, secs, parts,
+                    (ADAPTIVE_NOTE,) if error_control else ())
 
 
 def estimate_run(table: KineticTable, *, cells: int, H: int) -> Estimate:
@@ -69,4 +76,5 @@ def estimate_run(table: KineticTable, *, cells: int, H: int) -> Estimate:
     o, p = table.options, table.options.pde
     return estimate_kinetic(cells=int(cells), S=int(o.S), H=int(H), T=p.T, dt=p.dt,
                             n_saves=int(p.n_saves), cfl=p.cfl, order=int(p.order),
-                            integrator=p.integrator, max_steps=int(p.max_steps))
+                            integrator=p.integrator, max_steps=int(p.max_steps),
+                            error_control=p.tolerance is not None)

@@ -6,8 +6,9 @@ limit bias) and, in its field ``pde``, the :class:`~wflow.pde.PDEOptions` of the
 finite-volume discretisation every slice shares (``T``, ``dt``, ``order``, the time
 integrator, limiter, CFL factor, quadrature points on the edges, output times, kernel
 back-end). The options of the PDE that have no meaning for the causal system are refused
-(:func:`check_pde_options`): token diffusion, error control (``rtol``/``atol``), the
-surrogate flow and the energy-based outputs (the causal system has no energy).
+(:func:`check_pde_options`): token diffusion, the surrogate flow and the energy-based
+outputs (the causal system has no energy). Error control (``rtol``/``atol``,
+``adaptive``) is the PDE's step doubling over all slices.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ __all__ = ["KineticOptions", "KINETIC_SCHEMA", "KINETIC_SPEC", "QUADRATURES",
 QUADRATURES: dict[str, float] = {"midpoint": 0.5, "exclusive": 0.0, "inclusive": 1.0}
 
 #: PDE options with no meaning for the causal system, and the value they must keep.
-_REFUSED: dict[str, Any] = {"diffusion": 0.0, "rtol": None, "atol": None,
-                            "flow": "transformer", "entropy": False, "head_rates": False}
+_REFUSED: dict[str, Any] = {"diffusion": 0.0, "flow": "transformer", "entropy": False,
+                            "head_rates": False}
 
 _QUADRATURE_DOC = (
     "Quadrature of the cumulative measure at ``s_k``: the slices before ``k`` and "
@@ -45,9 +46,9 @@ def check_pde_options(value: Any, key: str = "kinetic.pde") -> PDEOptions:
     Raises
     ------
     ScenarioError
-        Not a ``PDEOptions``, or one of ``diffusion``, ``rtol``, ``atol``, ``flow``,
-        ``entropy``, ``head_rates`` set (the causal system has no energy, no surrogate
-        flow; token diffusion and error control are not implemented here). ``balance``
+        Not a ``PDEOptions``, or one of ``diffusion``, ``flow``, ``entropy``,
+        ``head_rates`` set (the causal system has no energy, no surrogate flow; token
+        diffusion is not implemented here). ``balance``
         and the cluster options are not used (no energy; no cluster count per slice).
     """
     if not isinstance(value, PDEOptions):
@@ -56,8 +57,8 @@ def check_pde_options(value: Any, key: str = "kinetic.pde") -> PDEOptions:
         if getattr(value, name) != keep:
             raise ScenarioError(
                 f"{key}.{name}: not available in the kinetic solver (the causal system is "
-                f"not a gradient flow: no energy, no surrogate flow; no diffusion or error "
-                f"control); leave it at {keep!r}, got {getattr(value, name)!r}")
+                f"not a gradient flow: no energy, no surrogate flow; no diffusion); "
+                f"leave it at {keep!r}, got {getattr(value, name)!r}")
     return value
 
 

@@ -61,15 +61,17 @@ from ..attention.schedules import Schedule, as_schedule
 from ..energy import field_from_sums
 from ..geometry.density import initial_density
 from ..geometry.mesh import SphereMesh
+from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog, KernelSums, kernel_sums
+from ..pde.accuracy import controlled_step, tolerance_check
 from ..pde.fv import FiniteVolumes, check_min_dt, retry_dt, ssp_step
 from ..pde.integrators import TIME_INTEGRATORS
 from ..pde.limiters import check_applicable
 from ..pde.velocity import global_backend
 from ..results import finish_history
-from ..status import Status
+from ..status import Status, unjudged_status
 from .options import KineticOptions
 from .result import KineticResult
 from .slices import CumulativeMeasure, SliceBias, slice_centres
@@ -81,6 +83,12 @@ logger = logging.getLogger(__name__)
 
 #: Relative drift of a slice's mass that fails a run (round-off is ``~ steps · ε``).
 MASS_TOL = 1e-10
+
+#: Why a run without ``pde.rtol``/``atol`` has no accuracy check judged, and its remedy.
+NO_ESTIMATE = ("no estimate of the time-discretisation error (pde.rtol and pde.atol "
+               "unset: fixed steps, conservation and positivity only)")
+REMEDY = ("set pde.rtol (and pde.atol) for the step-doubling estimate and error control "
+          "(wflow.pde.accuracy)")
 
 
 class KineticState(NamedTuple):
@@ -99,6 +107,9 @@ class KineticState(NamedTuple):
         Weight parameters ``θ(t)``.
     is_save : bool
         ``t`` is one of the output times.
+    err : float or None
+        With ``pde.rtol``/``atol``: the step's local-error norm (step doubling,
+        :func:`~wflow.infra.accuracy.error_norm`, ``1`` = the tolerance); else ``None``.
     """
 
     t: float
@@ -107,6 +118,7 @@ class KineticState(NamedTuple):
     m: np.ndarray
     theta: np.ndarray
     is_save: bool
+    err: float | None = None
 
 
 def initial_slices(mesh: SphereMesh, rho0: Any, S: int) -> np.ndarray:
@@ -188,6 +200,8 @@ class _KineticRun:
                  attn: Attention, bias: SliceBias | None) -> None:
         popts = opts.pde
         self.opts = opts
+        self.schedule = schedule
+        self.span = popts.T  # the time interval's length (the tolerance is per unit time)
         self.integrator = TIME_INTEGRATORS.resolve(popts.integrator)
         check_applicable(popts)
         self.fv = FiniteVolumes(mesh, popts)
@@ -200,10 +214,29 @@ class _KineticRun:
         self.rejected = 0
         self.rhs_time = 0.0
         self.umax = 0.0
+        # error control (pde.rtol/atol): the PDE's step doubling over all slices, judged
+        # by a PI controller per unit time (wflow.pde.accuracy)
+        self.tol = popts.tolerance
+        self.ctrl = (None if self.tol is None else StepController(
+            order=self.integrator.order(), span=popts.T, dt_min=popts.min_dt))
+        self.err_sum = 0.0  # Σ of the accepted steps' local-error norms (global estimate)
 
     def gather(self, m_own: np.ndarray) -> np.ndarray:
         """Owned ``(S, no)`` masses -> global ``(S, M)`` (original order, every rank)."""
         return np.stack([self.fv.gather(m) for m in m_own])
+
+    def owned(self, m_glob: np.ndarray) -> np.ndarray:
+        """Owned masses ``(S, no)`` (this rank's cells) of the global ``(S, M)``."""
+        return m_glob[:, self.fv.orig_owned]
+
+    def density(self, m_own: np.ndarray) -> np.ndarray:
+        """Owned masses ``(S, no)`` -> each slice's probability density ``S m_{kK}/|K|``."""
+        return m_own * (self.opts.S / self.fv.areas_glob[self.fv.orig_owned])[None, :]
+
+    def stage_rates(self, m_glob: np.ndarray, t: float, theta: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`rates` (the kinetic velocity depends on ``t`` through ``θ`` only)."""
+        return self.rates(m_glob, theta)
 
     def rates(self, m_glob: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``dm/dt`` and outflow rates ``(S, no)`` of the owned cells of every slice."""
@@ -222,16 +255,18 @@ class _KineticRun:
         """Largest positivity-preserving Euler step over every slice and cell."""
         return min(self.fv.bound(m, o) for m, o in zip(m_own, out, strict=True))
 
-    def try_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, dt: float,
-                 thetas: dict[float, np.ndarray]) -> tuple[np.ndarray | None, float]:
-        """One SSP step of all slices: (new owned masses or ``None``, smallest stage bound)."""
-        fv = self.fv
+    def try_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
+                 dt: float, thetas: tuple) -> tuple[np.ndarray | None, float]:
+        """One SSP step of all slices: (new owned masses or ``None``, smallest stage bound).
 
+        ``thetas``: ``θ`` at ``t``, ``t + dt/2`` and ``t + dt``.
+        """
         def rates(m_own: np.ndarray, c: float, theta: Any) -> tuple[np.ndarray, np.ndarray]:
             return self.rates(self.gather(m_own), theta)
 
-        return ssp_step(self.integrator, m_glob[:, fv.orig_owned], net0, out0, dt, thetas,
-                        rates, self.bound, fv.comm)
+        return ssp_step(self.integrator, self.owned(m_glob), net0, out0, dt,
+                        dict(zip((0.0, 0.5, 1.0), thetas, strict=True)), rates, self.bound,
+                        self.fv.comm)
 
 
 def _check_inputs(schedule: Schedule, attn: Attention, opts: KineticOptions,
@@ -301,18 +336,29 @@ def iterate_kinetic(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads
     t, k, istop = 0.0, 0, 1
     yield KineticState(0.0, 0, 0.0, m_glob, theta, True)
     net, out = run.rates(m_glob, theta)
+    ctrl = run.ctrl
+    h_ctrl = popts.dt  # the controller's proposal (error control only)
     while istop < len(saves):
         if k >= popts.max_steps:
             raise RuntimeError(f"max_steps = {popts.max_steps} reached at t = {t:.6g} < T")
         t_stop = saves[istop]
-        dt = min(popts.dt, popts.cfl * run.bound(m_glob[:, fv.orig_owned], out), t_stop - t)
+        dt = min(popts.dt, popts.cfl * run.bound(run.owned(m_glob), out), t_stop - t)
+        if ctrl is not None and popts.adaptive:
+            dt = min(dt, h_ctrl)
         if t_stop - t - dt <= tol:
             dt = t_stop - t
+        err = None
         while True:
             check_min_dt(dt, popts.min_dt, t)
-            th_mid, th_new = schedule.advance(theta, t, dt, None)
-            m_new, bmin = run.try_step(m_glob, net, out, dt,
-                                       {0.0: theta, 0.5: th_mid, 1.0: th_new})
+            if ctrl is None:
+                th_mid, th_new = schedule.advance(theta, t, dt, None)
+                m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
+            else:
+                m_new, bmin, err, th_new, h_ctrl, retry = controlled_step(
+                    run, m_glob, net, out, t, dt, theta, None, h_ctrl, popts.adaptive)
+                if retry:
+                    dt = h_ctrl
+                    continue
             if m_new is not None:
                 break
             run.rejected += 1
@@ -325,7 +371,7 @@ def iterate_kinetic(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads
             raise FloatingPointError(f"non-finite cell masses at t = {t:.6g}")
         theta = th_new
         istop += int(landed)
-        yield KineticState(t, k, dt, m_glob, theta, landed)
+        yield KineticState(t, k, dt, m_glob, theta, landed, err)
         if istop < len(saves):
             net, out = run.rates(m_glob, theta)
 
@@ -395,6 +441,8 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
     fv = run.fv
     rows: dict[str, list] = {}
     steps: dict[str, list] = {"t": [], "dt": []}
+    if run.tol is not None:
+        steps["error_norm"] = []  # the step's local-error norm (1 = the tolerance)
     mass0: np.ndarray | None = None
     mass_err, min_rho = 0.0, math.inf
     status, message = Status.SUCCESS, ""
@@ -406,6 +454,8 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
         for st in iterate_kinetic(mesh, r0, schedule, attn, bias=bias, options=opts, _run=run):
             steps["t"].append(st.t)
             steps["dt"].append(st.dt)
+            if run.tol is not None:
+                steps["error_norm"].append(0.0 if st.err is None else st.err)
             mass = st.m.sum(axis=1)
             mass0 = mass if mass0 is None else mass0
             mass_err = max(mass_err, float(np.max(np.abs(mass - mass0) / mass0)))
@@ -447,10 +497,26 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
         "max_normal_speed": run.umax, "cells": fv.M, "slices": opts.S,
         "ranks": fv.comm.size, "kernel": vel.log.summary(),
     }
+    steps_arr = {k: np.asarray(v) for k, v in steps.items()}
+    checks: dict[str, Any] = {}
+    if run.tol is not None:  # error control: the controller's counts, the estimate judged
+        assert run.ctrl is not None
+        stats.update({"rtol": run.tol.rtol, "atol": run.tol.atol,
+                      "adaptive": popts.adaptive, "accepted_steps": nsteps,
+                      "error_rejected_steps": run.ctrl.rejected,
+                      "error_estimate": run.err_sum})
+        if nsteps:
+            checks["tolerance"] = tolerance_check(run, steps_arr)
+            if status == Status.SUCCESS and not checks["tolerance"]["passed"]:
+                status, message = Status.INACCURATE, checks["tolerance"]["message"]
+                logger.warning("kinetic run inaccurate: %s", message)
+    else:
+        checks["tolerance"] = {"name": "tolerance", "judged": False, "reason": NO_ESTIMATE}
+        status, message = unjudged_status(status, message, checks, remedy=REMEDY)
     res = KineticResult(status, message, opts, tt, slice_centres(opts.S), rho_out, mass_out,
-                        {k: np.asarray(v) for k, v in steps.items()},
-                        mesh.gather_owned(mesh.centroids), fv.areas_glob, history=history,
-                        stats=stats, wall_time=wall, order=run.integrator.order())
+                        steps_arr, mesh.gather_owned(mesh.centroids), fv.areas_glob,
+                        history=history, stats=stats, checks=checks, wall_time=wall,
+                        order=run.integrator.order())
     if status == Status.SUCCESS:
         logger.info("kinetic: %d slices, %d steps (%d rejected), %.2f s", opts.S, nsteps,
                     run.rejected, wall)

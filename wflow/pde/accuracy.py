@@ -9,32 +9,41 @@ names the step that would meet it; :func:`accuracy_check` is the chain-rule chec
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import numpy as np
 
-from ..infra.accuracy import error_norm, richardson_error
+from ..infra.accuracy import StepController, error_norm, richardson_error
 from ..status import Check, balance_order, judge_steps
 from .integrators import TIME_INTEGRATORS
 from .options import PDEOptions
 
-__all__ = ["doubled_step", "tolerance_check", "accuracy_check", "time_order"]
+__all__ = ["doubled_step", "controlled_step", "judge_step", "tolerance_check", "accuracy_check",
+           "time_order"]
+
+logger = logging.getLogger(__name__)
 
 
 def doubled_step(run: Any, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
-                 dt: float, theta: Any, rng: np.random.Generator
+                 dt: float, theta: Any, rng: np.random.Generator | None
                  ) -> tuple[np.ndarray | None, float, float, Any]:
     r"""One step of size ``dt`` and two of ``dt/2``, with the step-doubling estimate.
 
     Returns ``(owned masses of the two half steps or None, smallest stage bound,
     error norm, θ(t + dt))``. The estimate of the kept solution's error is
     :func:`~wflow.infra.accuracy.richardson_error` at the integrator's order ``q``,
-    ``e = (ρ_h − ρ_{h/2,h/2})/(2^q − 1)`` on the cell densities, measured by
+    ``e = (ρ_h − ρ_{h/2,h/2})/(2^q − 1)`` on the densities, measured by
     :func:`~wflow.infra.accuracy.error_norm` over all ranks' owned cells (an exact sum:
     the same number for any rank count); ``inf`` when a step broke positivity.
+
+    ``run`` is a finite-volume run (the PDE's, or the kinetic solver's with every slice):
+    ``schedule``, ``tol``, ``integrator``, ``fv.comm``, and ``try_step(m_glob, net0, out0,
+    t, dt, (θ_0, θ_½, θ_1))``, ``stage_rates(m_glob, t, θ)``, ``gather(m_own)``,
+    ``owned(m_glob)`` and ``density(m_own)`` (owned masses to densities).
     """
-    fv, sch = run.fv, run.schedule
+    sch = run.schedule
     assert run.tol is not None
     th_mid = th_new = th_q = th_h = th_3q = th_2 = None
     if sch is not None:
@@ -47,17 +56,53 @@ def doubled_step(run: Any, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarra
     half, b1 = run.try_step(m_glob, net0, out0, t, 0.5 * dt, (theta, th_q, th_h))
     if half is None:
         return None, min(b0, b1), math.inf, th_new
-    g = fv.gather(half)
+    g = run.gather(half)
     net1, out1 = run.stage_rates(g, t + 0.5 * dt, th_h)
     two, b2 = run.try_step(g, net1, out1, t + 0.5 * dt, 0.5 * dt, (th_h, th_3q, th_2))
     bmin = min(b0, b1, b2)
     if two is None:
         return None, bmin, math.inf, th_2
-    area = fv.areas_glob[fv.orig_owned]
-    err = richardson_error(full / area, two / area, run.integrator.order())
-    norm = error_norm(err, m_glob[fv.orig_owned] / area, two / area, run.tol,
-                      comm=fv.comm)
+    err = richardson_error(run.density(full), run.density(two), run.integrator.order())
+    norm = error_norm(err, run.density(run.owned(m_glob)), run.density(two), run.tol,
+                      comm=run.fv.comm)
     return two, bmin, norm, th_2
+
+
+def judge_step(ctrl: StepController, dt: float, err: float, h_ctrl: float, *, t: float,
+               T: float) -> tuple[bool, float]:
+    """The controller's verdict on a doubled step: ``(accepted, its next proposal)``.
+
+    ``h_ctrl`` is the proposal the step was taken under; a step cut short of it (by an
+    output time) does not shrink the proposal when it is accepted.
+    """
+    limited = dt >= h_ctrl * (1 - 1e-12)
+    ok, h_next = ctrl.propose(dt, err)
+    if not ok:
+        logger.debug("t = %.6g: step %.3e rejected (error %.3g of the tolerance per unit "
+                     "time), retrying with %.3e", t, dt, err * T / dt, h_next)
+        return False, h_next
+    return True, h_next if limited else max(h_ctrl, h_next)
+
+
+def controlled_step(run: Any, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray,
+                    t: float, dt: float, theta: Any, rng: np.random.Generator | None,
+                    h_ctrl: float, adaptive: bool
+                    ) -> tuple[np.ndarray | None, float, float, Any, float, bool]:
+    """A doubled step (:func:`doubled_step`) judged by ``run.ctrl`` where ``adaptive``.
+
+    Returns ``(owned masses or None, smallest stage bound, error norm, θ(t + dt), the
+    controller's proposal, retry)``: ``retry`` when the controller rejected the step (take
+    it again at the proposal); an accepted step's error norm is added to ``run.err_sum``.
+    ``None`` masses without ``retry``: a stage broke positivity.
+    """
+    m_new, bmin, err, th_new = doubled_step(run, m_glob, net0, out0, t, dt, theta, rng)
+    if m_new is not None and adaptive:
+        ok, h_ctrl = judge_step(run.ctrl, dt, err, h_ctrl, t=t, T=run.span)
+        if not ok:
+            return None, bmin, err, th_new, h_ctrl, True
+    if m_new is not None:
+        run.err_sum += err
+    return m_new, bmin, err, th_new, h_ctrl, False
 
 
 def accuracy_check(steps: dict[str, np.ndarray], chain: float, opts: PDEOptions,
@@ -91,7 +136,7 @@ def tolerance_check(run: Any, steps: dict[str, np.ndarray]) -> dict[str, Any]:
     dts, errs = steps["dt"][1:], steps["error_norm"][1:]
     dt_max = float(np.max(dts))
     passed = est <= 1.0
-    per_unit = errs * run.opts.T / dts
+    per_unit = errs * run.span / dts
     miss = per_unit > 1.0
     dt_meet = (0.9 * float(np.min(dts[miss] * per_unit[miss] ** (-1.0 / q)))
                if np.any(miss) else dt_max)

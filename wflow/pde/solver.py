@@ -71,7 +71,7 @@ from ..kernels import kernel_sums
 from ..results import finish_history
 from ..status import Status, failed_run
 from .accuracy import accuracy_check as _accuracy
-from .accuracy import doubled_step
+from .accuracy import controlled_step
 from .accuracy import time_order as _time_order
 from .accuracy import tolerance_check as _tolerance_check
 from .diffusion import StrangSplitting
@@ -143,6 +143,7 @@ class _Run:
                  attn: Attention | None, velocity: VelocityField | None) -> None:
         self.mesh = mesh
         self.opts = opts
+        self.span = opts.T  # the time interval's length (the tolerance is per unit time)
         self.integrator = TIME_INTEGRATORS.resolve(opts.integrator)
         check_applicable(opts)  # a limiter (or its parameter) where it has no effect
         self.fv = _FV(mesh, opts)
@@ -240,11 +241,17 @@ class _Run:
         return ssp_step(self.integrator, m_glob[fv.orig_owned], net0, out0, dt,
                         {0.0: th0, 0.5: th_mid, 1.0: th1}, rates, fv.bound, fv.comm)
 
-    def doubled_step(self, m_glob: np.ndarray, net0: np.ndarray, out0: np.ndarray, t: float,
-                     dt: float, theta: Any, rng: np.random.Generator
-                     ) -> tuple[np.ndarray | None, float, float, Any]:
-        """One step and two half steps with their estimate (:func:`.accuracy.doubled_step`)."""
-        return doubled_step(self, m_glob, net0, out0, t, dt, theta, rng)
+    def gather(self, m_own: np.ndarray) -> np.ndarray:
+        """Owned masses -> global masses (original order, every rank)."""
+        return self.fv.gather(m_own)
+
+    def owned(self, m_glob: np.ndarray) -> np.ndarray:
+        """Owned masses (this rank's cells) of global masses."""
+        return m_glob[self.fv.orig_owned]
+
+    def density(self, m_own: np.ndarray) -> np.ndarray:
+        """Owned masses -> owned cell densities ``m_K/|K|``."""
+        return m_own / self.fv.areas_glob[self.fv.orig_owned]
 
 
 def _check_inputs(schedule: Schedule | None, attn: Attention | None,
@@ -359,21 +366,11 @@ def iterate_pde(mesh: SphereMesh, rho0: np.ndarray, heads_or_schedule: Heads | S
             else:
                 th_mid = th_new = None
             if ctrl is not None:
-                m_new, bmin, err, th_new = run.doubled_step(m_glob, net, out, t, dt, theta, rng)
-                if m_new is not None and opts.adaptive:
-                    limited = dt >= h_ctrl * (1 - 1e-12)
-                    ok, h_next = ctrl.propose(dt, err)
-                    if not ok:
-                        logger.debug("t = %.6g: step %.3e rejected (error %.3g of the "
-                                     "tolerance per unit time), retrying with %.3e", t, dt,
-                                     err * opts.T / dt, h_next)
-                        h_ctrl = h_next
-                        dt = h_next
-                        continue
-                    # a step cut short by an output time does not shrink the proposal
-                    h_ctrl = h_next if limited else max(h_ctrl, h_next)
-                if m_new is not None:
-                    run.err_sum += err
+                m_new, bmin, err, th_new, h_ctrl, retry = controlled_step(
+                    run, m_glob, net, out, t, dt, theta, rng, h_ctrl, opts.adaptive)
+                if retry:
+                    dt = h_ctrl
+                    continue
             elif run.strang is None:
                 m_new, bmin = run.try_step(m_glob, net, out, t, dt, (theta, th_mid, th_new))
             else:

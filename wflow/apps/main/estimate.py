@@ -220,7 +220,8 @@ def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: 
 def estimate_causal_job(*, cells: int, S: int, n: int, H: int, T: float, dt: float,
                         n_saves: int, steps_per_save: int, replicates: int, cfl: float = 0.9,
                         order: int = 1, integrator=None, max_steps: int = 1_000_000,
-                        particle_integrator: str = "rk4") -> Estimate:
+                        particle_integrator: str = "rk4",
+                        error_control: bool = False) -> Estimate:
     """Estimate of the causal main job (``wflow run`` with ``[attention] mask``).
 
     Its phases, one after the other (:mod:`wflow.apps.main.causal`): the kinetic solve
@@ -229,14 +230,16 @@ def estimate_causal_job(*, cells: int, S: int, n: int, H: int, T: float, dt: flo
     particle phase with direct sums (:func:`particle_run_seconds`, the causal sums
     cost the full ``n² H`` pairs in the Python loop: a bound, the mask halves them);
     the reference's error, the kinetic solve on the coarse icosphere of about half the
-    frequency with ``S`` and with ``2S`` slices. Memory: the libraries plus the largest
+    frequency with ``S`` and with ``2S`` slices (each with ``error_control``, ``pde.rtol``:
+    step doubling, its steps a lower bound). Memory: the libraries plus the largest
     phase; time: the start-up plus the sum.
     """
     from ...kinetic.estimate import estimate_kinetic
     from .moments import coarse_cells
 
     kw = {"H": H, "T": T, "dt": dt, "n_saves": n_saves, "cfl": cfl, "order": order,
-          "integrator": integrator, "max_steps": max_steps, "startup": False}
+          "integrator": integrator, "max_steps": max_steps, "startup": False,
+          "error_control": error_control}
     Mc = coarse_cells(int(cells))
     phases: list[Estimate] = [
         estimate_kinetic(cells=int(cells), S=S, what="kinetic", **kw),
@@ -275,5 +278,6 @@ def check_causal_estimate(sc: Any, table: Any, cells: int, ropts: Any, *, replic
                               replicates=int(replicates), cfl=float(p.cfl),
                               order=int(p.order), integrator=p.integrator,
                               max_steps=int(p.max_steps),
-                              particle_integrator=ropts.particle_integrator)
+                              particle_integrator=ropts.particle_integrator,
+                              error_control=p.tolerance is not None)
     check_estimate(est, confirm=confirm)
