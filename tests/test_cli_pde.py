@@ -103,3 +103,23 @@ def test_xdmf_and_npz_share_the_mesh_file_cell_order(tmp_path, capsys):
     for f in ("density.npz", "density.xdmf", "density.h5", "summary.json"):
         assert stat.S_IMODE((out / f).stat().st_mode) == 0o640, f
 
+
+
+def test_balance_off_without_rtol_is_said_before_and_ends_completed(tmp_path, capsys):
+    """``balance = false`` and no ``rtol``: a note before the run, ``completed``, exit 1;
+    controls: with ``rtol`` (or the chain rule) no note and ``success``, exit 0."""
+    base = BASE.replace("AAA", SYM).replace("VVV", "").replace("icosphere:1280",
+                                                                  "icosphere:320")
+    for extra, rc in (("balance = false\n", 1), ("balance = false\nrtol = 1e-3\n", 0),
+                      ("", 0)):
+        sc = tmp_path / "s.toml"
+        sc.write_text(base + extra)
+        out = tmp_path / f"o{len(extra)}"
+        assert main(["pde", str(sc), "--out", str(out)]) == rc
+        err = capsys.readouterr().err
+        s = json.loads((out / "summary.json").read_text())
+        noted = "wflow pde: note: no accuracy check will be judged" in err
+        assert noted == (rc == 1) and s["status"] == ("completed" if rc else "success"), err
+        if rc:
+            assert "pde.balance = false" in err and "set pde.rtol" in err
+            assert "run completed" in err and not s["checks"]["tolerance"]["judged"]

@@ -417,7 +417,7 @@ def _w2_vs_pde(heads, taus, *, mesh_name, T, ot="emd", eps_scale=1.0):
     pres = solve_pde(rho0, heads, attn, mesh=sm, options=PDEOptions(
         T=T, dt=0.01, order=2, flow="surrogate", n_saves=int(round(T / tmin)) + 1,
         balance=False, clusters=False, progress=False))
-    assert pres.status == "success"
+    assert pres.status == "completed"
     errs, edis = [], []
     for tau in taus:
         res = solve_jko(rho0 * areas, heads, attn, points=x, areas=areas,

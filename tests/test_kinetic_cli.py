@@ -52,7 +52,9 @@ def test_kinetic_writes_the_api_result_and_documents_every_key(tmp_path, capsys)
 
     out = tmp_path / "out"
     assert main(["kinetic", str(scenario(tmp_path)), "--out", str(out)]) == 0
-    assert "kinetic: success, 4 slices × 320 cells" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "kinetic: success, 4 slices × 320 cells" in cap.out
+    assert "time-error estimate" in cap.out and "note:" not in cap.err  # rtol: judged
     s = json.loads((out / "summary.json").read_text())
     assert s["solver"] == "kinetic" and s["status"] == "success" and s["slices"] == 4
     assert s["alibi"] == {"lambda": 2.0, "source": "attention.bias (lam)"}
@@ -186,3 +188,18 @@ def test_two_ranks_write_the_serial_result(tmp_path):
         # the fluxes summed in another order on two ranks: round-off of the densities
         np.testing.assert_allclose(b["rho"], a["rho"], rtol=0, atol=1e-12 * a["rho"].max())
     assert json.loads((tmp_path / "par" / "summary.json").read_text())["stats"]["ranks"] == 2
+
+
+def test_without_rtol_the_run_is_said_before_and_ends_completed(tmp_path, capsys):
+    """The example without its ``rtol``: a note before the run, ``completed``, exit 1
+    (the control, the example as shipped, is ``success`` with no note: the first test)."""
+    f = scenario(tmp_path, drop="rtol")
+    out = tmp_path / "out"
+    assert main(["kinetic", str(f), "--out", str(out)]) == 1
+    cap = capsys.readouterr()
+    assert "wflow kinetic: note: no accuracy check will be judged" in cap.err
+    assert "set pde.rtol" in cap.err and "wflow kinetic: run completed" in cap.err
+    assert "time error not estimated (pde.rtol unset)" in cap.out
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "completed" and not s["checks"]["tolerance"]["judged"]
+    assert not contract_problems(s, "kinetic")

@@ -81,7 +81,7 @@ def test_without_rtol_the_run_is_todays_bit_for_bit():
     a = run(dt=0.05)
     b = run(dt=0.05, rtol=None, atol=None, adaptive=False)
     assert np.array_equal(a.rho, b.rho) and np.array_equal(a.steps["dt"], b.steps["dt"])
-    assert "error_norm" not in a.steps and "tolerance" not in a.checks
+    assert "error_norm" not in a.steps and not a.checks["tolerance"]["judged"]
     # control: the same run with a tolerance takes other steps
     c = run(dt=0.05, rtol=1e-3, atol=1e-5)
     assert not np.array_equal(a.steps["dt"], c.steps["dt"])
@@ -172,3 +172,30 @@ if __name__ == "__main__":
     from mpi4py import MPI
     if MPI.COMM_WORLD.rank == 0:
         np.savez(sys.argv[1], **data)
+
+
+def test_a_run_with_nothing_judged_is_completed_and_its_remedies_judge_it():
+    """No chain rule (a prescribed velocity; ``balance = false``) and no tolerance:
+    ``completed``, naming why and the remedy; each remedy gives a judged ``success``
+    (the controls: a judged check keeps the status the check gives)."""
+    from wflow.attention.heads import Attention, Heads
+    from wflow.status import Status
+
+    bare = run(dt=0.05)
+    assert bare.status == Status.COMPLETED
+    assert "a prescribed velocity has no energy" in bare.message
+    assert "set pde.rtol" in bare.message and "pde.balance" not in bare.message
+    judged = run(dt=0.05, rtol=1e-3)
+    assert judged.status == Status.SUCCESS and judged.checks["tolerance"]["passed"]
+    mesh = load_mesh("icosphere:320")
+    heads, attn = Heads.random_symmetric(2, 3, np.random.default_rng(0)), Attention("softmax", 1.0)
+    kw = dict(mesh=mesh, T=0.2, dt=0.02, n_saves=2)
+    off = solve_pde(RHO0, heads, attn, balance=False, **kw)
+    assert off.status == Status.COMPLETED
+    assert "pde.balance = false" in off.message and "leave pde.balance = true" in off.message
+    on = solve_pde(RHO0, heads, attn, **kw)  # the chain rule judged
+    assert on.status == Status.SUCCESS and on.checks["chain"]["passed"]
+    assert "tolerance" not in on.checks
+    assert np.array_equal(on.rho, off.rho)  # the verdict changes, not the numbers
+    tol = solve_pde(RHO0, heads, attn, balance=False, rtol=1e-3, **kw)
+    assert tol.status == Status.SUCCESS and tol.checks["tolerance"]["passed"]

@@ -65,13 +65,13 @@ from ..infra.accuracy import StepController
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog, KernelSums, kernel_sums
-from ..pde.accuracy import controlled_step, tolerance_check
+from ..pde.accuracy import controlled_step, tolerance_check, unestimated
 from ..pde.fv import FiniteVolumes, check_min_dt, retry_dt, ssp_step
 from ..pde.integrators import TIME_INTEGRATORS
 from ..pde.limiters import check_applicable
 from ..pde.velocity import global_backend
 from ..results import finish_history
-from ..status import Status, unjudged_status
+from ..status import Status
 from .options import KineticOptions
 from .result import KineticResult
 from .slices import CumulativeMeasure, SliceBias, slice_centres
@@ -84,11 +84,8 @@ logger = logging.getLogger(__name__)
 #: Relative drift of a slice's mass that fails a run (round-off is ``~ steps · ε``).
 MASS_TOL = 1e-10
 
-#: Why a run without ``pde.rtol``/``atol`` has no accuracy check judged, and its remedy.
-NO_ESTIMATE = ("no estimate of the time-discretisation error (pde.rtol and pde.atol "
-               "unset: fixed steps, conservation and positivity only)")
-REMEDY = ("set pde.rtol (and pde.atol) for the step-doubling estimate and error control "
-          "(wflow.pde.accuracy)")
+#: Why a kinetic run has no check but the tolerance's (see :func:`wflow.pde.accuracy.unestimated`).
+NO_CHAIN = "the causal system has no energy, so no chain rule to judge"
 
 
 class KineticState(NamedTuple):
@@ -510,9 +507,8 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
             if status == Status.SUCCESS and not checks["tolerance"]["passed"]:
                 status, message = Status.INACCURATE, checks["tolerance"]["message"]
                 logger.warning("kinetic run inaccurate: %s", message)
-    else:
-        checks["tolerance"] = {"name": "tolerance", "judged": False, "reason": NO_ESTIMATE}
-        status, message = unjudged_status(status, message, checks, remedy=REMEDY)
+    else:  # conservation and positivity only: completed
+        status, message = unestimated(status, message, checks, NO_CHAIN)
     res = KineticResult(status, message, opts, tt, slice_centres(opts.S), rho_out, mass_out,
                         steps_arr, mesh.gather_owned(mesh.centroids), fv.areas_glob,
                         history=history, stats=stats, checks=checks, wall_time=wall,

@@ -16,12 +16,19 @@ from typing import Any
 import numpy as np
 
 from ..infra.accuracy import StepController, error_norm, richardson_error
-from ..status import Check, balance_order, judge_steps
+from ..status import Check, Status, balance_order, judge_steps, unjudged_status
 from .integrators import TIME_INTEGRATORS
 from .options import PDEOptions
 
 __all__ = ["doubled_step", "controlled_step", "judge_step", "tolerance_check", "accuracy_check",
-           "time_order"]
+           "time_order", "unestimated", "unestimated_note", "NO_TIME_ESTIMATE", "RTOL_REMEDY"]
+
+#: Why a finite-volume run without ``pde.rtol``/``atol`` has no time-error estimate.
+NO_TIME_ESTIMATE = ("no estimate of the time-discretisation error (pde.rtol and pde.atol "
+                    "unset: fixed steps)")
+#: How to have such a run judged.
+RTOL_REMEDY = ("set pde.rtol (and pde.atol) for the step-doubling estimate and error control "
+               "(wflow.pde.accuracy)")
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +158,26 @@ def tolerance_check(run: Any, steps: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"name": "tolerance", "estimate": est, "passed": passed, "order": q,
             "rtol": run.tol.rtol, "atol": run.tol.atol, "dt_max": dt_max,
             "dt_meeting": dt_meet, "message": msg}
+
+
+def unestimated(status: Status | str, message: str, checks: dict[str, Any], why: str, *,
+                remedy: str = "") -> tuple[Status, str]:
+    """A run without a tolerance whose other checks judge nothing: ``completed``.
+
+    Records ``checks["tolerance"]`` as not judged (``why`` no other check applies, and
+    :data:`NO_TIME_ESTIMATE`) and returns :func:`wflow.status.unjudged_status` with the
+    remedy :data:`RTOL_REMEDY` (and ``remedy``, another way, appended): a ``success`` whose
+    every check is unjudged becomes ``completed``; a judged check keeps it.
+    """
+    checks["tolerance"] = {"name": "tolerance", "judged": False,
+                           "reason": f"{why}; {NO_TIME_ESTIMATE}"}
+    return unjudged_status(status, message, checks, remedy=RTOL_REMEDY + remedy)
+
+
+def unestimated_note(why: str, remedy: str = "") -> str:
+    """The note a command prints before a run that :func:`unestimated` will end ``completed``."""
+    return (f"no accuracy check will be judged ({why}; {NO_TIME_ESTIMATE}): the run will end "
+            f"completed (exit 1); {RTOL_REMEDY}{remedy}")
 
 
 def time_order(opts: PDEOptions) -> int:

@@ -71,7 +71,7 @@ from ..kernels import kernel_sums
 from ..results import finish_history
 from ..status import Status, failed_run
 from .accuracy import accuracy_check as _accuracy
-from .accuracy import controlled_step
+from .accuracy import controlled_step, unestimated
 from .accuracy import time_order as _time_order
 from .accuracy import tolerance_check as _tolerance_check
 from .diffusion import StrangSplitting
@@ -90,6 +90,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+#: Why a PDE run without a tolerance may have no judged check, and the other remedy.
+NO_CHAIN_PRESCRIBED = "a prescribed velocity has no energy, so no chain rule to judge"
+NO_CHAIN_RECORDED = "the chain rule is not recorded (pde.balance = false)"
+BALANCE_REMEDY = ", or leave pde.balance = true (the chain-rule check)"
 
 
 class PDEState(NamedTuple):
@@ -657,6 +663,11 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
                 and not checks["tolerance"]["passed"]:
             status, message = Status.INACCURATE, checks["tolerance"]["message"]
             logger.warning("pde run inaccurate: %s", message)
+    if run.tol is None and not any(c.get("judged", True) for c in checks.values()):
+        # nothing judged the run (a prescribed velocity, or pde.balance = false): completed
+        status, message = unestimated(
+            status, message, checks, NO_CHAIN_PRESCRIBED if velocity is not None
+            else NO_CHAIN_RECORDED, remedy="" if velocity is not None else BALANCE_REMEDY)
     res = PDEResult(status, message, opts, tt, rho, rho @ fv.areas_glob, steps_arr, bal,
                     mesh.gather_owned(mesh.centroids), fv.areas_glob, sign, history=history,
                     stats=stats, checks=checks, wall_time=wall, order=_time_order(opts))

@@ -183,7 +183,7 @@ def _pde_level(spec: str, D: float, T: float, L: int) -> dict[str, Any]:
     pde = solve_pde(rho0, heads, attn, mesh=mesh,
                     options=PDEOptions(T=T, dt=PDE_DT, order=2, n_saves=2, diffusion=D,
                                        balance=False, clusters=False, progress=False))
-    if pde.status != Status.SUCCESS:
+    if pde.status not in (Status.SUCCESS, Status.COMPLETED):  # balance off: not judged
         raise FloatingPointError(f"{NAME}: PDE failed on {spec}: {pde.message}")
     verts = mesh.gather_owned(mesh.cell_vertices.reshape(-1, 9)).reshape(-1, 3, 3)
     masses = pde.masses

@@ -133,7 +133,8 @@ def growth_rates(n: int, D: float, beta: float, ls: tuple[int, ...], axis: np.nd
     for ll in ls:
         P = np.polynomial.legendre.Legendre.basis(ll)(z)
         pert = solve_pde(1.0 + eps * P, heads, attn, mesh=sm, options=opts)
-        if base.status != Status.SUCCESS or pert.status != Status.SUCCESS:
+        ran = (Status.SUCCESS, Status.COMPLETED)  # balance off: the runs are not judged
+        if base.status not in ran or pert.status not in ran:
             raise FloatingPointError(f"{NAME}: PDE failed: {base.message} {pert.message}")
         a = (pert.masses - base.masses) @ P
         out[ll] = float(math.log(a[-1] / a[0]) / T)

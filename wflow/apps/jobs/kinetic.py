@@ -159,8 +159,16 @@ def _write(scenario: Any, table: KineticTable, p: dict, res: KineticResult,
 
 
 #: ``wflow kinetic``: the spec and what its job does beyond the runner.
+def _unjudged(p: dict, table: KineticTable) -> str | None:
+    """The note of a run that will end ``completed`` (no ``pde.rtol``; Job.unjudged)."""
+    from ...kinetic.solver import NO_CHAIN
+    from ...pde.accuracy import unestimated_note
+
+    return None if table.pde.tolerance is not None else unestimated_note(NO_CHAIN)
+
+
 JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
-          solve=_solve, write=_write)
+          solve=_solve, write=_write, unjudged=_unjudged)
 
 
 def run_kinetic(scenario: Any, out: str | Path, *, progress: bool | None = None,

@@ -242,8 +242,23 @@ def _balance_from_t0(res: PDEResult) -> dict[str, np.ndarray]:
 
 
 #: ``wflow pde``: the spec and what its job does beyond the runner.
+def _unjudged(p: dict, table: PDETable) -> str | None:
+    """The note of a run whose status will be ``completed`` (Job.unjudged), or None.
+
+    ``balance = false`` records no chain rule; without ``rtol`` nothing else judges the run
+    (:func:`wflow.pde.accuracy.unestimated`).
+    """
+    from ...pde.accuracy import unestimated_note
+    from ...pde.solver import BALANCE_REMEDY, NO_CHAIN_RECORDED
+
+    o = table.options
+    if o.balance or o.tolerance is not None:
+        return None
+    return unestimated_note(NO_CHAIN_RECORDED, BALANCE_REMEDY)
+
+
 JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
-          solve=_solve, write=_write)
+          solve=_solve, write=_write, unjudged=_unjudged)
 
 
 def run_pde(scenario: Any, out: str | Path, *, render: bool = False,
