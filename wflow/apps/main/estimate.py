@@ -70,7 +70,8 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                       max_ot_points: int = 6000, w2_dense_max_points: float = math.inf,
                       jko_steps: int | None = None, fastsum: bool = False,
                       diffusion: float = 0.0, integrator: str = "rk4",
-                      jko_verify: bool | None = None) -> Estimate:
+                      jko_verify: bool | None = None, error_control: bool = False
+                      ) -> Estimate:
     """Estimate of ``wflow run``: PDE (twice with the JKO), particles, JKO, its table, W₂.
 
     The phases run one after the other: the memory is the libraries plus the largest phase,
@@ -90,13 +91,15 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
     (:func:`~wflow.particles.estimate.fastsum_eligible`). ``diffusion``: the token diffusion
     ``D`` (the PDE's Crank–Nicolson solves, the particles' noise draws, and the refusal of a
     diffusive step that makes the run absurd, naming ``attention.diffusion``);
-    ``integrator``: the particle phase's (``run.particle_integrator``).
+    ``integrator``: the particle phase's (``run.particle_integrator``); ``error_control``:
+    ``[pde] rtol`` set, every PDE run with step doubling
+    (:func:`~wflow.pde.estimate.step_evaluations`).
     """
     M = float(cells)
     base = float(BASELINE_BYTES)
     phases: list[Estimate] = [estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
                                            what="pde", startup=False,
-                                           diffusion=diffusion)]
+                                           diffusion=diffusion, error_control=error_control)]
     p_steps = max(1, n_saves - 1) * steps_per_save
     part = estimate_particles(n=n, H=H, T=T, dt=T / p_steps, record_every=steps_per_save,
                               save_trajectory=True, fastsum=fastsum, diffusion=diffusion,
@@ -111,7 +114,7 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                                                      cells if jko_verify else 0)))
         phases.append(estimate_pde(cells=cells, H=H, T=T, dt=dt, n_saves=n_saves,
                                    what="pde_surrogate", startup=False,
-                                   diffusion=diffusion))
+                                   diffusion=diffusion, error_control=error_control))
         last = None
         from .refinement import _levels
 
@@ -125,7 +128,7 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
                                        verify_max_cells=Mk if jko_verify else 0))
             phases.append(estimate_pde(cells=Mk, H=H, T=T, dt=dt, n_saves=Nk + 1,
                                        what=f"table row {k} pde", startup=False,
-                                       diffusion=diffusion))
+                                       diffusion=diffusion, error_control=error_control))
             phases.append(estimate_w2(Mk, Mk, calls=Nk + 1, dense_max_points=w2_dense_max_points,
                                       what=f"W2 table row {k}"))
             last = (Mk, Nk)
@@ -146,7 +149,7 @@ def estimate_main_job(*, cells: int, n: int, H: int, T: float, dt: float, n_save
 def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves: int,
                      steps_per_save: int, max_ot_points: int = 6000,
                      w2_dense_max_points: float = math.inf, jko_steps: float | None = None,
-                     fastsum: bool = False) -> Estimate:
+                     fastsum: bool = False, error_control: bool = False) -> Estimate:
     """Estimate of the main job's ``compare`` phase (no libraries, no start-up).
 
     * ``n_saves`` exact ``W₂`` of ``m = min(n, max_ot_points)`` particles against the
@@ -183,7 +186,8 @@ def estimate_compare(*, cells: int, n: int, H: int, T: float, dt: float, n_saves
                * particle_run_seconds(nk, H, p_steps, n_saves, fastsum)
                for nk in levels(int(n)))
     coarse = estimate_pde(cells=coarse_cells(M), H=H, T=T, dt=dt, n_saves=n_saves,
-                          what="moments: coarse pde", startup=False)
+                          what="moments: coarse pde", startup=False,
+                          error_control=error_control)
     secs = sum(e.seconds for e in parts) + runs + coarse.seconds
     big = max([*parts, coarse], key=lambda e: e.memory)
     return Estimate("compare", big.memory, coarse.steps, secs, dict(big.parts))
@@ -213,7 +217,8 @@ def check_run_estimate(sc: Any, cells: int, popts: Any, ropts: Any, *, confirm: 
                             w2_dense_max_points=ropts.max_ot_points, jko_steps=jko_steps,
                             fastsum=fastsum_eligible(sc.attention_obj().kind, 3, "auto"),
                             diffusion=float(sc.diffusion),
-                            integrator=ropts.particle_integrator, jko_verify=jko_verify)
+                            integrator=ropts.particle_integrator, jko_verify=jko_verify,
+                            error_control=popts.tolerance is not None)
     check_estimate(est, confirm=confirm)
 
 
