@@ -88,6 +88,8 @@ def _run(name: str, *, quick: bool, seed: int, fault: str | None, tmp: Path,
     kw: dict[str, Any] = {}
     if fault is not None:
         kw["fault"] = fault
+        if fault in getattr(mod, "FAULT_DTYPES", {}):  # a control of another precision
+            kw["dtype"] = mod.FAULT_DTYPES[fault]
     if parts is not None:
         kw["parts"] = parts
     t0 = time.perf_counter()

@@ -111,6 +111,8 @@ FULL_ONLY = {("edi", "jko-ot-fixed-mesh"),
              ("causal-mean-field", "pde-velocity:0.01"),
              ("causal-mean-field", "pde-velocity:-0.01"),
              ("causal-mean-field", "mask-shifted"), ("causal-mean-field", "bias-slope:0.5")}
+#: Controls of another precision (a study's FAULT_DTYPES): tests/test_study_float32.py.
+DTYPE_CONTROLS = {("mean-field", "float32-beta")}
 #: The slow sweeps a study's quick negative controls may skip (seed-independent parts).
 PARTS = {"edi": {"parts": ("particles",)}}
 #: Controls of a part that the default skips.
@@ -125,7 +127,9 @@ def _run(name: str, tmp_path, **kw):
 def test_every_documented_fault_is_tested():
     documented = {(name, f) for name in STUDIES if hasattr(load_study(name), "FAULTS")
                   for f in load_study(name).FAULTS}
-    assert documented == {(s, f) for s, f, _ in CONTROLS} | FULL_ONLY
+    assert documented == {(s, f) for s, f, _ in CONTROLS} | FULL_ONLY | DTYPE_CONTROLS
+    assert DTYPE_CONTROLS == {(name, f) for name in STUDIES
+                              for f in getattr(load_study(name), "FAULT_DTYPES", {})}
     # every study declares negative controls
     assert {s for s, _ in documented} == set(STUDIES)
 

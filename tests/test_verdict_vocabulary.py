@@ -177,7 +177,7 @@ def test_study_summary_json_is_byte_identical_to_the_strings(tmp_path):
     expected = {"status": "failed", "message": text, "checks": {
         "slope": {"value": 2.5, "tolerance": "in [0.9, 1.1]", "passed": False,
                   "rule": "first order"}}, "study": "demo", "passed": False, "verdict": text,
-        "figures": [], "quick": True, **json.loads(json.dumps(entries))}
+        "figures": [], "dtype": "float64", "quick": True, **json.loads(json.dumps(entries))}
     got = (tmp_path / "s" / "summary.json").read_text(encoding="utf-8")
     assert got == json.dumps(expected, indent=2) + "\n"
     assert study_status(res) == (Status.FAILED, text, expected["checks"])

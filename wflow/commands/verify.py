@@ -1,4 +1,4 @@
-"""``wflow verify STUDY --out DIR [--quick]``: numerical verification of the theory."""
+"""``wflow verify STUDY --out DIR [--quick] [--dtype float32]``: verification of the theory."""
 
 from __future__ import annotations
 
@@ -39,12 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="inject one of the study's documented negative controls (its FAULTS) "
                         "or a fault of a family with a size, FAMILY:S (its FAMILIES, e.g. "
                         "velocity:-0.05); a documented control must FAIL")
+    p.add_argument("--dtype", default="float64", metavar="DTYPE",
+                   help="precision of the study's attention sums: float64 (default) or "
+                        "float32 where the study declares it (mean-field: the replicates in "
+                        "float32 beside a float64 control, judged against float32's "
+                        "rounding; summary.json records the dtype)")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from ..infra.parallel import comm_rank_size
-    from ..studies.registry import check_fault, verify
+    from ..studies.registry import check_dtype, check_fault, verify
 
     comm_rank_size()  # MPI first: under mpirun rank 0 decides on the output location
     if args.fault is not None:  # bad input: refused before the output location is touched
@@ -53,8 +58,14 @@ def _main(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"wflow verify: error: --fault: {exc}", file=sys.stderr)
             return 2
+    try:  # a precision the study has no path for: refused before the output is touched
+        check_dtype(args.study, args.dtype, args.fault)
+    except ValueError as exc:
+        print(f"wflow verify: error: --dtype: {exc}", file=sys.stderr)
+        return 2
     out = prepare(args)
-    res = verify(args.study, out=out, quick=args.quick, seed=args.seed, fault=args.fault)
+    res = verify(args.study, out=out, quick=args.quick, seed=args.seed, fault=args.fault,
+                 dtype=args.dtype)
     if comm_rank_size()[1] == 0:
         # a failing verdict starts with "FAIL — k of N criteria not met": not repeated
         head = ("" if res.verdict.startswith(Verdict.FAIL)

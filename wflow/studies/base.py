@@ -40,6 +40,15 @@ failure, ``run_completed`` otherwise) whose text carries the reason, written to
 fault or part: ``ValueError``); the machine's errors (``MemoryError``, ``OSError``:
 memory, disk) are no verdict on the solver and propagate.
 
+Precision
+---------
+A study that can run its solvers in float32 declares ``DTYPES`` (``("float64",
+"float32")``) and takes ``run(..., dtype=...)`` (``wflow verify STUDY --dtype float32``);
+a study without ``DTYPES`` runs in float64 alone and refuses another precision before it
+runs (:func:`check_dtype`). A fault that only a float32 run can show is named in the
+study's ``FAULT_DTYPES`` (fault → the precision it needs). Every ``summary.json`` records
+its ``dtype`` at the top level (``"float64"`` by default).
+
 Seed-independent studies
 ------------------------
 A study whose criteria cannot depend on the seed (deterministic inputs up to a rotation)
@@ -60,15 +69,20 @@ import numpy as np
 
 from ..infra.io import check_finite, run_directory, write_json
 from ..infra.parallel import comm_rank_size
+from ..kernels.validation import DTYPES
 from ..results import EMPTY, Outcome
 from ..status import Claim, Status, Verdict
 
 __all__ = ["StudyResult", "Criterion", "judge", "verdict", "conclude", "check_fault",
            "parse_fault", "fault_description", "criteria_summary", "fit_loglog",
            "LogLogFit", "write_study", "SEED_NOTE", "never_raise", "failed_criterion",
-           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome", "NegativeControls"]
+           "VERDICT_STATUS", "study_status", "decide", "StudyOutcome", "NegativeControls",
+           "check_dtype", "DEFAULT_DTYPE"]
 
 logger = logging.getLogger(__name__)
+
+#: The precision of a study that declares no ``DTYPES`` (and every study's default).
+DEFAULT_DTYPE = "float64"
 
 #: The sentence a seed-independent study appends to its verdict.
 SEED_NOTE = ("The criteria do not depend on the seed (it only rotates the inputs or draws "
@@ -321,6 +335,42 @@ def read_fault(study: str, fault: str | None, faults: Mapping[str, str],
     return parse_fault(fault, families)
 
 
+def check_dtype(study: str, dtype: str, dtypes: Sequence[str] | None = None, *,
+                fault: str | None = None,
+                fault_dtypes: Mapping[str, str] | None = None) -> str:
+    """``dtype`` if study ``study`` runs at that precision, else ``ValueError`` saying why.
+
+    Parameters
+    ----------
+    study : str
+        The study's name (in the message).
+    dtype : str
+        The precision asked for (``wflow verify --dtype``).
+    dtypes : sequence of str, optional
+        The study's ``DTYPES``; ``None``: float64 alone.
+    fault : str, optional
+        The fault of the run: one named in ``fault_dtypes`` needs that precision.
+    fault_dtypes : mapping of str to str, optional
+        The study's ``FAULT_DTYPES``, fault → the precision it needs.
+
+    Returns
+    -------
+    str
+        ``dtype``, accepted.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"{dtype!r} is not a precision (known: {', '.join(DTYPES)})")
+    allowed = tuple(dtypes) if dtypes is not None else (DEFAULT_DTYPE,)
+    if dtype not in allowed:
+        raise ValueError(f"{study} runs in {', '.join(allowed)} only, not {dtype} (the "
+                         f"studies that take {dtype} declare it in their DTYPES)")
+    need = (fault_dtypes or {}).get(fault) if fault is not None else None
+    if need is not None and need != dtype:
+        raise ValueError(f"{study}: the negative control {fault!r} needs {need} (it perturbs "
+                         f"the {need} run alone), not {dtype}")
+    return dtype
+
+
 def criteria_summary(criteria: Sequence[Criterion], faults: Mapping[str, str],
                      fault: str | None, families: Mapping[str, str] | None = None
                      ) -> dict[str, Any]:
@@ -459,6 +509,9 @@ def save_figure(fig: Any, stage: Path, name: str, *, dpi: int = 120) -> list[str
 def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyResult:
     """Write ``summary.json`` (+ plot via ``make_plot(stage_dir) -> list of filenames``).
 
+    ``summary.json`` holds ``dtype`` at the top level: the summary's own (a float32 run's)
+    or :data:`DEFAULT_DTYPE`.
+
     Refuses non-finite fitted numbers in a passing result (``FloatingPointError``), so a
     study never reports success with NaN/Inf; a failing one is written with them (as the
     strings ``"nan"``/``"inf"``), its verdict naming the criterion they fail. Under MPI
@@ -478,7 +531,7 @@ def write_study(out: str | Path, result: StudyResult, make_plot=None) -> StudyRe
                                             "checks": checks, "study": result.name,
                                             "passed": result.passed,
                                             "verdict": result.verdict, "figures": list(figs),
-                                            **result.summary})
+                                            "dtype": DEFAULT_DTYPE, **result.summary})
     return result
 
 
@@ -509,7 +562,8 @@ def failed_criterion(exc: BaseException) -> Criterion:
 
 def never_raise(run: Callable[..., StudyResult], *, name: str, faults: Mapping[str, str],
                 families: Mapping[str, str] | None = None,
-                parts: Sequence[str] | None = None) -> Callable[..., StudyResult]:
+                parts: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
+                fault_dtypes: Mapping[str, str] | None = None) -> Callable[..., StudyResult]:
     """Wrap a study's ``run`` so that a wrong or diverging solver FAILs and never raises.
 
     Parameters
@@ -523,13 +577,19 @@ def never_raise(run: Callable[..., StudyResult], *, name: str, faults: Mapping[s
         (``ValueError``, a usage error).
     parts : sequence of str, optional
         Its ``PARTS``, if it takes ``parts=``: an unknown part is refused before the run.
+    dtypes : sequence of str, optional
+        Its ``DTYPES``, if it takes ``dtype=``; without them ``dtype="float64"`` is accepted
+        and not passed on, any other refused (:func:`check_dtype`, before the run).
+    fault_dtypes : mapping of str to str, optional
+        Its ``FAULT_DTYPES``: a fault run at another precision is refused before the run.
 
     Returns
     -------
     callable
-        The same signature; the run executes under ``np.errstate(over, invalid, divide =
-        "raise")``; an exception inside it (but ``MemoryError``, ``OSError``) gives a
-        FAIL of :func:`failed_criterion`, written to ``out/summary.json``.
+        The same signature (and ``dtype``); the run executes under ``np.errstate(over,
+        invalid, divide = "raise")``; an exception inside it (but ``MemoryError``,
+        ``OSError``) gives a FAIL of :func:`failed_criterion`, written to
+        ``out/summary.json``.
     """
     if getattr(run, "__never_raise__", False):
         return run
@@ -543,6 +603,10 @@ def never_raise(run: Callable[..., StudyResult], *, name: str, faults: Mapping[s
             if not got or any(p not in parts for p in got):
                 raise ValueError(f"{name}: parts must be a non-empty subset of "
                                  f"{tuple(parts)}, got {got}")
+        dtype = check_dtype(name, kw.pop("dtype", DEFAULT_DTYPE), dtypes, fault=fault,
+                            fault_dtypes=fault_dtypes)
+        if dtypes is not None:
+            kw["dtype"] = dtype
         if fault is not None:
             kw["fault"] = fault
         try:
@@ -557,7 +621,8 @@ def never_raise(run: Callable[..., StudyResult], *, name: str, faults: Mapping[s
             passed, text, entries = conclude(
                 [crit], "The study did not reach its fits: a correct solver does not raise.",
                 fault=fault, faults=faults, families=families)
-            summary: dict[str, Any] = {"quick": bool(quick), "seed": int(seed), **entries,
+            summary: dict[str, Any] = {"quick": bool(quick), "seed": int(seed),
+                                       "dtype": dtype, **entries,
                                        "error": {"type": type(exc).__name__,
                                                  "message": str(exc)}}
             return write_study(out, StudyResult(name, summary, text, False))

@@ -52,6 +52,32 @@ the i.i.d. standard error, ``fits.se_ratio_T``: their fluctuations are amplified
 flow), and the exact ``W_2`` (wflow.geometry.transport) on 1 000 (quick) or 2 000 (full)
 tokens of the first replicate (``O(n³)``).
 
+Float32 (``run(dtype="float32")``, ``wflow verify mean-field --dtype float32``). The
+replicates run ``simulate(..., dtype="float32")``: scores and exponentials in float32, the
+sums, velocity, moments and tests in float64. Beside them a float64 control runs replicate
+0 from the same ``x_0``, and a fourth criterion judges the largest moment difference at T:
+
+* ``float32_vs_float64``: ``max_k |μ_k^{32} − μ_k^{64}|`` below the tolerance derived from
+  float32's ``ε₃₂`` (:func:`float32_tolerance`): each evaluation's relative error is within
+  the kernel's a-priori estimate ``err_est`` (``extra["kernel"]["max_err_est"]``, about
+  ``41 ε₃₂`` here: :func:`wflow.kernels.sums.err_float32`), so a token's velocity is within
+  ``δv = 2 √d err_est Σ_h |w_h| ‖V_h‖₂`` (the numerator's and the normaliser's error); RK4's
+  stage weights sum to one, so ``S`` steps of ``dt`` add at most ``T δv`` to a token, and the
+  flow carries that to ``T`` by its Grönwall factor ``Γ`` in the mean over the tokens
+  (measured on the control: the mean displacement at ``T`` of a random tangent perturbation
+  of every token by ``10⁻⁶``, over ``10⁻⁶``, at least 1 for the errors of the last steps; the
+  a-priori ``e^{LT}`` with ``L ≤ ‖V‖(3 + 2β‖A‖) ≈ 19`` would be ``10⁸``). A moment is a mean
+  over the tokens and ``|∇Y_{lm}| ≤ G_L = (L(L + 1)(2L + 1)/4π)^{1/2}`` (the addition
+  theorem), so ``|Δμ_k| ≤ τ = G_L max(1, Γ) T δv``.
+
+``τ`` is added to the PDE's error ``e_k`` in quadrature in the moment tests at ``T`` (the
+float32 replicates' allowance; at ``t = 0`` the tokens are the same). The summary says
+``dtype`` and records the control's numbers (``float32``). A float64 run is today's, bit
+for bit, with three criteria. The negative control ``float32-beta`` (float32 runs only,
+:data:`FAULT_DTYPES`) runs the float32 replicates at ``β × 1.005``: several ``τ`` between
+them and their control, below the moment error the quick tests detect (they pass); the
+differences, tolerances and run times are on docs/guide/studies.md.
+
 What a PASS rules out: :data:`MEASURED_POWER`, the smallest fault of each family caught per
 mode with the seeds it was caught at (tests/test_size_power.py checks it against
 ``bench/results/size_power.json``), and docs/studies_power.md (the size over the seeds and
@@ -73,13 +99,22 @@ from ..geometry.harmonics import cell_moments, token_cross_sums, token_moment_su
 from ..geometry.moment_test import MomentTest, control_variates, moment_test
 from ..geometry.sphere import sample_cells, sample_vmf
 from ..infra.parallel import parallel_map
+from ..kernels.validation import DTYPES as KERNEL_DTYPES
 from ..particles import simulate
 from ..status import Status
-from .base import Criterion, NegativeControls, StudyResult, save_figure, write_study
+from .base import (
+    Criterion,
+    NegativeControls,
+    StudyResult,
+    check_dtype,
+    save_figure,
+    write_study,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run", "FAULTS", "FAMILIES", "ALPHA", "MODES", "MEASURED_POWER"]
+__all__ = ["run", "FAULTS", "FAMILIES", "ALPHA", "MODES", "MEASURED_POWER", "DTYPES",
+           "FAULT_DTYPES", "float32_tolerance"]
 
 NAME = "mean-field"
 
@@ -111,6 +146,15 @@ PDE_SAVES = 21
 #: Bound on the particles' time-step bias of the moments at T (``dt = T/8`` against ``T/32``,
 #: the same tokens), checked by tests/test_mean_field_steps.py.
 STEP_BIAS_MAX = 5e-5
+
+#: Precisions of a run (``run(dtype=...)``, ``wflow verify mean-field --dtype``): float32
+#: runs the replicates' attention sums in float32 beside a float64 control (module docstring).
+DTYPES = KERNEL_DTYPES
+#: The tangent perturbation of every token by which the float64 control measures the flow's
+#: Grönwall factor (linear: 10⁻⁷ and 10⁻⁶ give the same factor to 6 digits).
+GRONWALL_PROBE = 1e-6
+#: The ``float32-beta`` control's relative change of β in the float32 replicates.
+FLOAT32_BETA = 0.005
 
 #: Faults caught, measured by bench/size_power.py (docs/studies_power.md): per mode, family
 #: key -> the smallest size caught at each of seeds 0 and 1 (quick: grid {0.01, 0.02,
@@ -152,7 +196,11 @@ FAULTS = {
                              "attention, kind 'usa', same β) while the PDE runs softmax",
     "tokens-off:0.05": "a biased initial sampler: 5 % of the tokens drawn from a vMF bump "
                        "instead of ρ_0 (quick mode)",
+    "float32-beta": "the float32 replicates run at β ×1.005, their float64 control at β "
+                    "(--dtype float32 only)",
 }
+#: Faults that need a precision (fault -> dtype): refused at any other before the run.
+FAULT_DTYPES = {"float32-beta": "float32"}
 #: Fault families ``run(fault="FAMILY:S")`` (sizes scanned by bench/size_power.py).
 FAMILIES = {
     "pde-velocity": "the PDE runs with the value matrix ×(1 + s) (velocity scaled)",
@@ -223,7 +271,7 @@ def _draw(verts: np.ndarray, m0: np.ndarray, n: int, rng: np.random.Generator, *
 
 def _replicate(item: tuple) -> dict[str, Any]:
     """One replicate: moments at 0 and T (and, for the first, the cross-check samples)."""
-    (n, r, seed, T, L, L_cv, verts, m0, mT, vscale, kind, off, w2k, keep) = item
+    (n, r, seed, T, L, L_cv, verts, m0, mT, vscale, kind, off, w2k, keep, dtype, bscale) = item
     heads, attn = _model()
     if kind != attn.kind:
         attn = Attention(kind, attn.beta)
@@ -234,23 +282,99 @@ def _replicate(item: tuple) -> dict[str, Any]:
         return np.random.default_rng([seed, n, r, k])
 
     x0 = _draw(verts, m0, n, rng(0), off=off)
-    for steps in (PARTICLE_STEPS, 2 * PARTICLE_STEPS, 4 * PARTICLE_STEPS):
-        # a faster (faulted) flow may need smaller steps to pass the chain-rule check; the
-        # correct solver succeeds at the first
-        res = simulate(x0, heads, attn, T=T, dt=T / steps, integrator="rk4",
-                       head_rates=False, clusters=False, record_every=steps)
-        if res.status == Status.SUCCESS:
-            break
-    if res.status != Status.SUCCESS:
-        raise FloatingPointError(f"{NAME}: particle run failed: {res.message}")
-    xT = res.x[0]
+    p_attn = Attention(attn.kind, attn.beta * bscale) if bscale != 1.0 else attn
+
+    def particles(x: np.ndarray, at: Attention, dt_: str) -> tuple[np.ndarray, Any, int]:
+        for steps in (PARTICLE_STEPS, 2 * PARTICLE_STEPS, 4 * PARTICLE_STEPS):
+            # a faster (faulted) flow may need smaller steps to pass the chain-rule check;
+            # the correct solver succeeds at the first
+            res = simulate(x, heads, at, T=T, dt=T / steps, integrator="rk4",
+                           head_rates=False, clusters=False, record_every=steps, dtype=dt_)
+            if res.status == Status.SUCCESS:
+                return res.x[0], res, steps
+        raise FloatingPointError(f"{NAME}: particle run failed ({dt_}): {res.message}")
+
+    xT, res, steps = particles(x0, p_attn, dtype)
     s0, q0 = token_moment_sums(x0, L, squares=True)
     sT, qT = token_moment_sums(xT, L, squares=True)
     out: dict[str, Any] = {"m0": s0 / n, "q0": q0 / n, "mT": sT / n, "qT": qT / n,
                            "cv": token_cross_sums(x0, xT, L_cv, L), "kept": xT[:keep]}
+    if dtype != "float64":
+        out["err_est"] = float(res.extra["kernel"]["max_err_est"])
     if r == 0:
         out.update(_cross_checks(xT, verts, mT, rng(5), w2k))
+        if dtype != "float64":
+            out["control"] = _float64_control(x0, xT, sT / n, heads, attn, T=T, L=L,
+                                              steps=steps, rng=rng(6))
     return out
+
+
+def _float64_control(x0: np.ndarray, x32: np.ndarray, m32: np.ndarray, heads: Heads,
+                     attn: Attention, *, T: float, L: int, steps: int,
+                     rng: np.random.Generator) -> dict[str, float]:
+    """The float64 run of a float32 replicate (same ``x_0``, steps, β) and the flow's factor.
+
+    Returns the largest moment and token differences at ``T`` from the float32 run, and the
+    Grönwall factor ``Γ`` in the mean over the tokens: the mean displacement at ``T`` of a
+    random tangent perturbation of every token by :data:`GRONWALL_PROBE`, over it.
+    """
+    def run64(x: np.ndarray) -> np.ndarray:
+        res = simulate(x, heads, attn, T=T, dt=T / steps, integrator="rk4", head_rates=False,
+                       clusters=False, record_every=steps)
+        if res.status != Status.SUCCESS:
+            raise FloatingPointError(f"{NAME}: float64 control failed: {res.message}")
+        return res.x[0]
+
+    x64 = run64(x0)
+    xi = rng.standard_normal(x0.shape)
+    xi -= np.sum(xi * x0, axis=1)[:, None] * x0
+    xi /= np.linalg.norm(xi, axis=1)[:, None]
+    xp = x0 + GRONWALL_PROBE * xi
+    xp /= np.linalg.norm(xp, axis=1)[:, None]
+    moved = np.linalg.norm(run64(xp) - x64, axis=1)
+    dx = np.linalg.norm(x32 - x64, axis=1)
+    m64 = token_moment_sums(x64, L) / x0.shape[0]
+    return {"max_moment_difference": float(np.max(np.abs(m32 - m64))),
+            "max_token_difference": float(np.max(dx)),
+            "mean_token_difference": float(np.mean(dx)),
+            "gronwall": float(np.mean(moved) / GRONWALL_PROBE)}
+
+
+def float32_tolerance(err_est: float, gronwall: float, heads: Heads, *, T: float,
+                      L: int) -> dict[str, float]:
+    """The largest moment difference a float32 run may have from its float64 control.
+
+    ``τ = G_L max(1, Γ) T δv`` (module docstring): ``δv = 2 √d err_est Σ_h |w_h| ‖V_h‖₂``
+    bounds a token's velocity error per evaluation (``err_est``: the kernel's a-priori
+    relative error, ``KernelLog.max_err_est``), ``T δv`` its sum over the RK4 steps, ``Γ``
+    the flow's Grönwall factor in the mean over the tokens, and
+    ``G_L = (L(L + 1)(2L + 1)/4π)^{1/2}`` bounds ``|∇Y_{lm}|`` for ``l ≤ L``.
+
+    Parameters
+    ----------
+    err_est : float
+        The largest a-priori relative error of a float32 evaluation over the replicates.
+    gronwall : float
+        The flow's Grönwall factor ``Γ`` (from the float64 control's perturbed run).
+    heads : Heads
+        The heads (their values' norms and weights).
+    T : float
+        The final time.
+    L : int
+        The moments' degree.
+
+    Returns
+    -------
+    dict
+        ``tolerance`` (``τ``), ``velocity_error`` (``δv``), ``gradient_bound`` (``G_L``) and
+        ``growth`` (``max(1, Γ)``).
+    """
+    vnorm = float(np.sum(np.abs(heads.w) * np.linalg.norm(heads.V, ord=2, axis=(1, 2))))
+    dv = 2.0 * np.sqrt(heads.d) * float(err_est) * vnorm
+    g_l = float(np.sqrt(L * (L + 1) * (2 * L + 1) / (4 * np.pi)))
+    growth = max(1.0, float(gronwall))
+    return {"tolerance": g_l * growth * T * dv, "velocity_error": dv, "gradient_bound": g_l,
+            "growth": growth}
 
 
 def _cross_checks(xT: np.ndarray, verts: np.ndarray, mT: np.ndarray,
@@ -318,10 +442,15 @@ def _velocity_error(test: MomentTest, tail: np.ndarray, tt: np.ndarray, T: float
     return float(np.min(s))
 
 
-def run(*, out: Path, quick: bool = False, seed: int = 0,
-        fault: str | None = None) -> StudyResult:
-    """Particles vs PDE moments at 0 and T; judge the three tests; write summary and plot."""
+def run(*, out: Path, quick: bool = False, seed: int = 0, fault: str | None = None,
+        dtype: str = "float64") -> StudyResult:
+    """Particles vs PDE moments at 0 and T; judge the three tests; write summary and plot.
+
+    ``dtype="float32"``: the replicates in float32, a float64 control of replicate 0 and
+    the criterion ``float32_vs_float64`` (module docstring).
+    """
     fam, size = CONTROLS.read(fault)
+    f32 = check_dtype(NAME, dtype, DTYPES, fault=fault, fault_dtypes=FAULT_DTYPES) == "float32"
     mode = MODES["quick" if quick else "full"]
     n, R, L, L_cv = int(mode["n"]), int(mode["R"]), int(mode["L"]), int(mode["L_cv"])
     T = T_FINAL
@@ -350,8 +479,19 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     if fault == "frozen-pde":
         refT, errT = ref0, rich * np.abs(fine["m0_mom"] - coarse["m0_mom"])
     items = [(n, r, seed, T, L, L_cv, fine["verts"], fine["m0"], fine["mT"], vscale, kind, off,
-              int(mode["w2_points"]), -(-int(mode["ssw_tokens"]) // R)) for r in range(R)]
+              int(mode["w2_points"]), -(-int(mode["ssw_tokens"]) // R), dtype,
+              1.0 + FLOAT32_BETA if fault == "float32-beta" else 1.0) for r in range(R)]
     rows = parallel_map(_replicate, items)
+    if f32:
+        # the float32 allowance (float32_tolerance, derived from the kernel's a-priori
+        # estimate): in quadrature with the PDE's Richardson error in the tests at T
+        ctl = rows[0]["control"]
+        prec = {**ctl, "err_est": max(r["err_est"] for r in rows),
+                "derivation": "G_L max(1, Γ) T · 2√d err_est Σ|w_h|‖V_h‖₂ "
+                              "(float32_tolerance)"}
+        prec.update(float32_tolerance(prec["err_est"], ctl["gronwall"], heads, T=T, L=L))
+        prec["ratio"] = prec["max_moment_difference"] / prec["tolerance"]
+        errT = np.hypot(errT, prec["tolerance"])
     M0 = np.array([r["m0"] for r in rows])
     MT = np.array([r["mT"] for r in rows])
     var0 = np.mean([r["q0"] for r in rows], axis=0) - M0.mean(axis=0) ** 2
@@ -372,6 +512,14 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
     cc = {**rows[0], **_pooled_ssw(np.concatenate([r["kept"] for r in rows]), fine["verts"],
                                    fine["mT"], np.random.default_rng([seed, n, R, 7]))}
     criteria = moment_criteria(t0, tT, R=R, n=n, T=T)
+    if f32:
+        criteria.append(Criterion(
+            "float32_vs_float64", prec["max_moment_difference"], hi=float(prec["tolerance"]),
+            what="max |μ_k^{32} − μ_k^{64}| at T of replicate 0 in float32 vs its float64 "
+                 "control",
+            why=f"float32 rounding: G_L Γ T δv (err_est {prec['err_est']:.2g} = "
+                f"{prec['err_est'] / np.finfo(np.float32).eps:.0f} ε₃₂, Γ = "
+                f"{prec['growth']:.2f}; float32_tolerance)"))
     mc_med = float(np.median(tT.se_mc))
     # the PDE refined enough: its error below the Monte Carlo one, moment by moment
     pde_to_mc = float(np.max(tT.pde_err / tT.se_mc))
@@ -397,6 +545,13 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
         f"replicates vs a PDE sample {cc['ssw']:.4f} against {cc['ssw_floor']:.4f} between "
         f"two PDE samples; exact W2 on {cc['w2_points']} "
         f"tokens {cc['w2']:.4f} against {cc['w2_floor']:.4f}.")
+    if f32:
+        details += (
+            f" Precision float32 (the replicates' attention sums; float64 sums, velocity and "
+            f"tests): the float64 control of replicate 0 differs by {prec['ratio']:.2g} of "
+            f"the float32 tolerance {prec['tolerance']:.2e} (max token difference "
+            f"{prec['max_token_difference']:.2e}); the tolerance is in the tests' denominators"
+            f" at T.")
     passed, text, entries = CONTROLS.conclude(criteria, details, fault)
     summary = {"settings": {"n": n, "replicates": R, "degree": L, "T": T,
                             "particle_dt": T / PARTICLE_STEPS,
@@ -406,7 +561,7 @@ def run(*, out: Path, quick: bool = False, seed: int = 0,
                             "heads": "one softmax head A = V = "
                             "diag(2.4, 1.2, −0.6), β = 1", "pde": "order 2, dt <= 0.05",
                             "rho0": RHO0},
-               **entries,
+               **entries, "dtype": dtype, **({"float32": prec} if f32 else {}),
                "fits": {"max_t_T": tT.max_t, "t_crit": tT.t_crit, "p_max_t_T": tT.p_max_t,
                         "hotelling_T": tT.hotelling, "hotelling_crit": tT.hotelling_crit,
                         "p_hotelling_T": tT.p_hotelling, "max_t_0": t0.max_t,

@@ -2,7 +2,8 @@
 
 Every module exposes ``run(*, out, quick, seed) -> StudyResult`` (run → fit → verdict);
 a study with negative controls also takes ``fault=NAME`` for a name of its ``FAULTS``
-(see :mod:`wflow.studies.base`). A new study is one module in :mod:`wflow.studies` and one
+(see :mod:`wflow.studies.base`), and a study that declares ``DTYPES`` takes ``dtype=``
+(``"float32"``: :func:`check_dtype`). A new study is one module in :mod:`wflow.studies` and one
 line here (:data:`STUDIES`, a :class:`~wflow.infra.registry.Registry` of :class:`Study`).
 """
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from .base import StudyResult
 
 __all__ = ["Study", "STUDIES", "all_studies", "load_study", "seed_independent", "verify",
-           "check_fault"]
+           "check_fault", "check_dtype"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ def load_study(name: str) -> ModuleType:
 
         mod.run = never_raise(mod.run, name=name, faults=getattr(mod, "FAULTS", {}),
                               families=getattr(mod, "FAMILIES", None),
-                              parts=getattr(mod, "PARTS", None))
+                              parts=getattr(mod, "PARTS", None),
+                              dtypes=getattr(mod, "DTYPES", None),
+                              fault_dtypes=getattr(mod, "FAULT_DTYPES", None))
     return mod
 
 
@@ -111,8 +114,22 @@ def check_fault(name: str, fault: str) -> None:
                          f"{fam})")
 
 
+def check_dtype(name: str, dtype: str, fault: str | None = None) -> None:
+    """``ValueError`` unless study ``name`` runs at precision ``dtype`` (with ``fault``).
+
+    A precision of :data:`wflow.kernels.validation.DTYPES` that the study declares in its
+    ``DTYPES`` (a study without them: ``"float64"`` alone), and one that its ``FAULT_DTYPES``
+    allows ``fault`` (:func:`wflow.studies.base.check_dtype`); the message says why.
+    """
+    from .base import check_dtype as _check
+
+    mod = load_study(name)
+    _check(name, dtype, getattr(mod, "DTYPES", None), fault=fault,
+           fault_dtypes=getattr(mod, "FAULT_DTYPES", None))
+
+
 def verify(study: str, *, out: str | Path, quick: bool = False, seed: int = 0,
-           fault: str | None = None) -> StudyResult:
+           fault: str | None = None, dtype: str = "float64") -> StudyResult:
     """Run the verification study ``study`` and write ``out/`` (what ``wflow verify`` runs).
 
     Parameters
@@ -128,6 +145,10 @@ def verify(study: str, *, out: str | Path, quick: bool = False, seed: int = 0,
     fault : str, optional
         Inject one of the study's negative controls (:func:`check_fault`: refused before
         anything runs); a documented control must FAIL.
+    dtype : str
+        ``"float64"`` (default) or ``"float32"`` where the study declares it in its
+        ``DTYPES`` (:func:`check_dtype`: refused before anything runs); ``summary.json``
+        records it.
 
     Returns
     -------
@@ -139,4 +160,5 @@ def verify(study: str, *, out: str | Path, quick: bool = False, seed: int = 0,
     if fault is not None:
         check_fault(study, fault)
         kw["fault"] = fault
-    return mod.run(out=out, quick=quick, seed=seed, **kw)
+    check_dtype(study, dtype, fault)
+    return mod.run(out=out, quick=quick, seed=seed, dtype=dtype, **kw)
