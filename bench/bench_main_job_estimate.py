@@ -72,11 +72,11 @@ def estimate_inputs(row: dict) -> dict:
         return dict(cells=720, n=row["n"], H=1, T=1.0, dt=0.02, n_saves=5, steps_per_save=4,
                     jko=True, refinement=2, max_ot_points=6000, w2_dense_max_points=6000,
                     jko_steps=4, fastsum=fastsum_eligible("usa", 3, "auto"), diffusion=0.05,
-                    integrator="em", jko_verify=False)
+                    integrator="em", jko_verify=False, error_control=False)
     return dict(cells=720, n=row["n"], H=2, T=row["T"], dt=0.05, n_saves=row["n_saves"],
                 steps_per_save=row["sps"], jko=row["jko"], refinement=2 if row["jko"] else 0,
                 max_ot_points=6000, w2_dense_max_points=6000,
-                jko_steps=2 if row["jko"] else None, fastsum=True)
+                jko_steps=2 if row["jko"] else None, fastsum=True, error_control=False)
 
 
 def one_run(name: str, row: dict, tmp: Path, env: dict[str, str]) -> dict:
