@@ -158,7 +158,6 @@ def _write(scenario: Any, table: KineticTable, p: dict, res: KineticResult,
     logger.info("kinetic: wrote %s", out)
 
 
-#: ``wflow kinetic``: the spec and what its job does beyond the runner.
 def _unjudged(p: dict, table: KineticTable) -> str | None:
     """The note of a run that will end ``completed`` (no ``pde.rtol``; Job.unjudged)."""
     from ...kinetic.solver import NO_CHAIN
@@ -167,6 +166,7 @@ def _unjudged(p: dict, table: KineticTable) -> str | None:
     return None if table.pde.tolerance is not None else unestimated_note(NO_CHAIN)
 
 
+#: ``wflow kinetic``: the spec and what its job does beyond the runner.
 JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
           solve=_solve, write=_write, unjudged=_unjudged)
 

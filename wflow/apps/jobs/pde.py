@@ -241,7 +241,6 @@ def _balance_from_t0(res: PDEResult) -> dict[str, np.ndarray]:
             for k, v in res.history.items()}
 
 
-#: ``wflow pde``: the spec and what its job does beyond the runner.
 def _unjudged(p: dict, table: PDETable) -> str | None:
     """The note of a run whose status will be ``completed`` (Job.unjudged), or None.
 
@@ -257,6 +256,7 @@ def _unjudged(p: dict, table: PDETable) -> str | None:
     return unestimated_note(NO_CHAIN_RECORDED, BALANCE_REMEDY)
 
 
+#: ``wflow pde``: the spec and what its job does beyond the runner.
 JOB = Job(spec=SPEC, table=_table, size=mesh_size, build=_build, size_of=mesh_size_of,
           solve=_solve, write=_write, unjudged=_unjudged)
 
