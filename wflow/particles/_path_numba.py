@@ -459,7 +459,11 @@ def state_par(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind
 @njit(cache=True, error_model="numpy")
 def state_ser(nblk, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
               surrogate, vel, PE, PG, PI, PT, BUF):
-    """A particle-state evaluation on the calling thread (same results)."""
+    """A particle-state evaluation on the calling thread (the same dynamics, bit for bit).
+
+    The recorded Itô sum of noisy weights has been seen one ulp apart from the parallel
+    evaluation's (tests/test_compiled.py).
+    """
     for b in range(nblk):
         _block(b, full, ito, gsq, xT, nx, A, V, Qm, Km, w, wbar, m, beta, kind, soft, sym,
                surrogate, vel, PE, PG, PI, PT, BUF)
