@@ -21,8 +21,11 @@ class KineticResult(SolverResult):
     Attributes
     ----------
     status : Status
-        ``SUCCESS``; ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, the
-        mass of a slice not conserved to ``1e-10`` relative, a negative density).
+        ``SUCCESS`` (with ``pde.rtol``/``atol``: the time-error estimate within the
+        tolerance); ``INACCURATE`` (it is not; the message names the ``dt`` that would
+        meet it); ``COMPLETED`` (no tolerance: nothing judged the accuracy);
+        ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, the mass of a
+        slice not conserved to ``1e-10`` relative, a negative density).
     options : KineticOptions
     order : int
         Order in ``dt`` of the time integrator (space: ``options.pde.order``; position:
@@ -40,14 +43,21 @@ class KineticResult(SolverResult):
         At the output times: ``mean`` ``(n, S, 3)``, the first moment ``∫ x ρ(s_k, x) dx``
         of each slice (at the projected centroids); ``rho_min``, ``rho_max`` ``(n, S)``.
     steps : dict of arrays
-        Per accepted step: ``t``, ``dt``.
+        Per accepted step: ``t``, ``dt`` (with ``pde.rtol``/``atol``: ``error_norm``, the
+        step's local-error estimate in units of the tolerance).
     centroids, areas : arrays
         Flat centroids ``(M, 3)`` and areas ``(M,)`` of the cells (original order).
     stats : dict
         ``steps``, ``rejected_steps``, ``velocity_evals`` (evaluations of all ``S``
         velocities), ``kernel_calls`` (``S`` per evaluation), ``mass_error_max`` (largest
         relative drift of a slice's mass), ``rho_min``, ``dt_min``, ``dt_max``, timings,
-        ``cells``, ``slices``, ``ranks``, ``kernel`` (back-end log).
+        ``cells``, ``slices``, ``ranks``, ``kernel`` (back-end log); with a tolerance
+        ``rtol``, ``atol``, ``adaptive``, ``accepted_steps``, ``error_rejected_steps`` and
+        ``error_estimate`` (the sum of the steps' error norms, ``≤ 1``: met).
+    checks : dict
+        ``tolerance``: the verdict against ``pde.rtol``/``atol``
+        (:func:`wflow.pde.accuracy.tolerance_check`), or, without one, ``judged: False``
+        and its ``reason``.
     """
 
     t: np.ndarray

@@ -425,7 +425,10 @@ def solve_kinetic(rho0: Any = "uniform", heads_or_schedule: Heads | Schedule | N
     -------
     KineticResult
         ``status == "success"`` only if ``T`` was reached with finite values, every slice's
-        mass conserved to ``1e-10`` (relative, ``MASS_TOL``) and the densities non-negative.
+        mass conserved to ``1e-10`` (relative, ``MASS_TOL``), the densities non-negative
+        and, with ``pde.rtol``/``atol``, the time-error estimate within the tolerance
+        (``checks["tolerance"]``; ``"inaccurate"`` when it is not). Without a tolerance no
+        accuracy check is judged: ``"completed"``, naming the remedy.
     """
     if heads_or_schedule is None or attn is None:
         raise ValueError("heads/attention: the kinetic solver needs heads and an attention")

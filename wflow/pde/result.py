@@ -21,7 +21,8 @@ class PDEResult(SolverResult):
     status : Status
         ``SUCCESS``; ``INACCURATE`` (finite, mass conserved, positive, but the
         chain-rule residual exceeds its tolerance, or the error estimate exceeds the requested
-        ``rtol``/``atol``, see :mod:`wflow.status`);
+        ``rtol``/``atol``, see :mod:`wflow.status`); ``COMPLETED`` (no check judged: a
+        prescribed velocity or ``balance = false``, without ``rtol``);
         ``MAX_STEPS``; or ``FAILED`` (non-finite values, collapsed step, broken
         conservation or positivity). ``message`` says why.
     message : str

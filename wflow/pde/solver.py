@@ -523,7 +523,10 @@ def solve_pde(rho0: np.ndarray | Any = "uniform",
     PDEResult
         ``status == "success"`` only if ``T`` was reached with finite values, the mass
         conserved, the densities non-negative and (with ``balance``) the chain-rule
-        residual within its tolerance; ``"inaccurate"`` when only the last fails.
+        residual within its tolerance, or (with ``rtol``/``atol``) the time-error
+        estimate within the requested one; ``"inaccurate"`` when only those fail;
+        ``"completed"`` when nothing judged the accuracy (a prescribed velocity or
+        ``balance = false``, without ``rtol``).
     """
     if isinstance(rho0, SphereMesh):  # the former order solve_pde(mesh, rho0, heads, attn)
         if mesh is not None or len(_old) > 1:
