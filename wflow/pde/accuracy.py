@@ -5,6 +5,10 @@ takes one step and two half steps and measures the kept solution's error with
 :func:`~wflow.infra.accuracy.richardson_error` in :func:`~wflow.infra.accuracy.error_norm`;
 :func:`tolerance_check` judges a run by its estimate against the requested tolerance and
 names the step that would meet it; :func:`accuracy_check` is the chain-rule check.
+:func:`controlled_step` is one step under the PI controller (:func:`judge_step`). The
+finite-volume solvers share them: the PDE's and the kinetic solver's (all slices at once).
+A run that nothing judges (no tolerance, no chain rule) ends ``completed``
+(:func:`unestimated`, :func:`unestimated_note` for the note before it).
 """
 
 from __future__ import annotations
