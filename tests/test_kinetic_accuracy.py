@@ -160,6 +160,8 @@ def test_the_estimates_count_step_doubling():
     kon, koff = (estimate_kinetic(S=8, startup=False, error_control=e, **kw)
                  for e in (True, False))
     assert kon.seconds / koff.seconds == pytest.approx(5 / 2, rel=1e-12)
+    # memory: the step and the two half steps of every slice, 8 · 4 S M bytes
+    assert kon.memory - koff.memory == kon.parts["step doubling"] == 8.0 * 4 * 8 * 1280
     pde = {"mesh": "icosphere:320", "T": 1.0, "dt": 0.05, "order": 2}
     tables = [kinetic_table_from_dict({"S": 4}, {"pde": {**pde, **extra}})
               for extra in ({"rtol": 1e-3}, {})]

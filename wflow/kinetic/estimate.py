@@ -54,7 +54,8 @@ def estimate_kinetic(*, cells: int, S: int, H: int = 1, T: float, dt: float,
     points (``8 · 2 · 3 M · 4 H S``: numerator and normaliser per head) and the saved
     densities ``8 n_saves S M``. With ``error_control`` (``pde.rtol``/``atol``): the
     PDE's :func:`~wflow.pde.estimate.step_evaluations` right-hand sides a step, the steps
-    counted at ``dt`` (a lower bound, noted).
+    counted at ``dt`` (a lower bound, noted), and in memory the full step and the two half
+    steps (one gathered) held together, ``8 · 4 S M``.
     """
     M, S_ = float(cells), float(S)
     steps = pde_steps(M, T, dt, cfl, vmax, max_steps)
@@ -64,6 +65,8 @@ def estimate_kinetic(*, cells: int, S: int, H: int = 1, T: float, dt: float,
     parts.update({"mesh and solver": 1200.0 * M, "slices": 8.0 * 4 * S_ * M,
                   "cumulative sums": 8.0 * 2 * 3 * M * 4 * H * S_,
                   "saved densities": 8.0 * n_saves * S_ * M})
+    if error_control:  # the step, the two half steps (one gathered) held at once
+        parts["step doubling"] = 8.0 * 4 * S_ * M
     per_slice = KINETIC_CALL_SECONDS + KINETIC_CELL_SECONDS * M + M * M * H * PDE_PAIR_SECONDS
     secs = steps * stages * (PDE_STAGE_SECONDS + S_ * per_slice)
     secs += KINETIC_STARTUP_SECONDS if startup else 0.0
