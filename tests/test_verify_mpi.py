@@ -25,15 +25,16 @@ pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(not MPIRUN.exists(), reason="mpirun not in the environment")]
 
 
-def _serial_and_two_ranks(study: str, tmp_path: Path, timeout: int) -> tuple[dict, dict]:
-    """The summaries of ``wflow verify STUDY --quick`` serial and on 2 ranks."""
+def _serial_and_two_ranks(study: str, tmp_path: Path, timeout: int,
+                          extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """The summaries of ``wflow verify STUDY --quick [extra]`` serial and on 2 ranks."""
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1")
     serial, par = tmp_path / "serial", tmp_path / "par"
-    r = subprocess.run([str(WFLOW), "verify", study, "--quick", "--out", str(serial)],
+    r = subprocess.run([str(WFLOW), "verify", study, "--quick", *extra, "--out", str(serial)],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([str(MPIRUN), "-n", "2", str(WFLOW), "verify", study, "--quick",
-                        "--out", str(par)], capture_output=True, text=True, env=env,
+                        *extra, "--out", str(par)], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(f"verify {study}") == 1  # only rank 0 reports and writes
@@ -66,5 +67,19 @@ def test_verify_mean_field_two_ranks_equals_serial(tmp_path):
     assert [c["ok"] for c in a["criteria"]] == [c["ok"] for c in b["criteria"]]
     # the PDE on a distributed mesh sums its fluxes in another order: round-off, amplified
     # by the t-scores' 1/s.e. (~1e3) — agreement to 1e-8 relative
+    for key in ("fits", "reported", "tests"):
+        np.testing.assert_allclose(_numbers(a[key]), _numbers(b[key]), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.slow  # as the float64 run, with the float32 replicates on the Python loop
+def test_verify_mean_field_float32_two_ranks_equals_serial(tmp_path):
+    """The float32 replicates and their float64 control distributed over the ranks (each
+    replicate's run is serial on its rank): the same verdict and numbers as serial."""
+    a, b = _serial_and_two_ranks("mean-field", tmp_path, 900, ("--dtype", "float32"))
+    assert a["dtype"] == b["dtype"] == "float32" and a["passed"] == b["passed"]
+    assert [c["ok"] for c in a["criteria"]] == [c["ok"] for c in b["criteria"]]
+    # the float32 control's numbers: its runs are the same on either layout, exactly
+    assert a["float32"] == b["float32"]
+    # the PDE on a distributed mesh: round-off amplified by the t-scores (as above)
     for key in ("fits", "reported", "tests"):
         np.testing.assert_allclose(_numbers(a[key]), _numbers(b[key]), rtol=1e-8, atol=1e-12)
