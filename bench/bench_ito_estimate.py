@@ -21,7 +21,7 @@ import argparse
 import json
 import os
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from _common import parent_machine
+    from _common import best_cpu, parent_machine
 
     from wflow import Attention, Heads
     from wflow.particles import ParticleOptions, simulate
@@ -56,11 +56,7 @@ def main() -> None:
                                        seed=1, clusters=False, head_rates=False,
                                        ito_balance=ito, progress=False)
                 simulate(x[:64], heads, attn, options=opts)  # warm-up (numba, plans)
-                best, res = float("inf"), None
-                for _ in range(2):
-                    t = time.process_time()
-                    res = simulate(x, heads, attn, options=opts)
-                    best = min(best, time.process_time() - t)
+                best, res = best_cpu(partial(simulate, x, heads, attn, options=opts))
                 est = estimate_run(opts, n=n, d=3, H=1, kind="softmax", stochastic=False)
                 rows.append({"integrator": integ, "n": n, "ito_balance": ito,
                              "engine": res.extra["engine"], "status": str(res.status),

@@ -141,7 +141,7 @@ def peer_wflow(kind: str, n: int, H: int, P: int, d: int, steps: int,
     x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
     sched = wflow_schedule(kind, H, D0)
     attn = Attention("softmax", 1.0)
-    kw = dict(dt=DT, integrator="euler", record_every=record_every, n_paths=P,
+    kw = dict(dt=DT, integrator="euler", record_every=record_every, n_paths=P, rtol=None,
               seed=2000 + H, head_rates=False, clusters=False, engine="compiled",
               progress=False)
     t0 = time.perf_counter()

@@ -57,7 +57,7 @@ def main() -> int:
     x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
     for kind, P in (("osc", 1), ("ou", 2)):
         simulate(x0, wflow_schedule(kind, 1, D0), Attention("softmax", 1.0), T=5 * DT, dt=DT,
-                 integrator="euler", n_paths=P, engine="compiled")
+                 integrator="euler", n_paths=P, engine="compiled", rtol=None)
     runs = []
     t_all = time.perf_counter()
     for kind, P in (("osc", 1), ("ou", args.paths)):

@@ -28,6 +28,7 @@ there to catch.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -36,8 +37,10 @@ import wflow.particles.solver as psolver
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.mask import Causal
 from wflow.attention.schedules import OrnsteinUhlenbeck, Parametrisation, as_schedule
+from wflow.infra.accuracy import DEFAULT_RTOL
 from wflow.infra.schema import ScenarioError
 from wflow.particles import simulate
+from wflow.particles.adaptive import DEFAULT_ASIDE
 from wflow.particles.loop import unjudged_ahead
 from wflow.status import Status
 
@@ -65,9 +68,11 @@ def _run(mask, D, ito, engine, kind, weights, **extra):
     x, sched = _setup(weights)
     attn = Attention(kind, 1.0, mask=None if mask is None else Causal())
     integ = "em" if D > 0 else "euler"
+    # rtol = None unless given: the rule for a run without a tolerance (the default rtol's
+    # own rule: test_the_default_rtol_judges_or_steps_aside)
     return simulate(x, sched, attn, T=0.02, dt=0.01, integrator=integ, diffusion=D,
                     ito_balance=ito, engine=engine, n_paths=2, seed=3, clusters=False,
-                    head_rates=False, **extra)
+                    head_rates=False, **{"rtol": None, **extra})
 
 
 def _judged(checks: dict) -> bool:
@@ -166,3 +171,29 @@ def test_without_the_rule_unjudged_runs_said_success(monkeypatch):
     assert {c[0] for c in bad} == {None, "causal"}  # masked runs and unmasked noisy runs
     assert any(c[3] == "compiled" and c[1] > 0 for c in bad)
     assert any(c[5] == "ou" and c[1] > 0 for c in bad)
+
+
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("D", DIFFUSION)
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_the_default_rtol_judges_or_steps_aside(mask, D, weights):
+    """The default ``rtol`` judges a deterministic run by step doubling, masked or not
+    (no run is ``completed`` for want of a check); with token diffusion or noisy weights
+    it steps aside, says why in ``extra["accuracy_default"]``, and the run is exactly the
+    ``rtol = None`` run with its status (control). The prediction before the run holds."""
+    default = _run(mask, D, None, "auto", "softmax", weights, rtol=DEFAULT_RTOL)
+    bare = _run(mask, D, None, "auto", "softmax", weights)
+    attn = Attention("softmax", 1.0, mask=None if mask is None else Causal())
+    sched = as_schedule(_setup(weights)[1])
+    if D == 0 and weights == "static":
+        assert default.checks["accuracy"]["rtol"] == 1e-3, default.checks
+        assert "accuracy_default" not in default.extra
+        assert default.status in (Status.SUCCESS, Status.INACCURATE), default.message
+        assert unjudged_ahead(default.options, attn, sched) is None
+        assert "accuracy" not in bare.checks
+    else:
+        assert default.extra["accuracy_default"].startswith(DEFAULT_ASIDE), default.extra
+        assert "accuracy" not in default.checks and default.status == bare.status
+        np.testing.assert_array_equal(default.x, bare.x)
+        assert (unjudged_ahead(replace(bare.options, rtol=DEFAULT_RTOL), attn, sched)
+                is None) == (default.status != Status.COMPLETED)

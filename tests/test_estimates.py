@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -122,7 +123,8 @@ def test_available_memory_is_positive_and_finite():
 
 
 def test_dt_that_does_not_divide_T_is_recorded(tmp_path, capsys, caplog):
-    sc = _sc(tmp_path, **{"T = 0.2": "T = 1.0", "dt = 0.05": "dt = 0.3"})
+    # rtol = "none": the run alone (dt = 0.3 misses the default rtol: exit 1, not the point)
+    sc = _sc(tmp_path, **{"T = 0.2": "T = 1.0", "dt = 0.05": 'dt = 0.3\nrtol = "none"'})
     with caplog.at_level(logging.WARNING, logger="wflow.infra.estimate"):
         assert main(["particles", str(sc), "--out", str(tmp_path / "o")]) == 0
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
@@ -472,19 +474,49 @@ def test_deterministic_weights_are_estimated_as_one_path(tmp_path, monkeypatch):
                    T=0.1, dt=0.05, n_paths=8, head_rates=False)
     assert res.x.shape[0] == 1
     size = {"n": 1000, "d": 3, "H": 2, "kind": "softmax"}
-    one = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01), **size)
-    eight = ParticleOptions(T=1.0, dt=0.01, n_paths=8)
+    # rtol = None: the paths counted alone (the default rtol's rerun:
+    # test_the_default_rtol_is_costed_where_it_judges)
+    one = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01, rtol=None), **size)
+    eight = ParticleOptions(T=1.0, dt=0.01, n_paths=8, rtol=None)
     det = particles_est.estimate_run(eight, **size, stochastic=False)
     assert (det.seconds, det.memory, det.steps) == (one.seconds, one.memory, one.steps)
     noisy = particles_est.estimate_run(eight, **size, stochastic=True)
     start = particles_est.STARTUP_SECONDS  # seconds = start + paths · (one path's work)
     assert noisy.steps == 8 * one.steps
     assert noisy.seconds - start == pytest.approx(8 * (one.seconds - start), rel=1e-12)
-    diff = ParticleOptions(T=1.0, dt=0.01, n_paths=8, integrator="em", diffusion=0.1)
+    diff = ParticleOptions(T=1.0, dt=0.01, n_paths=8, integrator="em", diffusion=0.1,
+                           rtol=None)
     rep = particles_est.estimate_run(diff, **size, stochastic=False)
     assert rep.steps == 8 * one.steps
     sizes = prun._size(load_scenario(_sc(tmp_path)), ParticleOptions())
     assert sizes["stochastic"] is False
+
+
+def test_the_default_rtol_is_costed_where_it_judges():
+    """The default ``rtol`` reruns a deterministic fixed-step run at ``dt/2``: three times
+    the steps, as a user's ``rtol``; where it steps aside (noisy weights, token diffusion)
+    the estimate is that of ``rtol = None``. Unknown weights (``stochastic=None``) count
+    the rerun (an upper bound)."""
+    from wflow.particles import ParticleOptions
+
+    size = {"n": 1000, "d": 3, "H": 2, "kind": "softmax"}
+    bare = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01, rtol=None), **size,
+                                      stochastic=False)
+    judged = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01), **size,
+                                        stochastic=False)
+    asked = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01, rtol=1e-3), **size,
+                                       stochastic=False)
+    assert judged.steps == asked.steps == 3 * bare.steps and judged.seconds == asked.seconds
+    assert any("dt/2" in n for n in judged.notes)
+    unknown = particles_est.estimate_run(ParticleOptions(T=1.0, dt=0.01), **size)
+    assert unknown.steps == judged.steps
+    for opts, stochastic in ((ParticleOptions(T=1.0, dt=0.01, n_paths=2), True),
+                             (ParticleOptions(T=1.0, dt=0.01, integrator="em",
+                                              diffusion=0.1), False)):
+        aside = particles_est.estimate_run(opts, **size, stochastic=stochastic)
+        none = particles_est.estimate_run(replace(opts, rtol=None), **size,
+                                          stochastic=stochastic)
+        assert (aside.steps, aside.seconds) == (none.steps, none.seconds)
 
 
 def test_cluster_count_is_estimated_within_2x_of_its_measured_rows():

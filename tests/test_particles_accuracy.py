@@ -15,7 +15,7 @@ import pytest
 from wflow.attention.heads import Attention, Heads
 from wflow.attention.schedules import Layers, as_schedule
 from wflow.geometry.sphere import normalize, sample_uniform
-from wflow.infra.accuracy import Tolerance, error_norm
+from wflow.infra.accuracy import Tolerance, error_norm, is_default
 from wflow.infra.schema import ScenarioError
 from wflow.particles import ParticleOptions, iterate, simulate
 from wflow.particles.integrators import RK4, time_grid
@@ -105,15 +105,22 @@ def test_adaptive_and_fixed_step_counts(system):
     assert n_ad <= 20 * n_fx
 
 
-def test_default_is_todays_run(system):
-    """``rtol``/``atol`` unset and ``adaptive = False``: bit for bit the fixed-step run."""
+def test_default_judges_todays_run(system):
+    """The default ``rtol`` (``1e-3``, fixed steps) judges the fixed-step run without
+    changing it: its tokens and energies bit for bit those of ``rtol = None``, which has
+    no accuracy check (control), and the verdict that of a user's ``rtol = 1e-3``."""
     x, heads, attn = system
+    assert is_default(ParticleOptions().rtol) and ParticleOptions().rtol == 1e-3
+    assert not is_default(ParticleOptions(rtol=1e-3).rtol)
     for engine in ("python", "compiled"):
         a = simulate(x, heads, attn, T=0.5, dt=0.05, engine=engine)
         b = simulate(x, heads, attn, T=0.5, dt=0.05, engine=engine, rtol=None, atol=None,
                      adaptive=False)
+        c = simulate(x, heads, attn, T=0.5, dt=0.05, engine=engine, rtol=1e-3)
         assert np.array_equal(a.x, b.x) and np.array_equal(a.steps["E"], b.steps["E"])
-        assert "accuracy" not in a.checks and "adaptive" not in a.extra
+        assert a.checks["accuracy"]["rtol"] == 1e-3 and "adaptive" not in a.extra
+        assert "accuracy" not in b.checks and b.extra["engine"] == engine
+        assert a.checks["accuracy"] == c.checks["accuracy"] and a.status == c.status
     sch = as_schedule(heads)
     s1 = list(iterate(x, sch, attn, T=0.5, dt=0.05))
     s2 = list(iterate(x, sch, attn, T=0.5, dt=0.05, grid=time_grid(0.5, 0.05)))
@@ -191,5 +198,69 @@ def test_atol_alone_asks_for_the_verdict(system):
     res = simulate(x, heads, attn, T=0.5, dt=0.05, integrator="rk4", atol=1e-6)
     chk = res.checks["accuracy"]
     assert chk["atol"] == 1e-6 and chk["rtol"] == ParticleOptions().tolerance().rtol
-    bare = simulate(x, heads, attn, T=0.5, dt=0.05, integrator="rk4")
+    bare = simulate(x, heads, attn, T=0.5, dt=0.05, integrator="rk4", rtol=None)
     assert "accuracy" not in bare.checks and np.array_equal(bare.x, res.x)
+
+
+def test_the_scenario_spells_no_tolerance_none(tmp_path):
+    """``[particles] rtol = "none"`` is ``None`` (TOML has no null); an omitted key is the
+    default (judged), a written ``1e-3`` the user's own; anything else exits 2 naming
+    ``particles.rtol`` (negative controls)."""
+    from wflow.particles.spec import particle_options_from_dict
+
+    assert particle_options_from_dict({"rtol": "none"}, {}).rtol is None
+    assert is_default(particle_options_from_dict({}, {}).rtol)
+    user = particle_options_from_dict({"rtol": 1e-3}, {}).rtol
+    assert user == 1e-3 and not is_default(user)
+    for bad in ("off", 0.0, 1.0, True):
+        with pytest.raises(ScenarioError, match=r"particles\.rtol"):
+            particle_options_from_dict({"rtol": bad}, {})
+
+
+def test_cli_names_what_decides(tmp_path, capsys):
+    """``wflow particles``: the default run's line gives the error estimate and says that
+    the tolerance decides; with noisy weights the default steps aside and the line and
+    ``summary.json["accuracy_default"]`` say why (control: no accuracy check there)."""
+    import json
+
+    from wflow.cli import main
+
+    base = ('seed = 0\n[attention]\nkind = "softmax"\nbeta = 1.0\nd = 3\n[tokens]\nn = 30\n'
+            '[heads]\ntype = "random_symmetric"\nH = 1\nscale = 0.5\n{sched}'
+            '[particles]\nT = 0.2\ndt = 0.05\nn_paths = 2\n')
+    sc = tmp_path / "a.toml"
+    sc.write_text(base.format(sched=""))
+    assert main(["particles", str(sc), "--out", str(tmp_path / "a")]) == 0
+    line = capsys.readouterr().out
+    assert "(recorded; the tolerance decides), error estimate" in line and "rtol 0.001" in line
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert s["checks"]["accuracy"]["rtol"] == 1e-3 and "accuracy_default" not in s
+    sc.write_text(base.format(sched='[schedule]\ntype = "ou"\nsigma = 0.3\n'))
+    main(["particles", str(sc), "--out", str(tmp_path / "b")])
+    line = capsys.readouterr().out
+    assert "the default rtol = 1e-3 steps aside" in line
+    s = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert s["accuracy_default"].startswith("the default rtol = 1e-3 steps aside")
+    assert "noisy weights" in s["accuracy_default"] and "accuracy" not in s["checks"]
+
+
+def test_default_rtol_estimate_within_2x_of_measured_rows():
+    """bench/bench_default_rtol_estimate.py: the default ``rtol``'s runs (the run and its
+    rerun at ``dt/2``) and the bare runs at n = 10³, 4·10³ and 10⁵, CPU time; each
+    estimate within 2× of its row, the default costing about three bare runs. Negative
+    control: the bare run's estimate, which forgets the rerun, is more than 2× under the
+    default's measured time at every size."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "default_rtol_estimate.json"
+    rows = json.loads(path.read_text())["rows"]
+    assert {r["n"] for r in rows} == {1000, 4000, 100_000}
+    for r in rows:
+        assert 0.5 <= r["ratio"] <= 2.0, r
+        assert r["status"] == "success", r
+    for n in (1000, 4000, 100_000):
+        default, bare = (next(r for r in rows if r["n"] == n and r["rtol"] == k)
+                         for k in ("default", "bare"))
+        assert 2.0 <= default["cost_over_bare"] <= 4.0, default
+        assert bare["estimate_s"] / default["cpu_s"] < 0.5, (n, bare, default)

@@ -51,6 +51,14 @@ def _main(args: argparse.Namespace) -> int:
     rel = chain.get("value", float("nan"))
     # a residual that does not decide the status says so (a mask, token diffusion)
     unjudged = " (recorded, not judged)" if chain.get("judged", True) is False else ""
+    acc, tol = getattr(res, "checks", {}).get("accuracy"), ""
+    if acc:  # the requested tolerance decides (the default rtol = 1e-3 included)
+        unjudged = " (recorded; the tolerance decides)"
+        err = acc.get("error")
+        tol = (f", error estimate {err:.2g} of the tolerance (rtol {acc['rtol']:g})"
+               if err is not None else f", within the tolerance (rtol {acc['rtol']:g})")
+    elif "accuracy_default" in getattr(res, "extra", {}):
+        tol = f" ({res.extra['accuracy_default']})"
     adj, o = "", getattr(res, "options", None)
     if o is not None:  # no silent change: a dt that does not divide T (summary.json "dt")
         steps = max(1, math.ceil(o.T / o.dt - 1e-9))
@@ -60,5 +68,5 @@ def _main(args: argparse.Namespace) -> int:
     print(f"particles: {res.status} in {res.wall_time:.2f} s{adj}; E(T) = {fin['E']['mean']:.6g}, "
           f"G2(T) = {fin['G2']['mean']:.4g}, chain-rule residual (absolute) "
           f"{res.balance_summary()['chain']['mean']:.3e}, (relative) "
-          f"{rel:.2e}{unjudged}; wrote {args.out}")
+          f"{rel:.2e}{unjudged}{tol}; wrote {args.out}")
     return finish("particles", res.status, res.message)

@@ -6,6 +6,10 @@ names no solver: each solver supplies its local-error estimate (an embedded pair
 doubling, or a weak-error estimate) and the order ``q`` of that estimate.
 
 * :class:`Tolerance` — ``rtol``/``atol``, validated once;
+* :data:`DEFAULT_RTOL` — the ``rtol`` a solver requests when the user sets none
+  (``1e-3``), told apart from a user's ``1e-3`` by :func:`is_default`, so that a solver can
+  step it aside where none of its estimates applies (and say so) while refusing a
+  tolerance the user asked for there;
 * :func:`error_norm` — the scaled RMS norm of a local-error estimate,
 
   .. math::
@@ -34,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .options import opt
-from .schema import ScenarioError, boolean, number
+from .schema import ScenarioError, boolean, number, optional
 
 __all__ = [
     "Tolerance",
@@ -43,6 +47,8 @@ __all__ = [
     "richardson_error",
     "StepController",
     "MIN_RTOL",
+    "DEFAULT_RTOL",
+    "is_default",
     "rtol_field",
     "atol_field",
     "adaptive_field",
@@ -54,6 +60,39 @@ __all__ = [
 #: of two solutions, each rounded at ``ε`` per operation over many operations) is rounding
 #: noise, and no step size can meet the tolerance.
 MIN_RTOL = 100 * float(np.finfo(np.float64).eps)
+
+
+class DefaultRtol(float):
+    """The type of :data:`DEFAULT_RTOL`: a float that remembers it was not asked for.
+
+    It equals ``1e-3`` in every computation, prints and serialises as ``0.001``; only
+    :func:`is_default` tells it apart from a user's ``1e-3``.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+    def __reduce__(self) -> tuple:  # pickles (MPI, multiprocessing) as the default itself
+        return (_default_rtol, ())
+
+
+def _default_rtol() -> DefaultRtol:
+    return DEFAULT_RTOL
+
+
+#: The relative tolerance a solver requests when the user sets none: ``1e-3``, as
+#: SciPy's ``solve_ivp``. A solver judges its run by its error estimate at this
+#: tolerance; where none of its estimates applies (e.g. noisy weights) it steps the
+#: default aside, runs as with ``rtol = None`` and records why — a tolerance the user set
+#: there is refused instead.
+DEFAULT_RTOL = DefaultRtol(1e-3)
+
+
+def is_default(rtol: Any) -> bool:
+    """Whether ``rtol`` is :data:`DEFAULT_RTOL` (the solver's default, not the user's value)."""
+    return type(rtol) is DefaultRtol
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,13 +163,38 @@ class Tolerance:
 _CHUNK = 1 << 26
 
 
-def rtol_field(what: str) -> Any:
+_rtol_value = optional(number(MIN_RTOL, 1, strict_hi=True))
+
+
+def _rtol_or_default(v: Any, key: str) -> Any:
+    """``rtol``'s checker where the default is :data:`DEFAULT_RTOL`.
+
+    The default is kept as it is (not made a user's ``1e-3``); any other value is
+    ``None``/``"none"`` or a number in ``[MIN_RTOL, 1)``.
+    """
+    return v if is_default(v) else _rtol_value(v, key)
+
+
+def rtol_field(what: str, *, default: float | None = None) -> Any:
     """The ``rtol`` option of a solver's options dataclass (one declaration for every solver).
 
     ``None`` or a number in ``[MIN_RTOL, 1)`` (:data:`MIN_RTOL`: below it no step can meet
     the tolerance), keyword-only; ``what`` says what the solver controls with it, and the
     documentation adds that ``None`` (with ``atol`` unset) runs today's steps bit for bit.
+    ``default``: ``None``, or :data:`DEFAULT_RTOL` for a solver that judges every run by
+    default (``None`` is then set as ``"none"`` in a scenario table).
     """
+    if default is not None:
+        if not is_default(default):
+            raise ValueError("rtol_field: the default is None or DEFAULT_RTOL")
+        return field(default=default, kw_only=True, metadata=opt(
+            f"{what} Default ``{float(default):g}`` (:data:`wflow.infra.accuracy.DEFAULT_RTOL`): "
+            "the run is judged by its error estimate at that tolerance; where no estimate "
+            "applies the default steps aside, the run is judged as with ``None`` and "
+            "``extra[\"accuracy_default\"]`` says why. ``None`` (``\"none\"`` in a "
+            "scenario table; with ``atol`` unset): no accuracy requested, the run alone "
+            "(without the estimate's extra work).",
+            check=_rtol_or_default, type="float or None"))
     return field(default=None, kw_only=True, metadata=opt(
         f"{what} ``None`` (with ``atol`` unset): no accuracy requested, today's steps, bit "
         "for bit.", check=number(MIN_RTOL, 1, strict_hi=True), type="float or None"))
@@ -152,7 +216,8 @@ def adaptive_field(default: bool, what: str) -> Any:
 
 
 def error_control_fields(rtol: str, *, atol: str, adaptive: bool,
-                         adaptive_what: str) -> tuple[Any, Any, Any]:
+                         adaptive_what: str, rtol_default: float | None = None,
+                         ) -> tuple[Any, Any, Any]:
     """The ``rtol``, ``atol`` and ``adaptive`` options of a solver's options dataclass, together.
 
     The three always come together (error control by step doubling); a solver says what
@@ -174,13 +239,16 @@ def error_control_fields(rtol: str, *, atol: str, adaptive: bool,
         The default of ``adaptive``.
     adaptive_what : str
         Its two meanings (:func:`adaptive_field`).
+    rtol_default : float or None
+        ``None``, or :data:`DEFAULT_RTOL` (:func:`rtol_field`).
 
     Returns
     -------
     tuple
         The three dataclass fields, in the order ``rtol``, ``atol``, ``adaptive``.
     """
-    return rtol_field(rtol), atol_field(atol), adaptive_field(adaptive, adaptive_what)
+    return (rtol_field(rtol, default=rtol_default), atol_field(atol),
+            adaptive_field(adaptive, adaptive_what))
 
 
 class ErrorControlled:

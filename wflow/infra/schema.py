@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ScenarioError", "Spec", "number", "choice", "choice_in", "boolean", "string", "array",
-           "take"]
+           "optional", "take"]
 
 
 class ScenarioError(ValueError):
@@ -47,6 +47,20 @@ def number(lo: float | None = None, hi: float | None = None, *, strict_lo: bool 
             raise ScenarioError(f"{key}: must be {'<' if strict_hi else '<='} {hi}, got {v!r}")
         return int(v) if integer else float(v)
     return check
+
+
+def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """Checker of ``None`` (``"none"`` in a TOML table, which has no null) or a value of ``check``.
+
+    For an option whose default is a value and which the user may switch off, as
+    ``attention.mask = "none"`` does.
+    """
+
+    def opt_check(v: Any, key: str) -> Any:
+        if v is None or (isinstance(v, str) and v == "none"):
+            return None
+        return check(v, key)
+    return opt_check
 
 
 def choice(*options: str) -> Callable[[Any, str], Any]:

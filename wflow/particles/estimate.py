@@ -22,6 +22,7 @@ from ..attention.kinds import get_kind
 from ..infra.estimate import Estimate, EstimateError, step_count
 from ..infra.parallel import split_range
 from ..kernels.memory import causal_coefficients, causal_kept_bytes, causal_wave_bytes
+from .adaptive import default_aside
 from .free_energy import has_laplacian
 from .integrators import INTEGRATORS, EulerMaruyama, ParticleIntegrator
 from .options import ParticleOptions
@@ -297,12 +298,14 @@ def estimate_particles(*, n: int, d: int = 3, H: int = 1, T: float, dt: float,
 
 def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
                  kind: str, ranks: int = 1, mask: str | None = None,
-                 degree: int | None = None, stochastic: bool = True) -> Estimate:
+                 degree: int | None = None, stochastic: bool | None = None) -> Estimate:
     """:func:`estimate_particles` of a run of ``options`` (the spec's estimate).
 
     ``stochastic``: whether the weights' schedule is noisy. Deterministic weights without
     token diffusion run one path whatever ``n_paths`` says (:func:`~wflow.particles.simulate`),
-    so the estimate counts one; the default counts ``n_paths`` (an upper bound).
+    so the estimate counts one; ``None`` (unknown, the default) counts ``n_paths`` and the
+    default ``rtol``'s rerun (upper bounds). Where the default ``rtol`` steps aside
+    (:func:`~wflow.particles.adaptive.default_aside`) the run is costed as with ``None``.
 
     ``n`` tokens on ``S^{d-1}``, ``H`` heads of attention ``kind`` (whether the fast
     summation may be chosen: :func:`fastsum_eligible`); memory per rank of ``ranks``
@@ -315,15 +318,18 @@ def estimate_run(options: ParticleOptions, *, n: int, d: int, H: int,
     the steps (token diffusion ``D > 0``: an independent run at ``dt/2`` for the weak-error
     estimate, :mod:`wflow.particles.weak_error`, counted the same).
     """
-    if not stochastic and not getattr(options, "diffusion", 0.0) > 0:
+    if stochastic is False and not getattr(options, "diffusion", 0.0) > 0:
         options = replace(options, n_paths=1)  # simulate runs one path
     est = _estimate_fixed(options, n=n, d=d, H=H, kind=kind, ranks=ranks, mask=mask,
-                          degree=degree, ito=_ito_cost(options, kind, mask, stochastic))
+                          degree=degree,
+                          ito=_ito_cost(options, kind, mask, stochastic is not False))
     if getattr(options, "adaptive", False):
         extra = 3.0 * (est.seconds - STARTUP_SECONDS)
         return replace(est, steps=4 * est.steps, seconds=est.seconds + extra,
                        notes=est.notes + ("adaptive steps: counted at the largest step dt "
                                           "(a lower bound), 4 integrator steps each",))
+    if default_aside(options, bool(stochastic)) is not None:  # as with rtol = None
+        options = replace(options, rtol=None)
     if getattr(options, "rtol", None) is not None or getattr(options, "atol", None) is not None:
         extra = 2.0 * (est.seconds - STARTUP_SECONDS)
         why = ("an independent run at dt/2 (weak-error estimate)"

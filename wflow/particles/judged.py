@@ -10,7 +10,9 @@ with token diffusion, the Itô-balance) checks stay in ``checks``:
   naming a ``dt`` that would meet the tolerance;
 * token diffusion ``D > 0``: the weak error of the token moments at ``T`` from an
   independent rerun (:func:`~wflow.particles.weak_error.weak_error_check`),
-  ``success``, ``inaccurate`` naming a ``dt`` or ``inconclusive`` naming a token count.
+  ``success``, ``inaccurate`` naming a ``dt`` or ``inconclusive`` naming a token count;
+  a failed Itô energy balance of the run itself (a fault of the model's conservation law,
+  which no step removes) keeps the run ``inaccurate`` whatever the estimate says.
 
 Both take the solver's ``simulate`` as their first argument (the solver calls them; they
 call it back with the tolerance removed), and are collective over MPI ranks.
@@ -19,7 +21,8 @@ call it back with the tolerance removed), and are collective over MPI ranks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +30,7 @@ import numpy as np
 
 from ..attention.heads import Attention
 from ..attention.schedules import Schedule
-from ..status import Status
+from ..status import Status, worst_status
 from .adaptive import fixed_step_error
 from .integrators import INTEGRATORS
 from .options import ParticleOptions
@@ -52,9 +55,35 @@ def _run_and_half(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: 
     res = simulate(x0, schedule, attn, options=base, comm=comm)
     if res.status == Status.FAILED:
         return res, None
-    return res, simulate(x0, schedule, attn, comm=comm, options=replace(
-        base, dt=0.5 * opts.dt, record_every=10**9, entropy=False, head_rates=False,
-        clusters=False, save_trajectory=False, progress=False, **half))
+    with _quiet():
+        rerun = simulate(x0, schedule, attn, comm=comm, options=replace(
+            base, dt=0.5 * opts.dt, record_every=10**9, entropy=False, head_rates=False,
+            clusters=False, save_trajectory=False, progress=False, **half))
+    return res, rerun
+
+
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The rerun's warnings off (its errors still show), on this package's loggers only.
+
+    They repeat the run's (an engine fallback) or judge the rerun's own chain rule, which
+    the estimate supersedes.
+    """
+    names = [n for n in list(logging.root.manager.loggerDict)
+             if n == "wflow.particles" or n.startswith("wflow.particles.")]
+    logs, only = [logging.getLogger(n) for n in names], _ErrorsOnly()
+    for log in logs:
+        log.addFilter(only)
+    try:
+        yield
+    finally:
+        for log in logs:
+            log.removeFilter(only)
 
 
 def judged_fixed(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: Attention,
@@ -113,9 +142,13 @@ def judged_noisy(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: A
     record = {**verdict.record, "rerun_steps": int(len(half.steps["t"]) - 1),
               "run_steps": int(len(res.steps["t"]) - 1), "rerun_wall_time": half.wall_time,
               "run_wall_time": res.wall_time}
-    if verdict.status == Status.INACCURATE:
-        logger.warning("particle run inaccurate: %s", verdict.message)
-    elif verdict.status == Status.INCONCLUSIVE:
-        logger.warning("particle run inconclusive: %s", verdict.message)
-    return replace(res, options=opts, status=verdict.status, message=verdict.message,
+    status, message = verdict.status, verdict.message
+    if res.status == Status.INACCURATE:  # the Itô balance failed: a fault, whatever dt does
+        status = worst_status(status, res.status)
+        message = "; ".join(m for m in (res.message, message) if m)
+    if status == Status.INACCURATE:
+        logger.warning("particle run inaccurate: %s", message)
+    elif status == Status.INCONCLUSIVE:
+        logger.warning("particle run inconclusive: %s", message)
+    return replace(res, options=opts, status=status, message=message,
                    checks={**res.checks, "accuracy": record}, wall_time=wall)

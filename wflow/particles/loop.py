@@ -9,6 +9,7 @@ of one process (:mod:`wflow.particles.solver`) and a block of tokens split over 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 
@@ -212,6 +213,9 @@ def unjudged_ahead(opts: ParticleOptions, attn: Attention, schedule: Schedule) -
     ``ito_balance = False`` or ``engine = "compiled"``; without it, a mask leaves the
     chain rule unjudged. ``tests/test_completed_rule.py`` holds it to the outcome.
     """
+    from .adaptive import default_aside  # (adaptive imports the integrators, as loop does)
+    if default_aside(opts, schedule.stochastic) is not None:  # as with rtol = None
+        opts = replace(opts, rtol=None)
     if opts.rtol is not None or opts.atol is not None or opts.adaptive:
         return None
     if opts.diffusion > 0:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..attention.diffusion import diffusion_field
-from ..infra.accuracy import Tolerance, error_control_fields
+from ..infra.accuracy import DEFAULT_RTOL, Tolerance, error_control_fields
 from ..infra.options import documented, keys_of, opt, schema_of, validate
 from ..infra.schema import Spec, boolean, choice, number
 from ..kernels import BACKENDS
@@ -140,7 +140,7 @@ class ParticleOptions:
         "step-doubling estimate of the deterministic integrators (``euler``, ``rk4``), "
         "``dt`` the first and largest step; accepted / rejected counts and the steps in "
         "``ParticleResult.extra[\"adaptive\"]``. Not with token diffusion ``D > 0`` nor "
-        "noisy weights. ``False``: fixed steps ``dt``."))
+        "noisy weights. ``False``: fixed steps ``dt``."), rtol_default=DEFAULT_RTOL)
     ito_balance: bool | None = field(default=None, kw_only=True, metadata=opt(
         "With token diffusion ``D > 0``: record and judge the Itô energy balance of the "
         "tokens (:mod:`wflow.particles.free_energy`: ``E(T) − E(0) = ∫(power + ∂_tE) dt + "

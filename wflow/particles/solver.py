@@ -46,11 +46,12 @@ from ..diagnostics import (
 )
 from ..energy import energy_gradient_A
 from ..geometry.sphere import check_on_sphere
+from ..infra.accuracy import is_default
 from ..infra.progress import progress_bar
 from ..infra.schema import ScenarioError
 from ..kernels import KernelLog
 from ..status import Status, failed_run, unjudged_status
-from .adaptive import adaptive_grid, check_accuracy_applies
+from .adaptive import adaptive_grid, check_accuracy_applies, default_aside
 from .compiled import COMPILED_SCHEDULES, compiled_support, simulate_compiled
 from .free_energy import (
     ITO_STEP_KEYS,
@@ -249,10 +250,9 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     Returns
     -------
     ParticleResult
-        ``status == "success"`` only if every recorded number is finite and the
-        chain-rule residual of every path is within its tolerance (:mod:`wflow.status`);
-        ``"inaccurate"`` with the residual and the tolerance in ``message`` otherwise.
-        With ``rtol``/``atol`` set the requested tolerance decides instead (fixed steps:
+        The requested tolerance decides the status — ``rtol`` defaults to
+        :data:`~wflow.infra.accuracy.DEFAULT_RTOL` (``1e-3``), so every run is judged by
+        its error estimate unless ``rtol = None`` (fixed steps:
         :func:`~wflow.particles.adaptive.fixed_step_error`; token diffusion ``D > 0``: the
         weak-error estimate of :mod:`wflow.particles.weak_error`, ``"inconclusive"`` where
         its noise cannot decide, naming a token count). ``"completed"`` where no check is
@@ -260,7 +260,12 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
         is not recorded or cannot be judged (``ito_balance = False``, ``engine =
         "compiled"``, a kind without the closed-form Laplacian, noisy weights), or a mask
         (its chain rule is the unmasked energy's); the message names each reason and the
-        remedy (``rtol``).
+        remedy (``rtol``). With token diffusion, and where no estimate applies (noisy
+        weights, a stochastic integrator), the default ``rtol`` steps aside
+        (:func:`~wflow.particles.adaptive.default_aside`, ``extra["accuracy_default"]``)
+        and the run is judged as with ``rtol = None``: ``"success"`` only if every number
+        is finite and the chain-rule residual of every path is within its tolerance
+        (:mod:`wflow.status`), else ``"inaccurate"`` naming both.
     """
     opts = options or ParticleOptions()
     if kwargs:
@@ -274,7 +279,13 @@ def simulate(x0: np.ndarray, heads_or_schedule: Heads | Schedule, attn: Attentio
     _check_dtype(opts, attn, comm)
     if opts.diffusion > 0:  # token diffusion: a stochastic integrator (THEORY §8)
         check_noisy(INTEGRATORS.resolve(opts.integrator, "particles.integrator"))
+    aside = default_aside(opts, schedule.stochastic)
+    if aside is not None:  # the default rtol where no estimate applies: as rtol = None
+        logger.info("particles: %s", aside)
+        opts = replace(opts, rtol=None)
     res = _dispatch(x0, schedule, attn, opts, comm)
+    if aside is not None:
+        res = replace(res, extra={**res.extra, "accuracy_default": aside})
     if opts.diffusion > 0 and opts.ito_balance is False and "ito_balance" not in res.checks:
         res = replace(res, checks={**res.checks, "ito_balance": {
             "judged": False, "reason": ITO_OFF}})
@@ -294,8 +305,9 @@ def _dispatch(x0: np.ndarray, schedule: Schedule, attn: Attention, opts: Particl
         python_why = ito_by_default(opts, attn, schedule)
     if opts.adaptive or opts.rtol is not None or opts.atol is not None:  # accuracy asked for
         check_accuracy_applies(opts, schedule, "particles.adaptive" if opts.adaptive
-                               else "particles.rtol" if opts.rtol is not None
-                               else "particles.atol")
+                               else "particles.atol" if opts.atol is not None
+                               and (opts.rtol is None or is_default(opts.rtol))
+                               else "particles.rtol")
         if not opts.adaptive:  # fixed steps judged by their error estimate (judged.py)
             judge = judged_noisy if opts.diffusion > 0 else judged_fixed
             return judge(simulate, x0, schedule, attn, opts, comm)

@@ -151,9 +151,10 @@ def one_run(item: tuple) -> dict:
     x0 = sample_published_clusters(n, 3, np.random.default_rng(seed))
     sch = _schedule(regime, part, H, rng, fault)
     kind = "usa" if fault == "no-mobility" else "softmax"
+    # rtol = None: judged by the study's fits, not by the solver's tolerance
     res = simulate(x0, sch, Attention(kind, 1.0), T=T, dt=dt, integrator="euler",
                    record_every=max(1, int(round(0.05 / dt))), head_rates=False,
-                   seed=int(rng.integers(2**31)))
+                   seed=int(rng.integers(2**31)), rtol=None)
     return {"t": res.t, "G2": res.history["G2"][0], "mean_inner": res.history["mean_inner"][0],
             "n_clusters": res.history["n_clusters"][0],
             "accuracy": run_accuracy(res, f"asymptotics run {item}")}

@@ -140,6 +140,8 @@ def _write(scenario: Scenario, opts: Any, p: dict, res: ParticleResult, out: str
         "kernel": res.extra.get("kernel"),
         "engine": res.extra.get("engine"),
         **({"engine_reason": res.extra["engine_reason"]} if "engine_reason" in res.extra else {}),
+        **({"accuracy_default": res.extra["accuracy_default"]}
+           if "accuracy_default" in res.extra else {}),
         "conventions": {
             "E": "Σ_h w_h (1/2β) ∫∫ Φ(β xᵀA_h y) dμ dμ (Φ = e^s; ReLU: s₊²/2)",
             "slope2": "∫ b̂ |P∇ψ|² dμ", "speed2": "∫ |v|²/b̂ dμ",
