@@ -130,8 +130,10 @@ class ParticleOptions:
         "``atol + rtol·|x|``). With ``adaptive``: the step controller's target (default "
         "``1e-3``); with fixed steps: the run is judged by a step-doubling estimate of its "
         "global error and ends ``inaccurate``, naming a ``dt`` that meets it, when it misses. "
-        "With token diffusion ``D > 0`` (fixed steps only) the run is judged by the weak "
-        "error of its token moments ``m_1``, ``m_2`` at ``T`` "
+        "With token diffusion ``D > 0`` (fixed steps only) an ``rtol`` the user sets judges "
+        "the run by the weak error of its token moments ``m_1``, ``m_2`` at ``T`` (the "
+        "default steps aside there: the estimate's noise floor ``∝ 1/√(n · n_paths)`` "
+        "stays far above ``1e-3`` at ordinary sizes) "
         "(:mod:`wflow.particles.weak_error`: an independent run at ``dt/2``, Richardson at "
         "the integrator's weak order, 3 standard errors): ``success``, ``inaccurate`` naming "
         "a ``dt``, or ``inconclusive`` naming a token count. ``atol`` alone asks for it too.",
