@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-__all__ = ["collect_warnings"]
+__all__ = ["collect_warnings", "filtered_logs"]
 
 
 class _Collector(logging.Handler):
@@ -66,3 +66,23 @@ def collect_warnings(phase: str, into: list[dict] | None = None) -> Iterator[lis
         yield out
     finally:
         root.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def filtered_logs(logger_name: str, flt: logging.Filter) -> Iterator[None]:
+    """Add ``flt`` to the logger ``logger_name`` and every logger under it, for the block.
+
+    A filter on a logger sees only that logger's own records, so it is added to each
+    existing logger of the tree (``wflow.jko``, ``wflow.jko.solver``, ...); the loggers'
+    levels and handlers are left alone, and the filter is removed when the block exits.
+    """
+    loggers = [logging.getLogger(logger_name)]
+    loggers += [lg for name, lg in logging.root.manager.loggerDict.items()
+                if name.startswith(logger_name + ".") and isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        lg.addFilter(flt)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(flt)

@@ -20,9 +20,9 @@ call it back with the tolerance removed), and are collective over MPI ranks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from ..attention.heads import Attention
 from ..attention.schedules import Schedule
+from ..infra.logs import filtered_logs
 from ..status import Status, worst_status
 from .adaptive import fixed_step_error
 from .integrators import INTEGRATORS
@@ -67,23 +68,13 @@ class _ErrorsOnly(logging.Filter):
         return record.levelno >= logging.ERROR
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> contextlib.AbstractContextManager:
     """The rerun's warnings off (its errors still show), on this package's loggers only.
 
     They repeat the run's (an engine fallback) or judge the rerun's own chain rule, which
     the estimate supersedes.
     """
-    names = [n for n in list(logging.root.manager.loggerDict)
-             if n == "wflow.particles" or n.startswith("wflow.particles.")]
-    logs, only = [logging.getLogger(n) for n in names], _ErrorsOnly()
-    for log in logs:
-        log.addFilter(only)
-    try:
-        yield
-    finally:
-        for log in logs:
-            log.removeFilter(only)
+    return filtered_logs("wflow.particles", _ErrorsOnly())
 
 
 def judged_fixed(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: Attention,

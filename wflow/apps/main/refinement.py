@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ...infra.logs import filtered_logs
 from ...jko.schemes import SCHEMES
 from ...status import Status
 from ..run_table import RunOptions
@@ -144,17 +145,8 @@ def _labelled_logs(prefix: str, logger_name: str = "wflow.jko"):
             record.msg, record.args = prefix + record.getMessage(), None
             return True
 
-    f = _Prefix()
-    loggers = [logging.getLogger(logger_name)]
-    loggers += [lg for name, lg in logging.root.manager.loggerDict.items()
-                if name.startswith(logger_name + ".") and isinstance(lg, logging.Logger)]
-    for lg in loggers:
-        lg.addFilter(f)
-    try:
+    with filtered_logs(logger_name, _Prefix()):
         yield
-    finally:
-        for lg in loggers:
-            lg.removeFilter(f)
 
 
 def _order(x: list[float], y: list[float]) -> float | None:
