@@ -147,7 +147,10 @@ def test_fast_sum_equals_the_masked_dense_sum(kind, H, strict, slope):
 
 
 def test_fast_sum_is_prefix_sums_not_a_dense_pass():
-    """O(n K): the time of the fast sum grows linearly in n (ratio at 4x the tokens)."""
+    """O(n K): the time of the fast sum grows linearly in n (ratio at 4x the tokens).
+
+    The fastest of three CPU times per size: a single 7 ms measurement at n = 4 000 once
+    came out 9x its 16 000-token partner's quarter inside a loaded full suite."""
     import time
 
     import numba
@@ -160,9 +163,12 @@ def test_fast_sum_is_prefix_sums_not_a_dense_pass():
         for n in (4000, 16000):
             x, m = tokens(n, 3, seed=5)
             causal_sums(x, m, Q, K, beta=2.0, kind="softmax", backend="fastsum")  # warm
-            t = time.process_time()
-            causal_sums(x, m, Q, K, beta=2.0, kind="softmax", backend="fastsum")
-            times.append(time.process_time() - t)
+            best = float("inf")
+            for _ in range(3):
+                t = time.process_time()
+                causal_sums(x, m, Q, K, beta=2.0, kind="softmax", backend="fastsum")
+                best = min(best, time.process_time() - t)
+            times.append(best)
     finally:
         numba.set_num_threads(old)
     # linear: 4x; the quadratic direct sum would be 16x. CPU time (shared machine).
