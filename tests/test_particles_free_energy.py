@@ -361,3 +361,23 @@ def test_noisy_weights_record_but_do_not_judge():
                                    Attention("usa", 1.0), options=ParticleOptions(
                                        T=0.1, dt=0.05, integrator="em", diffusion=0.3,
                                        engine="compiled")))
+
+
+def test_a_failed_balance_keeps_a_weak_error_judged_run_inaccurate():
+    """With a user's ``rtol`` a noisy run is judged by the weak-error estimate; a failed
+    Itô balance (the heat steps at ``D(1 + 0.3)``: a fault no step removes) keeps it
+    ``inaccurate`` whatever that estimate says (it used to be overridden). Control: the
+    correct integrator under the same tolerance is not made inaccurate by the balance."""
+    class HotStrang(StrangHeat):
+        name = "hot-strang"
+
+        def noisy_step(self, *args, diffusion, noise, **kw):
+            return super().noisy_step(*args, diffusion=1.3 * diffusion, noise=noise, **kw)
+
+    kw = dict(d=2, n=128, P=16, dt=0.025, T=0.5, rtol=0.5)
+    good = _run(integ="strang", **kw)
+    bad = _run(integ=HotStrang(), **kw)
+    assert "accuracy" in good.checks and "accuracy" in bad.checks  # both weak-error judged
+    assert good.checks["ito_balance"]["passed"] and "Itô" not in good.message
+    assert not bad.checks["ito_balance"]["passed"]
+    assert bad.status == "inaccurate" and "Itô energy balance" in bad.message, bad.message

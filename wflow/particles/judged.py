@@ -31,7 +31,7 @@ import numpy as np
 from ..attention.heads import Attention
 from ..attention.schedules import Schedule
 from ..infra.logs import filtered_logs
-from ..status import Status, worst_status
+from ..status import Status
 from .adaptive import fixed_step_error
 from .integrators import INTEGRATORS
 from .options import ParticleOptions
@@ -135,7 +135,8 @@ def judged_noisy(simulate: Simulate, x0: np.ndarray, schedule: Schedule, attn: A
               "run_wall_time": res.wall_time}
     status, message = verdict.status, verdict.message
     if res.status == Status.INACCURATE:  # the Itô balance failed: a fault, whatever dt does
-        status = worst_status(status, res.status)
+        # decided, so it outranks an estimate that could not decide (inconclusive)
+        status = Status.INACCURATE
         message = "; ".join(m for m in (res.message, message) if m)
     if status == Status.INACCURATE:
         logger.warning("particle run inaccurate: %s", message)
