@@ -3,7 +3,8 @@
 ``python bench/bench_default_rtol_estimate.py [--out FILE]`` runs
 :func:`wflow.particles.simulate` on uniform tokens on S² with two random symmetric softmax
 heads (``β = 1``, RK4, ``T = 1``, ``dt = 0.05``: 20 steps, every step recorded, no
-cluster count, no per-head rates) in this process, twice per size: with the default
+cluster count, no per-head rates) in this process (re-executed in the explicit
+one-thread environment of ``_common.ensure_clean``, recorded as ``env``), twice per size: with the default
 ``rtol`` (:data:`wflow.infra.accuracy.DEFAULT_RTOL`: the run, then the run repeated at
 ``dt/2`` recording only its end, judged by step doubling) and with ``rtol = None`` (the
 bare run). ``n`` = 1 000 and 4 000 (direct sums) and 100 000 (the fast summation). Each
@@ -35,7 +36,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from _common import best_cpu, parent_machine
+    from _common import best_cpu, ensure_clean, parent_machine, recorded_env
+
+    ensure_clean(1)  # re-executes in the explicit one-thread environment (recorded below)
 
     from wflow import Attention, Heads
     from wflow.infra.accuracy import DEFAULT_RTOL
@@ -66,7 +69,8 @@ def main() -> None:
                   f"{best:7.3f} s, estimate {est.seconds - STARTUP_SECONDS:7.3f} s", flush=True)
         rows[-2]["cost_over_bare"] = cpu["default"] / cpu["bare"]
     res = {"rows": rows, "T": 1.0, "dt": 0.05, "H": 2, "integrator": "rk4",
-           "load1": [load0, os.getloadavg()[0]], "machine": parent_machine()}
+           "load1": [load0, os.getloadavg()[0]], "machine": parent_machine(),
+           "env": recorded_env(dict(os.environ))}
     Path(args.out).write_text(json.dumps(res, indent=1))
 
 
